@@ -1,0 +1,48 @@
+// The command table and the options every subcommand shares. Dispatch, the top-level
+// usage and `mltool help CMD` are all built from the one table in commands.cpp.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace mltool::cli {
+
+/// Options every subcommand accepts, declared once in add_common_options().
+struct CommonOptions {
+  int threads = 0;    ///< worker threads; 0 = one per core
+  bool json = false;  ///< print one machine-readable JSON summary on stdout
+  int verbose = 0;    ///< -v: debug logging
+  bool quiet = false; ///< -q: errors only
+};
+
+/// The action of a parsed subcommand: runs it and returns the exit code.
+using Action = std::function<int()>;
+
+/// One row of the command table.
+struct Command {
+  const char* name;
+  const char* summary;
+  /// Declares the command's options and positionals on `app`; returns the action,
+  /// which reads the parsed values when it runs.
+  std::function<Action(CLI::App& app, const CommonOptions& common)> setup;
+};
+
+/// The table, in the order `mltool --help` lists it.
+const std::vector<Command>& commands();
+
+/// Adds --threads, --json, --verbose and --quiet to a subcommand.
+void add_common_options(CLI::App& app, CommonOptions& options);
+
+/// Replaces a "-" entry by the lines of stdin (blank lines and # comments skipped).
+std::vector<std::string> expand_stdin_list(const std::vector<std::string>& items);
+
+/// The resolved worker-thread count for --threads (0 → hardware concurrency).
+int resolve_threads(int requested);
+
+/// Parses argv and runs the selected command; returns the exit code. Throws mltool::Error.
+int run(int argc, char** argv);
+
+}  // namespace mltool::cli

@@ -1,0 +1,50 @@
+# Finds every dependency once, so lib/, apps/, tests/ and bench/ only link targets.
+find_package(PkgConfig REQUIRED)
+find_package(Threads REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(Protobuf REQUIRED)
+pkg_check_modules(LMDB REQUIRED IMPORTED_TARGET lmdb)
+
+if(MLTOOL_BUILD_APPS)
+  find_package(CLI11 REQUIRED)
+endif()
+if(MLTOOL_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(MLTOOL_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()
+
+if(MLTOOL_WITH_SLIDE)
+  pkg_check_modules(OPENSLIDE REQUIRED IMPORTED_TARGET openslide)
+  pkg_check_modules(VIPS REQUIRED IMPORTED_TARGET vips)
+endif()
+
+# CUDA: compiled when nvcc exists, whether or not this machine has a GPU. sm_90 SASS plus
+# compute_90 PTX, so Hopper runs the SASS and later GPUs JIT the PTX.
+set(MLTOOL_HAVE_CUDA OFF)
+if(MLTOOL_WITH_CUDA AND MLTOOL_WITH_TORCH)
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90-real 90-virtual)
+    endif()
+    # Share libtorch's CUDA runtime instead of linking a second, static one.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+    enable_language(CUDA)
+    set(MLTOOL_HAVE_CUDA ON)
+  endif()
+endif()
+
+if(MLTOOL_WITH_TORCH)
+  # LibTorch from the PyPI wheel: scripts/setup.sh passes torch.utils.cmake_prefix_path.
+  # Torch's config warns about optional pieces (kineto, nvtx) we do not use.
+  # Torch's config appends its own -gencode list to CMAKE_CUDA_FLAGS; mltool's kernels use
+  # CMAKE_CUDA_ARCHITECTURES instead, so keep our flags as they were.
+  set(TORCH_CUDA_ARCH_LIST "9.0+PTX")
+  set(_mltool_cuda_flags "${CMAKE_CUDA_FLAGS}")
+  find_package(Torch REQUIRED)
+  set(CMAKE_CUDA_FLAGS "${_mltool_cuda_flags}")
+  message(STATUS "LibTorch ${Torch_VERSION} (CUDA in mltool kernels: ${MLTOOL_HAVE_CUDA})")
+endif()

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Installs everything mltool needs on a bare Debian 12 machine and builds it (Release,
+# binary at build/bin/mltool). Idempotent: a second run with nothing changed takes seconds.
+#
+#   scripts/setup.sh                 # packages + venv + configure + build
+#   MLTOOL_BUILD_DIR=build-x scripts/setup.sh
+#
+# Caches live outside the clone so a fresh clone on the same machine rebuilds fast:
+#   ~/.cache/mltool/venv-<hash>  the Python venv (torch), linked as .venv
+#   ~/.cache/ccache              compiled objects (ccache)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+build=${MLTOOL_BUILD_DIR:-build}
+cache=${MLTOOL_CACHE:-$HOME/.cache/mltool}
+
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+
+# --- Debian packages -------------------------------------------------------------------
+packages=(
+  build-essential cmake ninja-build ccache pkg-config git python3 python3-venv python3-pip
+  libcli11-dev nlohmann-json3-dev liblmdb-dev lmdb-utils libprotobuf-dev protobuf-compiler
+  libopenslide-dev libvips-dev libturbojpeg0-dev libjpeg62-turbo-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# --- Python venv with torch (shared across clones, keyed by the requirements) -----------
+python=${MLTOOL_PYTHON:-python3}
+req_hash=$( (cat scripts/requirements.txt; "$python" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-16)
+venv="$cache/venv-$req_hash"
+if [ ! -f "$venv/.complete" ]; then
+  log "creating $venv (torch wheel download on first run)"
+  rm -rf "$venv"
+  mkdir -p "$cache"
+  "$python" -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q -r scripts/requirements.txt
+  touch "$venv/.complete"
+fi
+if [ ! -e .venv ] || { [ -L .venv ] && [ "$(readlink .venv)" != "$venv" ]; }; then
+  rm -f .venv
+  ln -s "$venv" .venv
+fi
+torch_prefix=$(.venv/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+
+# --- Configure and build ----------------------------------------------------------------
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+launcher="env;CCACHE_DIR=$CCACHE_DIR;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;CCACHE_BASEDIR=$root;ccache"
+if [ ! -f "$build/build.ninja" ]; then
+  log "configuring $build"
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$torch_prefix" \
+    -DPython3_EXECUTABLE="$root/.venv/bin/python" \
+    -DCMAKE_C_COMPILER_LAUNCHER="$launcher" -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
+    -DCMAKE_CUDA_COMPILER_LAUNCHER="$launcher" \
+    ${MLTOOL_CMAKE_ARGS:-} >/dev/null
+fi
+jobs=${MLTOOL_JOBS:-$(nproc)}
+cmake --build "$build" -j "$jobs"
+log "built $build/bin/mltool"

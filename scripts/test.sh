@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs set-up (packages, venv, build) and then the test suite through ctest.
+#   scripts/test.sh              # labels unit + cli (what CI runs)
+#   scripts/test.sh -L gpu       # any ctest arguments replace the default label selection
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${MLTOOL_BUILD_DIR:-build}
+scripts/setup.sh
+args=("$@")
+[ ${#args[@]} -gt 0 ] || args=(-L 'unit|cli')
+cd "$build"
+ctest --output-on-failure -j "$(nproc)" "${args[@]}"

@@ -1,0 +1,389 @@
+// tf.train.Example via the generated protobuf classes (schemas/example.proto). Parsing
+// is strict: protobuf accepts almost any bytes as *some* message by filing what it does
+// not recognise under unknown fields, so a record only counts as a tf.train.Example if
+// nothing was left unrecognised at any level.
+#include "mltool/io/example.hpp"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include <climits>
+
+#include "example.pb.h"
+#include "mltool/util/error.hpp"
+
+namespace mltool::io {
+namespace {
+
+using ProtoKind = tfproto::Feature::KindCase;
+
+const char* kind_name(ProtoKind kind) {
+  switch (kind) {
+    case tfproto::Feature::kBytesList: return "bytes_list";
+    case tfproto::Feature::kFloatList: return "float_list";
+    case tfproto::Feature::kInt64List: return "int64_list";
+    case tfproto::Feature::KIND_NOT_SET: break;
+  }
+  return "none";
+}
+
+// The feature `name`, created if absent; a UsageError if it already holds another kind.
+tfproto::Feature& feature_for(tfproto::Example& example, const std::string& name, ProtoKind kind) {
+  tfproto::Feature& feature = (*example.mutable_features()->mutable_feature())[name];
+  if (feature.kind_case() != tfproto::Feature::KIND_NOT_SET && feature.kind_case() != kind) {
+    throw UsageError("ExampleBuilder: feature '" + name + "' is of kind " +
+                     kind_name(feature.kind_case()) + ", cannot add " + kind_name(kind) +
+                     " values to it");
+  }
+  return feature;
+}
+
+// Proto3 generated classes have no unknown_fields() accessor; reflection has.
+const google::protobuf::UnknownFieldSet& unknown_fields(const google::protobuf::Message& m) {
+  return m.GetReflection()->GetUnknownFields(m);
+}
+
+std::string unknown_field_message(const google::protobuf::UnknownFieldSet& unknown,
+                                  const std::string& level) {
+  return "not a tf.train.Example: " + level + " has field number " +
+         std::to_string(unknown.field(0).number()) + ", which tf.train.Example does not define";
+}
+
+// Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+bool valid_utf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n;
+    std::uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    if ((c & 0xe0) == 0xc0) {
+      n = 1;
+      cp = c & 0x1fu;
+    } else if ((c & 0xf0) == 0xe0) {
+      n = 2;
+      cp = c & 0x0fu;
+    } else if ((c & 0xf8) == 0xf0) {
+      n = 3;
+      cp = c & 0x07u;
+    } else {
+      return false;  // a continuation byte, or 0xf8..0xff
+    }
+    if (s.size() - i <= n) return false;
+    for (std::size_t k = 1; k <= n; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xc0) != 0x80) return false;
+      cp = cp << 6 | (cc & 0x3fu);
+    }
+    static constexpr std::uint32_t kMinimum[4] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMinimum[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
+// Checks, on the wire, what the unknown-field sets cannot show: protobuf parses map
+// entries with code that drops unrecognised fields instead of keeping them, so every
+// entry of Features.feature must hold only key (1) and value (2), both length-delimited.
+// Also checks that keys are UTF-8 before protobuf sees them, since protobuf would log
+// to stderr about it. Runs before the real parse, so it must survive any bytes; its
+// framing complaints are worded like a failed parse. Returns "" when clean.
+std::string check_wire(std::string_view bytes) {
+  using google::protobuf::io::CodedInputStream;
+  constexpr std::uint32_t kLengthDelimited = 2;
+  constexpr std::uint32_t kMessageField1 = (1u << 3) | kLengthDelimited;
+
+  CodedInputStream in(reinterpret_cast<const std::uint8_t*>(bytes.data()),
+                      static_cast<int>(bytes.size()));
+  // A length must fit in the innermost enclosing message (or the buffer at top level).
+  const auto read_length = [&](int& length) {
+    std::uint32_t v;
+    if (!in.ReadVarint32(&v)) return false;
+    const int until_limit = in.BytesUntilLimit();  // -1: no limit pushed
+    const std::size_t room = until_limit >= 0
+                                 ? static_cast<std::size_t>(until_limit)
+                                 : bytes.size() - static_cast<std::size_t>(in.CurrentPosition());
+    if (v > room) return false;
+    length = static_cast<int>(v);  // fits: bytes.size() <= INT_MAX was checked
+    return true;
+  };
+  const auto skip = [&](std::uint32_t tag) {
+    std::uint64_t v64;
+    int length;
+    switch (tag & 7u) {
+      case 0: return in.ReadVarint64(&v64);
+      case 1: return in.Skip(8);
+      case 2: return read_length(length) && in.Skip(length);
+      case 5: return in.Skip(4);
+      default: return false;  // groups: never part of a tf.train.Example
+    }
+  };
+
+  const auto malformed = [&bytes] {
+    return "not a tf.train.Example: protobuf parse failed (" + std::to_string(bytes.size()) +
+           " bytes)";
+  };
+  while (const std::uint32_t tag = in.ReadTag()) {
+    if (tag != kMessageField1) {  // unknown fields here are reported after the parse
+      if (!skip(tag)) return malformed();
+      continue;
+    }
+    int features_length;
+    if (!read_length(features_length)) return malformed();
+    const auto features_limit = in.PushLimit(features_length);
+    while (const std::uint32_t entry_tag = in.ReadTag()) {
+      if (entry_tag != kMessageField1) {
+        if (!skip(entry_tag)) return malformed();
+        continue;
+      }
+      int entry_length;
+      if (!read_length(entry_length)) return malformed();
+      const auto entry_limit = in.PushLimit(entry_length);
+      while (const std::uint32_t field_tag = in.ReadTag()) {
+        const std::uint32_t number = field_tag >> 3;
+        if ((number != 1 && number != 2) || (field_tag & 7u) != kLengthDelimited) {
+          return "not a tf.train.Example: a feature map entry has field number " +
+                 std::to_string(number) + " (wire type " + std::to_string(field_tag & 7u) +
+                 "), expected only key (1) and value (2)";
+        }
+        int length;
+        if (!read_length(length)) return malformed();
+        if (number == 1 && !valid_utf8(bytes.substr(static_cast<std::size_t>(in.CurrentPosition()),
+                                                    static_cast<std::size_t>(length)))) {
+          return "not a tf.train.Example: a feature name is not valid UTF-8";
+        }
+        if (!in.Skip(length)) return malformed();
+      }
+      if (!in.ConsumedEntireMessage()) return malformed();
+      in.PopLimit(entry_limit);
+    }
+    if (!in.ConsumedEntireMessage()) return malformed();
+    in.PopLimit(features_limit);
+  }
+  return in.ConsumedEntireMessage() ? std::string() : malformed();
+}
+
+// Empty-string result when every message of the parsed tree was fully recognised.
+std::string check_unknown_fields(const tfproto::Example& example) {
+  if (!unknown_fields(example).empty())
+    return unknown_field_message(unknown_fields(example), "the Example message");
+  const tfproto::Features& features = example.features();
+  if (!unknown_fields(features).empty())
+    return unknown_field_message(unknown_fields(features), "the Features message");
+  for (const auto& [name, feature] : features.feature()) {
+    const std::string level = "feature '" + name + "'";
+    if (!unknown_fields(feature).empty())
+      return unknown_field_message(unknown_fields(feature), level);
+    const google::protobuf::UnknownFieldSet* list = nullptr;
+    switch (feature.kind_case()) {
+      case tfproto::Feature::kBytesList: list = &unknown_fields(feature.bytes_list()); break;
+      case tfproto::Feature::kFloatList: list = &unknown_fields(feature.float_list()); break;
+      case tfproto::Feature::kInt64List: list = &unknown_fields(feature.int64_list()); break;
+      case tfproto::Feature::KIND_NOT_SET: break;
+    }
+    if (list && !list->empty())
+      return unknown_field_message(*list, level + " (" + kind_name(feature.kind_case()) + ")");
+  }
+  return {};
+}
+
+std::string located(const std::string& where, const std::string& message) {
+  return where.empty() ? message : where + ": " + message;
+}
+
+// A kind-less feature reads as an empty list of whatever type is asked for.
+template <typename T, typename Variant>
+const std::vector<T>& list_or_empty(const Variant& values) {
+  static const std::vector<T> empty;
+  const auto* list = std::get_if<std::vector<T>>(&values);
+  return list ? *list : empty;
+}
+
+}  // namespace
+
+const char* to_string(FeatureKind kind) {
+  switch (kind) {
+    case FeatureKind::bytes_list: return "bytes_list";
+    case FeatureKind::float_list: return "float_list";
+    case FeatureKind::int64_list: return "int64_list";
+    case FeatureKind::none: break;
+  }
+  return "none";
+}
+
+// ---------------------------------------------------------------- ExampleBuilder
+
+struct ExampleBuilder::Impl {
+  tfproto::Example message;
+};
+
+ExampleBuilder::ExampleBuilder() : impl_(std::make_unique<Impl>()) {}
+ExampleBuilder::~ExampleBuilder() = default;
+ExampleBuilder::ExampleBuilder(ExampleBuilder&&) noexcept = default;
+ExampleBuilder& ExampleBuilder::operator=(ExampleBuilder&&) noexcept = default;
+
+ExampleBuilder& ExampleBuilder::add_int64(const std::string& name, std::int64_t value) {
+  feature_for(impl_->message, name, tfproto::Feature::kInt64List)
+      .mutable_int64_list()
+      ->add_value(value);
+  return *this;
+}
+
+ExampleBuilder& ExampleBuilder::add_int64s(const std::string& name,
+                                           const std::vector<std::int64_t>& values) {
+  auto* list = feature_for(impl_->message, name, tfproto::Feature::kInt64List).mutable_int64_list();
+  list->mutable_value()->Add(values.begin(), values.end());
+  return *this;
+}
+
+ExampleBuilder& ExampleBuilder::add_float(const std::string& name, float value) {
+  feature_for(impl_->message, name, tfproto::Feature::kFloatList)
+      .mutable_float_list()
+      ->add_value(value);
+  return *this;
+}
+
+ExampleBuilder& ExampleBuilder::add_floats(const std::string& name,
+                                           const std::vector<float>& values) {
+  auto* list = feature_for(impl_->message, name, tfproto::Feature::kFloatList).mutable_float_list();
+  list->mutable_value()->Add(values.begin(), values.end());
+  return *this;
+}
+
+ExampleBuilder& ExampleBuilder::add_bytes(const std::string& name, std::string_view value) {
+  feature_for(impl_->message, name, tfproto::Feature::kBytesList)
+      .mutable_bytes_list()
+      ->add_value(value.data(), value.size());
+  return *this;
+}
+
+ExampleBuilder& ExampleBuilder::add_bytes_list(const std::string& name,
+                                               const std::vector<std::string>& values) {
+  auto* list = feature_for(impl_->message, name, tfproto::Feature::kBytesList).mutable_bytes_list();
+  for (const std::string& v : values) list->add_value(v);
+  return *this;
+}
+
+std::string ExampleBuilder::serialize() const {
+  const std::size_t size = impl_->message.ByteSizeLong();
+  if (size > static_cast<std::size_t>(INT_MAX)) {
+    throw UsageError("ExampleBuilder: an Example of " + std::to_string(size) +
+                     " bytes exceeds protobuf's 2 GiB message limit");
+  }
+  std::string out(size, '\0');
+  google::protobuf::io::ArrayOutputStream array(out.data(), static_cast<int>(size));
+  google::protobuf::io::CodedOutputStream coded(&array);
+  // Map order is otherwise unspecified; sorted keys make the bytes reproducible.
+  coded.SetSerializationDeterministic(true);
+  impl_->message.SerializeWithCachedSizes(&coded);
+  if (coded.HadError()) throw ResourceError("ExampleBuilder: protobuf serialization failed");
+  return out;
+}
+
+void ExampleBuilder::clear() { impl_->message.Clear(); }
+
+// ---------------------------------------------------------------- Example
+
+Example parse_example(std::string_view bytes, const std::string& where) {
+  if (bytes.size() > static_cast<std::size_t>(INT_MAX)) {
+    throw FormatError(located(where, "record of " + std::to_string(bytes.size()) +
+                                         " bytes exceeds protobuf's 2 GiB message limit"));
+  }
+  std::string problem = check_wire(bytes);
+  if (!problem.empty()) throw FormatError(located(where, problem));
+  tfproto::Example message;
+  if (!message.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    throw FormatError(located(where, "not a tf.train.Example: protobuf parse failed (" +
+                                         std::to_string(bytes.size()) + " bytes)"));
+  }
+  problem = check_unknown_fields(message);
+  if (!problem.empty()) throw FormatError(located(where, problem));
+
+  Example example;
+  example.where_ = where;
+  for (const auto& [name, feature] : message.features().feature()) {
+    Example::Values values;
+    switch (feature.kind_case()) {
+      case tfproto::Feature::kBytesList: {
+        const auto& v = feature.bytes_list().value();
+        values = std::vector<std::string>(v.begin(), v.end());
+        break;
+      }
+      case tfproto::Feature::kFloatList: {
+        const auto& v = feature.float_list().value();
+        values = std::vector<float>(v.begin(), v.end());
+        break;
+      }
+      case tfproto::Feature::kInt64List: {
+        const auto& v = feature.int64_list().value();
+        values = std::vector<std::int64_t>(v.begin(), v.end());
+        break;
+      }
+      case tfproto::Feature::KIND_NOT_SET: break;
+    }
+    example.features_.emplace(name, std::move(values));
+  }
+  return example;
+}
+
+bool Example::has(const std::string& name) const { return features_.count(name) != 0; }
+
+const Example::Values& Example::values(const std::string& name, FeatureKind wanted) const {
+  const auto it = features_.find(name);
+  if (it == features_.end()) {
+    std::string present;
+    std::size_t shown = 0;
+    for (const auto& [n, v] : features_) {
+      if (shown == 8) {
+        present += ", ...";
+        break;
+      }
+      present += (shown++ ? ", '" : "'") + n + "'";
+    }
+    throw FormatError(located(where_, "missing feature '" + name + "' (the record has " +
+                                          (present.empty() ? "no features" : present) + ")"));
+  }
+  const auto kind = static_cast<FeatureKind>(it->second.index());
+  if (wanted != FeatureKind::none && kind != FeatureKind::none && kind != wanted) {
+    throw FormatError(located(where_, "feature '" + name + "' is of kind " + to_string(kind) +
+                                          ", expected " + to_string(wanted)));
+  }
+  return it->second;
+}
+
+FeatureKind Example::kind(const std::string& name) const {
+  return static_cast<FeatureKind>(values(name, FeatureKind::none).index());
+}
+
+const std::vector<std::int64_t>& Example::int64s(const std::string& name) const {
+  return list_or_empty<std::int64_t>(values(name, FeatureKind::int64_list));
+}
+
+const std::vector<float>& Example::floats(const std::string& name) const {
+  return list_or_empty<float>(values(name, FeatureKind::float_list));
+}
+
+const std::vector<std::string>& Example::bytes(const std::string& name) const {
+  return list_or_empty<std::string>(values(name, FeatureKind::bytes_list));
+}
+
+std::int64_t Example::int64(const std::string& name) const {
+  const auto& list = int64s(name);
+  if (list.size() != 1) {
+    throw FormatError(located(where_, "feature '" + name + "' has " + std::to_string(list.size()) +
+                                          " values, expected exactly 1"));
+  }
+  return list.front();
+}
+
+std::vector<std::string> Example::names() const {
+  std::vector<std::string> out;
+  out.reserve(features_.size());
+  for (const auto& [name, v] : features_) out.push_back(name);
+  return out;
+}
+
+}  // namespace mltool::io

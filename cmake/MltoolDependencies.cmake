@@ -43,8 +43,13 @@ if(MLTOOL_WITH_TORCH)
   # Torch's config appends its own -gencode list to CMAKE_CUDA_FLAGS; mltool's kernels use
   # CMAKE_CUDA_ARCHITECTURES instead, so keep our flags as they were.
   set(TORCH_CUDA_ARCH_LIST "9.0+PTX")
+  # It also sets CMAKE_CUDA_ARCHITECTURES to OFF: restore both.
   set(_mltool_cuda_flags "${CMAKE_CUDA_FLAGS}")
+  set(_mltool_cuda_archs "${CMAKE_CUDA_ARCHITECTURES}")
   find_package(Torch REQUIRED)
   set(CMAKE_CUDA_FLAGS "${_mltool_cuda_flags}")
+  if(MLTOOL_HAVE_CUDA)
+    set(CMAKE_CUDA_ARCHITECTURES "${_mltool_cuda_archs}")
+  endif()
   message(STATUS "LibTorch ${Torch_VERSION} (CUDA in mltool kernels: ${MLTOOL_HAVE_CUDA})")
 endif()

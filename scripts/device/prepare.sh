@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs HERE (the build machine, which reaches Debian's mirror): downloads the Debian packages
+# the GPU build needs and the GPU machine lacks, unpacked into .device/prefix (git-ignored,
+# carried to the GPU machine by the device tool: `carry: [".device"]`, 64 MiB at most).
+# The GPU machine brings its own CUDA, cmake, ninja and python3 with torch 2.11.0+cu130.
+# OpenSlide and libvips (with their dozens of dependencies) do not fit: the GPU build is
+# configured with MLTOOL_WITH_SLIDE=OFF.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+dir=.device
+packages=(
+  liblmdb0 liblmdb-dev
+  libprotobuf32 libprotobuf-dev libprotoc32 protobuf-compiler
+  nlohmann-json3-dev libcli11-dev
+  libgtest-dev libgmock-dev libbenchmark1debian libbenchmark-dev
+  zlib1g-dev
+)
+rm -rf "$dir"
+mkdir -p "$dir/debs" "$dir/prefix"
+[ -n "$(ls /var/lib/apt/lists/ 2>/dev/null | grep -v lock)" ] || apt-get update -qq
+(cd "$dir/debs" && apt-get download -qq "${packages[@]}")
+for deb in "$dir"/debs/*.deb; do dpkg-deb -x "$deb" "$dir/prefix"; done
+rm -rf "$dir/debs" "$dir/prefix/usr/share/doc" "$dir/prefix/usr/share/man"
+# Absolute symlinks would point into the GPU machine's /usr; make them relative.
+find "$dir/prefix" -type l | while read -r link; do
+  target=$(readlink "$link")
+  case "$target" in /*) ln -sfn "$(realpath -m --relative-to="$(dirname "$link")" "$dir/prefix$target")" "$link" ;; esac
+done
+size=$(du -sm "$dir" | cut -f1)
+echo "device: $dir holds ${size} MiB (limit 64)"
+[ "$size" -le 64 ] || { echo "device: too large to carry" >&2; exit 1; }

@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/temp_dir.hpp"
+
 namespace lmdb = mltool::io::lmdb;
 using mltool::Error;
 using mltool::FormatError;
@@ -25,16 +27,9 @@ namespace {
 
 class LmdbTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = ::testing::TempDir() + "lmdb_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
-    store_ = root_ + "/tiles.lmdb";
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
-
-  std::string root_;
-  std::string store_;
+  mltool::testing::TempDir tmp_;
+  std::string root_ = tmp_.path();
+  std::string store_ = tmp_ / "tiles.lmdb";
 };
 
 std::string key_of(int i) {

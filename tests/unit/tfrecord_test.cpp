@@ -12,6 +12,7 @@
 #include "mltool/io/crc32c.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
+#include "support/temp_dir.hpp"
 
 namespace mltool::io {
 namespace {
@@ -46,14 +47,10 @@ std::size_t read_all(const std::string& path, TFRecordReadOptions options = {}) 
   return n;
 }
 
-class TFRecordTest : public testing::Test {
+class TFRecordTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = testing::TempDir() + "tfrecord_test.XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  mltool::testing::TempDir tmp_;
+  std::string dir_ = tmp_.path();
 
   std::string path(const std::string& name) const { return dir_ + "/" + name; }
 
@@ -70,7 +67,6 @@ class TFRecordTest : public testing::Test {
     return path(name);
   }
 
-  std::string dir_;
 };
 
 TEST_F(TFRecordTest, RoundTripIncludingEmptyAndBigRecords) {

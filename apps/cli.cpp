@@ -2,7 +2,6 @@
 
 #include <iostream>
 #include <memory>
-#include <thread>
 
 #include "mltool/util/build_info.hpp"
 #include "mltool/util/error.hpp"
@@ -61,12 +60,6 @@ std::vector<std::string> expand_stdin_list(const std::vector<std::string>& items
     }
   }
   return out;
-}
-
-int resolve_threads(int requested) {
-  if (requested > 0) return requested;
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(n);
 }
 
 int run(int argc, char** argv) {

@@ -39,9 +39,6 @@ void add_common_options(CLI::App& app, CommonOptions& options);
 /// Replaces a "-" entry by the lines of stdin (blank lines and # comments skipped).
 std::vector<std::string> expand_stdin_list(const std::vector<std::string>& items);
 
-/// The resolved worker-thread count for --threads (0 → hardware concurrency).
-int resolve_threads(int requested);
-
 /// Parses argv and runs the selected command; returns the exit code. Throws mltool::Error.
 int run(int argc, char** argv);
 

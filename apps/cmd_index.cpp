@@ -2,7 +2,9 @@
 //
 // Verifies TFRecord files (framing and both CRCs of every record) and writes the NVIDIA
 // DALI index beside each (x.tfrecord → x.idx: "offset size" per record), so files written
-// by any tool (TensorFlow, slideflow, mltool) can be read by random access.
+// by any tool (TensorFlow, slideflow, mltool) can be read by random access. Files are
+// indexed in parallel (--threads); an index is published only for a file that verified.
+#include <exception>
 #include <iostream>
 #include <memory>
 
@@ -12,6 +14,7 @@
 #include "mltool/io/tfrecord.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/log.hpp"
+#include "mltool/util/parallel.hpp"
 
 namespace mltool::cli {
 namespace {
@@ -21,26 +24,51 @@ struct IndexOptions {
   bool keep_going = false;
 };
 
+struct FileResult {
+  std::uint64_t records = 0;
+  std::string index;
+  std::exception_ptr error;  // set when the file failed
+  std::string message;       // its text, for an mltool::Error (empty for anything else)
+};
+
+FileResult index_one(const std::string& shard) {
+  FileResult r;
+  try {
+    const auto entries = io::build_index(shard);
+    r.index = io::index_path_for(shard);
+    io::write_index(r.index, entries);
+    r.records = entries.size();
+  } catch (const Error& e) {
+    r.error = std::current_exception();
+    r.message = e.what();
+  } catch (...) {
+    r.error = std::current_exception();
+  }
+  return r;
+}
+
 int run_index(const IndexOptions& o, const CommonOptions& common) {
   const auto shards = expand_stdin_list(o.shards);
   if (shards.empty()) throw UsageError("no TFRecord files given");
+  // Files are independent; results keep the input order.
+  std::vector<FileResult> results(shards.size());
+  util::parallel_for(shards.size(), common.threads, [&](std::size_t i) { results[i] = index_one(shards[i]); });
+
   nlohmann::json files = nlohmann::json::array();
   std::uint64_t records = 0;
   int failed = 0;
-  for (const auto& shard : shards) {
-    try {
-      const auto entries = io::build_index(shard);
-      const auto index = io::index_path_for(shard);
-      io::write_index(index, entries);
-      records += entries.size();
-      files.push_back({{"path", shard}, {"index", index}, {"records", entries.size()}});
-      log::info(shard + ": " + std::to_string(entries.size()) + " records → " + index);
-    } catch (const Error& e) {
-      if (!o.keep_going) throw;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const auto& r = results[i];
+    if (r.error) {
+      if (!o.keep_going || r.message.empty()) std::rethrow_exception(r.error);
       ++failed;
-      log::error(e.what());
-      files.push_back({{"path", shard}, {"error", e.what()}});
+      log::error(r.message);
+      files.push_back({{"path", shards[i]}, {"error", r.message}});
+      continue;
     }
+    records += r.records;
+    files.push_back({{"path", shards[i]}, {"index", r.index}, {"records", r.records}});
+    log::info(shards[i] + ": " + std::to_string(r.records) + " records -> " + r.index);
   }
   if (common.json)
     std::cout << nlohmann::json{{"command", "index"}, {"files", files}, {"records", records}, {"failed", failed}}.dump(2)

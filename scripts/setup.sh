@@ -55,6 +55,32 @@ if [ ! -e .venv ] || { [ -L .venv ] && [ "$(readlink .venv)" != "$venv" ]; }; th
 fi
 torch_prefix=$(.venv/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 
+# --- CUDA toolkit ------------------------------------------------------------------------
+# LibTorch's CMake config needs a CUDA 13 toolkit (the wheel is a CUDA build). Where the
+# machine has none (a bare Debian 12), assemble one from PyPI: nvcc, nvvm, cccl and crt
+# wheels on top of the runtime and math libraries torch already pulled in.
+cuda_args=()
+if [ -n "${MLTOOL_CUDA_FROM_PYPI:-}" ] || { ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; }; then
+  cuda_root="$cache/cuda-13.0"
+  if [ ! -f "$cuda_root/.complete" ]; then
+    log "no nvcc here: assembling a CUDA 13.0 toolkit from PyPI in $cuda_root"
+    site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    wheels=$(mktemp -d)
+    .venv/bin/pip install -q --no-deps --target "$wheels" \
+      "nvidia-cuda-nvcc==13.0.*" "nvidia-nvvm==13.0.*" "nvidia-cuda-cccl==13.0.*" "nvidia-cuda-crt==13.0.*"
+    rm -rf "$cuda_root"
+    mkdir -p "$cuda_root"
+    cp -as "$site/nvidia/cu13/." "$cuda_root/"
+    cp -a "$wheels/nvidia/cu13/." "$cuda_root/"
+    rm -rf "$wheels"
+    ln -sfn lib "$cuda_root/lib64"
+    (cd "$cuda_root/lib" && for f in *.so.*; do b=${f%%.so.*}.so; [ -e "$b" ] || ln -s "$f" "$b"; done)
+    touch "$cuda_root/.complete"
+  fi
+  cuda_args=(-DCMAKE_CUDA_COMPILER="$cuda_root/bin/nvcc" -DCUDAToolkit_ROOT="$cuda_root"
+             -DCUDA_TOOLKIT_ROOT_DIR="$cuda_root")
+fi
+
 # --- Configure and build ----------------------------------------------------------------
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 launcher="env;CCACHE_DIR=$CCACHE_DIR;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;CCACHE_BASEDIR=$root;ccache"
@@ -64,8 +90,8 @@ if [ ! -f "$build/build.ninja" ]; then
     -DCMAKE_PREFIX_PATH="$torch_prefix" \
     -DPython3_EXECUTABLE="$root/.venv/bin/python" \
     -DCMAKE_C_COMPILER_LAUNCHER="$launcher" -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
-    -DCMAKE_CUDA_COMPILER_LAUNCHER="$launcher" \
-    ${MLTOOL_CMAKE_ARGS:-} >/dev/null
+    -DCMAKE_CUDA_COMPILER_LAUNCHER="$launcher" "${cuda_args[@]}" \
+    --log-level=ERROR ${MLTOOL_CMAKE_ARGS:-} >/dev/null
 fi
 jobs=${MLTOOL_JOBS:-$(nproc)}
 cmake --build "$build" -j "$jobs"

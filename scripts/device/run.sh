@@ -15,7 +15,7 @@ multiarch=$prefix/usr/lib/x86_64-linux-gnu
 export LD_LIBRARY_PATH=$multiarch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PKG_CONFIG_PATH=$multiarch/pkgconfig:$prefix/usr/share/pkgconfig
 export PKG_CONFIG_SYSROOT_DIR=$prefix
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi not available"; } | tee "$out/gpu.txt"
 torch_prefix=$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" \

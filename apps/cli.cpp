@@ -23,12 +23,6 @@ std::string version_text() {
 // The help of a subcommand, identical whether asked as `mltool CMD --help` or `mltool help CMD`.
 std::string command_help(const CLI::App& sub) { return sub.help("mltool"); }
 
-const Command* find_command(const std::string& name) {
-  for (const auto& c : commands())
-    if (name == c.name) return &c;
-  return nullptr;
-}
-
 void apply_logging(const std::string& name, const CommonOptions& common) {
   log::set_prefix("mltool " + name);
   if (common.quiet) log::set_level(log::Level::error);
@@ -79,14 +73,18 @@ int run(int argc, char** argv) {
   std::string help_topic;
   help->add_option("command", help_topic, "Command name");
 
+  auto find_sub = [&actions](const std::string& name) -> CLI::App* {
+    for (auto& [sub, action] : actions)
+      if (sub->get_name() == name) return sub;
+    return nullptr;
+  };
+
   // `mltool CMD` alone prints the command's usage, as samtools does.
   if (argc == 2) {
-    if (const Command* c = find_command(argv[1])) {
-      for (auto& [sub, action] : actions)
-        if (sub->get_name() == c->name && !sub->get_options([](const CLI::Option* o) { return o->get_required(); }).empty()) {
-          std::cout << command_help(*sub);
-          return exit_code::usage;
-        }
+    const CLI::App* sub = find_sub(argv[1]);
+    if (sub && !sub->get_options([](const CLI::Option* o) { return o->get_required(); }).empty()) {
+      std::cout << command_help(*sub);
+      return exit_code::usage;
     }
   }
 
@@ -113,11 +111,10 @@ int run(int argc, char** argv) {
       std::cout << app.help();
       return exit_code::ok;
     }
-    for (auto& [sub, action] : actions)
-      if (sub->get_name() == help_topic) {
-        std::cout << command_help(*sub);
-        return exit_code::ok;
-      }
+    if (const CLI::App* sub = find_sub(help_topic)) {
+      std::cout << command_help(*sub);
+      return exit_code::ok;
+    }
     throw UsageError("unknown command '" + help_topic + "' (see mltool --help)");
   }
   for (auto& [sub, action] : actions)

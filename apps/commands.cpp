@@ -4,9 +4,15 @@
 namespace mltool::cli {
 
 Command index_command();
+#ifdef MLTOOL_HAVE_SLIDE
+Command tile_command();
+#endif
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
+#ifdef MLTOOL_HAVE_SLIDE
+      tile_command(),
+#endif
       index_command(),
   };
   return table;

@@ -146,11 +146,19 @@ Mask tissue_mask(const std::uint8_t* rgb, int width, int height, const TissueOpt
     dark[i] = hi < options.dark_below ? 1 : 0;
     if (!dark[i]) ++hist[sat[i]];
   }
-  const int threshold = std::max(otsu_from_histogram(hist), options.min_saturation);
+  int threshold = std::max(otsu_from_histogram(hist), options.min_saturation);
+  // Otsu always splits in two. Without glass in view (a thumbnail all tissue) it splits the
+  // tissue itself, pale stroma from dense nuclei. Glass is unsaturated, so when even the lower
+  // class is saturated on average, there is no background class: the floor alone decides.
+  std::uint64_t low_count = 0, low_sum = 0;
+  for (int v = 0; v <= threshold; ++v) low_count += hist[v], low_sum += hist[v] * static_cast<std::uint64_t>(v);
+  if (low_count > 0 && static_cast<double>(low_sum) / low_count > options.min_saturation)
+    threshold = options.min_saturation;
 
   Mask mask;
   mask.width = width;
   mask.height = height;
+  mask.threshold = threshold;
   mask.data.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
     mask.data[i] = (!dark[i] && sat[i] > threshold) ? 1 : 0;

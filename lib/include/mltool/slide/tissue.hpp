@@ -45,11 +45,15 @@ struct Mask {
   int width = 0;
   int height = 0;
   std::vector<std::uint8_t> data;
+  /// The saturation threshold tissue_mask used (pixels above it are tissue); -1 otherwise.
+  int threshold = -1;
 };
 
 /// The tissue mask of an interleaved 8-bit RGB image of width × height pixels:
 /// saturation > max(otsu_threshold over non-dark pixels, min_saturation), dark
-/// pixels excluded; then remove_small_objects and fill_small_holes, in that order
+/// pixels excluded; if the pixels at or below that threshold are on average more
+/// saturated than min_saturation, there is no glass in view (Otsu split the tissue
+/// itself) and the threshold is min_saturation; then remove_small_objects and fill_small_holes, in that order
 /// (a speck inside a hole first goes, so the hole can be filled whole).
 Mask tissue_mask(const std::uint8_t* rgb, int width, int height, const TissueOptions& options);
 

@@ -1,0 +1,86 @@
+// The tile store of `mltool tile`: an LMDB directory that python-lmdb reads as is.
+//
+//   tiles  "<slide id>/<row:06>_<col:06>" → encoded tile (JPEG or PNG), sorted by slide,
+//          then row, then column
+//   meta   "store"        → the settings every slide of the store was tiled with (JSON)
+//          "slides/<id>"  → the slide: path, pyramid, µm/px, level read, tile geometry
+//          "tiles/<id>"   → per kept tile, in key order: row, col, level-0 x, y, tissue
+//          "done/<id>"    → completion marker: committed with the slide's last tiles
+//
+// Only slides with a done marker are complete. A slide without one was interrupted: its
+// tiles are ignored by readers and replaced by the next run (discard_incomplete).
+// docs/formats.md#tile-store has the exact JSON of each record.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mltool/io/lmdb.hpp"
+
+namespace mltool::slide {
+
+/// The settings that make tiles comparable; every slide of one store shares them.
+struct TileSettings {
+  int tile_size = 256;
+  int overlap = 0;
+  std::optional<double> mpp;  ///< target µm/px (exclusive with level)
+  std::optional<int> level;   ///< pyramid level read as is (exclusive with mpp)
+  std::string encoding = "jpeg";  ///< "jpeg" or "png"
+  int quality = 90;               ///< JPEG quality
+  std::string tissue = "otsu";    ///< "otsu" or "none"
+  double min_tissue = 0.5;        ///< keep tiles whose tissue fraction is at least this
+
+  /// The "store" record (format mltool.tile-store, schemas/tile-store.schema.json).
+  nlohmann::json to_json() const;
+  /// Parses and validates a "store" record; FormatError naming `where` if it is invalid.
+  static TileSettings from_json(const nlohmann::json& doc, const std::string& where);
+  /// Throws UsageError if any setting differs, naming it, both values and `store`.
+  void require_same(const TileSettings& other, const std::string& store) const;
+};
+
+/// "<slide id>/<row:06>_<col:06>".
+std::string tile_key(const std::string& slide_id, std::int64_t row, std::int64_t col);
+
+/// The id of a slide file: its basename without the last extension ("/a/S1.svs" → "S1").
+/// InputError if that is empty or holds a control character.
+std::string slide_id_for(const std::string& path);
+
+/// An open tile store.
+class TileStore {
+ public:
+  /// Opens (writable: creating) the LMDB directory `path` with its two databases.
+  static TileStore open(const std::string& path, bool writable);
+
+  const std::string& path() const { return env_.path(); }
+  io::lmdb::Env& env() { return env_; }
+  io::lmdb::Dbi tiles() const { return tiles_; }
+  io::lmdb::Dbi meta() const { return meta_; }
+
+  /// The store's settings, or nothing for a new store.
+  std::optional<TileSettings> settings() const;
+  /// Records `settings` in a new store, or checks they equal the recorded ones.
+  void adopt_settings(const TileSettings& settings);
+
+  /// Ids of complete slides, sorted.
+  std::vector<std::string> completed_slides() const;
+  bool is_complete(const std::string& id) const;
+  /// A meta record ("slides", "tiles" or "done") of slide `id`, or nothing.
+  std::optional<nlohmann::json> record(const std::string& kind, const std::string& id) const;
+  /// Deletes the tiles and records of slide `id` unless it is complete; returns the number
+  /// of tiles deleted.
+  std::uint64_t discard_incomplete(const std::string& id);
+
+  static std::string meta_key(const std::string& kind, const std::string& id) { return kind + "/" + id; }
+
+ private:
+  TileStore(io::lmdb::Env env) : env_(std::move(env)) {}
+  io::lmdb::Env env_;
+  io::lmdb::Dbi tiles_;
+  io::lmdb::Dbi meta_;
+};
+
+}  // namespace mltool::slide

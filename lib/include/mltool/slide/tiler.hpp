@@ -1,0 +1,63 @@
+// `mltool tile` as a library call: one slide → its tiles in a tile store, and the merge of
+// stores tiled on several machines.
+//
+// Per slide: open with OpenSlide, choose the level (geometry.hpp), make a thumbnail with
+// libvips and a tissue mask on it (tissue.hpp), keep the grid tiles with enough tissue,
+// then read, resample and encode them on worker threads (OpenSlide reads are thread-safe)
+// while the calling thread commits them to LMDB in large transactions. A bounded queue
+// between the two keeps memory independent of the slide's size.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mltool/slide/tile_store.hpp"
+
+namespace mltool::slide {
+
+/// How to tile, beyond the store's settings.
+struct TileJob {
+  TileSettings settings;
+  int threads = 0;                  ///< read/encode workers; 0 = one per core
+  std::string qc_dir;               ///< where to write <id>.png QC pictures ("" = none)
+  std::size_t commit_every = 2048;  ///< tiles per LMDB transaction
+};
+
+/// What happened to one slide.
+struct SlideReport {
+  std::string path;
+  std::string id;
+  /// "tiled", "empty" (complete with zero tiles), "skipped" (already complete in the store)
+  std::string status;
+  std::int64_t tiles = 0;                 ///< tiles kept and written
+  std::int64_t grid_tiles = 0;            ///< tiles of the full grid
+  std::optional<double> tissue_fraction;  ///< share of the slide that is tissue (otsu only)
+  double seconds = 0;
+};
+
+/// Checks a job before any slide is opened: UsageError for a bad setting.
+void validate(const TileJob& job);
+
+/// Tiles one slide into `store` (whose settings must already be adopted). A slide that is
+/// complete in the store is skipped if it is the same slide (OpenSlide's quickhash), and
+/// refused with InputError if another slide has its id. Leftovers of an interrupted run
+/// are replaced. On failure the slide's partial tiles are removed and the error rethrown;
+/// other slides of the store are untouched.
+SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob& job);
+
+/// What merging one store contributed.
+struct MergeReport {
+  std::string path;
+  std::int64_t slides = 0;   ///< complete slides copied
+  std::int64_t skipped = 0;  ///< complete slides already in the output (same quickhash)
+  std::int64_t tiles = 0;    ///< tiles copied
+};
+
+/// Copies every complete slide of the store at `input` into `out`, each slide's tiles and
+/// records committing with its done marker. The settings must match (UsageError); a slide
+/// id present in `out` with another quickhash is an InputError.
+MergeReport merge_store(TileStore& out, const std::string& input, std::size_t commit_every = 2048);
+
+}  // namespace mltool::slide

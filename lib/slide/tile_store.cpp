@@ -1,0 +1,155 @@
+#include "mltool/slide/tile_store.hpp"
+
+#include <cstdio>
+
+#include "mltool/io/manifest.hpp"
+#include "mltool/util/error.hpp"
+
+namespace mltool::slide {
+namespace {
+
+constexpr const char* kStoreKey = "store";
+constexpr const char* kSchema = "tile-store";
+
+template <typename T>
+nlohmann::json optional_json(const std::optional<T>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
+
+std::string describe(const nlohmann::json& v) { return v.is_null() ? "none" : v.dump(); }
+
+}  // namespace
+
+nlohmann::json TileSettings::to_json() const {
+  return {{"format", "mltool.tile-store"},
+          {"format_version", 1},
+          {"tile_size", tile_size},
+          {"overlap", overlap},
+          {"mpp", optional_json(mpp)},
+          {"level", optional_json(level)},
+          {"encoding", encoding},
+          {"quality", quality},
+          {"tissue", tissue},
+          {"min_tissue", min_tissue}};
+}
+
+TileSettings TileSettings::from_json(const nlohmann::json& doc, const std::string& where) {
+  io::embedded_schema(kSchema).validate(doc, where);
+  TileSettings s;
+  s.tile_size = doc.at("tile_size").get<int>();
+  s.overlap = doc.at("overlap").get<int>();
+  if (!doc.at("mpp").is_null()) s.mpp = doc.at("mpp").get<double>();
+  if (!doc.at("level").is_null()) s.level = doc.at("level").get<int>();
+  s.encoding = doc.at("encoding").get<std::string>();
+  s.quality = doc.at("quality").get<int>();
+  s.tissue = doc.at("tissue").get<std::string>();
+  s.min_tissue = doc.at("min_tissue").get<double>();
+  return s;
+}
+
+void TileSettings::require_same(const TileSettings& other, const std::string& store) const {
+  const auto mine = to_json();
+  const auto theirs = other.to_json();
+  for (auto it = mine.begin(); it != mine.end(); ++it) {
+    const auto& b = theirs.at(it.key());
+    if (it.value() != b)
+      throw UsageError(at_file(store, "the store was made with " + it.key() + " " + describe(it.value()) +
+                                          ", not " + describe(b) + "; use another store or the same settings"));
+  }
+}
+
+std::string tile_key(const std::string& slide_id, std::int64_t row, std::int64_t col) {
+  char position[48];
+  std::snprintf(position, sizeof position, "/%06lld_%06lld", static_cast<long long>(row), static_cast<long long>(col));
+  return slide_id + position;
+}
+
+std::string slide_id_for(const std::string& path) {
+  std::string name = path;
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  if (const auto slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
+  if (const auto dot = name.rfind('.'); dot != std::string::npos && dot > 0) name = name.substr(0, dot);
+  if (name.empty() || name == "." || name == "..")
+    throw InputError(at_file(path, "cannot make a slide id from this path"));
+  for (const unsigned char c : name)
+    if (c < 0x20 || c == 0x7f) throw InputError(at_file(path, "the file name holds a control character"));
+  return name;
+}
+
+TileStore TileStore::open(const std::string& path, bool writable) {
+  io::lmdb::EnvOptions options;
+  options.read_only = !writable;
+  options.create = writable;
+  TileStore store(io::lmdb::Env::open(path, options));
+  store.tiles_ = store.env_.db("tiles", writable);
+  store.meta_ = store.env_.db("meta", writable);
+  return store;
+}
+
+std::optional<TileSettings> TileStore::settings() const {
+  auto txn = env_.begin_read();
+  const auto value = txn.get(meta_, kStoreKey);
+  if (!value) return std::nullopt;
+  const std::string where = path() + ": meta 'store'";
+  const auto doc = nlohmann::json::parse(*value, nullptr, false);
+  if (doc.is_discarded()) throw FormatError(where + ": not valid JSON");
+  return TileSettings::from_json(doc, where);
+}
+
+void TileStore::adopt_settings(const TileSettings& settings) {
+  if (const auto existing = this->settings()) {
+    existing->require_same(settings, path());
+    return;
+  }
+  const std::string text = settings.to_json().dump();
+  env_.write([&](io::lmdb::Txn& txn) { txn.put(meta_, kStoreKey, text); });
+}
+
+std::vector<std::string> TileStore::completed_slides() const {
+  std::vector<std::string> ids;
+  auto txn = env_.begin_read();
+  for (const auto& e : txn.prefix(meta_, "done/")) ids.emplace_back(e.key.substr(5));
+  return ids;
+}
+
+bool TileStore::is_complete(const std::string& id) const {
+  auto txn = env_.begin_read();
+  return txn.get(meta_, meta_key("done", id)).has_value();
+}
+
+std::optional<nlohmann::json> TileStore::record(const std::string& kind, const std::string& id) const {
+  auto txn = env_.begin_read();
+  const std::string key = meta_key(kind, id);
+  const auto value = txn.get(meta_, key);
+  if (!value) return std::nullopt;
+  auto doc = nlohmann::json::parse(*value, nullptr, false);
+  if (doc.is_discarded()) throw FormatError(path() + ": meta '" + key + "': not valid JSON");
+  return doc;
+}
+
+std::uint64_t TileStore::discard_incomplete(const std::string& id) {
+  if (is_complete(id)) return 0;
+  const std::string prefix = id + "/";
+  std::uint64_t deleted = 0;
+  // Delete in bounded transactions: a killed run may have left many committed batches.
+  for (bool more = true; more;) {
+    std::vector<std::string> keys;
+    {
+      auto txn = env_.begin_read();
+      for (const auto& e : txn.prefix(tiles_, prefix)) {
+        keys.emplace_back(e.key);
+        if (keys.size() == 65536) break;
+      }
+    }
+    more = keys.size() == 65536;
+    env_.write([&](io::lmdb::Txn& txn) {
+      for (const auto& k : keys) txn.del(tiles_, k);
+      if (!more) {
+        txn.del(meta_, meta_key("slides", id));
+        txn.del(meta_, meta_key("tiles", id));
+      }
+    });
+    deleted += keys.size();
+  }
+  return deleted;
+}
+
+}  // namespace mltool::slide

@@ -1,0 +1,340 @@
+#include "mltool/slide/tiler.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <exception>
+#include <limits.h>
+#include <mutex>
+#include <thread>
+
+#include "mltool/slide/geometry.hpp"
+#include "mltool/slide/image.hpp"
+#include "mltool/slide/openslide.hpp"
+#include "mltool/slide/qc.hpp"
+#include "mltool/slide/tissue.hpp"
+#include "mltool/util/bounded_queue.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
+#include "mltool/util/log.hpp"
+#include "mltool/util/parallel.hpp"
+
+namespace mltool::slide {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string absolute_path(const std::string& path) {
+  char resolved[PATH_MAX];
+  return ::realpath(path.c_str(), resolved) ? std::string(resolved) : path;
+}
+
+struct KeptTile {
+  std::int64_t row, col, x, y;
+  double tissue;
+};
+
+// A thumbnail and the scale between it and level 0.
+struct Thumbnail {
+  RgbImage image;
+  int level = 0;
+  double dx = 1, dy = 1;  // level-0 pixels per thumbnail pixel, per axis
+};
+
+// Each tile covers about 8 × 8 thumbnail pixels, and no thumbnail side exceeds 4096.
+Thumbnail make_thumbnail(const Slide& slide, double tile_level0) {
+  const auto& levels = slide.geometry().levels;
+  const Level& l0 = levels[0];
+  const double target =
+      std::max({tile_level0 / 8.0, static_cast<double>(std::max(l0.width, l0.height)) / 4096.0, 1.0});
+  Thumbnail t;
+  for (std::size_t l = 0; l < levels.size(); ++l)
+    if (levels[l].downsample <= target * (1 + kLevelTolerance) && levels[l].downsample >= levels[t.level].downsample)
+      t.level = static_cast<int>(l);
+  t.image = read_thumbnail(slide.path(), t.level, levels[t.level].downsample / target);
+  t.dx = static_cast<double>(l0.width) / t.image.width;
+  t.dy = static_cast<double>(l0.height) / t.image.height;
+  return t;
+}
+
+json levels_json(const SlideGeometry& g) {
+  json out = json::array();
+  for (const auto& l : g.levels) out.push_back({{"width", l.width}, {"height", l.height}, {"downsample", l.downsample}});
+  return out;
+}
+
+json kept_json(const std::vector<KeptTile>& kept) {
+  json row = json::array(), col = json::array(), x = json::array(), y = json::array(), tissue = json::array();
+  for (const auto& k : kept) {
+    row.push_back(k.row), col.push_back(k.col), x.push_back(k.x), y.push_back(k.y);
+    tissue.push_back(std::round(k.tissue * 1e4) / 1e4);
+  }
+  return {{"row", row}, {"col", col}, {"x", x}, {"y", y}, {"tissue", tissue}};
+}
+
+// Reads, resamples and encodes `kept` on worker threads; the calling thread commits them.
+// Returns normally only when every tile is in a (committed or pending) batch.
+void write_tiles(const Slide& slide, const ReadPlan& plan, const TileJob& job, const std::string& id,
+                 const std::vector<KeptTile>& kept, io::lmdb::BatchWriter& batch) {
+  const int tile = job.settings.tile_size;
+  const auto read = plan.read_size_level;
+  const bool png = job.settings.encoding == "png";
+  const int workers = std::max(1, std::min<int>(util::thread_count(job.threads), static_cast<int>(kept.size())));
+
+  struct Encoded {
+    std::size_t index;
+    std::string bytes;
+  };
+  util::BoundedQueue<Encoded> queue(static_cast<std::size_t>(workers) * 4);
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> stop{false};
+  std::atomic<int> active{workers};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  auto fail = [&](std::exception_ptr e) {
+    {
+      std::lock_guard lock(error_mutex);
+      if (!error) error = e;
+    }
+    stop = true;
+    queue.close();
+  };
+
+  auto work = [&] {
+    try {
+      std::vector<std::uint8_t> rgb(static_cast<std::size_t>(read) * read * 3);
+      for (std::size_t i; !stop && (i = next++) < kept.size();) {
+        const KeptTile& k = kept[i];
+        slide.read_rgb(k.x, k.y, plan.level, read, read, rgb.data());
+        const std::uint8_t* pixels = rgb.data();
+        RgbImage resized;
+        if (read != tile) {
+          resized = resize(rgb.data(), static_cast<int>(read), static_cast<int>(read), tile, tile);
+          pixels = resized.pixels.data();
+        }
+        std::string bytes = png ? encode_png(pixels, tile, tile) : encode_jpeg(pixels, tile, tile, job.settings.quality);
+        if (!queue.push({i, std::move(bytes)})) break;
+      }
+    } catch (...) {
+      fail(std::current_exception());
+    }
+    if (--active == 0) queue.close();
+  };
+
+  std::vector<std::thread> pool;
+  for (int t = 0; t < workers; ++t) pool.emplace_back(work);
+  const auto start = Clock::now();
+  auto last_report = start;
+  try {
+    std::size_t written = 0;
+    while (auto item = queue.pop()) {
+      if (stop) continue;  // a worker failed: drain, the slide is discarded
+      const KeptTile& k = kept[item->index];
+      batch.put(tile_key(id, k.row, k.col), item->bytes);
+      if (++written % 256 == 0 && seconds_since(last_report) >= 10) {
+        last_report = Clock::now();
+        log::info(id + ": " + std::to_string(written) + "/" + std::to_string(kept.size()) + " tiles, " +
+                  std::to_string(static_cast<int>(written / seconds_since(start))) + " tiles/s");
+      }
+    }
+  } catch (...) {
+    fail(std::current_exception());
+  }
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+void validate(const TileJob& job) {
+  const auto& s = job.settings;
+  if (s.tile_size < 1 || s.tile_size > 16384) throw UsageError("--tile-size must be between 1 and 16384");
+  if (s.overlap < 0 || s.overlap >= s.tile_size) throw UsageError("--overlap must be at least 0 and less than --tile-size");
+  if (s.mpp.has_value() == s.level.has_value()) throw UsageError("give exactly one of --mpp and --level");
+  if (s.mpp && !(*s.mpp > 0 && std::isfinite(*s.mpp))) throw UsageError("--mpp must be a positive number");
+  if (s.level && *s.level < 0) throw UsageError("--level must be at least 0");
+  if (s.encoding != "jpeg" && s.encoding != "png") throw UsageError("--format must be jpeg or png");
+  if (s.quality < 1 || s.quality > 100) throw UsageError("--quality must be between 1 and 100");
+  if (s.tissue != "otsu" && s.tissue != "none") throw UsageError("--tissue must be otsu or none");
+  if (!(s.min_tissue >= 0 && s.min_tissue <= 1)) throw UsageError("--min-tissue must be between 0 and 1");
+  if (job.commit_every < 1) throw UsageError("--commit-every must be at least 1");
+}
+
+SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob& job) {
+  const auto start = Clock::now();
+  SlideReport report;
+  report.path = path;
+  report.id = slide_id_for(path);
+  const std::string& id = report.id;
+  const Slide slide = Slide::open(path);
+  const std::string quickhash = slide.property("openslide.quickhash-1").value_or("");
+  const std::string abs_path = absolute_path(path);
+
+  if (const auto existing = store.record("slides", id)) {
+    const std::string other_hash = existing->value("quickhash", "");
+    const std::string other_path = existing->value("path", "");
+    if (other_hash != quickhash || (quickhash.empty() && other_path != abs_path))
+      throw InputError(at_file(path, "slide id '" + id + "' is already used in " + store.path() + " by " + other_path +
+                                         ", another slide; rename one of the files"));
+    if (const auto done = store.record("done", id)) {
+      report.status = "skipped";
+      report.tiles = done->value("tiles", std::int64_t{0});
+      report.grid_tiles = existing->at("grid").value("cols", std::int64_t{0}) * existing->at("grid").value("rows", std::int64_t{0});
+      if (done->contains("tissue_fraction") && done->at("tissue_fraction").is_number())
+        report.tissue_fraction = done->at("tissue_fraction").get<double>();
+      report.seconds = seconds_since(start);
+      return report;
+    }
+  }
+  if (const auto removed = store.discard_incomplete(id))
+    log::info(id + ": removed " + std::to_string(removed) + " tiles of an interrupted run");
+
+  const auto& s = job.settings;
+  const SlideGeometry& geometry = slide.geometry();
+  const ReadPlan plan = plan_read(geometry, s.mpp, s.level, s.tile_size, path);
+  const TileGrid grid = make_grid(geometry.levels[0], plan, s.tile_size, s.overlap);
+  report.grid_tiles = grid.count();
+
+  // Tissue on a thumbnail; tiles kept by their tissue fraction.
+  std::optional<Thumbnail> thumb;
+  std::optional<Mask> mask;
+  if (s.tissue == "otsu" || !job.qc_dir.empty()) thumb = make_thumbnail(slide, grid.size_level0);
+  std::vector<KeptTile> kept;
+  if (s.tissue == "otsu") {
+    TissueOptions options;
+    const double tile_area = (grid.size_level0 / thumb->dx) * (grid.size_level0 / thumb->dy);
+    options.min_object_px = std::max<std::int64_t>(4, std::llround(tile_area / 4));
+    options.max_hole_px = options.min_object_px;
+    mask = tissue_mask(thumb->image.pixels.data(), thumb->image.width, thumb->image.height, options);
+    std::int64_t tissue_px = 0;
+    for (auto v : mask->data) tissue_px += v != 0;
+    report.tissue_fraction = mask->data.empty() ? 0.0 : static_cast<double>(tissue_px) / mask->data.size();
+    const IntegralMask integral(*mask);
+    for (const TileRect& t : tile_grid(geometry.levels[0], plan, s.tile_size, s.overlap)) {
+      const double f = integral.fraction(t.x / thumb->dx, t.y / thumb->dy, (t.x + grid.size_level0) / thumb->dx,
+                                         (t.y + grid.size_level0) / thumb->dy);
+      if (f >= s.min_tissue - 1e-9) kept.push_back({t.row, t.col, t.x, t.y, f});
+    }
+  } else {
+    for (const TileRect& t : tile_grid(geometry.levels[0], plan, s.tile_size, s.overlap))
+      kept.push_back({t.row, t.col, t.x, t.y, 1.0});
+  }
+
+  const json slide_record = {
+      {"id", id},
+      {"path", abs_path},
+      {"vendor", slide.vendor()},
+      {"quickhash", quickhash},
+      {"width", geometry.levels[0].width},
+      {"height", geometry.levels[0].height},
+      {"levels", levels_json(geometry)},
+      {"mpp", plan.mpp ? json(*plan.mpp) : json(nullptr)},
+      {"level", plan.level},
+      {"level_downsample", plan.level_downsample},
+      {"target_downsample", plan.target_downsample},
+      {"read_size", plan.read_size_level},
+      {"tile_size", s.tile_size},
+      {"overlap", s.overlap},
+      {"stride_level0", grid.stride_level0},
+      {"size_level0", grid.size_level0},
+      {"grid", {{"cols", grid.cols}, {"rows", grid.rows}}},
+      {"thumbnail", thumb ? json{{"width", thumb->image.width},
+                                  {"height", thumb->image.height},
+                                  {"level", thumb->level},
+                                  {"downsample", (thumb->dx + thumb->dy) / 2}}
+                          : json(nullptr)},
+      {"tissue_threshold", mask ? json(mask->threshold) : json(nullptr)},
+  };
+  const std::string slide_text = slide_record.dump();
+  store.env().write(
+      [&](io::lmdb::Txn& txn) { txn.put(store.meta(), TileStore::meta_key("slides", id), slide_text); });
+
+  io::lmdb::BatchOptions batch_options;
+  batch_options.max_puts = job.commit_every;
+  io::lmdb::BatchWriter batch(store.env(), store.tiles(), batch_options);
+  try {
+    if (!kept.empty()) write_tiles(slide, plan, job, id, kept, batch);
+    if (!job.qc_dir.empty()) {
+      std::vector<Box> boxes;
+      for (const auto& k : kept)
+        boxes.push_back({k.x / thumb->dx, k.y / thumb->dy, (k.x + grid.size_level0) / thumb->dx,
+                         (k.y + grid.size_level0) / thumb->dy});
+      util::make_directories(job.qc_dir);
+      write_png(util::join_path(job.qc_dir, id + ".png"), qc_picture(thumb->image, mask ? &*mask : nullptr, boxes));
+    }
+    report.tiles = static_cast<std::int64_t>(kept.size());
+    report.seconds = seconds_since(start);
+    const std::string tiles_text = kept_json(kept).dump();
+    const std::string done_text =
+        json{{"tiles", report.tiles},
+             {"tissue_fraction", report.tissue_fraction ? json(*report.tissue_fraction) : json(nullptr)},
+             {"seconds", std::round(report.seconds * 1000) / 1000}}
+            .dump();
+    batch.flush([&](io::lmdb::Txn& txn) {
+      txn.put(store.meta(), TileStore::meta_key("tiles", id), tiles_text);
+      txn.put(store.meta(), TileStore::meta_key("done", id), done_text);
+    });
+  } catch (...) {
+    batch = io::lmdb::BatchWriter(store.env(), store.tiles(), batch_options);  // drop the pending batch
+    try {
+      store.discard_incomplete(id);
+    } catch (const std::exception& e) {
+      log::warn(id + ": could not remove partial tiles: " + e.what());
+    }
+    throw;
+  }
+  report.status = kept.empty() ? "empty" : "tiled";
+  return report;
+}
+
+MergeReport merge_store(TileStore& out, const std::string& input, std::size_t commit_every) {
+  if (absolute_path(input) == absolute_path(out.path()))
+    throw UsageError(at_file(input, "cannot merge a store into itself"));
+  MergeReport report;
+  report.path = input;
+  TileStore in = TileStore::open(input, false);
+  const auto settings = in.settings();
+  if (!settings) throw InputError(at_file(input, "not a tile store (no meta 'store' record)"));
+  out.adopt_settings(*settings);
+  io::lmdb::BatchOptions batch_options;
+  batch_options.max_puts = commit_every;
+  for (const std::string& id : in.completed_slides()) {
+    const auto record = in.record("slides", id);
+    if (!record) throw FormatError(at_file(input, "meta 'done/" + id + "' has no 'slides/" + id + "' record"));
+    if (const auto existing = out.record("slides", id)) {
+      if (existing->value("quickhash", "") != record->value("quickhash", ""))
+        throw InputError(at_file(input, "slide id '" + id + "' is in " + out.path() + " for another slide, " +
+                                            existing->value("path", "")));
+      if (out.is_complete(id)) {
+        ++report.skipped;
+        continue;
+      }
+    }
+    out.discard_incomplete(id);
+    io::lmdb::BatchWriter batch(out.env(), out.tiles(), batch_options);
+    auto txn = in.env().begin_read();
+    std::int64_t tiles = 0;
+    for (const auto& e : txn.prefix(in.tiles(), id + "/")) {
+      batch.put(e.key, e.value);
+      ++tiles;
+    }
+    batch.flush([&](io::lmdb::Txn& w) {
+      for (const char* kind : {"slides", "tiles", "done"}) {
+        const std::string key = TileStore::meta_key(kind, id);
+        w.put(out.meta(), key, txn.at(in.meta(), key));
+      }
+    });
+    ++report.slides;
+    report.tiles += tiles;
+  }
+  return report;
+}
+
+}  // namespace mltool::slide

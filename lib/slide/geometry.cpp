@@ -88,7 +88,7 @@ ReadPlan plan_read(const SlideGeometry& geometry, std::optional<double> target_m
   }
   if (!plan.mpp) {
     throw InputError(at_file(slide_name,
-                             "no microns-per-pixel metadata (openslide.mpp-x); pass --level N "
+                             "no µm/px metadata (openslide.mpp-x or TIFF resolution); pass --level N "
                              "to tile at a pyramid level instead"));
   }
   const double target = *target_mpp / *plan.mpp;

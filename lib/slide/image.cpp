@@ -9,22 +9,13 @@
 
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
+#include "vips_internal.hpp"
 
 namespace mltool::slide {
 namespace {
 
-struct Unref {
-  void operator()(VipsImage* image) const { g_object_unref(image); }
-};
-using ImagePtr = std::unique_ptr<VipsImage, Unref>;
-
-// libvips reports failures in a per-thread error buffer; take and clear it.
-std::string vips_message() {
-  std::string message = vips_error_buffer();
-  vips_error_clear();
-  while (!message.empty() && message.back() == '\n') message.pop_back();
-  return message.empty() ? "unknown libvips error" : message;
-}
+using detail::ImagePtr;
+using detail::vips_message;
 
 ImagePtr wrap_rgb(const std::uint8_t* rgb, int width, int height) {
   VipsImage* image = vips_image_new_from_memory(rgb, static_cast<std::size_t>(width) * height * 3, width,

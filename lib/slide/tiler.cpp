@@ -14,6 +14,7 @@
 #include "mltool/slide/image.hpp"
 #include "mltool/slide/openslide.hpp"
 #include "mltool/slide/qc.hpp"
+#include "mltool/slide/region_reader.hpp"
 #include "mltool/slide/tissue.hpp"
 #include "mltool/util/bounded_queue.hpp"
 #include "mltool/util/error.hpp"
@@ -81,7 +82,7 @@ json kept_json(const std::vector<KeptTile>& kept) {
 
 // Reads, resamples and encodes `kept` on worker threads; the calling thread commits them.
 // Returns normally only when every tile is in a (committed or pending) batch.
-void write_tiles(const Slide& slide, const ReadPlan& plan, const TileJob& job, const std::string& id,
+void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job, const std::string& id,
                  const std::vector<KeptTile>& kept, io::lmdb::BatchWriter& batch) {
   const int tile = job.settings.tile_size;
   const auto read = plan.read_size_level;
@@ -112,7 +113,7 @@ void write_tiles(const Slide& slide, const ReadPlan& plan, const TileJob& job, c
       std::vector<std::uint8_t> rgb(static_cast<std::size_t>(read) * read * 3);
       for (std::size_t i; !stop && (i = next++) < kept.size();) {
         const KeptTile& k = kept[i];
-        slide.read_rgb(k.x, k.y, plan.level, read, read, rgb.data());
+        reader.read_rgb(k.x, k.y, read, read, rgb.data());
         const std::uint8_t* pixels = rgb.data();
         RgbImage resized;
         if (read != tile) {
@@ -260,7 +261,9 @@ SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob&
   batch_options.max_puts = job.commit_every;
   io::lmdb::BatchWriter batch(store.env(), store.tiles(), batch_options);
   try {
-    if (!kept.empty()) write_tiles(slide, plan, job, id, kept, batch);
+    const auto reader = make_region_reader(slide, plan.level, job.reader);
+    if (!kept.empty()) write_tiles(*reader, plan, job, id, kept, batch);
+    report.reader = reader->name();
     if (!job.qc_dir.empty()) {
       std::vector<Box> boxes;
       for (const auto& k : kept)
@@ -275,7 +278,8 @@ SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob&
     const std::string done_text =
         json{{"tiles", report.tiles},
              {"tissue_fraction", report.tissue_fraction ? json(*report.tissue_fraction) : json(nullptr)},
-             {"seconds", std::round(report.seconds * 1000) / 1000}}
+             {"seconds", std::round(report.seconds * 1000) / 1000},
+             {"reader", report.reader}}
             .dump();
     batch.flush([&](io::lmdb::Txn& txn) {
       txn.put(store.meta(), TileStore::meta_key("tiles", id), tiles_text);

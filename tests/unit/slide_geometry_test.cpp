@@ -91,7 +91,7 @@ TEST(SlideGeometry, MissingMppNamesTheSlideAndSuggestsLevel) {
   const std::string m =
       message_of<mltool::InputError>([&] { plan_read(g, 0.5, std::nullopt, 256, "b.ndpi"); });
   EXPECT_EQ(m,
-            "b.ndpi: no microns-per-pixel metadata (openslide.mpp-x); pass --level N to tile "
+            "b.ndpi: no µm/px metadata (openslide.mpp-x or TIFF resolution); pass --level N to tile "
             "at a pyramid level instead");
   // --level needs no metadata.
   const ReadPlan p = plan_read(g, std::nullopt, 2, 256, "b.ndpi");

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "mltool/slide/region_reader.hpp"
 #include "mltool/slide/tile_store.hpp"
 
 namespace mltool::slide {
@@ -23,6 +24,7 @@ struct TileJob {
   int threads = 0;                  ///< read/encode workers; 0 = one per core
   std::string qc_dir;               ///< where to write <id>.png QC pictures ("" = none)
   std::size_t commit_every = 2048;  ///< tiles per LMDB transaction
+  ReaderChoice reader = ReaderChoice::automatic;
 };
 
 /// What happened to one slide.
@@ -35,6 +37,7 @@ struct SlideReport {
   std::int64_t grid_tiles = 0;            ///< tiles of the full grid
   std::optional<double> tissue_fraction;  ///< share of the slide that is tissue (otsu only)
   double seconds = 0;
+  std::string reader;  ///< what decoded the tiles: "openslide" or "libvips-tiff"
 };
 
 /// Checks a job before any slide is opened: UsageError for a bad setting.

@@ -30,6 +30,7 @@ struct TileOptions {
   std::string shard;
   bool keep_going = false;
   bool merge = false;
+  std::string reader = "auto";
 };
 
 // "I/N" with 0 <= I < N.
@@ -49,7 +50,8 @@ nlohmann::json report_json(const slide::SlideReport& r) {
           {"tiles", r.tiles},
           {"grid_tiles", r.grid_tiles},
           {"tissue_fraction", r.tissue_fraction ? nlohmann::json(*r.tissue_fraction) : nlohmann::json(nullptr)},
-          {"seconds", r.seconds}};
+          {"seconds", r.seconds},
+          {"reader", r.reader}};
 }
 
 std::string percent(double f) { return std::to_string(static_cast<int>(f * 100 + 0.5)) + "%"; }
@@ -72,7 +74,7 @@ int run_merge(const TileOptions& o, const CommonOptions& common, const std::vect
     tiles += r.tiles;
   }
   if (common.json)
-    std::cout << nlohmann::json{{"command", "tile"}, {"merge", inputs}, {"store", o.output}, {"tiles", tiles}}.dump()
+    std::cout << nlohmann::json{{"command", "tile"}, {"merge", inputs}, {"store", o.output}, {"tiles", tiles}}.dump(2)
               << "\n";
   return exit_code::ok;
 }
@@ -85,6 +87,7 @@ int run_tile(TileOptions& o, const CommonOptions& common) {
 
   if (o.level_option->count()) o.job.settings.level = o.level;
   if (o.mpp_option->count() || !o.level_option->count()) o.job.settings.mpp = o.mpp;
+  o.job.reader = o.reader == "openslide" ? slide::ReaderChoice::openslide : slide::ReaderChoice::automatic;
   slide::validate(o.job);
   std::vector<std::string> slides;
   if (o.shard.empty()) {
@@ -132,7 +135,7 @@ int run_tile(TileOptions& o, const CommonOptions& common) {
   if (common.json)
     std::cout << nlohmann::json{{"command", "tile"}, {"store", o.output}, {"slides", reports}, {"tiles", tiles},
                                 {"failed", failed}, {"empty", empty}}
-                     .dump()
+                     .dump(2)
               << "\n";
   if (failed || empty)
     log::warn(std::to_string(failed) + " slide(s) failed, " + std::to_string(empty) + " yielded no tiles");
@@ -167,6 +170,11 @@ Command tile_command() {
             app.add_option("--shard", o->shard, "Take slides I, I+N, I+2N, ... of the list (I/N, 0-based)");
             app.add_option("--qc", o->job.qc_dir, "Write a QC picture per slide into this directory");
             app.add_option("--commit-every", o->job.commit_every, "Tiles per LMDB transaction")
+                ->capture_default_str();
+            app.add_option("--reader", o->reader,
+                           "Tile decoder: auto (libvips' TIFF decoder for plain TIFF pyramids, checked against "
+                           "OpenSlide; OpenSlide otherwise) or openslide")
+                ->check(CLI::IsMember({"auto", "openslide"}))
                 ->capture_default_str();
             app.add_flag("--keep-going", o->keep_going, "Continue past bad slides; exit 4 if any failed");
             app.add_flag("--merge", o->merge, "Join the given tile stores into -o instead of tiling slides");

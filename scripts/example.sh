@@ -1,16 +1,51 @@
 #!/usr/bin/env bash
 # The main job, end to end, on a built-in default. It grows with each subcommand that lands;
-# today it sets up, reports the build, and indexes a TFRecord file written by TensorFlow
-# (tests/data/tf_written.tfrecord) so NVIDIA DALI can read it by random access.
+# today: set up, report the build, generate a synthetic whole-slide image (a pyramidal tiled
+# TIFF at 0.25 µm/px with H&E-like tissue on glass), tile it into an LMDB tile store at
+# 0.5 µm/px with a QC picture, read the store back with python-lmdb, and index a TFRecord file
+# written by TensorFlow so NVIDIA DALI can read it by random access.
 #   scripts/example.sh [WORKDIR]      (default: example-run/, git-ignored)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-example-run}
 scripts/setup.sh
 mltool=build/bin/mltool
+python=.venv/bin/python
 mkdir -p "$work"
 echo "== mltool --version"
 "$mltool" --version
+
+echo "== a synthetic slide: 12288 x 9216 px at 0.25 µm/px, ~40% tissue ($work/example-slide.tif)"
+[ -f "$work/example-slide.tif" ] ||
+  "$python" scripts/fixtures/make_slides.py "$work" --size 12288x9216 --tissue-fraction 0.4 \
+    --mpp 0.25 --name example-slide.tif >/dev/null
+
+echo "== mltool tile (→ $work/tiles.lmdb, QC picture in $work/qc/)"
+rm -rf "$work/tiles.lmdb" "$work/qc"
+"$mltool" tile "$work/example-slide.tif" -o "$work/tiles.lmdb" --mpp 0.5 --qc "$work/qc" --json
+
+echo "== the tile store, read with python-lmdb + Pillow"
+"$python" - "$work/tiles.lmdb" <<'PY'
+import io, json, sys
+import lmdb
+from PIL import Image
+env = lmdb.open(sys.argv[1], readonly=True, max_dbs=8)
+tiles, meta = env.open_db(b"tiles", create=False), env.open_db(b"meta", create=False)
+with env.begin() as txn:
+    print("store:", txn.get(b"store", db=meta).decode())
+    for key, _ in txn.cursor(db=meta):
+        if key.startswith(b"done/"):
+            slide = key[5:].decode()
+            info = json.loads(txn.get(b"slides/" + key[5:], db=meta))
+            kept = json.loads(txn.get(b"tiles/" + key[5:], db=meta))
+            print(f"{slide}: {len(kept['row'])} tiles of a {info['grid']['cols']}x{info['grid']['rows']} grid, "
+                  f"read at level {info['level']} ({info['read_size']} px -> {info['tile_size']} px)")
+            first = f"{slide}/{kept['row'][0]:06d}_{kept['col'][0]:06d}"
+            image = Image.open(io.BytesIO(txn.get(first.encode(), db=tiles)))
+            print(f"first tile {first}: {image.format} {image.size[0]}x{image.size[1]} {image.mode},"
+                  f" level-0 corner ({kept['x'][0]}, {kept['y'][0]}), tissue {kept['tissue'][0]}")
+PY
+
 echo "== mltool index (a TFRecord file written by TensorFlow → DALI index)"
 cp tests/data/tf_written.tfrecord "$work/"
 "$mltool" index "$work/tf_written.tfrecord" --json

@@ -51,19 +51,27 @@ class VipsTiffReader final : public RegionReader {
     const VipsRect rect{static_cast<int>(static_cast<double>(x) / downsample_),
                         static_cast<int>(static_cast<double>(y) / downsample_), static_cast<int>(w),
                         static_cast<int>(h)};
-    const bool ok = vips_region_prepare(region, &rect) == 0;
+    // Pixels outside the level are white, as OpenSlide gives them; libvips clips the region.
+    VipsRect valid = rect;
+    const VipsRect bounds{0, 0, page_->Xsize, page_->Ysize};
+    vips_rect_intersectrect(&valid, &bounds, &valid);
+    if (valid.width != rect.width || valid.height != rect.height)
+      std::memset(rgb, 255, static_cast<std::size_t>(w) * h * 3);
+    const bool ok = vips_rect_isempty(&valid) || vips_region_prepare(region, &valid) == 0;
     std::string message = ok ? "" : vips_message();
-    if (ok) {
+    if (ok && !vips_rect_isempty(&valid)) {
       const int bands = page_->Bands;
-      for (int row = 0; row < rect.height; ++row) {
-        const auto* src = reinterpret_cast<const std::uint8_t*>(VIPS_REGION_ADDR(region, rect.left, rect.top + row));
-        std::uint8_t* dst = rgb + static_cast<std::size_t>(row) * rect.width * 3;
+      for (int row = 0; row < valid.height; ++row) {
+        const auto* src = reinterpret_cast<const std::uint8_t*>(VIPS_REGION_ADDR(region, valid.left, valid.top + row));
+        std::uint8_t* dst = rgb + (static_cast<std::size_t>(valid.top - rect.top + row) * rect.width +
+                                   (valid.left - rect.left)) * 3;
         if (bands == 3) {
-          std::memcpy(dst, src, static_cast<std::size_t>(rect.width) * 3);
+          std::memcpy(dst, src, static_cast<std::size_t>(valid.width) * 3);
         } else {  // RGBA, straight alpha: composite on white
-          for (int i = 0; i < rect.width; ++i) {
+          for (int i = 0; i < valid.width; ++i) {
             const unsigned a = src[4 * i + 3];
-            for (int c = 0; c < 3; ++c) dst[3 * i + c] = static_cast<std::uint8_t>((src[4 * i + c] * a + 255 * (255 - a) + 127) / 255);
+            for (int c = 0; c < 3; ++c)
+              dst[3 * i + c] = static_cast<std::uint8_t>((src[4 * i + c] * a + 255 * (255 - a) + 127) / 255);
           }
         }
       }

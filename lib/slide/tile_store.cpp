@@ -42,6 +42,10 @@ TileSettings TileSettings::from_json(const nlohmann::json& doc, const std::strin
   s.quality = doc.at("quality").get<int>();
   s.tissue = doc.at("tissue").get<std::string>();
   s.min_tissue = doc.at("min_tissue").get<double>();
+  if (s.mpp.has_value() == s.level.has_value())
+    throw FormatError(where + ": exactly one of 'mpp' and 'level' must be set");
+  if ((s.mpp && !(*s.mpp > 0)) || (s.level && *s.level < 0) || s.overlap >= s.tile_size)
+    throw FormatError(where + ": needs mpp > 0, level >= 0 and overlap < tile_size");
   return s;
 }
 

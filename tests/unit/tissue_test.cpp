@@ -166,6 +166,76 @@ TEST(TissueMask, BlankAndDarkThumbnailsHaveNoTissue) {
   for (std::uint8_t v : m.data) ASSERT_EQ(v, 0);
 }
 
+namespace {
+
+// Pale pink stroma with purple nuclei (5×5 every 12 px), both saturated, with a little noise.
+void paint_tissue(Rgb& img, int x0, int y0, int x1, int y1, std::mt19937& rng) {
+  std::uniform_int_distribution<int> jitter(-4, 4);
+  for (int y = y0; y < y1; ++y)
+    for (int x = x0; x < x1; ++x) {
+      if (x % 12 < 5 && y % 12 < 5)
+        img.set(x, y, 120 + jitter(rng), 60 + jitter(rng), 160 + jitter(rng));  // nuclei, S ~ 159
+      else
+        img.set(x, y, 235 + jitter(rng) / 2, 182 + jitter(rng), 210 + jitter(rng));  // stroma, S ~ 58
+    }
+}
+
+}  // namespace
+
+TEST(TissueMask, AllTissueWithoutGlassIsAllTissue) {
+  // No glass in view: Otsu alone would split stroma from nuclei and call the stroma
+  // background; the lower class is saturated, so the floor decides and all is tissue.
+  const int w = 120, h = 96;
+  Rgb img = white(w, h);
+  std::mt19937 rng(21);
+  paint_tissue(img, 0, 0, w, h, rng);
+  const TissueOptions opt;
+  const Mask m = tissue_mask(img.data.data(), w, h, opt);
+  ASSERT_EQ(m.data.size(), static_cast<std::size_t>(w) * h);
+  EXPECT_EQ(m.threshold, opt.min_saturation);
+  int background = 0;
+  for (std::uint8_t v : m.data) background += v == 0;
+  EXPECT_EQ(background, 0);
+  // Without the rule the mask would be mostly background: Otsu alone splits stroma from
+  // nuclei, far above the floor, and leaves the stroma (most of the picture) below it.
+  const auto sat = saturation(img.data.data(), w, h);
+  const int otsu = otsu_threshold(sat);
+  EXPECT_GT(otsu, 2 * opt.min_saturation);
+  int above = 0;
+  for (std::uint8_t v : sat) above += v > otsu;
+  EXPECT_LT(above, w * h / 4) << "Otsu threshold " << otsu;
+}
+
+TEST(TissueMask, SameTonesOnGlassStillSeparateTissueFromGlass) {
+  const int w = 160, h = 120;
+  Rgb img = white(w, h);
+  std::mt19937 rng(22);
+  std::uniform_int_distribution<int> noise(-3, 3);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      const int g = 240 + noise(rng);
+      img.set(x, y, g, g + noise(rng) / 2, g - 1);
+    }
+  // Tissue in the middle 96×72 block: about 36% of the picture, the rest glass.
+  const int x0 = 32, y0 = 24, x1 = 128, y1 = 96;
+  paint_tissue(img, x0, y0, x1, y1, rng);
+  const TissueOptions opt;
+  const Mask m = tissue_mask(img.data.data(), w, h, opt);
+  ASSERT_EQ(m.data.size(), static_cast<std::size_t>(w) * h);
+  int wrong_glass = 0, wrong_tissue = 0;
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      const bool tissue = x >= x0 && x < x1 && y >= y0 && y < y1;
+      const std::uint8_t v = m.data[static_cast<std::size_t>(y) * w + x];
+      if (tissue && v != 1) ++wrong_tissue;
+      if (!tissue && v != 0) ++wrong_glass;
+    }
+  EXPECT_EQ(wrong_glass, 0) << "glass called tissue (threshold " << m.threshold << ")";
+  EXPECT_EQ(wrong_tissue, 0) << "stroma or nuclei called glass (threshold " << m.threshold << ")";
+  EXPECT_GE(m.threshold, opt.min_saturation);
+  EXPECT_LT(m.threshold, 50) << "glass and stroma are split, not stroma and nuclei";
+}
+
 TEST(MaskFilters, HoleTouchingTheBorderIsNotFilled) {
   // Tissue ring open on the left edge: the background inside touches the border.
   std::vector<std::uint8_t> d = {

@@ -1,5 +1,6 @@
 #include "mltool/slide/tile_store.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "mltool/io/manifest.hpp"
@@ -112,6 +113,24 @@ std::vector<std::string> TileStore::completed_slides() const {
   auto txn = env_.begin_read();
   for (const auto& e : txn.prefix(meta_, "done/")) ids.emplace_back(e.key.substr(5));
   return ids;
+}
+
+std::vector<std::string> TileStore::complete_tile_keys() const {
+  // Key order is by "<id>/", which differs from id order ("a-b/" < "a/" though "a" < "a-b").
+  auto ids = completed_slides();
+  std::sort(ids.begin(), ids.end(), [](const std::string& a, const std::string& b) { return a + "/" < b + "/"; });
+  std::vector<std::string> keys;
+  auto txn = env_.begin_read();
+  for (const auto& id : ids) {
+    const std::size_t before = keys.size();
+    for (const auto& e : txn.prefix(tiles_, id + "/")) keys.emplace_back(e.key);
+    const auto done = nlohmann::json::parse(txn.at(meta_, meta_key("done", id)), nullptr, false);
+    const std::int64_t expected = done.is_object() ? done.value("tiles", std::int64_t{-1}) : -1;
+    if (expected != static_cast<std::int64_t>(keys.size() - before))
+      throw FormatError(path() + ": slide '" + id + "' has " + std::to_string(keys.size() - before) +
+                        " tiles, its done marker says " + std::to_string(expected));
+  }
+  return keys;
 }
 
 bool TileStore::is_complete(const std::string& id) const {

@@ -49,6 +49,16 @@ struct Thumbnail {
   double dx = 1, dy = 1;  // level-0 pixels per thumbnail pixel, per axis
 };
 
+// Debian's OpenSlide 3.4.1 with libtiff 4.5 misreads a TIFF level narrower or shorter than
+// one of its tiles (the content shifts, the rest stays uninitialised); OpenSlide 4 does not.
+// libvips pyramids end in such levels, so thumbnails skip them.
+bool covers_its_tiles(const Slide& slide, int level) {
+  const Level& l = slide.geometry().levels[level];
+  const std::string prefix = "openslide.level[" + std::to_string(level) + "].tile-";
+  const auto tile_w = slide.property(prefix + "width"), tile_h = slide.property(prefix + "height");
+  return !tile_w || !tile_h || (l.width >= std::atoll(tile_w->c_str()) && l.height >= std::atoll(tile_h->c_str()));
+}
+
 // Each tile covers about 8 × 8 thumbnail pixels, and no thumbnail side exceeds 4096.
 Thumbnail make_thumbnail(const Slide& slide, double tile_level0) {
   const auto& levels = slide.geometry().levels;
@@ -57,7 +67,8 @@ Thumbnail make_thumbnail(const Slide& slide, double tile_level0) {
       std::max({tile_level0 / 8.0, static_cast<double>(std::max(l0.width, l0.height)) / 4096.0, 1.0});
   Thumbnail t;
   for (std::size_t l = 0; l < levels.size(); ++l)
-    if (levels[l].downsample <= target * (1 + kLevelTolerance) && levels[l].downsample >= levels[t.level].downsample)
+    if (levels[l].downsample <= target * (1 + kLevelTolerance) && levels[l].downsample >= levels[t.level].downsample &&
+        covers_its_tiles(slide, static_cast<int>(l)))
       t.level = static_cast<int>(l);
   t.image = read_thumbnail(slide.path(), t.level, levels[t.level].downsample / target);
   t.dx = static_cast<double>(l0.width) / t.image.width;
@@ -183,7 +194,7 @@ SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob&
     const std::string other_path = existing->value("path", "");
     if (other_hash != quickhash || (quickhash.empty() && other_path != abs_path))
       throw InputError(at_file(path, "slide id '" + id + "' is already used in " + store.path() + " by " + other_path +
-                                         ", another slide; rename one of the files"));
+                                         ", a different slide (OpenSlide quickhash differs); rename one of the files"));
     if (const auto done = store.record("done", id)) {
       report.status = "skipped";
       report.tiles = done->value("tiles", std::int64_t{0});

@@ -35,6 +35,12 @@ std::string encode_jpeg(const std::uint8_t* rgb, int width, int height, int qual
 /// Lossless PNG (libvips, zlib level 6, no filter search).
 std::string encode_png(const std::uint8_t* rgb, int width, int height);
 
+/// Decodes a JPEG (libjpeg-turbo, accurate DCT, as libjpeg's defaults) or PNG (libvips)
+/// tile into `out` as 8-bit RGB, reusing its buffer. Grey or RGBA inputs are converted
+/// (alpha composited on white). Throws FormatError "<what>: ..." for anything else or a
+/// corrupt image; `what` names the tile (e.g. "tiles.lmdb: tile 'S1/000001_000002'").
+void decode_image(const void* data, std::size_t size, RgbImage& out, const std::string& what);
+
 /// Writes `image` as a PNG file, atomically (write aside, rename).
 void write_png(const std::string& path, const RgbImage& image);
 

@@ -68,6 +68,9 @@ class TileStore {
   /// Ids of complete slides, sorted.
   std::vector<std::string> completed_slides() const;
   bool is_complete(const std::string& id) const;
+  /// The tile keys of every complete slide, in key order (the store's order). Throws
+  /// FormatError naming the slide if its tile count differs from its done marker.
+  std::vector<std::string> complete_tile_keys() const;
   /// A meta record ("slides", "tiles" or "done") of slide `id`, or nothing.
   std::optional<nlohmann::json> record(const std::string& kind, const std::string& id) const;
   /// Deletes the tiles and records of slide `id` unless it is complete; returns the number

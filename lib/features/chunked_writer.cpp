@@ -1,0 +1,113 @@
+#include "mltool/features/chunked_writer.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include <unistd.h>
+
+#include "mltool/io/feature_store.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
+
+namespace mltool::features {
+namespace {
+
+using json = nlohmann::json;
+constexpr const char* kConfig = "config.json";
+
+json read_json(const std::string& path) {
+  auto doc = json::parse(util::read_file(path), nullptr, false);
+  if (doc.is_discarded()) throw FormatError(at_file(path, "not valid JSON"));
+  return doc;
+}
+
+}  // namespace
+
+ChunkedFeatureWriter::ChunkedFeatureWriter(std::string dir, std::uint64_t dims, json fingerprint,
+                                           std::uint64_t chunk_rows)
+    : dir_(std::move(dir)), partial_(util::join_path(dir_, ".extract-partial")), dims_(dims), chunk_rows_(chunk_rows) {
+  if (dims_ == 0 || chunk_rows_ == 0) throw UsageError(at_file(dir_, "dims and chunk rows must be at least 1"));
+  util::make_directories(partial_);
+  const std::string config = util::join_path(partial_, kConfig);
+  const json wanted = {{"dims", dims_}, {"run", fingerprint}};
+  if (util::exists(config)) {
+    const json found = read_json(config);
+    if (found != wanted)
+      throw UsageError(at_file(dir_, "holds a partial extraction made with other settings (" + config +
+                                         "); repeat them, or remove " + partial_ + " to start over"));
+  } else {
+    util::write_file_atomic(config, wanted.dump(2) + "\n");
+  }
+  // The committed chunks: contiguous from 0, each ending with its manifest.
+  while (util::exists(chunk_path(chunks_, ".json"))) {
+    const json manifest = read_json(chunk_path(chunks_, ".json"));
+    committed_ += manifest.at("rows").get<std::uint64_t>();
+    ++chunks_;
+  }
+  // Files of a chunk that was being written when the run died are not committed: drop them.
+  for (const char* ext : {".npy", ".keys"}) ::unlink(chunk_path(chunks_, ext).c_str());
+}
+
+std::string ChunkedFeatureWriter::chunk_path(std::uint64_t index, const char* ext) const {
+  char name[64];
+  std::snprintf(name, sizeof name, "chunk-%06llu%s", static_cast<unsigned long long>(index), ext);
+  return util::join_path(partial_, name);
+}
+
+void ChunkedFeatureWriter::append(const std::string& key, const float* row, bool invalid) {
+  io::check_feature_key(key, dir_);
+  rows_.insert(rows_.end(), row, row + dims_);
+  keys_ += key;
+  keys_ += '\n';
+  if (invalid) invalid_.push_back(pending_);
+  if (++pending_ == chunk_rows_) commit_chunk();
+}
+
+void ChunkedFeatureWriter::commit_chunk() {
+  if (pending_ == 0) return;
+  {
+    io::NpyWriter npy(chunk_path(chunks_, ".npy"), io::DType::float32, {dims_});
+    npy.write_rows(rows_.data(), pending_);
+    npy.commit();
+  }
+  util::write_file_atomic(chunk_path(chunks_, ".keys"), keys_);
+  util::write_file_atomic(chunk_path(chunks_, ".json"), json{{"rows", pending_}, {"invalid", invalid_}}.dump() + "\n");
+  ++chunks_;
+  committed_ += pending_;
+  rows_.clear();
+  keys_.clear();
+  invalid_.clear();
+  pending_ = 0;
+}
+
+void ChunkedFeatureWriter::finish(io::DType dtype, const json& model, const json& source) {
+  commit_chunk();
+  io::FeatureStoreWriter out(dir_, dims_, dtype, model, source);
+  std::uint64_t base = 0;
+  for (std::uint64_t c = 0; c < chunks_; ++c) {
+    const json manifest = read_json(chunk_path(c, ".json"));
+    const auto rows = manifest.at("rows").get<std::uint64_t>();
+    const io::MappedNpy npy = io::map_npy(chunk_path(c, ".npy"));
+    if (npy.header.dtype != io::DType::float32 || npy.header.shape.size() != 2 || npy.header.shape[0] != rows ||
+        npy.header.shape[1] != dims_)
+      throw FormatError(at_file(chunk_path(c, ".npy"), "does not hold " + std::to_string(rows) + " x " +
+                                                           std::to_string(dims_) + " float32 rows"));
+    const std::string keys = util::read_file(chunk_path(c, ".keys"));
+    const auto* data = reinterpret_cast<const float*>(npy.data());
+    std::size_t pos = 0;
+    for (std::uint64_t r = 0; r < rows; ++r) {
+      const std::size_t end = keys.find('\n', pos);
+      if (end == std::string::npos)
+        throw FormatError(at_file(chunk_path(c, ".keys"), "has fewer than " + std::to_string(rows) + " keys"));
+      out.append(std::string_view(keys).substr(pos, end - pos), data + r * dims_);
+      pos = end + 1;
+    }
+    for (const auto& i : manifest.at("invalid")) out.mark_invalid(base + i.get<std::uint64_t>());
+    base += rows;
+  }
+  out.finish();
+  util::remove_tree(partial_);
+}
+
+}  // namespace mltool::features

@@ -1,0 +1,370 @@
+#include "mltool/features/extract.hpp"
+
+#include <torch/torch.h>
+
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdlib>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <thread>
+
+#include "mltool/features/chunked_writer.hpp"
+#include "mltool/features/extractor.hpp"
+#include "mltool/io/feature_store.hpp"
+#include "mltool/io/manifest.hpp"
+#include "mltool/slide/image.hpp"
+#include "mltool/slide/tile_store.hpp"
+#include "mltool/util/bounded_queue.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
+#include "mltool/util/log.hpp"
+#include "mltool/util/parallel.hpp"
+
+namespace mltool::features {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::vector<torch::Device> resolve_devices(const std::string& spec) {
+  const bool cuda = torch::cuda::is_available();
+  const int count = cuda ? static_cast<int>(torch::cuda::device_count()) : 0;
+  std::vector<torch::Device> out;
+  if (spec == "cpu" || (spec == "auto" && !cuda)) return {torch::Device(torch::kCPU)};
+  if (spec == "auto" || spec == "cuda") {
+    if (!cuda) throw ResourceError("--device cuda: no CUDA GPU is visible");
+    for (int i = 0; i < count; ++i) out.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+    return out;
+  }
+  if (spec.rfind("cuda:", 0) == 0) {
+    char* end = nullptr;
+    const long index = std::strtol(spec.c_str() + 5, &end, 10);
+    if (*end != '\0' || end == spec.c_str() + 5 || index < 0) throw UsageError("--device must be auto, cpu, cuda or cuda:N");
+    if (index >= count)
+      throw ResourceError("--device " + spec + ": " + std::to_string(count) + " CUDA GPU(s) visible");
+    return {torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index))};
+  }
+  throw UsageError("--device must be auto, cpu, cuda or cuda:N, not '" + spec + "'");
+}
+
+Amp parse_amp(const std::string& s) {
+  if (s == "none") return Amp::none;
+  if (s == "f16") return Amp::f16;
+  if (s == "bf16") return Amp::bf16;
+  throw UsageError("--amp must be none, f16 or bf16");
+}
+
+// Decoded tiles of one batch in a (pinned, when a GPU is used) host buffer.
+struct HostBatch {
+  std::uint64_t index = 0;      // batch number in this run
+  std::uint64_t first_row = 0;  // row of its first tile
+  std::int64_t size = 0;
+  torch::Tensor pixels;          // pool buffer, batch × T × T × 3 uint8
+  std::vector<std::uint8_t> invalid;
+};
+
+struct Result {
+  std::uint64_t first_row = 0;
+  std::int64_t size = 0;
+  torch::Tensor features;  // CPU float32 size × D
+  std::vector<std::uint8_t> invalid;
+};
+
+// Results arrive from the device threads in any order and leave in batch order.
+class Reorder {
+ public:
+  void put(std::uint64_t index, Result r) {
+    std::lock_guard lock(mutex_);
+    results_.emplace(index, std::move(r));
+    cv_.notify_all();
+  }
+  // The result of batch `index`, or nothing once `done` says no more will come.
+  std::optional<Result> take(std::uint64_t index, const std::function<bool()>& done) {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return results_.count(index) || done(); });
+    auto it = results_.find(index);
+    if (it == results_.end()) return std::nullopt;
+    Result r = std::move(it->second);
+    results_.erase(it);
+    return r;
+  }
+  void wake() { cv_.notify_all(); }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::map<std::uint64_t, Result> results_;
+};
+
+// First error wins; everyone checks `stopped`.
+struct Failure {
+  std::mutex mutex;
+  std::exception_ptr error;
+  std::atomic<bool> stopped{false};
+  void set(std::exception_ptr e) {
+    std::lock_guard lock(mutex);
+    if (!error) error = e;
+    stopped = true;
+  }
+};
+
+json source_json(const slide::TileStore& store, const std::vector<std::string>& keys, int tile_size) {
+  char resolved[PATH_MAX];
+  const std::string path = ::realpath(store.path().c_str(), resolved) ? resolved : store.path();
+  return {{"tile_store", path},
+          {"tiles", keys.size()},
+          {"first_key", keys.front()},
+          {"last_key", keys.back()},
+          {"tile_size", tile_size}};
+}
+
+// What identifies the model file beyond its path, so a changed file is not resumed into.
+json model_identity(const std::string& spec) {
+  struct stat st {};
+  if (spec.rfind("builtin:", 0) == 0 || ::stat(spec.c_str(), &st) != 0) return spec;
+  return {{"path", spec}, {"bytes", static_cast<std::int64_t>(st.st_size)}, {"mtime", static_cast<std::int64_t>(st.st_mtime)}};
+}
+
+bool already_complete(const std::string& dir, const json& source, const json& model, io::DType dtype) {
+  const std::string manifest = util::join_path(dir, io::kFeaturesManifestFile);
+  if (!util::exists(manifest) || util::exists(util::join_path(dir, ".extract-partial"))) return false;
+  try {
+    const json doc = io::read_manifest(manifest, "features");
+    return doc.value("source", json()) == source && doc.at("model") == model && doc.at("dtype") == io::name(dtype);
+  } catch (const Error&) {
+    return false;  // unreadable or old: extract again, which replaces it
+  }
+}
+
+}  // namespace
+
+ExtractReport extract_features(const ExtractJob& job) {
+  const auto start = Clock::now();
+  if (job.batch < 1) throw UsageError("--batch must be at least 1");
+  if (job.input_size < 1 || job.input_size > 8192) throw UsageError("--input-size must be between 1 and 8192");
+  for (float s : job.std)
+    if (!(s > 0)) throw UsageError("--std values must be positive");
+  if (job.dtype != io::DType::float32 && job.dtype != io::DType::float16) throw UsageError("--dtype must be f32 or f16");
+  const Amp amp = parse_amp(job.amp);
+
+  auto store = slide::TileStore::open(job.store, false);
+  const auto settings = store.settings();
+  if (!settings) throw InputError(at_file(job.store, "not a tile store (no meta 'store' record)"));
+  const int tile = settings->tile_size;
+  const std::vector<std::string> keys = store.complete_tile_keys();
+  if (keys.empty()) throw InputError(at_file(job.store, "holds no complete slide with tiles"));
+
+  const auto devices = resolve_devices(job.device);
+  Preprocess preprocess;
+  preprocess.input_size = job.input_size;
+  preprocess.mean = job.mean;
+  preprocess.std = job.std;
+  std::vector<std::unique_ptr<Extractor>> replicas;
+  for (const auto& d : devices) replicas.push_back(load_extractor(job.model, d, tile, preprocess, amp));
+  const std::int64_t dims = replicas.front()->dims();
+
+  ExtractReport report;
+  report.output = job.output;
+  report.dims = dims;
+  report.model = replicas.front()->describe();
+  for (const auto& d : devices) report.devices.push_back(d.str());
+  const json source = source_json(store, keys, tile);
+  if (already_complete(job.output, source, report.model, job.dtype)) {
+    report.skipped = true;
+    report.rows = keys.size();
+    report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    return report;
+  }
+
+  const json fingerprint = {{"source", source}, {"model", report.model}, {"model_file", model_identity(job.model)},
+                            {"dtype", io::name(job.dtype)}};
+  ChunkedFeatureWriter writer(job.output, static_cast<std::uint64_t>(dims), fingerprint, job.chunk_rows);
+  const std::uint64_t first = writer.committed_rows();
+  report.resumed_from = first;
+  if (first > keys.size()) throw FormatError(at_file(writer.partial_dir(), "holds more rows than the tile store has tiles"));
+  if (first > 0) log::info("resuming after " + std::to_string(first) + " of " + std::to_string(keys.size()) + " tiles");
+
+  const bool pinned = std::any_of(devices.begin(), devices.end(), [](const torch::Device& d) { return d.is_cuda(); });
+  const std::size_t pool_size = 2 + 2 * devices.size();
+  util::BoundedQueue<torch::Tensor> pool(pool_size);
+  for (std::size_t i = 0; i < pool_size; ++i)
+    pool.push(torch::empty({job.batch, tile, tile, 3}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pinned)));
+  util::BoundedQueue<HostBatch> ready(pool_size);
+  Reorder results;
+  Failure failure;
+  std::atomic<int> live_workers{static_cast<int>(devices.size())};
+  const std::uint64_t total = keys.size() - first;
+  const std::uint64_t batches = (total + job.batch - 1) / job.batch;
+
+  // Reader + decoders: batches in store order into pool buffers.
+  std::thread reader([&] {
+    try {
+      const std::size_t tile_bytes = static_cast<std::size_t>(tile) * tile * 3;
+      for (std::uint64_t b = 0; b < batches && !failure.stopped; ++b) {
+        auto buffer = pool.pop();
+        if (!buffer) break;
+        HostBatch hb;
+        hb.index = b;
+        hb.first_row = first + b * job.batch;
+        hb.size = static_cast<std::int64_t>(std::min<std::uint64_t>(job.batch, keys.size() - hb.first_row));
+        hb.pixels = *buffer;
+        hb.invalid.assign(hb.size, 0);
+        auto* base = hb.pixels.data_ptr<std::uint8_t>();
+        // Look-ups on this thread (one read transaction is used by one thread at a time); the
+        // values point into the map, valid while the transaction lives, and decode in parallel.
+        auto txn = store.env().begin_read();
+        std::vector<std::optional<std::string_view>> values(static_cast<std::size_t>(hb.size));
+        for (std::int64_t i = 0; i < hb.size; ++i) values[i] = txn.get(store.tiles(), keys[hb.first_row + i]);
+        util::parallel_for(static_cast<std::size_t>(hb.size), job.threads, [&](std::size_t i) {
+          const std::string& key = keys[hb.first_row + i];
+          const std::string what = store.path() + ": tile '" + key + "'";
+          std::uint8_t* slot = base + i * tile_bytes;
+          try {
+            const auto& value = values[i];
+            if (!value) throw FormatError(what + ": missing from the tiles database");
+            thread_local slide::RgbImage image;
+            slide::decode_image(value->data(), value->size(), image, what);
+            if (image.width != tile || image.height != tile)
+              throw FormatError(what + ": is " + std::to_string(image.width) + "x" + std::to_string(image.height) +
+                                ", the store's tiles are " + std::to_string(tile) + "x" + std::to_string(tile));
+            std::memcpy(slot, image.pixels.data(), tile_bytes);
+          } catch (const Error& e) {
+            if (!job.keep_going) throw;
+            log::warn(std::string(e.what()) + "; its row is marked invalid (NaN)");
+            std::memset(slot, 0, tile_bytes);
+            hb.invalid[i] = 1;
+          }
+        });
+        txn.abort();
+        if (!ready.push(std::move(hb))) break;
+      }
+    } catch (...) {
+      failure.set(std::current_exception());
+    }
+    ready.close();
+  });
+
+  // One thread per device: copy (side stream) → preprocess + forward → features to host.
+  auto work = [&](Extractor& model) {
+    try {
+      const torch::Device device = model.device();
+      std::optional<c10::cuda::CUDAStream> copy_stream;
+      std::optional<c10::cuda::CUDAGuard> device_guard;
+      if (device.is_cuda()) {
+        device_guard.emplace(device.index());
+        copy_stream = c10::cuda::getStreamFromPool(false, device.index());
+      }
+      struct InFlight {
+        HostBatch batch;
+        torch::Tensor features;  // on the device, possibly still computing
+      };
+      std::optional<InFlight> pending;
+      auto finish_pending = [&] {
+        Result r;
+        r.first_row = pending->batch.first_row;
+        r.size = pending->batch.size;
+        r.features = pending->features.to(torch::kCPU).contiguous();  // waits for that forward
+        r.invalid = std::move(pending->batch.invalid);
+        pool.push(pending->batch.pixels);
+        results.put(pending->batch.index, std::move(r));
+        pending.reset();
+      };
+      while (!failure.stopped) {
+        auto hb = ready.pop();
+        torch::Tensor input;
+        std::optional<at::cuda::CUDAEvent> copied;
+        if (hb) {
+          torch::Tensor host = hb->pixels.narrow(0, 0, hb->size);
+          if (device.is_cuda()) {
+            // Issued before the previous batch is collected, so the copy overlaps its compute.
+            c10::cuda::CUDAStreamGuard on_copy(*copy_stream);
+            input = host.to(device, /*non_blocking=*/true);
+            copied.emplace();
+            copied->record(*copy_stream);
+          } else {
+            input = host;
+          }
+        }
+        if (pending) finish_pending();
+        if (!hb) break;
+        if (copied) {
+          const auto compute = c10::cuda::getCurrentCUDAStream(device.index());
+          copied->block(compute);
+          input.record_stream(compute);
+        }
+        pending = InFlight{std::move(*hb), model.forward(input)};
+        if (pending->features.size(1) != dims)
+          throw UsageError("the model produced " + std::to_string(pending->features.size(1)) + " features for a batch of " +
+                           std::to_string(pending->batch.size) + " tiles, not " + std::to_string(dims));
+      }
+      if (pending) finish_pending();
+    } catch (...) {
+      failure.set(std::current_exception());
+      ready.close();
+    }
+    --live_workers;
+    results.wake();
+  };
+  std::vector<std::thread> workers;
+  for (auto& r : replicas) workers.emplace_back(work, std::ref(*r));
+
+  // Writer: rows in store order.
+  auto last_report = Clock::now();
+  const auto run_start = Clock::now();
+  std::uint64_t written = 0;
+  try {
+    std::vector<float> nan_row(static_cast<std::size_t>(dims), std::numeric_limits<float>::quiet_NaN());
+    for (std::uint64_t b = 0; b < batches; ++b) {
+      auto r = results.take(b, [&] { return failure.stopped || live_workers == 0; });
+      if (!r) break;
+      const float* rows = r->features.data_ptr<float>();
+      for (std::int64_t i = 0; i < r->size; ++i) {
+        const bool invalid = r->invalid[i] != 0;
+        writer.append(keys[r->first_row + i], invalid ? nan_row.data() : rows + i * dims, invalid);
+        report.invalid += invalid;
+      }
+      written += r->size;
+      if (std::chrono::duration<double>(Clock::now() - last_report).count() >= 10) {
+        last_report = Clock::now();
+        const double s = std::chrono::duration<double>(Clock::now() - run_start).count();
+        log::info(std::to_string(first + written) + "/" + std::to_string(keys.size()) + " tiles, " +
+                  std::to_string(static_cast<int>(written / s)) + " tiles/s");
+      }
+    }
+  } catch (...) {
+    failure.set(std::current_exception());
+  }
+  failure.stopped = true;
+  ready.close();
+  pool.close();
+  reader.join();
+  for (auto& t : workers) t.join();
+  if (failure.error) {
+    writer.commit_chunk();  // keep what is complete: the next run resumes after it
+    std::rethrow_exception(failure.error);
+  }
+  if (written != total) throw ResourceError("extraction stopped after " + std::to_string(written) + " of " + std::to_string(total) + " tiles");
+
+  writer.finish(job.dtype, report.model, source);
+  report.rows = keys.size();
+  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double run_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
+  report.tiles_per_second = run_seconds > 0 ? written / run_seconds : 0;
+  return report;
+}
+
+}  // namespace mltool::features

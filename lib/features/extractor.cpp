@@ -1,0 +1,206 @@
+#include "mltool/features/extractor.hpp"
+
+#include <torch/script.h>
+
+#include <ATen/autocast_mode.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "mltool/util/error.hpp"
+
+namespace mltool::features {
+namespace {
+
+namespace F = torch::nn::functional;
+using json = nlohmann::json;
+
+// Autocast on for the calling thread while alive.
+class AutocastGuard {
+ public:
+  AutocastGuard(torch::Device device, Amp amp) : type_(device.type()), on_(amp != Amp::none) {
+    if (!on_) return;
+    was_enabled_ = at::autocast::is_autocast_enabled(type_);
+    was_dtype_ = at::autocast::get_autocast_dtype(type_);
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::set_autocast_dtype(type_, amp == Amp::f16 ? at::kHalf : at::kBFloat16);
+  }
+  ~AutocastGuard() {
+    if (!on_) return;
+    at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(type_, was_enabled_);
+    at::autocast::set_autocast_dtype(type_, was_dtype_);
+  }
+
+ private:
+  at::DeviceType type_;
+  bool on_;
+  bool was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kFloat;
+};
+
+const char* amp_name(Amp amp) { return amp == Amp::f16 ? "f16" : amp == Amp::bf16 ? "bf16" : "none"; }
+
+class TorchScriptExtractor final : public Extractor {
+ public:
+  TorchScriptExtractor(std::string path, torch::Device device, int tile_size, const Preprocess& p, Amp amp)
+      : path_(std::move(path)), device_(device), preprocess_(p), amp_(amp) {
+    if (!std::ifstream(path_).good()) throw InputError(at_file(path_, "cannot open the TorchScript model"));
+    try {
+      module_ = torch::jit::load(path_, device_);
+    } catch (const c10::Error& e) {
+      throw InputError(at_file(path_, std::string("not a TorchScript model: ") + e.what_without_backtrace()));
+    }
+    module_.eval();
+    // Probe: two tiles, so a batch dimension that is squeezed away or mixed up shows.
+    const auto probe = torch::zeros({2, tile_size, tile_size, 3}, torch::TensorOptions().dtype(torch::kUInt8).device(device_));
+    torch::Tensor out;
+    try {
+      out = run(probe);
+    } catch (const c10::Error& e) {
+      throw UsageError(at_file(path_, "the model fails on a batch of 2 tiles of " + std::to_string(preprocess_.input_size) +
+                                          " px: " + e.what_without_backtrace()));
+    }
+    dims_ = out.size(1);
+  }
+
+  torch::Tensor forward(const torch::Tensor& nhwc) override { return run(nhwc); }
+  std::int64_t dims() const override { return dims_; }
+  torch::Device device() const override { return device_; }
+  json describe() const override {
+    return {{"kind", "torchscript"},
+            {"path", path_},
+            {"input_size", preprocess_.input_size},
+            {"mean", preprocess_.mean},
+            {"std", preprocess_.std},
+            {"amp", amp_name(amp_)}};
+  }
+
+ private:
+  torch::Tensor run(const torch::Tensor& nhwc) {
+    torch::InferenceMode guard;
+    const torch::Tensor x = preprocess(nhwc, preprocess_);
+    torch::jit::IValue result;
+    {
+      AutocastGuard autocast(device_, amp_);
+      result = module_.forward({x});
+    }
+    if (!result.isTensor())
+      throw UsageError(at_file(path_, std::string("the model returns a ") + result.tagKind() +
+                                          ", not one tensor; export a module whose forward returns the features"));
+    const torch::Tensor out = result.toTensor();
+    if (out.dim() < 1 || out.size(0) != nhwc.size(0) || out.numel() == 0)
+      throw UsageError(at_file(path_, "the model's output " + shape_text(out) + " does not have the batch (" +
+                                          std::to_string(nhwc.size(0)) + ") as its first dimension"));
+    return out.reshape({out.size(0), -1}).to(torch::kFloat32);
+  }
+
+  static std::string shape_text(const torch::Tensor& t) {
+    std::string s = "[";
+    for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
+    return s + "]";
+  }
+
+  std::string path_;
+  torch::Device device_;
+  Preprocess preprocess_;
+  Amp amp_;
+  torch::jit::Module module_;
+  std::int64_t dims_ = 0;
+};
+
+// builtin:color-texture — colour and texture statistics of each tile at its own size,
+// computed with torch ops on the tile's device; needs no weights.
+class ColorTextureExtractor final : public Extractor {
+ public:
+  static constexpr int kBins = 16;
+  explicit ColorTextureExtractor(torch::Device device) : device_(device) {}
+
+  torch::Tensor forward(const torch::Tensor& nhwc) override {
+    torch::InferenceMode guard;
+    const auto n = nhwc.size(0);
+    const torch::Tensor rgb = nhwc.permute({0, 3, 1, 2}).to(torch::kFloat32).div(255.0);  // N×3×H×W
+    const torch::Tensor flat = rgb.flatten(2);                                              // N×3×P
+    std::vector<torch::Tensor> parts;
+    parts.push_back(flat.mean(2));                   // 3: mean R, G, B
+    parts.push_back(flat.std(2, /*unbiased=*/false));  // 3: std R, G, B
+    // 48: per-channel histograms, 16 bins over [0, 1], as fractions of the tile.
+    const torch::Tensor bins = (flat * kBins).floor().clamp(0, kBins - 1).to(torch::kLong);
+    const torch::Tensor hist = torch::zeros({n, 3, kBins}, flat.options()).scatter_add_(2, bins, torch::ones_like(flat));
+    parts.push_back((hist / static_cast<double>(flat.size(2))).flatten(1));
+    // 3: mean optical density per channel, -log10((I + 1/255) / (1 + 1/255)): stain amount.
+    parts.push_back((-torch::log10((flat + 1.0 / 255) / (1.0 + 1.0 / 255))).mean(2));
+    // 2: HSV saturation mean and std.
+    const torch::Tensor mx = std::get<0>(rgb.max(1)), mn = std::get<0>(rgb.min(1));
+    const torch::Tensor sat = torch::where(mx > 0, (mx - mn) / mx.clamp_min(1e-12), torch::zeros_like(mx)).flatten(1);
+    parts.push_back(sat.mean(1, /*keepdim=*/true));
+    parts.push_back(sat.std(1, /*unbiased=*/false, /*keepdim=*/true));
+    // 3: texture on luma (BT.601): Sobel gradient magnitude mean and std, |Laplacian| mean.
+    const torch::Tensor weights = torch::tensor({0.299f, 0.587f, 0.114f}, flat.options()).view({1, 3, 1, 1});
+    const torch::Tensor luma = (rgb * weights).sum(1, true);  // N×1×H×W
+    const auto opts = flat.options();
+    const torch::Tensor sobel_x = torch::tensor({-1.f, 0.f, 1.f, -2.f, 0.f, 2.f, -1.f, 0.f, 1.f}, opts).view({1, 1, 3, 3});
+    const torch::Tensor sobel_y = sobel_x.transpose(2, 3).contiguous();
+    const torch::Tensor lap = torch::tensor({0.f, 1.f, 0.f, 1.f, -4.f, 1.f, 0.f, 1.f, 0.f}, opts).view({1, 1, 3, 3});
+    const torch::Tensor gx = F::conv2d(luma, sobel_x), gy = F::conv2d(luma, sobel_y);
+    const torch::Tensor magnitude = (gx * gx + gy * gy).sqrt().flatten(1);
+    parts.push_back(magnitude.mean(1, true));
+    parts.push_back(magnitude.std(1, false, true));
+    parts.push_back(F::conv2d(luma, lap).abs().flatten(1).mean(1, true));
+    return torch::cat(parts, 1);
+  }
+  std::int64_t dims() const override { return 3 + 3 + 3 * kBins + 3 + 2 + 3; }
+  torch::Device device() const override { return device_; }
+  json describe() const override { return {{"kind", "builtin"}, {"name", "color-texture"}}; }
+
+ private:
+  torch::Device device_;
+};
+
+}  // namespace
+
+std::vector<std::string> builtin_names() { return {"color-texture"}; }
+
+std::string describe_builtin(const std::string& name) {
+  if (name != "color-texture") return {};
+  return "62 columns, from the tile at its stored size, pixel values in [0, 1]:\n"
+         "  0-2    mean R, G, B\n"
+         "  3-5    standard deviation R, G, B\n"
+         "  6-53   histograms of R, G, B: 16 bins each over [0, 1], as fractions of the tile\n"
+         "  54-56  mean optical density per channel, -log10((I + 1/255) / (1 + 1/255))\n"
+         "  57-58  HSV saturation: mean, standard deviation\n"
+         "  59-60  Sobel gradient magnitude of luma (BT.601): mean, standard deviation\n"
+         "  61     mean |Laplacian| of luma (4-neighbour kernel)";
+}
+
+torch::Tensor preprocess(const torch::Tensor& nhwc, const Preprocess& p) {
+  torch::Tensor x = nhwc.permute({0, 3, 1, 2}).to(torch::kFloat32).div(255.0);
+  const auto size = p.input_size;
+  if (x.size(2) != size || x.size(3) != size) {
+    const bool shrink = x.size(2) > size || x.size(3) > size;
+    x = F::interpolate(x, F::InterpolateFuncOptions()
+                              .size(std::vector<int64_t>{size, size})
+                              .mode(torch::kBilinear)
+                              .align_corners(false)
+                              .antialias(shrink));
+  }
+  const auto opts = x.options();
+  const torch::Tensor mean = torch::tensor({p.mean[0], p.mean[1], p.mean[2]}, opts).view({1, 3, 1, 1});
+  const torch::Tensor std = torch::tensor({p.std[0], p.std[1], p.std[2]}, opts).view({1, 3, 1, 1});
+  return ((x - mean) / std).contiguous();
+}
+
+std::unique_ptr<Extractor> load_extractor(const std::string& spec, torch::Device device, int tile_size,
+                                          const Preprocess& preprocess, Amp amp) {
+  const std::string prefix = "builtin:";
+  if (spec.rfind(prefix, 0) == 0) {
+    const std::string name = spec.substr(prefix.size());
+    if (name == "color-texture") return std::make_unique<ColorTextureExtractor>(device);
+    std::string known;
+    for (const auto& n : builtin_names()) known += (known.empty() ? "" : ", ") + prefix + n;
+    throw UsageError("unknown built-in extractor '" + spec + "'; built-ins: " + known);
+  }
+  return std::make_unique<TorchScriptExtractor>(spec, device, tile_size, preprocess, amp);
+}
+
+}  // namespace mltool::features

@@ -1,0 +1,59 @@
+// The resumable half of `mltool extract`'s output. Rows go to numbered chunk files in
+// DIR/.extract-partial/, each chunk published atomically with its own small manifest as its
+// commit point; the committed chunks are the high-water mark a killed run resumes from.
+// finish() joins them into the feature store (io::FeatureStoreWriter: features.npy, keys.txt,
+// features.json last) and removes the partial directory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mltool/io/npy.hpp"
+
+namespace mltool::features {
+
+class ChunkedFeatureWriter {
+ public:
+  /// Opens DIR for a run described by `fingerprint` (everything that decides the rows: the
+  /// source, the model, preprocessing, dtype). A partial run with the same fingerprint is
+  /// resumed; one with another fingerprint is a UsageError naming the directory (the user
+  /// either repeats the settings or removes DIR/.extract-partial). `chunk_rows` >= 1.
+  ChunkedFeatureWriter(std::string dir, std::uint64_t dims, nlohmann::json fingerprint,
+                       std::uint64_t chunk_rows = 8192);
+
+  /// Rows already committed by earlier runs (and by this one): where to resume.
+  std::uint64_t committed_rows() const { return committed_; }
+  std::uint64_t dims() const { return dims_; }
+
+  /// Appends one row (dims() floats) under `key`; `invalid` marks a row whose tile failed
+  /// (its values should be NaN). A chunk is committed whenever chunk_rows rows are pending.
+  void append(const std::string& key, const float* row, bool invalid);
+  /// Commits the pending rows as a chunk (no-op if none).
+  void commit_chunk();
+
+  /// Commits what is pending and publishes the feature store in `dtype` (float32 or
+  /// float16), `model` and `source` as in io::FeatureStoreWriter; then removes the chunks.
+  void finish(io::DType dtype, const nlohmann::json& model, const nlohmann::json& source);
+
+  /// DIR/.extract-partial
+  const std::string& partial_dir() const { return partial_; }
+
+ private:
+  std::string chunk_path(std::uint64_t index, const char* ext) const;
+
+  std::string dir_;
+  std::string partial_;
+  std::uint64_t dims_;
+  std::uint64_t chunk_rows_;
+  std::uint64_t chunks_ = 0;     // committed chunk files
+  std::uint64_t committed_ = 0;  // rows in them
+  std::vector<float> rows_;      // pending
+  std::string keys_;             // pending, one per line
+  std::vector<std::uint64_t> invalid_;  // pending, chunk-local row numbers
+  std::uint64_t pending_ = 0;
+};
+
+}  // namespace mltool::features

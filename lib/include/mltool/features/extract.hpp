@@ -1,0 +1,57 @@
+// `mltool extract` as a library call: tile store → feature store. No LibTorch in this
+// header, so the command line compiles without it.
+//
+// Pipeline: one reader thread takes each batch's encoded tiles from LMDB (in store order)
+// and decodes them on --threads workers (libjpeg-turbo / libvips) into a pinned host buffer
+// (a pool of a few, so memory is bounded); one thread per device copies a batch to its
+// device on a side CUDA stream while the previous batch computes, preprocesses and runs the
+// model there; the calling thread writes the rows in store order into resumable chunks
+// (features/chunked_writer.hpp) and finally publishes the feature store.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mltool/io/npy.hpp"
+
+namespace mltool::features {
+
+struct ExtractJob {
+  std::string store;   ///< the tile store (mltool tile)
+  std::string output;  ///< the feature store directory
+  std::string model = "builtin:color-texture";  ///< "builtin:NAME" or a TorchScript file
+  int input_size = 224;
+  std::array<float, 3> mean{0.485f, 0.456f, 0.406f};
+  std::array<float, 3> std{0.229f, 0.224f, 0.225f};
+  int batch = 256;
+  std::string device = "auto";  ///< auto (every GPU, else CPU), cpu, cuda (every GPU), cuda:N
+  std::string amp = "none";     ///< none, f16, bf16
+  io::DType dtype = io::DType::float32;
+  int threads = 0;              ///< decode threads; 0 = one per core
+  bool keep_going = false;      ///< undecodable tiles become invalid (NaN) rows
+  std::uint64_t chunk_rows = 8192;  ///< rows per committed chunk (the resume granularity)
+};
+
+struct ExtractReport {
+  std::string output;
+  std::uint64_t rows = 0;
+  std::int64_t dims = 0;
+  std::uint64_t resumed_from = 0;  ///< rows found committed by an earlier run
+  std::uint64_t invalid = 0;       ///< rows whose tile failed to decode (--keep-going)
+  bool skipped = false;            ///< the store was complete already, with these settings
+  double seconds = 0;
+  double tiles_per_second = 0;     ///< tiles extracted by this run / seconds
+  std::vector<std::string> devices;
+  nlohmann::json model;
+};
+
+/// Runs the extraction; throws mltool::Error (UsageError for bad settings or a model whose
+/// output does not fit, InputError for a missing store/model, FormatError for an
+/// undecodable tile without keep_going, naming the store and the tile key).
+ExtractReport extract_features(const ExtractJob& job);
+
+}  // namespace mltool::features

@@ -2,8 +2,9 @@
 # The main job, end to end, on a built-in default. It grows with each subcommand that lands;
 # today: set up, report the build, generate a synthetic whole-slide image (a pyramidal tiled
 # TIFF at 0.25 µm/px with H&E-like tissue on glass), tile it into an LMDB tile store at
-# 0.5 µm/px with a QC picture, read the store back with python-lmdb, and index a TFRecord file
-# written by TensorFlow so NVIDIA DALI can read it by random access.
+# 0.5 µm/px with a QC picture, read the store back with python-lmdb, extract features with the
+# built-in extractor and read them with numpy, and index a TFRecord file written by TensorFlow
+# so NVIDIA DALI can read it by random access.
 #   scripts/example.sh [WORKDIR]      (default: example-run/, git-ignored)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +45,22 @@ with env.begin() as txn:
             image = Image.open(io.BytesIO(txn.get(first.encode(), db=tiles)))
             print(f"first tile {first}: {image.format} {image.size[0]}x{image.size[1]} {image.mode},"
                   f" level-0 corner ({kept['x'][0]}, {kept['y'][0]}), tissue {kept['tissue'][0]}")
+PY
+
+echo "== mltool extract (tiles → $work/features/ with the built-in colour/texture extractor, no weights)"
+rm -rf "$work/features"
+"$mltool" extract "$work/tiles.lmdb" -o "$work/features" --model builtin:color-texture --device cpu --json
+
+echo "== the feature store, read with numpy"
+"$python" - "$work/features" <<'PY'
+import json, sys
+import numpy as np
+d = sys.argv[1]
+x = np.load(f"{d}/features.npy", mmap_mode="r")
+keys = open(f"{d}/keys.txt").read().splitlines()
+meta = json.load(open(f"{d}/features.json"))
+print(f"features.npy {x.shape} {x.dtype}; row 0 = {keys[0]}: mean RGB {np.round(x[0, :3], 3)}, "
+      f"saturation {x[0, 57]:.3f}; model {meta['model']}")
 PY
 
 echo "== mltool index (a TFRecord file written by TensorFlow → DALI index)"

@@ -118,6 +118,17 @@ class ColorTextureExtractor final : public Extractor {
 
   torch::Tensor forward(const torch::Tensor& nhwc) override {
     torch::InferenceMode guard;
+    // A few tiles at a time: the float intermediates of a whole batch of 256 would take
+    // gigabytes, for no gain in speed.
+    std::vector<torch::Tensor> out;
+    for (std::int64_t i = 0; i < nhwc.size(0); i += kChunk) out.push_back(features(nhwc.narrow(0, i, std::min(kChunk, nhwc.size(0) - i))));
+    return torch::cat(out, 0);
+  }
+
+ private:
+  static constexpr std::int64_t kChunk = 16;
+
+  torch::Tensor features(const torch::Tensor& nhwc) {
     const auto n = nhwc.size(0);
     const torch::Tensor rgb = nhwc.permute({0, 3, 1, 2}).to(torch::kFloat32).div(255.0);  // N×3×H×W
     const torch::Tensor flat = rgb.flatten(2);                                              // N×3×P
@@ -149,6 +160,8 @@ class ColorTextureExtractor final : public Extractor {
     parts.push_back(F::conv2d(luma, lap).abs().flatten(1).mean(1, true));
     return torch::cat(parts, 1);
   }
+
+ public:
   std::int64_t dims() const override { return 3 + 3 + 3 * kBins + 3 + 2 + 3; }
   torch::Device device() const override { return device_; }
   json describe() const override { return {{"kind", "builtin"}, {"name", "color-texture"}}; }

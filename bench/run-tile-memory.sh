@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Does `mltool tile`'s peak memory grow with the slide? Generates a 100000x100000 slide and a
+# 20000x20000 one with the same tissue pattern (about 30% tissue, 0.25 µm/px, JPEG-compressed
+# tiled pyramidal TIFF, scripts/fixtures/make_slides.py, which streams), then runs
+#   mltool tile SLIDE -o STORE --mpp 0.5 --threads 2
+# on each under /usr/bin/time -v and reports peak RSS, tiles and seconds (also those of the
+# generator). Prints a markdown table and writes it to OUTDIR/tile-memory.md.
+#
+#   bench/run-tile-memory.sh [--keep] [OUTDIR]    (default ${MLTOOL_CACHE:-~/.cache/mltool}/bench-tile)
+#
+# The 100000x100000 slide (about 1 GB) and both tile stores are deleted at the end unless
+# --keep is given (a kept slide is reused by the next run); the 20000x20000 slide is small
+# and stays cached in OUTDIR/slides/. Needs build/bin/mltool and the venv .venv.
+# Environment: TILE_MEMORY_SIZES (default "20000 100000").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+keep=0
+if [[ ${1:-} == --keep ]]; then keep=1; shift; fi
+build=${MLTOOL_BUILD_DIR:-build}
+mltool=$(realpath -m "$build/bin/mltool")
+py=$(realpath -m "${MLTOOL_VENV:-.venv}")/bin/python
+out=${1:-${MLTOOL_CACHE:-$HOME/.cache/mltool}/bench-tile}
+sizes=${TILE_MEMORY_SIZES:-20000 100000}
+huge=100000  # slides at least this wide are deleted at the end without --keep
+
+die() { echo "run-tile-memory.sh: $*" >&2; exit 1; }
+[[ -x $mltool ]] || die "$mltool missing: build first (scripts/setup.sh; cmake --build $build)"
+"$mltool" help tile >/dev/null 2>&1 || die "$mltool has no 'tile' subcommand"
+[[ -x $py ]] || die "$py missing: scripts/setup.sh makes the venv"
+[[ -x /usr/bin/time ]] || die "/usr/bin/time missing: apt-get install time"
+
+mkdir -p "$out/slides"
+out=$(cd "$out" && pwd)
+work=$out/work-memory
+rm -rf "$work"
+mkdir -p "$work"
+: > "$work/results.tsv"
+cleanup=()
+trap 'if [[ $keep == 0 ]]; then rm -rf "$work"/store-* "${cleanup[@]}"; fi' EXIT
+
+# /usr/bin/time -v fields: wall seconds, peak RSS KiB
+wall_of() { awk -F': ' '/Elapsed \(wall clock\)/{n=split($2,p,":"); s=0; for(i=1;i<=n;i++) s=s*60+p[i]; print s}' "$1"; }
+rss_of() { awk -F': ' '/Maximum resident set size/{print $2}' "$1"; }
+
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB" >&2
+load_before="load average before the runs $(cut -d' ' -f1 /proc/loadavg), compilers (cc1plus) running: $(pgrep -c cc1plus || true)"
+echo "$load_before" >&2
+for size in $sizes; do
+  name=slide_${size}x${size}_f0.3_mpp0.25_jpegq80.tif
+  slide=$out/slides/$name
+  (( size >= huge )) && cleanup+=("$slide" "$slide.gen")
+  if [[ ! -s $slide || ! -s $slide.gen ]]; then
+    # About 0.1 byte per pixel at 30% tissue (JPEG Q80); ask for 3x that, plus 2 GB.
+    need_kb=$(( size * size / 10 * 3 / 1024 + 2 * 1024 * 1024 ))
+    avail_kb=$(df -Pk "$out/slides" | awk 'NR==2{print $4}')
+    (( avail_kb > need_kb )) || die "only $((avail_kb / 1024)) MiB free in $out; ${size}x$size needs about $((need_kb / 1024)) MiB"
+    echo "generating $name (free disk $((avail_kb / 1024 / 1024)) GiB) ..." >&2
+    /usr/bin/time -v -o "$work/gen-$size.time" "$py" scripts/fixtures/make_slides.py \
+      "$out/slides" --size "${size}x${size}" --tissue-fraction 0.3 --mpp 0.25 \
+      --compression jpeg --quality 80 --name ".partial-$name" > /dev/null
+    mv "$out/slides/.partial-$name" "$slide"
+    # The generator's wall seconds and peak RSS MiB, kept beside the slide for later runs.
+    echo "$(wall_of "$work/gen-$size.time") $(( $(rss_of "$work/gen-$size.time") / 1024 ))" > "$slide.gen"
+    echo "  generated in $(cut -d' ' -f1 "$slide.gen") s, peak RSS $(cut -d' ' -f2 "$slide.gen") MiB, $(du -h "$slide" | cut -f1)" >&2
+  fi
+  read -r gen_wall gen_rss < "$slide.gen"
+  store=$work/store-$size
+  rm -rf "$store"
+  sync
+  # Warm: this VM pages out memory idle for ~30 s (DAMON), page cache included.
+  cat "$slide" > /dev/null
+  "$mltool" --version > /dev/null
+  echo "tiling $name ..." >&2
+  /usr/bin/time -v -o "$work/tile-$size.time" "$mltool" tile "$slide" -o "$store" \
+    --mpp 0.5 --threads 2 --json > "$work/tile-$size.json" 2> "$work/tile-$size.err" || {
+    rc=$?; cat "$work/tile-$size.err" >&2; die "mltool tile failed (exit $rc) on $slide"; }
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$size" "$(stat -c %s "$slide")" "$gen_wall" \
+    "$gen_rss" "$(wall_of "$work/tile-$size.time")" "$(rss_of "$work/tile-$size.time")" \
+    "$(du -sk "$store" | cut -f1)" "$work/tile-$size.json" >> "$work/results.tsv"
+  echo "  $(tail -1 "$work/results.tsv")" >&2
+  rm -rf "$store"
+done
+
+# What mltool holds before it reads anything: the libraries it is linked with.
+/usr/bin/time -v -o "$work/version.time" "$mltool" --version > /dev/null
+baseline=$(( $(rss_of "$work/version.time") / 1024 ))
+"$py" - "$work/results.tsv" "$("$mltool" --version 2>&1 | head -1)" "$load_before" "$baseline" <<'PY' | tee "$out/tile-memory.md"
+import json, os, subprocess, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+machine = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True,
+                         capture_output=True, text=True).stdout.strip()
+mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+print(f"Machine: {machine}, {os.cpu_count()} cores, {mem:.0f} GiB, kernel {os.uname().release}; "
+      f"{sys.argv[3]}. {sys.argv[2]}.")
+print("`mltool tile SLIDE -o STORE --mpp 0.5 --threads 2` on generated slides "
+      "(0.25 µm/px, JPEG Q80 tiled pyramidal TIFF, about 30% tissue in the same pattern).")
+print()
+print("| slide px | slide file | generation s / peak RSS MiB | grid tiles | tiles | tissue "
+      "| mltool wall s | tiles/s | mltool peak RSS MiB | store MiB |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+rss = []
+for size, nbytes, gw, gr, wall, rk, store_kb, js in rows:
+    j = json.load(open(js))
+    s = j["slides"][0]
+    gen = f"{float(gw):.0f} / {gr}"
+    rss.append(int(rk) / 1024)
+    print(f"| {int(size)}x{int(size)} | {int(nbytes) / 2**20:.0f} MiB | {gen} | {s['grid_tiles']} "
+          f"| {j['tiles']} | {s['tissue_fraction']:.2f} | {float(wall):.1f} "
+          f"| {j['tiles'] / float(wall):.0f} | {rss[-1]:.0f} | {int(store_kb) / 1024:.0f} |")
+print()
+print(f"Startup baseline: `mltool --version` alone peaks at {sys.argv[4]} MiB RSS (the linked "
+      "libraries and their initialisers), before any slide is opened.")
+if len(rss) > 1:
+    print(f"Peak RSS, largest slide / smallest: {rss[-1] / rss[0]:.2f} "
+          f"(pixels {int(rows[-1][0]) ** 2 / int(rows[0][0]) ** 2:.0f}x); above the startup "
+          f"baseline: {rss[0] - int(sys.argv[4]):.0f} MiB and {rss[-1] - int(sys.argv[4]):.0f} MiB.")
+print("Generation figures are those of the run that made the slide (kept beside it as .gen).")
+PY

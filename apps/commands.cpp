@@ -6,18 +6,18 @@ namespace mltool::cli {
 Command index_command();
 #ifdef MLTOOL_HAVE_SLIDE
 Command tile_command();
+#endif
 #ifdef MLTOOL_HAVE_TORCH
 Command extract_command();
-#endif
 #endif
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
 #ifdef MLTOOL_HAVE_SLIDE
       tile_command(),
+#endif
 #ifdef MLTOOL_HAVE_TORCH
       extract_command(),
-#endif
 #endif
       index_command(),
   };

@@ -15,10 +15,13 @@ if(MLTOOL_BUILD_BENCH)
   find_package(benchmark REQUIRED)
 endif()
 
+# Tile codecs, always: extract decodes tiles without OpenSlide or libvips.
+pkg_check_modules(TURBOJPEG REQUIRED IMPORTED_TARGET libturbojpeg)
+find_package(PNG REQUIRED)
+
 if(MLTOOL_WITH_SLIDE)
   pkg_check_modules(OPENSLIDE REQUIRED IMPORTED_TARGET openslide)
   pkg_check_modules(VIPS REQUIRED IMPORTED_TARGET vips)
-  pkg_check_modules(TURBOJPEG REQUIRED IMPORTED_TARGET libturbojpeg)
 endif()
 
 # CUDA: compiled when nvcc exists, whether or not this machine has a GPU. sm_90 SASS plus

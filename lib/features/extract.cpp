@@ -26,7 +26,7 @@
 #include "mltool/features/extractor.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/manifest.hpp"
-#include "mltool/slide/image.hpp"
+#include "mltool/slide/codec.hpp"
 #include "mltool/slide/tile_store.hpp"
 #include "mltool/util/bounded_queue.hpp"
 #include "mltool/util/error.hpp"

@@ -1,6 +1,5 @@
 #include "mltool/slide/image.hpp"
 
-#include <turbojpeg.h>
 #include <vips/vips.h>
 
 #include <algorithm>
@@ -10,7 +9,6 @@
 #include <mutex>
 
 #include "mltool/util/error.hpp"
-#include "mltool/util/file.hpp"
 #include "vips_internal.hpp"
 
 namespace mltool::slide {
@@ -111,107 +109,6 @@ RgbImage read_thumbnail(const std::string& path, int level, double scale) {
   }
   vips_concurrency_set(concurrency);
   return out;
-}
-
-std::string encode_jpeg(const std::uint8_t* rgb, int width, int height, int quality) {
-  struct Compressor {
-    tjhandle handle = tjInitCompress();
-    ~Compressor() {
-      if (handle) tjDestroy(handle);
-    }
-  };
-  thread_local Compressor compressor;
-  if (!compressor.handle) throw ResourceError("libjpeg-turbo: cannot create a compressor");
-  const int subsampling = quality >= 90 ? TJSAMP_444 : TJSAMP_420;
-  // A worst-case buffer per thread, reused: zero-filling a fresh one per tile cost 5% of a run.
-  thread_local std::vector<unsigned char> buffer;
-  buffer.resize(std::max<std::size_t>(buffer.size(), tjBufSize(width, height, subsampling)));
-  unsigned char* data = buffer.data();
-  unsigned long size = buffer.size();
-  if (tjCompress2(compressor.handle, rgb, width, width * 3, height, TJPF_RGB, &data, &size, subsampling, quality,
-                  TJFLAG_NOREALLOC) != 0)
-    throw ResourceError(std::string("libjpeg-turbo: ") + tjGetErrorStr2(compressor.handle));
-  return std::string(reinterpret_cast<const char*>(data), size);
-}
-
-std::string encode_png(const std::uint8_t* rgb, int width, int height) {
-  init_vips();
-  const ImagePtr in = wrap_rgb(rgb, width, height);
-  void* buffer = nullptr;
-  std::size_t size = 0;
-  if (vips_pngsave_buffer(in.get(), &buffer, &size, "compression", 6, "filter", VIPS_FOREIGN_PNG_FILTER_NONE,
-                          nullptr) != 0)
-    throw ResourceError("libvips pngsave: " + vips_message());
-  std::string out(static_cast<const char*>(buffer), size);
-  g_free(buffer);
-  return out;
-}
-
-namespace {
-
-void decode_jpeg(const unsigned char* data, std::size_t size, RgbImage& out, const std::string& what) {
-  struct Decompressor {
-    tjhandle handle = tjInitDecompress();
-    ~Decompressor() {
-      if (handle) tjDestroy(handle);
-    }
-  };
-  thread_local Decompressor d;
-  if (!d.handle) throw ResourceError("libjpeg-turbo: cannot create a decompressor");
-  int width = 0, height = 0, subsampling = 0, colourspace = 0;
-  if (tjDecompressHeader3(d.handle, data, static_cast<unsigned long>(size), &width, &height, &subsampling,
-                          &colourspace) != 0)
-    throw FormatError(what + ": not a readable JPEG: " + tjGetErrorStr2(d.handle));
-  out.width = width;
-  out.height = height;
-  out.pixels.resize(static_cast<std::size_t>(width) * height * 3);
-  // TJFLAG_STOPONWARNING: a truncated or damaged stream is an error, not a grey bottom half.
-  if (tjDecompress2(d.handle, data, static_cast<unsigned long>(size), out.pixels.data(), width, width * 3, height,
-                    TJPF_RGB, TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING) != 0)
-    throw FormatError(what + ": corrupt JPEG: " + tjGetErrorStr2(d.handle));
-}
-
-void decode_png(const void* data, std::size_t size, RgbImage& out, const std::string& what) {
-  init_vips();
-  VipsImage* raw = nullptr;
-  if (vips_pngload_buffer(const_cast<void*>(data), size, &raw, "fail_on", VIPS_FAIL_ON_WARNING, nullptr) != 0)
-    throw FormatError(what + ": corrupt PNG: " + vips_message());
-  ImagePtr image(raw);
-  if (image->Bands == 2 || image->Bands == 4) {  // alpha: composite on white
-    VipsArrayDouble* white = vips_array_double_newv(1, 255.0);
-    const int flattened = vips_flatten(image.get(), &raw, "background", white, nullptr);
-    vips_area_unref(VIPS_AREA(white));
-    if (flattened != 0) throw FormatError(what + ": PNG: " + vips_message());
-    image.reset(raw);
-  }
-  if (image->Bands == 1) {  // grey: the same value in R, G and B
-    VipsImage* grey[3] = {image.get(), image.get(), image.get()};
-    if (vips_bandjoin(grey, &raw, 3, nullptr) != 0) throw FormatError(what + ": PNG: " + vips_message());
-    image.reset(raw);
-  }
-  if (image->BandFmt != VIPS_FORMAT_UCHAR) {
-    if (vips_cast_uchar(image.get(), &raw, nullptr) != 0) throw FormatError(what + ": PNG: " + vips_message());
-    image.reset(raw);
-  }
-  if (image->Bands != 3) throw FormatError(what + ": PNG with " + std::to_string(image->Bands) + " bands, not RGB");
-  try {
-    out = to_memory(image.get(), what);  // libvips decodes here, lazily
-  } catch (const ResourceError& e) {
-    throw FormatError(std::string(e.what()) + " (corrupt PNG)");
-  }
-}
-
-}  // namespace
-
-void decode_image(const void* data, std::size_t size, RgbImage& out, const std::string& what) {
-  const auto* bytes = static_cast<const unsigned char*>(data);
-  if (size >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF) return decode_jpeg(bytes, size, out, what);
-  if (size >= 8 && std::memcmp(bytes, "\x89PNG\r\n\x1a\n", 8) == 0) return decode_png(data, size, out, what);
-  throw FormatError(what + ": neither JPEG nor PNG (" + std::to_string(size) + " bytes)");
-}
-
-void write_png(const std::string& path, const RgbImage& image) {
-  util::write_file_atomic(path, encode_png(image.pixels.data(), image.width, image.height));
 }
 
 }  // namespace mltool::slide

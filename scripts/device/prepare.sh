@@ -14,6 +14,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark1debian libbenchmark-dev
   zlib1g-dev
+  libturbojpeg0 libturbojpeg0-dev libpng16-16 libpng-dev
 )
 rm -rf "$dir"
 mkdir -p "$dir/debs" "$dir/prefix"

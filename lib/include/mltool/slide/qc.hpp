@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "mltool/slide/image.hpp"
+#include "mltool/slide/codec.hpp"
 #include "mltool/slide/tissue.hpp"
 
 namespace mltool::slide {

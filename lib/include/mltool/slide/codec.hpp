@@ -1,0 +1,36 @@
+// Tile codecs: JPEG with libjpeg-turbo, PNG with libpng. No OpenSlide or libvips, so
+// `mltool extract` (which only decodes) builds where those are absent, e.g. the GPU machine.
+// Images are interleaved 8-bit RGB.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mltool::slide {
+
+/// An interleaved 8-bit RGB image.
+struct RgbImage {
+  int width = 0;
+  int height = 0;
+  std::vector<std::uint8_t> pixels;  ///< width * height * 3 bytes, row-major
+};
+
+/// Baseline JPEG with libjpeg-turbo at `quality` (1..100). Chroma is subsampled 4:2:0 below
+/// quality 90 and kept at full resolution (4:4:4) from 90 up, as libvips' jpegsave does.
+std::string encode_jpeg(const std::uint8_t* rgb, int width, int height, int quality);
+
+/// Lossless PNG (libpng, default zlib level).
+std::string encode_png(const std::uint8_t* rgb, int width, int height);
+
+/// Decodes a JPEG (libjpeg-turbo, accurate DCT, as libjpeg's defaults) or PNG (libpng) tile
+/// into `out` as 8-bit RGB, reusing its buffer. Grey and 16-bit inputs are converted, alpha
+/// composited on white. Throws FormatError "<what>: ..." for anything else or a corrupt or
+/// truncated image; `what` names the tile (e.g. "tiles.lmdb: tile 'S1/000001_000002'").
+void decode_image(const void* data, std::size_t size, RgbImage& out, const std::string& what);
+
+/// Writes `image` as a PNG file, atomically (write aside, rename).
+void write_png(const std::string& path, const RgbImage& image);
+
+}  // namespace mltool::slide

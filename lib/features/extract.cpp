@@ -6,7 +6,6 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -132,13 +131,6 @@ json source_json(const slide::TileStore& store, const std::vector<std::string>& 
           {"tile_size", tile_size}};
 }
 
-// What identifies the model file beyond its path, so a changed file is not resumed into.
-json model_identity(const std::string& spec) {
-  struct stat st {};
-  if (spec.rfind("builtin:", 0) == 0 || ::stat(spec.c_str(), &st) != 0) return spec;
-  return {{"path", spec}, {"bytes", static_cast<std::int64_t>(st.st_size)}, {"mtime", static_cast<std::int64_t>(st.st_mtime)}};
-}
-
 bool already_complete(const std::string& dir, const json& source, const json& model, io::DType dtype) {
   const std::string manifest = util::join_path(dir, io::kFeaturesManifestFile);
   if (!util::exists(manifest) || util::exists(util::join_path(dir, ".extract-partial"))) return false;
@@ -155,6 +147,7 @@ bool already_complete(const std::string& dir, const json& source, const json& mo
 ExtractReport extract_features(const ExtractJob& job) {
   const auto start = Clock::now();
   if (job.batch < 1) throw UsageError("--batch must be at least 1");
+  if (job.chunk_rows < 1 || job.chunk_rows > (std::uint64_t{1} << 32)) throw UsageError("--chunk-rows must be between 1 and 2^32");
   if (job.input_size < 1 || job.input_size > 8192) throw UsageError("--input-size must be between 1 and 8192");
   for (float s : job.std)
     if (!(s > 0)) throw UsageError("--std values must be positive");
@@ -190,8 +183,7 @@ ExtractReport extract_features(const ExtractJob& job) {
     return report;
   }
 
-  const json fingerprint = {{"source", source}, {"model", report.model}, {"model_file", model_identity(job.model)},
-                            {"dtype", io::name(job.dtype)}};
+  const json fingerprint = {{"source", source}, {"model", report.model}, {"dtype", io::name(job.dtype)}};
   ChunkedFeatureWriter writer(job.output, static_cast<std::uint64_t>(dims), fingerprint, job.chunk_rows);
   const std::uint64_t first = writer.committed_rows();
   report.resumed_from = first;

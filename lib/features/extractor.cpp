@@ -4,10 +4,14 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 
+#include "mltool/io/crc32c.hpp"
 #include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
 
 namespace mltool::features {
 namespace {
@@ -44,8 +48,15 @@ const char* amp_name(Amp amp) { return amp == Amp::f16 ? "f16" : amp == Amp::bf1
 class TorchScriptExtractor final : public Extractor {
  public:
   TorchScriptExtractor(std::string path, torch::Device device, int tile_size, const Preprocess& p, Amp amp)
-      : path_(std::move(path)), device_(device), preprocess_(p), amp_(amp) {
+      : path_(canonical(std::move(path))), device_(device), preprocess_(p), amp_(amp) {
     if (!std::ifstream(path_).good()) throw InputError(at_file(path_, "cannot open the TorchScript model"));
+    {
+      // The file's identity goes into features.json, so a replaced model is never mistaken
+      // for the one that made a store (a size and a CRC-32C of the bytes: cheap, and enough).
+      const util::MappedFile file(path_);
+      bytes_ = file.size();
+      crc_ = io::crc32c(file.data(), file.size());
+    }
     try {
       module_ = torch::jit::load(path_, device_);
     } catch (const c10::Error& e) {
@@ -57,19 +68,32 @@ class TorchScriptExtractor final : public Extractor {
     torch::Tensor out;
     try {
       out = run(probe);
-    } catch (const c10::Error& e) {
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {  // c10::Error, and torch::jit::JITException for script errors
       throw UsageError(at_file(path_, "the model fails on a batch of 2 tiles of " + std::to_string(preprocess_.input_size) +
-                                          " px: " + e.what_without_backtrace()));
+                                          " px: " + first_line(e)));
     }
     dims_ = out.size(1);
   }
 
-  torch::Tensor forward(const torch::Tensor& nhwc) override { return run(nhwc); }
+  torch::Tensor forward(const torch::Tensor& nhwc) override {
+    try {
+      return run(nhwc);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {  // e.g. out of device memory on a larger batch
+      throw ResourceError(at_file(path_, "the forward pass of a batch of " + std::to_string(nhwc.size(0)) +
+                                             " tiles failed: " + first_line(e)));
+    }
+  }
   std::int64_t dims() const override { return dims_; }
   torch::Device device() const override { return device_; }
   json describe() const override {
     return {{"kind", "torchscript"},
             {"path", path_},
+            {"bytes", bytes_},
+            {"crc32c", crc_},
             {"input_size", preprocess_.input_size},
             {"mean", preprocess_.mean},
             {"std", preprocess_.std},
@@ -95,6 +119,19 @@ class TorchScriptExtractor final : public Extractor {
     return out.reshape({out.size(0), -1}).to(torch::kFloat32);
   }
 
+  // LibTorch messages carry a backtrace or a TorchScript stack after the first lines.
+  static std::string first_line(const std::exception& e) {
+    const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+    std::string m = c10 ? c10->what_without_backtrace() : e.what();
+    if (const auto cut = m.find("\n\n"); cut != std::string::npos) m.resize(cut);
+    return m.size() > 2000 ? m.substr(0, 2000) + "..." : m;
+  }
+
+  static std::string canonical(std::string path) {
+    char resolved[PATH_MAX];
+    return ::realpath(path.c_str(), resolved) ? std::string(resolved) : path;
+  }
+
   static std::string shape_text(const torch::Tensor& t) {
     std::string s = "[";
     for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
@@ -107,6 +144,8 @@ class TorchScriptExtractor final : public Extractor {
   Amp amp_;
   torch::jit::Module module_;
   std::int64_t dims_ = 0;
+  std::uint64_t bytes_ = 0;
+  std::uint32_t crc_ = 0;
 };
 
 // builtin:color-texture — colour and texture statistics of each tile at its own size,

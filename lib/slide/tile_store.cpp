@@ -84,8 +84,12 @@ TileStore TileStore::open(const std::string& path, bool writable) {
   options.read_only = !writable;
   options.create = writable;
   TileStore store(io::lmdb::Env::open(path, options));
-  store.tiles_ = store.env_.db("tiles", writable);
-  store.meta_ = store.env_.db("meta", writable);
+  try {
+    store.tiles_ = store.env_.db("tiles", writable);
+    store.meta_ = store.env_.db("meta", writable);
+  } catch (const InputError&) {
+    throw InputError(at_file(path, "not a tile store: an LMDB without the 'tiles' and 'meta' databases"));
+  }
   return store;
 }
 

@@ -1,0 +1,125 @@
+// Labels tables for `mltool pack`: a CSV, TSV or JSONL file with a key column (a tile
+// key, or a slide id for slide-level labels), a label column and optionally a group
+// column (a patient), read into typed records; and the label map, distinct label
+// strings → dense ids 0..K-1. One key may carry many labels (captions per image):
+// each row becomes its own record.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mltool::records {
+
+enum class TableFormat { csv, tsv, jsonl };
+
+/// The format of a labels file from its extension, case-insensitively: .csv, .tsv,
+/// .jsonl. Throws InputError naming the path for any other extension.
+TableFormat table_format_for(const std::string& path);
+
+/// A table as read: column names and rows of text, every row as wide as the header.
+struct Table {
+  std::string path;                            ///< the file, for messages
+  std::vector<std::string> columns;            ///< distinct, non-empty
+  std::vector<std::vector<std::string>> rows;  ///< rows[i][c] is column c of row i
+  std::vector<std::uint64_t> lines;            ///< 1-based line on which row i starts
+
+  /// Index of column `name`; InputError "PATH: no column "x" (the columns are: a, b)".
+  std::size_t column(const std::string& name) const;
+};
+
+/// Parses the text of a table; `path` only names the file in messages. Common to all
+/// formats: a UTF-8 byte-order mark at the start is skipped; lines end in LF or CRLF;
+/// empty lines are skipped wherever they are (so a blank trailing line is harmless);
+/// at least a header is required (an empty file is a FormatError); the header's
+/// names must be non-empty and distinct.
+/// - csv: RFC 4180. A field that starts with '"' is quoted: it runs to the next lone
+///   '"', may hold commas, line breaks (kept as they are) and '""' (one quote), and
+///   must be followed by a comma or the end of the line. A quote inside an unquoted
+///   field, text after a closing quote, an unterminated quote and a lone CR are errors.
+///   Every row must have as many fields as the header.
+/// - tsv: fields separated by tabs; no quoting (quotes are ordinary characters), so a
+///   field cannot hold a tab or a line break. Every row as wide as the header.
+/// - jsonl: one JSON object per line. The columns are the objects' member names in
+///   order of first appearance; a value is a string or an integer (written in
+///   decimal); null or a missing member reads as "" (which select_labels refuses
+///   where a value is needed); any other value is an error. A member repeated within
+///   one object keeps its last value, as most JSON readers do.
+/// Errors are FormatError "PATH: line N: ..." with the physical line, e.g.
+/// "labels.csv: line 17: 3 fields, the header has 4".
+Table parse_table(std::string_view text, TableFormat format, const std::string& path);
+
+/// Reads `path` (InputError if it cannot be read) and parses it in the format its
+/// extension names (table_format_for).
+Table read_table(const std::string& path);
+
+/// Which columns hold what. An empty `group` means no group column: every key is its
+/// own group.
+struct LabelColumns {
+  std::string key = "key";
+  std::string label = "label";
+  std::string group;
+};
+
+/// One row of a labels table.
+struct LabelRecord {
+  std::string key;         ///< not empty, no line break (a keys.txt key or a slide id)
+  std::string label;       ///< not empty
+  std::string group;       ///< the group column's value, or the key without a group column
+  std::uint64_t line = 0;  ///< 1-based line of the row in the file
+};
+
+/// The records of a labels table, in file order.
+struct Labels {
+  std::string path;
+  std::vector<LabelRecord> records;
+};
+
+/// Picks the key, label and group columns of `table`. Guarantees, each otherwise an
+/// error naming the path and line:
+/// - every key, label and group is non-empty (InputError "line N: column "label" is
+///   empty (or missing)"), and no key holds '\r' or '\n';
+/// - all rows of one key name the same group ("line 9: key "s1" is in group "p2", but
+///   line 3 put it in group "p1""), so a split by group never separates a key's rows;
+/// - there is at least one row.
+/// A missing column is an InputError listing the columns present; the key and label
+/// columns must differ (UsageError).
+Labels select_labels(const Table& table, const LabelColumns& columns);
+
+/// select_labels(read_table(path), columns).
+Labels read_labels(const std::string& path, const LabelColumns& columns);
+
+/// Distinct label strings → ids 0..K-1 in a fixed order, so ids depend only on the
+/// set of labels, never on the order of the rows:
+/// - if every label is a canonical decimal integer ("-?(0|[1-9][0-9]*)", any length),
+///   labels sort numerically: "2" < "10" (ids are still dense: labels {1, 5, 10} get
+///   ids 0, 1, 2);
+/// - otherwise all labels sort bytewise (UTF-8 code point order): "10" < "2" < "a".
+class LabelMap {
+ public:
+  LabelMap() = default;
+  /// Builds the map from any number of labels, in any order, repeats allowed.
+  explicit LabelMap(std::vector<std::string> labels);
+
+  std::size_t size() const { return names_.size(); }
+  /// True if the labels sorted numerically (all canonical integers).
+  bool numeric() const { return numeric_; }
+  /// The labels in id order: names()[id] is the label with that id.
+  const std::vector<std::string>& names() const { return names_; }
+  const std::string& name(std::uint32_t id) const { return names_.at(id); }
+  /// The id of `label`, or nullopt if it is not in the map.
+  std::optional<std::uint32_t> find(std::string_view label) const;
+  /// The id of `label`; UsageError if it is not in the map.
+  std::uint32_t id(std::string_view label) const;
+
+ private:
+  std::vector<std::string> names_;
+  bool numeric_ = false;
+};
+
+/// The label map of every record's label.
+LabelMap label_map(const Labels& labels);
+
+}  // namespace mltool::records

@@ -1,0 +1,249 @@
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "mltool/records/labels.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
+#include "support/temp_dir.hpp"
+
+namespace {
+
+using mltool::FormatError;
+using mltool::InputError;
+using mltool::UsageError;
+using mltool::records::LabelColumns;
+using mltool::records::LabelMap;
+using mltool::records::Labels;
+using mltool::records::parse_table;
+using mltool::records::read_labels;
+using mltool::records::select_labels;
+using mltool::records::Table;
+using mltool::records::table_format_for;
+using mltool::records::TableFormat;
+using Rows = std::vector<std::vector<std::string>>;
+
+Table csv(std::string_view text) { return parse_table(text, TableFormat::csv, "labels.csv"); }
+Table tsv(std::string_view text) { return parse_table(text, TableFormat::tsv, "labels.tsv"); }
+Table jsonl(std::string_view text) { return parse_table(text, TableFormat::jsonl, "labels.jsonl"); }
+
+// The message `f` throws as E, or "" if it throws nothing.
+template <typename E, typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string csv_error(std::string_view text) {
+  return error_of<FormatError>([&] { csv(text); });
+}
+
+std::string select_error(const Table& t, const LabelColumns& c = {}) {
+  return error_of<InputError>([&] { select_labels(t, c); });
+}
+
+TEST(LabelsFormat, ChosenByExtension) {
+  EXPECT_EQ(table_format_for("a/labels.csv"), TableFormat::csv);
+  EXPECT_EQ(table_format_for("labels.TSV"), TableFormat::tsv);
+  EXPECT_EQ(table_format_for("x.jsonl"), TableFormat::jsonl);
+  EXPECT_EQ(error_of<InputError>([] { table_format_for("labels.json"); }),
+            "labels.json: unknown labels table format: expected a .csv, .tsv or .jsonl file");
+}
+
+TEST(LabelsCsv, PlainRowsWithLineNumbers) {
+  const Table t = csv("key,label\ns1/0_0,tumor\ns1/0_1,normal\n");
+  EXPECT_EQ(t.columns, (std::vector<std::string>{"key", "label"}));
+  EXPECT_EQ(t.rows, (Rows{{"s1/0_0", "tumor"}, {"s1/0_1", "normal"}}));
+  EXPECT_EQ(t.lines, (std::vector<std::uint64_t>{2, 3}));
+  EXPECT_EQ(t.column("label"), 1u);
+}
+
+TEST(LabelsCsv, QuotedFieldsDoubledQuotesAndLineBreaks) {
+  const Table t =
+      csv("key,caption\n\"a,b\",\"say \"\"hi\"\"\"\nk2,\"two\nlines\"\n\"\",x\nk4,\"\"\n");
+  EXPECT_EQ(t.rows, (Rows{{"a,b", "say \"hi\""}, {"k2", "two\nlines"}, {"", "x"}, {"k4", ""}}));
+  // The row after a quoted line break starts on the physical line after it.
+  EXPECT_EQ(t.lines, (std::vector<std::uint64_t>{2, 3, 5, 6}));
+}
+
+TEST(LabelsCsv, CrlfBomEmptyFieldsAndNoFinalNewline) {
+  const Table t = csv("\xEF\xBB\xBFkey,label,group\r\na,1,\r\n,,\r\nx,\"y\",z");
+  EXPECT_EQ(t.columns, (std::vector<std::string>{"key", "label", "group"}));
+  EXPECT_EQ(t.rows, (Rows{{"a", "1", ""}, {"", "", ""}, {"x", "y", "z"}}));
+  EXPECT_EQ(t.lines, (std::vector<std::uint64_t>{2, 3, 4}));
+  EXPECT_EQ(csv_error("key,label\r\na,1\r\n\"q\"\r\n"),
+            "labels.csv: line 3: 1 field, the header has 2");
+  const Table u = csv("key,label\r\na,\"1\"\r\nb,2");
+  EXPECT_EQ(u.rows, (Rows{{"a", "1"}, {"b", "2"}}));
+  EXPECT_EQ(u.lines, (std::vector<std::uint64_t>{2, 3}));
+}
+
+TEST(LabelsCsv, BlankLinesAreSkippedAnywhere) {
+  const Table t = csv("\nkey,label\n\na,1\r\n\r\nb,2\n\n\n");
+  EXPECT_EQ(t.rows, (Rows{{"a", "1"}, {"b", "2"}}));
+  EXPECT_EQ(t.lines, (std::vector<std::uint64_t>{4, 6}));
+}
+
+TEST(LabelsCsv, ErrorsNameTheLine) {
+  EXPECT_EQ(csv_error("k,l,g,p\na,b,c,d\n" + std::string(14, '\n') + "x,y,z\n"),
+            "labels.csv: line 17: 3 fields, the header has 4");
+  EXPECT_EQ(csv_error("key,label\na,1,\n"), "labels.csv: line 2: 3 fields, the header has 2");
+  EXPECT_EQ(csv_error("key,label\na,\"1\nb,2\n"),
+            "labels.csv: line 2: field 2: quoted field is never closed");
+  EXPECT_EQ(csv_error("key,label\na,\"1\"x\n"),
+            "labels.csv: line 2: field 2: text after the closing quote (a quote inside a quoted "
+            "field is written \"\")");
+  EXPECT_EQ(csv_error("key,label\na,5\"\n"),
+            "labels.csv: line 2: field 2: quote inside an unquoted field (quote the whole field "
+            "and write the quote as \"\")");
+  EXPECT_EQ(csv_error("key,label\na,1\rb,2\n"),
+            "labels.csv: line 2: carriage return not followed by a line feed");
+  EXPECT_EQ(csv_error("key,\na,1\n"), "labels.csv: line 1: column 2 of the header has no name");
+  EXPECT_EQ(csv_error("key,label,key\n"),
+            "labels.csv: line 1: duplicate column \"key\" (columns 1 and 3)");
+  EXPECT_EQ(csv_error(""), "labels.csv: empty file, expected a header line");
+  EXPECT_EQ(csv_error("\xEF\xBB\xBF\r\n\n"), "labels.csv: empty file, expected a header line");
+}
+
+TEST(LabelsTsv, TabsOnlyQuotesAreText) {
+  const Table t = tsv("\xEF\xBB\xBFkey\tlabel\r\n\"a\"\tb,c\r\n\r\nk\t\n");
+  EXPECT_EQ(t.rows, (Rows{{"\"a\"", "b,c"}, {"k", ""}}));
+  EXPECT_EQ(t.lines, (std::vector<std::uint64_t>{2, 4}));
+  EXPECT_EQ(error_of<FormatError>([] { tsv("key\tlabel\na\tb\tc\n"); }),
+            "labels.tsv: line 2: 3 fields, the header has 2");
+  EXPECT_EQ(error_of<FormatError>([] { tsv("key\tlabel\na\rb\tc\n"); }),
+            "labels.tsv: line 2: carriage return inside a line");
+}
+
+TEST(LabelsJsonl, ObjectsStringsAndIntegers) {
+  const Table t = jsonl(
+      "{\"key\": \"s1\", \"label\": 3, \"patient\": \"p1\"}\r\n"
+      "\n"
+      "  \n"
+      "{\"label\": -7, \"key\": \"s2\", \"extra\": null}\n"
+      "{\"key\": \"s3\", \"label\": \"x\", \"patient\": 18446744073709551615}");
+  EXPECT_EQ(t.columns, (std::vector<std::string>{"key", "label", "patient", "extra"}));
+  EXPECT_EQ(
+      t.rows,
+      (Rows{{"s1", "3", "p1", ""}, {"s2", "-7", "", ""}, {"s3", "x", "18446744073709551615", ""}}));
+  EXPECT_EQ(t.lines, (std::vector<std::uint64_t>{1, 4, 5}));
+}
+
+TEST(LabelsJsonl, ErrorsNameTheLine) {
+  const auto err = [](std::string_view text) {
+    return error_of<FormatError>([&] { jsonl(text); });
+  };
+  EXPECT_EQ(
+      err("{\"key\": \"a\"}\n{\"key\": \"b\",}\n").rfind("labels.jsonl: line 2: invalid JSON: ", 0),
+      0u);
+  EXPECT_NE(err("{\"key\": \"a\"}\n{\"key\": x}\n").find("at column 9"), std::string::npos);
+  EXPECT_EQ(err("[1, 2]\n"), "labels.jsonl: line 1: expected a JSON object, got an array");
+  EXPECT_EQ(
+      err("\n\n{\"key\": \"a\", \"label\": 1.5}\n"),
+      "labels.jsonl: line 3: \"label\": expected a string or an integer, got a fractional number");
+  EXPECT_EQ(err("{\"key\": true}\n"),
+            "labels.jsonl: line 1: \"key\": expected a string or an integer, got a boolean");
+  EXPECT_EQ(err("{\"key\": {\"a\": 1}}\n"),
+            "labels.jsonl: line 1: \"key\": expected a string or an integer, got an object");
+  EXPECT_EQ(err("\n \n"), "labels.jsonl: empty file, expected one JSON object per line");
+}
+
+TEST(LabelsSelect, DefaultsAndGroups) {
+  const Table t = csv("patient,label,key\np1,tumor,s1\np1,stroma,s1\np2,tumor,s2\n");
+  const Labels by_key = select_labels(t, {});
+  ASSERT_EQ(by_key.records.size(), 3u);
+  EXPECT_EQ(by_key.records[1].key, "s1");
+  EXPECT_EQ(by_key.records[1].label, "stroma");
+  EXPECT_EQ(by_key.records[1].group, "s1");  // no group column: the key is the group
+  EXPECT_EQ(by_key.records[1].line, 3u);
+  const Labels by_patient = select_labels(t, {"key", "label", "patient"});
+  EXPECT_EQ(by_patient.records[2].group, "p2");
+  EXPECT_EQ(by_patient.path, "labels.csv");
+}
+
+TEST(LabelsSelect, MissingColumnListsTheColumns) {
+  const Table t = csv("slide,diagnosis,patient\ns1,a,p1\n");
+  EXPECT_EQ(select_error(t),
+            "labels.csv: no column \"key\" (the columns are: slide, diagnosis, patient)");
+  EXPECT_EQ(select_error(t, {"slide", "diagnosis", "case"}),
+            "labels.csv: no column \"case\" (the columns are: slide, diagnosis, patient)");
+  EXPECT_EQ(error_of<UsageError>([&] {
+              select_labels(t, {"slide", "slide", ""});
+            }),
+            "the key and label columns must differ, both are \"slide\"");
+}
+
+TEST(LabelsSelect, EmptyValuesAndBadKeys) {
+  EXPECT_EQ(select_error(csv("key,label\na,1\n,2\n")),
+            "labels.csv: line 3: column \"key\" is empty (or missing)");
+  EXPECT_EQ(select_error(csv("key,label\na,\n")),
+            "labels.csv: line 2: column \"label\" is empty (or missing)");
+  EXPECT_EQ(select_error(csv("key,label,p\na,1,\n"), {"key", "label", "p"}),
+            "labels.csv: line 2: column \"p\" is empty (or missing)");
+  EXPECT_EQ(select_error(jsonl("{\"key\": \"a\", \"label\": 1}\n{\"key\": \"b\"}\n")),
+            "labels.jsonl: line 2: column \"label\" is empty (or missing)");
+  EXPECT_EQ(select_error(csv("key,label\n\"a\nb\",1\n")),
+            "labels.csv: line 2: key \"a\\nb\" contains a line break");
+  EXPECT_EQ(select_error(csv("key,label\n")), "labels.csv: no rows after the header");
+}
+
+TEST(LabelsSelect, OneKeyOneGroup) {
+  const Table t = csv("key,label,p\ns1,a,p1\ns2,a,p1\ns1,b,p1\n\ns1,c,p2\n");
+  EXPECT_EQ(select_error(t, {"key", "label", "p"}),
+            "labels.csv: line 6: key \"s1\" is in group \"p2\", but line 2 put it in group \"p1\"");
+}
+
+TEST(LabelsSelect, ReadsFilesByExtension) {
+  mltool::testing::TempDir dir;
+  mltool::util::write_file_atomic(dir / "l.tsv", "key\tlabel\na\t1\n");
+  mltool::util::write_file_atomic(dir / "l.jsonl", "{\"key\": \"a\", \"label\": 1}\n");
+  mltool::util::write_file_atomic(dir / "l.csv", "key,label\na,1\n");
+  for (const char* name : {"l.tsv", "l.jsonl", "l.csv"}) {
+    const Labels l = read_labels(dir / name, {});
+    ASSERT_EQ(l.records.size(), 1u) << name;
+    EXPECT_EQ(l.records[0].key, "a");
+    EXPECT_EQ(l.records[0].label, "1");
+    EXPECT_EQ(l.path, dir / name);
+  }
+  EXPECT_THROW(read_labels(dir / "missing.csv", {}), InputError);
+}
+
+TEST(LabelsMap, NumericLabelsSortNumerically) {
+  const LabelMap m({"10", "2", "-3", "2", "0", "123456789012345678901234567890", "-40"});
+  EXPECT_TRUE(m.numeric());
+  EXPECT_EQ(m.names(), (std::vector<std::string>{"-40", "-3", "0", "2", "10",
+                                                 "123456789012345678901234567890"}));
+  EXPECT_EQ(m.id("10"), 4u);
+  EXPECT_EQ(m.find("010"), std::nullopt);
+  EXPECT_EQ(m.find("7"), std::nullopt);
+}
+
+TEST(LabelsMap, OtherwiseBytewise) {
+  // "02" and "-0" are not canonical integers, so everything sorts as text.
+  for (const char* odd : {"02", "-0", "a", "1.5"}) {
+    const LabelMap m({"10", "2", odd});
+    EXPECT_FALSE(m.numeric()) << odd;
+    EXPECT_EQ(m.names().front(), std::min<std::string>("10", odd)) << odd;
+  }
+  const LabelMap m({"tumor", "Stroma", "normal", "tumor", "\xC3\xA9", "z"});
+  EXPECT_EQ(m.names(), (std::vector<std::string>{"Stroma", "normal", "tumor", "z", "\xC3\xA9"}));
+  EXPECT_EQ(m.id("tumor"), 2u);
+  EXPECT_EQ(m.name(0), "Stroma");
+  EXPECT_EQ(m.find("Tumor"), std::nullopt);
+  EXPECT_EQ(error_of<UsageError>([&] { m.id("x"); }), "label \"x\" is not in the label map");
+  EXPECT_EQ(LabelMap(std::vector<std::string>{}).size(), 0u);
+}
+
+TEST(LabelsMap, IdsDoNotDependOnRowOrder) {
+  const Labels a = select_labels(csv("key,label\na,3\nb,1\nc,20\nd,1\n"), {});
+  const Labels b = select_labels(csv("key,label\nd,1\nc,20\nb,1\na,3\n"), {});
+  EXPECT_EQ(mltool::records::label_map(a).names(), (std::vector<std::string>{"1", "3", "20"}));
+  EXPECT_EQ(mltool::records::label_map(a).names(), mltool::records::label_map(b).names());
+}
+
+}  // namespace

@@ -1,0 +1,254 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "mltool/records/split.hpp"
+#include "mltool/util/error.hpp"
+
+namespace {
+
+using mltool::UsageError;
+using mltool::records::assign_splits;
+using mltool::records::parse_splits;
+using mltool::records::SplitAssignment;
+using mltool::records::SplitItem;
+using mltool::records::SplitSpec;
+using mltool::records::validate_splits;
+
+// A random table: group names own their strings, items view them.
+struct Table {
+  std::vector<std::string> names;       // one per group
+  std::vector<std::size_t> group_of;    // per record
+  std::vector<std::uint32_t> label_of;  // per record
+  std::vector<SplitSpec> splits;
+
+  std::vector<SplitItem> items() const {
+    std::vector<SplitItem> v;
+    for (std::size_t i = 0; i < group_of.size(); ++i)
+      v.push_back({names[group_of[i]], label_of[i]});
+    return v;
+  }
+};
+
+std::vector<SplitSpec> random_fractions(std::mt19937_64& rng) {
+  const int count = std::uniform_int_distribution<int>(1, 4)(rng);
+  std::vector<double> w(count);
+  double sum = 0;
+  for (double& x : w) sum += (x = std::uniform_real_distribution<double>(0.05, 1.0)(rng));
+  std::vector<SplitSpec> splits;
+  for (int s = 0; s < count; ++s) splits.push_back({"s" + std::to_string(s), w[s] / sum});
+  return splits;
+}
+
+// Groups of random sizes (mostly small, sometimes one bigger than a split's target), each
+// with a dominant label, as patients with one diagnosis and a few odd tiles.
+Table random_table(std::mt19937_64& rng) {
+  Table t;
+  t.splits = random_fractions(rng);
+  const int groups = std::uniform_int_distribution<int>(1, 120)(rng);
+  const std::uint32_t labels = std::uniform_int_distribution<std::uint32_t>(1, 5)(rng);
+  const bool giant = std::bernoulli_distribution(0.3)(rng);
+  for (int g = 0; g < groups; ++g) {
+    t.names.push_back("patient-" + std::to_string(rng() % 100000) + "-" + std::to_string(g));
+    int size = std::uniform_int_distribution<int>(1, 12)(rng);
+    if (giant && g == 0) size = 300;  // more than any split's share of the rest
+    const std::uint32_t main = std::uniform_int_distribution<std::uint32_t>(0, labels - 1)(rng);
+    for (int r = 0; r < size; ++r) {
+      t.group_of.push_back(static_cast<std::size_t>(g));
+      t.label_of.push_back(std::bernoulli_distribution(0.8)(rng) ? main : rng() % labels);
+    }
+  }
+  // Records of a group need not be contiguous.
+  std::vector<std::size_t> perm(t.group_of.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) perm[i] = i;
+  std::shuffle(perm.begin(), perm.end(), rng);
+  Table shuffled = t;
+  for (std::size_t i = 0; i < perm.size(); ++i) {
+    shuffled.group_of[i] = t.group_of[perm[i]];
+    shuffled.label_of[i] = t.label_of[perm[i]];
+  }
+  return shuffled;
+}
+
+// Every structural guarantee of assign_splits.
+void check_assignment(const Table& t, const SplitAssignment& a) {
+  const std::size_t S = t.splits.size();
+  ASSERT_EQ(a.record_split.size(), t.group_of.size());
+  ASSERT_EQ(a.split_records.size(), S);
+  std::vector<std::string> sorted = t.names;
+  std::sort(sorted.begin(), sorted.end());
+  ASSERT_EQ(a.groups, sorted);
+  ASSERT_EQ(a.group_split.size(), a.groups.size());
+  std::map<std::string, std::uint32_t> split_of_group;
+  for (std::size_t g = 0; g < a.groups.size(); ++g) {
+    ASSERT_LT(a.group_split[g], S);
+    split_of_group[a.groups[g]] = a.group_split[g];
+  }
+  std::vector<std::uint64_t> counts(S, 0);
+  for (std::size_t i = 0; i < t.group_of.size(); ++i) {
+    ASSERT_LT(a.record_split[i], S);
+    // No group in two splits: each record is where its group is.
+    ASSERT_EQ(a.record_split[i], split_of_group.at(t.names[t.group_of[i]])) << "record " << i;
+    ++counts[a.record_split[i]];
+  }
+  EXPECT_EQ(counts, a.split_records);
+}
+
+TEST(SplitProperty, NoGroupCrossesSplitsOverRandomTables) {
+  std::mt19937_64 rng(20240607);
+  int differ_across_seeds = 0;
+  int with_ties = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    const Table t = random_table(rng);
+    const std::vector<SplitItem> items = t.items();
+    const std::uint64_t seed = rng();
+    const SplitAssignment a = assign_splits(items, t.splits, seed);
+    check_assignment(t, a);
+    if (HasFatalFailure()) return;
+
+    // Deterministic, and independent of the order of the items.
+    const SplitAssignment again = assign_splits(items, t.splits, seed);
+    EXPECT_EQ(again.record_split, a.record_split);
+    std::vector<SplitItem> reversed(items.rbegin(), items.rend());
+    EXPECT_EQ(assign_splits(reversed, t.splits, seed).group_split, a.group_split);
+
+    // Another seed usually gives another split when there are groups to permute.
+    if (t.splits.size() > 1 && t.names.size() >= 20) {
+      ++with_ties;
+      if (assign_splits(items, t.splits, seed + 1).group_split != a.group_split)
+        ++differ_across_seeds;
+    }
+  }
+  EXPECT_GE(differ_across_seeds, with_ties * 8 / 10) << "of " << with_ties;
+}
+
+// Many small groups: sizes and label shares close to the fractions.
+TEST(SplitQuality, ManySmallGroupsHitTheFractions) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 20; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    Table t;
+    t.splits = trial % 2 ? std::vector<SplitSpec>{{"train", 0.8}, {"val", 0.1}, {"test", 0.1}}
+                         : random_fractions(rng);
+    const std::uint32_t K = 4;
+    const double label_weight[K] = {0.55, 0.3, 0.1, 0.05};  // one rare label
+    std::discrete_distribution<std::uint32_t> pick(label_weight, label_weight + K);
+    for (int g = 0; g < 2000; ++g) {
+      t.names.push_back("g" + std::to_string(g));
+      const int size = std::uniform_int_distribution<int>(1, 5)(rng);
+      const std::uint32_t main = pick(rng);
+      for (int r = 0; r < size; ++r) {
+        t.group_of.push_back(static_cast<std::size_t>(g));
+        t.label_of.push_back(std::bernoulli_distribution(0.7)(rng) ? main : pick(rng));
+      }
+    }
+    const SplitAssignment a = assign_splits(t.items(), t.splits, rng());
+    check_assignment(t, a);
+
+    const double N = static_cast<double>(t.group_of.size());
+    std::vector<double> label_total(K, 0);
+    for (std::uint32_t l : t.label_of) label_total[l] += 1;
+    std::vector<std::vector<double>> per(t.splits.size(), std::vector<double>(K, 0));
+    for (std::size_t i = 0; i < t.label_of.size(); ++i) per[a.record_split[i]][t.label_of[i]] += 1;
+    for (std::size_t s = 0; s < t.splits.size(); ++s) {
+      const double f = t.splits[s].fraction;
+      // Within a few records of the target (a group has at most 5; measured: within 1).
+      EXPECT_NEAR(static_cast<double>(a.split_records[s]), f * N, 3.0) << t.splits[s].name;
+      for (std::uint32_t l = 0; l < K; ++l) {
+        EXPECT_NEAR(per[s][l], f * label_total[l], 3.0) << t.splits[s].name << " label " << l;
+      }
+    }
+  }
+}
+
+TEST(SplitQuality, AGroupBiggerThanASplitStaysWhole) {
+  Table t;
+  t.splits = {{"train", 0.8}, {"val", 0.1}, {"test", 0.1}};
+  t.names = {"big"};
+  for (int r = 0; r < 900; ++r) {
+    t.group_of.push_back(0);
+    t.label_of.push_back(r % 2);
+  }
+  for (int g = 1; g <= 100; ++g) {
+    t.names.push_back("small" + std::to_string(g));
+    t.group_of.push_back(static_cast<std::size_t>(g));
+    t.label_of.push_back(g % 2);
+  }
+  const SplitAssignment a = assign_splits(t.items(), t.splits, 1);
+  check_assignment(t, a);
+  // The big group overfills train; val and test share the rest evenly.
+  EXPECT_EQ(a.group_split[0], 0u);  // "big" sorts first
+  EXPECT_EQ(a.split_records[0], 900u);
+  EXPECT_EQ(a.split_records[1], 50u);
+  EXPECT_EQ(a.split_records[2], 50u);
+}
+
+TEST(SplitQuality, OneSplitTakesEverything) {
+  const std::vector<std::string> names = {"a", "b", "c"};
+  const std::vector<SplitItem> items = {{names[0], 0}, {names[1], 1}, {names[2], 0}, {names[0], 2}};
+  const SplitAssignment a = assign_splits(items, {{"all", 1.0}}, 3);
+  EXPECT_EQ(a.record_split, (std::vector<std::uint32_t>{0, 0, 0, 0}));
+  EXPECT_EQ(a.split_records, (std::vector<std::uint64_t>{4}));
+  const SplitAssignment none = assign_splits({}, {{"train", 0.5}, {"val", 0.5}}, 3);
+  EXPECT_TRUE(none.groups.empty());
+  EXPECT_EQ(none.split_records, (std::vector<std::uint64_t>{0, 0}));
+}
+
+TEST(SplitQuality, SparseLabelIdsAreFine) {
+  std::vector<std::string> names;
+  for (int g = 0; g < 100; ++g) names.push_back(std::to_string(g));
+  std::vector<SplitItem> items;
+  for (int g = 0; g < 100; ++g) items.push_back({names[g], g % 2 ? 4000000000u : 7u});
+  const SplitAssignment a = assign_splits(items, {{"a", 0.5}, {"b", 0.5}}, 9);
+  EXPECT_EQ(a.split_records, (std::vector<std::uint64_t>{50, 50}));
+}
+
+std::string usage_error(const std::vector<SplitSpec>& splits) {
+  try {
+    validate_splits(splits);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(SplitSpecs, Validation) {
+  EXPECT_EQ(usage_error({{"train", 0.8}, {"val", 0.1}, {"test", 0.1}}), "");
+  EXPECT_EQ(usage_error({{"a", 1.0 / 3}, {"b", 1.0 / 3}, {"c", 1.0 / 3}}), "");
+  EXPECT_EQ(usage_error({}), "no splits given");
+  EXPECT_EQ(usage_error({{"train", 0.8}, {"val", 0.1}}),
+            "the split fractions must sum to 1, they sum to 0.900000");
+  EXPECT_EQ(usage_error({{"train", 1.0}, {"val", 0.0}}),
+            "split 'val': the fraction must be a number > 0, got 0.000000");
+  EXPECT_EQ(usage_error({{"train", 1.5}, {"val", -0.5}}),
+            "split 'val': the fraction must be a number > 0, got -0.500000");
+  EXPECT_NE(usage_error({{"train", std::nan("")}}), "");
+  EXPECT_EQ(usage_error({{"train", 0.5}, {"train", 0.5}}), "split 'train' is given twice");
+  EXPECT_EQ(usage_error({{"", 1.0}}),
+            "split name '' is not allowed: use letters, digits, '_' and '-' (it names files)");
+  EXPECT_NE(usage_error({{"../x", 1.0}}), "");
+  EXPECT_NE(usage_error({{"a b", 1.0}}), "");
+}
+
+TEST(SplitSpecs, Parse) {
+  const std::vector<SplitSpec> s = parse_splits("train=0.8,val=0.1,test=0.1");
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[1].name, "val");
+  EXPECT_DOUBLE_EQ(s[1].fraction, 0.1);
+  EXPECT_EQ(parse_splits("all=1").size(), 1u);
+  EXPECT_THROW(parse_splits(""), UsageError);
+  EXPECT_THROW(parse_splits("train=0.8,val"), UsageError);
+  EXPECT_THROW(parse_splits("train=0.8,val=0.2,"), UsageError);
+  EXPECT_THROW(parse_splits("train=0.8x,val=0.2"), UsageError);
+  EXPECT_THROW(parse_splits("train=,val=1"), UsageError);
+  EXPECT_THROW(parse_splits("train=0.5,val=0.6"), UsageError);
+}
+
+}  // namespace

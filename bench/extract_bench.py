@@ -1,0 +1,448 @@
+#!/usr/bin/env python3
+"""mltool extract side by side with a PyTorch DataLoader pipeline and with the model alone.
+Run through bench/run-extract.sh, which finds the binary and the Python.
+
+    extract_bench.py --mltool MLTOOL --out OUTDIR [--work DIR] [--tiles 20000]
+                     [--tile-size 256] [--quality 90] [--batch 256] [--input-size 224]
+                     [--device cuda] [--amps bf16,none] [--workers CORES] [--cpu-smoke]
+
+1. A tile store of N synthetic 256-px JPEG Q90 tiles (scripts/fixtures/tile_store.py:
+   python-lmdb + Pillow, the documented layout), kept in WORK and reused by later runs.
+2. ResNet-50 as TorchScript: torchvision.models.resnet50(weights=None), fc = Identity, eval,
+   torch.jit.script (2048 features). Without torchvision, the same architecture defined
+   below (ResNet50, torchvision's layout: bottlenecks 3-4-6-3, stride on the 3x3 conv).
+3. For each --amps setting (bf16, none = float32):
+   (iii) model only: the TorchScript model on a random batch already on the GPU, same
+         batch and autocast: the limit for any pipeline;
+   (i)   mltool extract STORE -o F --model r50.pt --input-size 224 --batch 256
+         --device cuda [--amp bf16] --json: tiles/s as it reports (reading, decoding and
+         the model, after the model is loaded);
+   (ii)  the Python baseline: torch.utils.data.DataLoader over the same LMDB (python-lmdb
+         opened in each worker, Pillow decode), num_workers = the cores, pin_memory=True,
+         the same batch; on the GPU the same preprocessing (resize to 224 bilinear with
+         antialias, /255, ImageNet mean/std) and autocast; the model loaded and run once
+         before the clock starts; features kept on the GPU and copied back at the end.
+   The features of (i) and (ii) are compared (relative Frobenius difference).
+4. A markdown table (stdout and OUTDIR/extract-bench.md) with the ratios mltool/baseline
+   (goal >= 2x) and mltool/model-only (goal >= 90%); OUTDIR/extract-bench.json holds every
+   number and is rewritten after each measurement, so a run cut short keeps what it got.
+
+--cpu-smoke: the same steps on the CPU with a small CNN, 96 tiles, input 64, batch 32 (and a
+check that the local ResNet-50 definition scripts and runs), to try the script without a GPU.
+"""
+import argparse
+import io
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "scripts", "fixtures"))
+import tile_store  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+# ---------------------------------------------------------------- models
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, inplanes, planes, stride=1, downsample=None):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(planes * 4)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        return self.relu(out + identity)
+
+
+class ResNet50(nn.Module):
+    """torchvision's resnet50 (v1.5) with fc = Identity: 2048 features."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        inplanes = 64
+        layers = []
+        for planes, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+            down = nn.Sequential(nn.Conv2d(inplanes, planes * 4, 1, stride=stride, bias=False),
+                                 nn.BatchNorm2d(planes * 4))
+            mods = [Bottleneck(inplanes, planes, stride, down)]
+            inplanes = planes * 4
+            mods += [Bottleneck(inplanes, planes) for _ in range(blocks - 1)]
+            layers.append(nn.Sequential(*mods))
+        self.layer1, self.layer2, self.layer3, self.layer4 = layers
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Identity()
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+class Small(nn.Module):
+    """The --cpu-smoke model: two convolutions, pooling, 32 features."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.c2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)
+
+    def forward(self, x):
+        x = F.relu(self.c2(F.relu(self.c1(x))))
+        return F.adaptive_avg_pool2d(x, 1).flatten(1)
+
+
+def resnet50():
+    """(module, description): torchvision's when it is there, else the local definition."""
+    try:
+        import torchvision
+    except ImportError:
+        print("extract_bench: torchvision is not installed; using the local ResNet-50 "
+              "definition (bench/extract_bench.py: ResNet50, same architecture)",
+              file=sys.stderr)
+        return ResNet50(), "ResNet-50 (local definition, torchvision missing), fc = Identity"
+    m = torchvision.models.resnet50(weights=None)
+    m.fc = nn.Identity()
+    return m, f"torchvision {torchvision.__version__} resnet50(weights=None), fc = Identity"
+
+
+# ---------------------------------------------------------------- the Python baseline
+
+class TileDataset(torch.utils.data.Dataset):
+    """Tiles of an LMDB tile store by key: python-lmdb opened lazily in each worker, Pillow
+    decode, HxWx3 uint8 tensors."""
+
+    def __init__(self, path, keys):
+        self.path = path
+        self.keys = [k.encode() for k in keys]
+        self.env = None
+
+    def __len__(self):
+        return len(self.keys)
+
+    def __getitem__(self, i):
+        import lmdb
+        from PIL import Image
+        if self.env is None:
+            self.env = lmdb.open(self.path, readonly=True, lock=False, readahead=False,
+                                 max_dbs=8)
+            self.db = self.env.open_db(b"tiles", create=False)
+        with self.env.begin(db=self.db, buffers=True) as txn:
+            img = Image.open(io.BytesIO(txn.get(self.keys[i])))
+            img.load()
+        if img.mode != "RGB":
+            img = img.convert("RGB")
+        return torch.from_numpy(np.array(img))  # a writable copy, as torchvision does
+
+
+def preprocess(u8, size):
+    """NHWC uint8 on the device -> the documented model input (as mltool does)."""
+    x = u8.permute(0, 3, 1, 2).to(torch.float32).div(255.0)
+    if x.shape[-2:] != (size, size):
+        x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False,
+                          antialias=size < x.shape[-1])
+    m = torch.tensor(IMAGENET_MEAN, device=x.device).view(1, 3, 1, 1)
+    s = torch.tensor(IMAGENET_STD, device=x.device).view(1, 3, 1, 1)
+    return ((x - m) / s).contiguous()
+
+
+def autocast(device, amp):
+    if amp == "none":
+        return torch.autocast(device_type=torch.device(device).type, enabled=False)
+    return torch.autocast(device_type=torch.device(device).type,
+                          dtype={"bf16": torch.bfloat16, "f16": torch.float16}[amp])
+
+
+def sync(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def baseline(model, store, keys, a, amp):
+    loader = torch.utils.data.DataLoader(
+        TileDataset(store, keys), batch_size=a.batch, shuffle=False, num_workers=a.workers,
+        pin_memory=torch.device(a.device).type == "cuda", drop_last=False)
+    with torch.inference_mode():  # the model once before the clock starts
+        with autocast(a.device, amp):
+            model(torch.rand(a.batch, 3, a.input_size, a.input_size, device=a.device))
+    sync(a.device)
+    outs = []
+    t0 = time.perf_counter()
+    first = None
+    with torch.inference_mode():
+        for u8 in loader:
+            if first is None:
+                first = time.perf_counter() - t0
+            x = preprocess(u8.to(a.device, non_blocking=True), a.input_size)
+            with autocast(a.device, amp):
+                outs.append(model(x).float())
+        X = torch.cat(outs).cpu().numpy()
+    seconds = time.perf_counter() - t0
+    return X, {"seconds": seconds, "tiles_per_second": len(keys) / seconds,
+               "first_batch_seconds": first, "workers": a.workers,
+               "pin_memory": torch.device(a.device).type == "cuda"}
+
+
+def model_only(model, a, amp, n_tiles):
+    x = torch.randn(a.batch, 3, a.input_size, a.input_size, device=a.device)
+    with torch.inference_mode(), autocast(a.device, amp):
+        for _ in range(3):
+            model(x)
+        sync(a.device)
+        t0 = time.perf_counter()
+        model(x)
+        sync(a.device)
+        per = time.perf_counter() - t0
+        iters = max(5, min(math.ceil(n_tiles / a.batch), int(10 / max(per, 1e-6))))
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            y = model(x)
+        sync(a.device)
+        seconds = time.perf_counter() - t0
+    return {"iterations": iters, "seconds": seconds,
+            "tiles_per_second": iters * a.batch / seconds, "dims": int(y.shape[1])}
+
+
+# ---------------------------------------------------------------- mltool
+
+def run_mltool(a, store, model_path, amp, out):
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [a.mltool, "extract", store, "-o", out, "--model", model_path, "--input-size",
+           str(a.input_size), "--batch", str(a.batch), "--device", a.device]
+    if amp != "none":
+        cmd += ["--amp", amp]
+    cmd.append("--json")
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr[-3000:]}")
+    s = json.loads(p.stdout)
+    X = np.load(os.path.join(out, "features.npy"))
+    return X, {"command": " ".join(["mltool"] + cmd[1:]), "wall_seconds": wall,
+               "seconds": s["seconds"], "tiles_per_second": s["tiles_per_second"],
+               "devices": s["devices"], "rows": s["rows"], "dims": s["dims"]}
+
+
+# ---------------------------------------------------------------- main
+
+def machine():
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mltool", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--work", default=os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                                                   "mltool-extract-bench"))
+    ap.add_argument("--tiles", type=int)
+    ap.add_argument("--tile-size", type=int, default=256)
+    ap.add_argument("--quality", type=int, default=90)
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--input-size", type=int)
+    ap.add_argument("--device")
+    ap.add_argument("--amps", default="bf16,none")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--cpu-smoke", action="store_true")
+    a = ap.parse_args()
+    smoke = a.cpu_smoke
+    a.tiles = a.tiles or (96 if smoke else 20000)
+    a.batch = a.batch or (32 if smoke else 256)
+    a.input_size = a.input_size or (64 if smoke else 224)
+    a.device = a.device or ("cpu" if smoke else "cuda")
+    amps = [x for x in a.amps.split(",") if x]
+    a.mltool = os.path.abspath(a.mltool)
+    os.makedirs(a.out, exist_ok=True)
+    os.makedirs(a.work, exist_ok=True)
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        sys.exit("extract_bench: --device cuda but torch sees no GPU (--cpu-smoke runs on the CPU)")
+
+    results = {"machine": machine(), "torch": torch.__version__,
+               "mltool_version": subprocess.run([a.mltool, "--version"], capture_output=True,
+                                                text=True).stdout.strip(),
+               "tiles": a.tiles, "tile_size": a.tile_size, "quality": a.quality,
+               "batch": a.batch, "input_size": a.input_size, "cpu_smoke": smoke, "runs": {}}
+    json_path = os.path.join(a.out, "extract-bench.json")
+
+    def save():
+        with open(json_path, "w") as f:
+            json.dump(results, f, indent=1)
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    # 1. The tile store (reused when a complete one with these parameters exists).
+    store = os.path.join(a.work, f"tiles-{a.tiles}-{a.tile_size}px-q{a.quality}.lmdb")
+    marker = store + ".complete"
+    if not os.path.exists(marker):
+        shutil.rmtree(store, ignore_errors=True)
+        log(f"writing {a.tiles} tiles into {store} ...")
+        t0 = time.perf_counter()
+        tile_store.write_store(store, tile_store.bench_slides(a.tiles), a.tile_size, "jpeg",
+                               a.quality, workers=os.cpu_count() or 1)
+        results["store_seconds"] = time.perf_counter() - t0
+        open(marker, "w").close()
+    keys = tile_store.store_keys(store)
+    assert len(keys) == a.tiles, (len(keys), a.tiles)
+    results["store_mib"] = os.path.getsize(os.path.join(store, "data.mdb")) / 2**20
+    # CUDA only now: the store's writer forks its workers.
+    results["device"] = torch.cuda.get_device_name() if a.device.startswith("cuda") else "cpu"
+    results["gpus"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    log(f"store: {len(keys)} tiles, data.mdb {results['store_mib']:.0f} MiB")
+
+    # 2. The model.
+    if smoke:
+        torch.manual_seed(0)
+        module, desc = Small(), "small CNN (--cpu-smoke), 32 features"
+        r50 = torch.jit.script(ResNet50().eval())  # the fallback scripts and runs
+        with torch.inference_mode():
+            dims = r50(torch.rand(1, 3, 64, 64)).shape
+        assert tuple(dims) == (1, 2048), dims
+        log("local ResNet-50 definition: scripted, 1x3x64x64 -> 1x2048")
+    else:
+        torch.manual_seed(0)
+        module, desc = resnet50()
+    model_path = os.path.join(a.work, "model.pt")
+    torch.jit.script(module.eval()).save(model_path)
+    results["model"] = desc
+    model = torch.jit.load(model_path, map_location=a.device).eval()
+    save()
+
+    # 3. Model only, mltool, baseline; a measurement that fails is recorded, the rest go on.
+    def measure(r, name, fn):
+        log(f"[{amp}] {name} ...")
+        try:
+            X, r[name] = fn()
+        except Exception as e:  # noqa: BLE001  (reported in the table and the JSON)
+            r[name] = {"error": f"{type(e).__name__}: {e}"[-2000:]}
+            log(f"[{amp}] {name}: FAILED: {r[name]['error']}")
+            X = None
+        else:
+            log(f"[{amp}] {name}: {r[name]['tiles_per_second']:.0f} tiles/s")
+        save()
+        if torch.device(a.device).type == "cuda":
+            torch.cuda.empty_cache()
+        return X
+
+    failed = 0
+    for amp in amps:
+        r = results["runs"].setdefault(amp, {})
+        measure(r, "model_only", lambda: (None, model_only(model, a, amp, a.tiles)))
+        X_m = measure(r, "mltool", lambda: run_mltool(a, store, model_path, amp,
+                                                      os.path.join(a.work, "features")))
+        X_b = measure(r, "baseline", lambda: baseline(model, store, keys, a, amp))
+        if X_m is not None and X_b is not None:
+            diff = X_m.astype(np.float64) - X_b
+            r["agreement"] = {"relative": float(np.linalg.norm(diff) /
+                                                max(np.linalg.norm(X_b), 1e-30)),
+                              "max_abs": float(np.abs(diff).max())}
+            del diff
+        del X_m, X_b
+        failed += sum("error" in r[k] for k in ("model_only", "mltool", "baseline"))
+        save()
+    shutil.rmtree(os.path.join(a.work, "features"), ignore_errors=True)
+
+    # 4. The table.
+    def rate(r, name):
+        return r[name].get("tiles_per_second")
+
+    lines = []
+    w = lines.append
+    used = next((r["mltool"]["devices"] for r in results["runs"].values()
+                 if "devices" in r.get("mltool", {})), ["?"])
+    w(f"Device: {results['device']}" + (f" ({results['gpus']} GPUs visible; mltool used "
+                                         f"{', '.join(used)})" if results["gpus"] > 1 else "")
+      + f"; host {results['machine']}; torch {results['torch']}; "
+      + (results["mltool_version"].splitlines() or ["mltool ?"])[0] + ".")
+    w(f"Workload: {a.tiles} synthetic {a.tile_size}-px JPEG Q{a.quality} tiles in an LMDB tile "
+      f"store ({results['store_mib']:.0f} MiB, page cache warm), {desc}, input {a.input_size} px "
+      f"(resized on the device, antialiased), batch {a.batch}, device {a.device}."
+      + (" CPU SMOKE RUN: the figures say nothing about GPU speed." if smoke else ""))
+    w("")
+    w("| amp | mltool extract tiles/s | Python DataLoader tiles/s | model only tiles/s "
+      "| mltool / DataLoader | mltool / model only | features, mltool vs DataLoader (rel.) |")
+    w("|---|---|---|---|---|---|---|")
+    goals = []
+    for amp in amps:
+        r = results["runs"][amp]
+        m, b, o = rate(r, "mltool"), rate(r, "baseline"), rate(r, "model_only")
+        label = "bf16 autocast" if amp == "bf16" else ("f16 autocast" if amp == "f16" else
+                                                     "none (float32)")
+        cell = lambda v: f"{v:.0f}" if v else "FAILED"  # noqa: E731
+        rb = f"{m / b:.2f}x" if m and b else "-"
+        ro = f"{100 * m / o:.0f}%" if m and o else "-"
+        ag = f"{r['agreement']['relative']:.1e}" if "agreement" in r else "-"
+        w(f"| {label} | {cell(m)} | {cell(b)} | {cell(o)} | {rb} | {ro} | {ag} |")
+        goals.append((label, m / b if m and b else None, m / o if m and o else None))
+    w("")
+    walls = ", ".join(f"{amp} {results['runs'][amp]['mltool']['wall_seconds']:.1f} s"
+                      for amp in amps if "wall_seconds" in results["runs"][amp]["mltool"])
+    pin = torch.device(a.device).type == "cuda"
+    w(f"mltool: tiles/s as `--json` reports it (from the first tile read to the last row "
+      f"written, model loaded); process wall times incl. start-up and model load: {walls}. "
+      f"DataLoader: num_workers {a.workers}, pin_memory {pin}, python-lmdb per worker, Pillow "
+      "decode, the same preprocessing and autocast on the device, timed from creating the "
+      "iterator to the features on the host (model warmed up first). Model only: the same "
+      "TorchScript module on a random batch already on the device, same batch and autocast.")
+    for amp in amps:
+        for k in ("model_only", "mltool", "baseline"):
+            if "error" in results["runs"][amp][k]:
+                w(f"\n{amp} {k} FAILED: {results['runs'][amp][k]['error'][-600:]}")
+    w("")
+    w("Goals:")
+    w("")
+    for label, rb, ro in goals:
+        g1 = f"{rb:.2f}x (goal >= 2x): {'met' if rb >= 2 else 'MISSED'}" if rb else "not measured"
+        g2 = f"{100 * ro:.0f}% (goal >= 90%): {'met' if ro >= 0.9 else 'MISSED'}" if ro else \
+            "not measured"
+        w(f"- {label}: mltool / DataLoader {g1}; mltool / model only {g2}")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(a.out, "extract-bench.md"), "w") as f:
+        f.write(text)
+    results["done"] = True
+    save()
+    print(text, end="")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

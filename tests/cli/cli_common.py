@@ -1,6 +1,39 @@
-"""Helpers for the CLI tests: run the real mltool binary and check what a user sees."""
+"""Helpers for the CLI tests: run the real mltool binary and check what a user sees.
+
+Two kinds of script use them:
+- flat ones (help_test.py, index_test.py): `expect` raises Failure, and a Failure that ends
+  the script prints "FAIL: MESSAGE" (no traceback) and exits 1;
+- ones of named checks (tile_test.py, extract_test.py, tests/gpu/extract_gpu_test.py):
+  `run_checks` runs the fixtures and each check_* function in a temporary directory (`tmp`
+  names files in it), reporting each Failure and going on to the next check.
+"""
+import os
 import subprocess
 import sys
+import tempfile
+import time
+import traceback
+
+TMP = None  # run_checks' temporary directory, while it runs
+
+
+class Failure(Exception):
+    """A check that did not hold; the message says what was seen."""
+
+
+def expect(cond, message):
+    if not cond:
+        raise Failure(message)
+
+
+def _report_failure(kind, value, tb):
+    if issubclass(kind, Failure):
+        print("FAIL: " + str(value), file=sys.stderr)  # the exit status is 1, as for any
+    else:                                               # uncaught exception
+        sys.__excepthook__(kind, value, tb)
+
+
+sys.excepthook = _report_failure
 
 
 def run(args, stdin=None):
@@ -9,7 +42,50 @@ def run(args, stdin=None):
     return p.returncode, p.stdout, p.stderr
 
 
-def expect(cond, message):
-    if not cond:
-        print("FAIL: " + message, file=sys.stderr)
+def tmp(*parts):
+    """A path in run_checks' temporary directory."""
+    return os.path.join(TMP, *parts)
+
+
+def run_checks(title, checks, only, fixtures=None, timed=True):
+    """In a new temporary directory: runs fixtures() if given, then each of `checks` (check_*
+    functions) whose name without check_ is in `only` (all of them if `only` is empty).
+
+    Prints "ok: fixtures[, WHAT] (S s)", WHAT being what fixtures() returns if anything, or
+    "FAIL: fixtures: MESSAGE" and exits 1 on a Failure (other exceptions go up); per check
+    "ok: NAME (S s)", or on stderr "FAIL: NAME: MESSAGE" (a traceback for an exception other
+    than Failure). At the end, if any failed, "FAILED: NAMES" on stderr and exit 1, else
+    "ok: TITLE (S s)" ("ok: TITLE" if not `timed`)."""
+    global TMP
+    failed = []
+    start = time.time()
+    with tempfile.TemporaryDirectory() as d:
+        TMP = os.path.realpath(d)
+        if fixtures is not None:
+            t0 = time.time()
+            try:
+                what = fixtures()
+            except Failure as e:
+                print(f"FAIL: fixtures: {e}", file=sys.stderr)
+                sys.exit(1)
+            what = f", {what}" if what else ""
+            print(f"ok: fixtures{what} ({time.time() - t0:.1f} s)", flush=True)
+        for check in checks:
+            name = check.__name__[len("check_"):]
+            if only and name not in only:
+                continue
+            t0 = time.time()
+            try:
+                check()
+                print(f"ok: {name} ({time.time() - t0:.1f} s)", flush=True)
+            except Failure as e:
+                failed.append(name)
+                print(f"FAIL: {name}: {e}", file=sys.stderr, flush=True)
+            except Exception:
+                failed.append(name)
+                print(f"FAIL: {name}: unexpected error\n{traceback.format_exc()}",
+                      file=sys.stderr, flush=True)
+    if failed:
+        print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
         sys.exit(1)
+    print(f"ok: {title} ({time.time() - start:.1f} s)" if timed else f"ok: {title}")

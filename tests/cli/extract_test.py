@@ -15,9 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
 
 import lmdb
 import numpy as np
@@ -26,7 +24,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from PIL import Image
 
-from cli_common import run
+from cli_common import Failure, expect, run, run_checks, tmp
+from torch_models import Small
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
@@ -34,43 +33,15 @@ import make_slides  # noqa: E402  (imports pyvips only in its child processes)
 
 mltool = os.path.abspath(sys.argv[1])
 only = set(sys.argv[2:])
-TMP = None  # the temp dir, set in main()
 TS = 128    # tile size of the fixture store
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 torch.set_num_threads(2)
 
 
-class Failure(Exception):
-    pass
-
-
-def expect(cond, message):
-    if not cond:
-        raise Failure(message)
-
-
-def tmp(*parts):
-    return os.path.join(TMP, *parts)
-
-
 # ---------------------------------------------------------------- models (fixed seeds)
 
-class Small(nn.Module):
-    """conv(3→8, 3×3) + ReLU + conv(8→8, stride 2) + ReLU + avg pool + linear → 16."""
-
-    def __init__(self):
-        super().__init__()
-        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
-        self.c2 = nn.Conv2d(8, 8, 3, stride=2, padding=1)
-        self.fc = nn.Linear(8, 16)
-
-    def forward(self, x):
-        x = F.relu(self.c1(x))
-        x = F.relu(self.c2(x))
-        x = F.adaptive_avg_pool2d(x, 1).flatten(1)
-        return self.fc(x)
-
+# Small comes from torch_models.py (the GPU test uses it too).
 
 class Slow(nn.Module):
     """Enough work per tile that a run lasts long enough to be killed in the middle."""
@@ -229,6 +200,7 @@ def make_fixtures():
            f"fixture store: {len(KEYS)} tiles, {KEYS[:1]}..{KEYS[-1:]}")
     expect(not any(k.startswith("B/") for k in KEYS), "reference skips the incomplete slide")
     save_models()
+    return f"{len(KEYS)} tiles"
 
 
 # ---------------------------------------------------------------- running mltool extract
@@ -836,37 +808,7 @@ CHECKS = [check_torchscript, check_f16, check_color_texture, check_resume, check
 
 
 def main():
-    global TMP
-    failed = []
-    start = time.time()
-    with tempfile.TemporaryDirectory() as d:
-        TMP = os.path.realpath(d)
-        t0 = time.time()
-        try:
-            make_fixtures()
-        except Failure as e:
-            print(f"FAIL: fixtures: {e}", file=sys.stderr)
-            sys.exit(1)
-        print(f"ok: fixtures, {len(KEYS)} tiles ({time.time() - t0:.1f} s)", flush=True)
-        for check in CHECKS:
-            name = check.__name__[len("check_"):]
-            if only and name not in only:
-                continue
-            t0 = time.time()
-            try:
-                check()
-                print(f"ok: {name} ({time.time() - t0:.1f} s)", flush=True)
-            except Failure as e:
-                failed.append(name)
-                print(f"FAIL: {name}: {e}", file=sys.stderr, flush=True)
-            except Exception:
-                failed.append(name)
-                print(f"FAIL: {name}: unexpected error\n{traceback.format_exc()}",
-                      file=sys.stderr, flush=True)
-    if failed:
-        print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
-        sys.exit(1)
-    print(f"ok: mltool extract ({time.time() - start:.1f} s)")
+    run_checks("mltool extract", CHECKS, only, make_fixtures)
 
 
 main()

@@ -14,16 +14,14 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
 
 import lmdb
 import numpy as np
 import openslide
 from PIL import Image
 
-from cli_common import run
+from cli_common import Failure, expect, run, run_checks, tmp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
@@ -31,17 +29,7 @@ import make_slides  # noqa: E402  (imports pyvips only in its child processes)
 
 mltool = os.path.abspath(sys.argv[1])
 only = set(sys.argv[2:])
-TMP = None  # the temp dir, set in main()
 TS = 256
-
-
-class Failure(Exception):
-    pass
-
-
-def expect(cond, message):
-    if not cond:
-        raise Failure(message)
 
 
 # ---------------------------------------------------------------- references
@@ -168,10 +156,6 @@ def tile(*args, stdin=None):
 
 def by_id(summary):
     return {s["id"]: s for s in summary["slides"]}
-
-
-def tmp(*parts):
-    return os.path.join(TMP, *parts)
 
 
 def slide_id(path):
@@ -838,36 +822,7 @@ CHECKS = [check_grid, check_pixels, check_resample, check_resume, check_bad_inpu
 
 
 def main():
-    global TMP
-    failed = []
-    with tempfile.TemporaryDirectory() as d:
-        TMP = os.path.realpath(d)
-        t0 = time.time()
-        try:
-            make_fixtures()
-        except Failure as e:
-            print(f"FAIL: fixtures: {e}", file=sys.stderr)
-            sys.exit(1)
-        print(f"ok: fixtures ({time.time() - t0:.1f} s)", flush=True)
-        for check in CHECKS:
-            name = check.__name__[len("check_"):]
-            if only and name not in only:
-                continue
-            t0 = time.time()
-            try:
-                check()
-                print(f"ok: {name} ({time.time() - t0:.1f} s)", flush=True)
-            except Failure as e:
-                failed.append(name)
-                print(f"FAIL: {name}: {e}", file=sys.stderr, flush=True)
-            except Exception:
-                failed.append(name)
-                print(f"FAIL: {name}: unexpected error\n{traceback.format_exc()}",
-                      file=sys.stderr, flush=True)
-    if failed:
-        print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
-        sys.exit(1)
-    print("ok: mltool tile")
+    run_checks("mltool tile", CHECKS, only, make_fixtures, timed=False)
 
 
 main()

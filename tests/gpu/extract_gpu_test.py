@@ -33,8 +33,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
-import time
 import traceback
 import warnings
 
@@ -42,7 +40,9 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
+sys.path.insert(0, os.path.join(HERE, "..", "cli"))
 import tile_store  # noqa: E402
+from cli_common import Failure, expect, run_checks, tmp  # noqa: E402
 
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 flags = [a for a in sys.argv[1:] if a.startswith("--")]
@@ -63,6 +63,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from PIL import Image  # noqa: E402
+from torch_models import Small  # noqa: E402
 
 if not SMOKE and not torch.cuda.is_available():
     print("FAIL: no CUDA GPU is visible to torch; the gpu tests need one (--cpu-smoke runs "
@@ -76,7 +77,6 @@ THREADS = str(min(8, os.cpu_count() or 1))
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 torch.set_num_threads(min(4, os.cpu_count() or 1))
-TMP = None
 
 # Three complete slides whose ids sort differently as ids and as keys ("S-2/" < "S/"), with
 # holes in their grids, and "B", interrupted (tiles, no done/ marker): 105 tiles, so batches
@@ -88,19 +88,6 @@ SLIDES = [
     {"id": "B", "rows": 2, "cols": 3, "complete": False},
 ]
 N_TILES = 51 + 34 + 20
-
-
-class Failure(Exception):
-    pass
-
-
-def expect(cond, message):
-    if not cond:
-        raise Failure(message)
-
-
-def tmp(*parts):
-    return os.path.join(TMP, *parts)
 
 
 def max_diff(a, b):
@@ -118,21 +105,7 @@ def rel_diff(a, b):
 
 # ---------------------------------------------------------------- models (fixed seeds)
 
-class Small(nn.Module):
-    """conv(3→8, 3×3) + ReLU + conv(8→8, stride 2) + ReLU + avg pool + linear → 16."""
-
-    def __init__(self):
-        super().__init__()
-        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
-        self.c2 = nn.Conv2d(8, 8, 3, stride=2, padding=1)
-        self.fc = nn.Linear(8, 16)
-
-    def forward(self, x):
-        x = F.relu(self.c1(x))
-        x = F.relu(self.c2(x))
-        x = F.adaptive_avg_pool2d(x, 1).flatten(1)
-        return self.fc(x)
-
+# Small comes from tests/cli/torch_models.py (extract_test.py uses it too).
 
 class Identity(nn.Module):
     """The preprocessed input, flattened: with --mean 0,0,0 --std 1,1,1 and no resize, the
@@ -178,6 +151,15 @@ def make_fixtures():
     torch.manual_seed(1234)
     torch.jit.script(Small().eval()).save(tmp("small.pt"))
     torch.jit.script(Identity().eval()).save(tmp("identity.pt"))
+
+
+def fixtures():
+    """make_fixtures for run_checks, any error in them reported with its traceback."""
+    try:
+        make_fixtures()
+    except Exception as e:
+        raise Failure(f"{e}\n{traceback.format_exc()}") from e
+    return f"2 stores of {N_TILES} tiles"
 
 
 def small():
@@ -485,41 +467,11 @@ CHECKS = [check_decode, check_torchscript, check_color_texture, check_amp, check
 
 
 def main():
-    global TMP
-    failed = []
-    start = time.time()
     where = "CPU smoke run (no GPU used)" if SMOKE else \
         f"{GPUS} GPU(s): {', '.join(torch.cuda.get_device_name(i) for i in range(GPUS))}"
     print(f"mltool extract GPU checks: {where}; torch {torch.__version__}", flush=True)
-    with tempfile.TemporaryDirectory() as d:
-        TMP = os.path.realpath(d)
-        t0 = time.time()
-        try:
-            make_fixtures()
-        except Exception as e:
-            print(f"FAIL: fixtures: {e}\n{traceback.format_exc()}", file=sys.stderr)
-            sys.exit(1)
-        print(f"ok: fixtures, 2 stores of {N_TILES} tiles ({time.time() - t0:.1f} s)", flush=True)
-        for check in CHECKS:
-            name = check.__name__[len("check_"):]
-            if only and name not in only:
-                continue
-            t0 = time.time()
-            try:
-                check()
-                print(f"ok: {name} ({time.time() - t0:.1f} s)", flush=True)
-            except Failure as e:
-                failed.append(name)
-                print(f"FAIL: {name}: {e}", file=sys.stderr, flush=True)
-            except Exception:
-                failed.append(name)
-                print(f"FAIL: {name}: unexpected error\n{traceback.format_exc()}",
-                      file=sys.stderr, flush=True)
-    if failed:
-        print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
-        sys.exit(1)
-    print(f"ok: mltool extract on {'cpu (smoke)' if SMOKE else 'the GPU'} "
-          f"({time.time() - start:.1f} s)")
+    run_checks(f"mltool extract on {'cpu (smoke)' if SMOKE else 'the GPU'}", CHECKS, only,
+               fixtures)
 
 
 if __name__ == "__main__":

@@ -5,32 +5,24 @@
 #include <string>
 
 #include "mltool/util/error.hpp"
+#include "support/errors.hpp"
 
 namespace {
 
 using mltool::FormatError;
 using mltool::io::JsonSchema;
+using mltool::testing::error_or_empty;
 using nlohmann::json;
 
 JsonSchema schema(const char* text) { return JsonSchema(json::parse(text), "test.schema.json"); }
 
 // The message validate() throws for `doc`, or "" if it is valid.
 std::string error_of(const JsonSchema& s, const char* doc) {
-  try {
-    s.validate(json::parse(doc), "doc.json");
-  } catch (const FormatError& e) {
-    return e.what();
-  }
-  return "";
+  return error_or_empty<FormatError>([&] { s.validate(json::parse(doc), "doc.json"); });
 }
 
 std::string compile_error(const char* text) {
-  try {
-    schema(text);
-  } catch (const FormatError& e) {
-    return e.what();
-  }
-  return "";
+  return error_or_empty<FormatError>([&] { schema(text); });
 }
 
 TEST(JsonSchema, IntegerMinimumMessageNamesPointer) {

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/errors.hpp"
 #include "support/temp_dir.hpp"
 
 namespace lmdb = mltool::io::lmdb;
@@ -22,6 +23,8 @@ using mltool::Error;
 using mltool::FormatError;
 using mltool::InputError;
 using mltool::UsageError;
+using mltool::testing::contains;
+using mltool::testing::error_of;
 
 namespace {
 
@@ -43,21 +46,6 @@ std::string value_of(int i, std::size_t size) {
   std::string v(size, '\0');
   for (std::size_t j = 0; j < size; ++j) v[j] = static_cast<char>((i * 131 + j * 7) & 0xff);
   return v;
-}
-
-template <class E, class F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
 }
 
 TEST_F(LmdbTest, RoundTripAndPrefixIteration) {

@@ -8,6 +8,7 @@
 
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
+#include "support/errors.hpp"
 #include "unit/feature_store_fixture.hpp"
 
 namespace {
@@ -16,6 +17,7 @@ using mltool::FormatError;
 using mltool::io::DType;
 using mltool::io::NpyHeader;
 using mltool::io::parse_npy_header;
+using mltool::testing::error_or_empty;
 
 // An .npy file with the given header dict (padded like numpy) and `data_bytes` zeros.
 std::string make_npy(const std::string& dict, std::size_t data_bytes, int major = 1,
@@ -39,12 +41,7 @@ NpyHeader parse(const std::string& bytes) {
 
 // The FormatError message of parsing `bytes`, or "" if it parsed.
 std::string error_of(const std::string& bytes) {
-  try {
-    parse(bytes);
-  } catch (const FormatError& e) {
-    return e.what();
-  }
-  return "";
+  return error_or_empty<FormatError>([&] { parse(bytes); });
 }
 
 const char* kF4 = "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }";

@@ -6,6 +6,7 @@
 #include "mltool/records/labels.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
+#include "support/errors.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
@@ -22,22 +23,12 @@ using mltool::records::select_labels;
 using mltool::records::Table;
 using mltool::records::table_format_for;
 using mltool::records::TableFormat;
+using mltool::testing::error_of;
 using Rows = std::vector<std::vector<std::string>>;
 
 Table csv(std::string_view text) { return parse_table(text, TableFormat::csv, "labels.csv"); }
 Table tsv(std::string_view text) { return parse_table(text, TableFormat::tsv, "labels.tsv"); }
 Table jsonl(std::string_view text) { return parse_table(text, TableFormat::jsonl, "labels.jsonl"); }
-
-// The message `f` throws as E, or "" if it throws nothing.
-template <typename E, typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::string csv_error(std::string_view text) {
   return error_of<FormatError>([&] { csv(text); });

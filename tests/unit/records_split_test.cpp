@@ -10,6 +10,7 @@
 
 #include "mltool/records/split.hpp"
 #include "mltool/util/error.hpp"
+#include "support/errors.hpp"
 
 namespace {
 
@@ -20,6 +21,7 @@ using mltool::records::SplitAssignment;
 using mltool::records::SplitItem;
 using mltool::records::SplitSpec;
 using mltool::records::validate_splits;
+using mltool::testing::error_or_empty;
 
 // A random table: group names own their strings, items view them.
 struct Table {
@@ -211,12 +213,7 @@ TEST(SplitQuality, SparseLabelIdsAreFine) {
 }
 
 std::string usage_error(const std::vector<SplitSpec>& splits) {
-  try {
-    validate_splits(splits);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
+  return error_or_empty<UsageError>([&] { validate_splits(splits); });
 }
 
 TEST(SplitSpecs, Validation) {

@@ -4,6 +4,7 @@
 
 #include "mltool/slide/geometry.hpp"
 #include "mltool/util/error.hpp"
+#include "support/errors.hpp"
 
 using mltool::slide::Level;
 using mltool::slide::make_grid;
@@ -11,6 +12,7 @@ using mltool::slide::plan_read;
 using mltool::slide::ReadPlan;
 using mltool::slide::SlideGeometry;
 using mltool::slide::tile_grid;
+using mltool::testing::error_of;
 
 namespace {
 
@@ -21,17 +23,6 @@ SlideGeometry pyramid() {
   g.mpp_x = 0.25;
   g.mpp_y = 0.25;
   return g;
-}
-
-template <typename E, typename F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
 }
 
 }  // namespace
@@ -78,7 +69,7 @@ TEST(SlideGeometry, ScannerDownsampleJitterStillPicksTheLevel) {
 
 TEST(SlideGeometry, UpsamplingIsRefusedNamingBothResolutions) {
   const std::string m =
-      message_of<mltool::UsageError>([] { plan_read(pyramid(), 0.2, std::nullopt, 256, "a.svs"); });
+      error_of<mltool::UsageError>([] { plan_read(pyramid(), 0.2, std::nullopt, 256, "a.svs"); });
   EXPECT_NE(m.find("a.svs"), std::string::npos) << m;
   EXPECT_NE(m.find("0.2"), std::string::npos) << m;
   EXPECT_NE(m.find("0.25"), std::string::npos) << m;
@@ -89,7 +80,7 @@ TEST(SlideGeometry, MissingMppNamesTheSlideAndSuggestsLevel) {
   g.mpp_x.reset();
   g.mpp_y.reset();
   const std::string m =
-      message_of<mltool::InputError>([&] { plan_read(g, 0.5, std::nullopt, 256, "b.ndpi"); });
+      error_of<mltool::InputError>([&] { plan_read(g, 0.5, std::nullopt, 256, "b.ndpi"); });
   EXPECT_EQ(m,
             "b.ndpi: no µm/px metadata (openslide.mpp-x or TIFF resolution); pass --level N to tile "
             "at a pyramid level instead");
@@ -108,7 +99,7 @@ TEST(SlideGeometry, LevelPathReadsTheTileAtThatLevel) {
 
 TEST(SlideGeometry, LevelOutOfRangeListsTheLevels) {
   const std::string m =
-      message_of<mltool::UsageError>([] { plan_read(pyramid(), std::nullopt, 3, 256, "a.svs"); });
+      error_of<mltool::UsageError>([] { plan_read(pyramid(), std::nullopt, 3, 256, "a.svs"); });
   EXPECT_NE(m.find("--level 3"), std::string::npos) << m;
   EXPECT_NE(m.find("2 (2500x1875, downsample 16)"), std::string::npos) << m;
   EXPECT_THROW(plan_read(pyramid(), std::nullopt, -1, 256, "a.svs"), mltool::UsageError);

@@ -20,6 +20,7 @@
 #include "mltool/slide/tissue.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
+#include "support/errors.hpp"
 #include "support/temp_dir.hpp"
 
 using mltool::InputError;
@@ -32,21 +33,10 @@ using mltool::slide::mpp_from_tiff_resolution;
 using mltool::slide::qc_picture;
 using mltool::slide::RgbImage;
 using mltool::slide::Slide;
+using mltool::testing::contains;
+using mltool::testing::error_of;
 
 namespace {
-
-template <class E, class F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // A smooth, non-symmetric test picture: ramps in x and y, a disc, so flips and swaps show.
 RgbImage test_picture(int w, int h) {

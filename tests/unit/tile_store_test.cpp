@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mltool/util/error.hpp"
+#include "support/errors.hpp"
 #include "support/temp_dir.hpp"
 
 namespace lmdb = mltool::io::lmdb;
@@ -23,21 +25,10 @@ using mltool::slide::slide_id_for;
 using mltool::slide::tile_key;
 using mltool::slide::TileSettings;
 using mltool::slide::TileStore;
+using mltool::testing::contains;
+using mltool::testing::error_of;
 
 namespace {
-
-template <class E, class F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Settings that differ from the defaults in every field.
 TileSettings unusual_settings() {
@@ -170,48 +161,25 @@ TEST(TileStoreSettings, FromJsonRejectsInvalidRecordsNamingThePlace) {
     nlohmann::json doc;
     const char* names;  // a part of the message that points at the problem
   };
-  std::vector<Case> cases;
-  {
+  // `good` with `field` set to `value`.
+  const auto with = [&](const char* field, nlohmann::json value) {
     auto d = good;
-    d["tile_size"] = 0;
-    cases.push_back({"tile_size 0", d, "/tile_size"});
-  }
-  {
-    auto d = good;
-    d["encoding"] = "webp";
-    cases.push_back({"unknown encoding", d, "/encoding"});
-  }
-  {
-    auto d = good;
-    d["quality"] = 101;
-    cases.push_back({"quality 101", d, "/quality"});
-  }
-  {
-    auto d = good;
-    d["min_tissue"] = 1.5;
-    cases.push_back({"min_tissue 1.5", d, "/min_tissue"});
-  }
-  {
-    auto d = good;
-    d["mpp"] = "0.5";
-    cases.push_back({"mpp as a string", d, "/mpp"});
-  }
-  {
-    auto d = good;
-    d.erase("tissue");
-    cases.push_back({"missing tissue", d, "/tissue"});
-  }
-  {
-    auto d = good;
-    d["format"] = "mltool.features";
-    cases.push_back({"other format", d, "/format"});
-  }
-  {
-    auto d = good;
-    d["extra"] = 1;
-    cases.push_back({"unknown property", d, "/extra"});
-  }
-  cases.push_back({"not an object", nlohmann::json::array({1, 2}), "(root)"});
+    d[field] = std::move(value);
+    return d;
+  };
+  auto without_tissue = good;
+  without_tissue.erase("tissue");
+  const std::vector<Case> cases = {
+      {"tile_size 0", with("tile_size", 0), "/tile_size"},
+      {"unknown encoding", with("encoding", "webp"), "/encoding"},
+      {"quality 101", with("quality", 101), "/quality"},
+      {"min_tissue 1.5", with("min_tissue", 1.5), "/min_tissue"},
+      {"mpp as a string", with("mpp", "0.5"), "/mpp"},
+      {"missing tissue", without_tissue, "/tissue"},
+      {"other format", with("format", "mltool.features"), "/format"},
+      {"unknown property", with("extra", 1), "/extra"},
+      {"not an object", nlohmann::json::array({1, 2}), "(root)"},
+  };
   for (const auto& c : cases) {
     const std::string msg = error_of<FormatError>([&] { TileSettings::from_json(c.doc, where); });
     EXPECT_TRUE(contains(msg, where)) << c.what << ": " << msg;

@@ -1,0 +1,292 @@
+#include "pack_plan.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+
+#include "mltool/slide/tile_store.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
+#include "mltool/util/log.hpp"
+#include "random.hpp"
+
+namespace mltool::records::detail {
+namespace {
+
+std::string_view slide_of(std::string_view key) {
+  const auto slash = key.rfind('/');
+  return slash == std::string_view::npos ? key : key.substr(0, slash);
+}
+
+/// Interns strings as dense ids in order of first appearance.
+class Interner {
+ public:
+  std::uint32_t id(const std::string& s) {
+    auto [it, inserted] = ids_.emplace(s, static_cast<std::uint32_t>(names_.size()));
+    if (inserted) names_.push_back(s);
+    return it->second;
+  }
+  std::vector<std::string> take() { return std::move(names_); }
+
+ private:
+  std::unordered_map<std::string, std::uint32_t> ids_;
+  std::vector<std::string> names_;
+};
+
+std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+}  // namespace
+
+PackPlan plan_records(const io::FeatureStore& store, const Labels& labels, const PackJob& job,
+                      PackReport& report) {
+  PackPlan plan;
+  plan.labels = label_map(labels);
+
+  std::vector<bool> invalid(store.rows(), false);
+  for (const auto row : store.invalid_rows()) invalid[row] = true;
+
+  // Rows of every slide, built on the first key that is not a tile key.
+  std::unordered_map<std::string_view, std::vector<std::uint64_t>> slide_rows;
+  bool slides_built = false;
+  auto rows_of_slide = [&](std::string_view slide) -> const std::vector<std::uint64_t>* {
+    if (!slides_built) {
+      for (std::uint64_t i = 0; i < store.rows(); ++i) {
+        const std::string_view key = store.key(i);
+        if (key.find('/') != std::string_view::npos) slide_rows[slide_of(key)].push_back(i);
+      }
+      slides_built = true;
+    }
+    const auto it = slide_rows.find(slide);
+    return it == slide_rows.end() ? nullptr : &it->second;
+  };
+
+  Interner slides, groups;
+  // tile/image: (row, label, group); bag: (slide, label) -> rows, and slide -> group.
+  std::vector<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t>> pairs;
+  std::map<std::pair<std::string, std::uint32_t>, std::vector<std::uint64_t>> bags;
+  std::unordered_map<std::string, std::pair<std::uint32_t, std::uint64_t>> bag_group;  // group, line
+  std::vector<std::string> missing;
+  const bool bag = job.unit == PackUnit::bag;
+
+  for (const LabelRecord& rec : labels.records) {
+    std::vector<std::uint64_t> single;
+    const std::vector<std::uint64_t>* rows = nullptr;
+    std::string slide;
+    if (const auto row = store.find(rec.key)) {
+      single.push_back(*row);
+      rows = &single;
+      slide = std::string(slide_of(rec.key));
+    } else if ((rows = rows_of_slide(rec.key)) != nullptr) {
+      slide = rec.key;
+    } else {
+      if (missing.size() < 5) missing.push_back(in_quotes(rec.key) + " (line " + std::to_string(rec.line) + ")");
+      ++report.missing_keys;
+      continue;
+    }
+    const std::uint32_t label = plan.labels.id(rec.label);
+    const std::uint32_t group = groups.id(job.columns.group.empty() ? slide : rec.group);
+    if (bag) {
+      auto [it, inserted] = bag_group.emplace(slide, std::make_pair(group, rec.line));
+      if (!inserted && it->second.first != group) {
+        throw InputError(at_file(labels.path, "line " + std::to_string(rec.line) + ": slide " +
+                                                  in_quotes(slide) + " is in group " +
+                                                  in_quotes(rec.group) + ", but line " +
+                                                  std::to_string(it->second.second) +
+                                                  " put it in another group; a bag (one slide) "
+                                                  "must lie in one group"));
+      }
+      auto& members = bags[{slide, label}];
+      for (const auto row : *rows) {
+        if (invalid[row]) {
+          ++report.invalid_rows;
+        } else {
+          members.push_back(row);
+        }
+      }
+    } else {
+      for (const auto row : *rows) {
+        if (invalid[row]) {
+          ++report.invalid_rows;
+        } else {
+          pairs.emplace_back(row, label, group);
+        }
+      }
+    }
+  }
+
+  if (report.missing_keys > 0 && !job.skip_missing) {
+    std::string list;
+    for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+    throw InputError(at_file(labels.path, std::to_string(report.missing_keys) +
+                                              " labels rows name keys that are neither tile keys "
+                                              "nor slides of the feature store " +
+                                              store.dir() + ": " + list +
+                                              (report.missing_keys > missing.size() ? ", ..." : "") +
+                                              " (skip them with --skip-missing)"));
+  }
+
+  if (bag) {
+    for (auto& [slide_label, members] : bags) {
+      const auto before = members.size();
+      std::sort(members.begin(), members.end());
+      members.erase(std::unique(members.begin(), members.end()), members.end());
+      report.duplicate_labels += before - members.size();
+      if (members.empty()) {
+        ++report.empty_bags;
+        continue;
+      }
+      PlannedRecord r;
+      r.first = plan.rows.size();
+      r.count = members.size();
+      r.label = slide_label.second;
+      r.slide = slides.id(slide_label.first);
+      r.group = bag_group.at(slide_label.first).first;
+      plan.rows.insert(plan.rows.end(), members.begin(), members.end());
+      plan.records.push_back(r);
+    }
+  } else {
+    // Sorted by (row, label): a deterministic record order; a repeated pair is dropped.
+    std::stable_sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) {
+      return std::tie(std::get<0>(a), std::get<1>(a)) < std::tie(std::get<0>(b), std::get<1>(b));
+    });
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      const auto [row, label, group] = pairs[i];
+      if (i > 0 && std::get<0>(pairs[i - 1]) == row && std::get<1>(pairs[i - 1]) == label) {
+        ++report.duplicate_labels;
+        continue;
+      }
+      PlannedRecord r;
+      r.first = plan.rows.size();
+      r.count = 1;
+      r.label = label;
+      r.slide = slides.id(std::string(slide_of(store.key(row))));
+      r.group = group;
+      plan.rows.push_back(row);
+      plan.records.push_back(r);
+    }
+  }
+  plan.slides = slides.take();
+  plan.groups = groups.take();
+  plan.index = plan.rows;
+  return plan;
+}
+
+std::uint64_t dedupe_rows(const io::FeatureStore& store, PackPlan& plan) {
+  std::vector<std::uint64_t> used = plan.rows;
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  const std::size_t width = store.row_bytes();
+  const auto* base = static_cast<const std::uint8_t*>(store.data());
+  auto bytes = [&](std::uint64_t row) { return std::string_view(reinterpret_cast<const char*>(base + row * width), width); };
+
+  // hash -> first rows with that hash (more than one only on a collision of different bytes).
+  std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> seen;
+  std::unordered_map<std::uint64_t, std::uint64_t> canonical;
+  std::uint64_t duplicates = 0;
+  for (const auto row : used) {  // ascending: the first occurrence wins
+    const std::string_view b = bytes(row);
+    auto& candidates = seen[seeded_hash(b, 0)];
+    std::uint64_t target = row;
+    for (const auto c : candidates) {
+      if (bytes(c) == b) {
+        target = c;
+        break;
+      }
+    }
+    if (target == row) {
+      candidates.push_back(row);
+    } else {
+      canonical.emplace(row, target);
+      ++duplicates;
+    }
+  }
+  for (auto& row : plan.index) {
+    const auto it = canonical.find(row);
+    if (it != canonical.end()) row = it->second;
+  }
+  return duplicates;
+}
+
+namespace {
+
+/// "<row:06d>_<col:06d>" → (row, col), or nothing.
+std::optional<std::pair<std::int64_t, std::int64_t>> parse_grid(std::string_view name) {
+  if (name.size() < 3) return std::nullopt;
+  const auto sep = name.find('_');
+  if (sep == std::string_view::npos || sep == 0 || sep + 1 == name.size()) return std::nullopt;
+  std::int64_t v[2] = {0, 0};
+  const std::string_view parts[2] = {name.substr(0, sep), name.substr(sep + 1)};
+  for (int i = 0; i < 2; ++i) {
+    if (parts[i].size() > 12) return std::nullopt;
+    for (const char c : parts[i]) {
+      if (c < '0' || c > '9') return std::nullopt;
+      v[i] = v[i] * 10 + (c - '0');
+    }
+  }
+  return std::make_pair(v[0], v[1]);
+}
+
+}  // namespace
+
+void find_coordinates(const io::FeatureStore& store, PackPlan& plan) {
+  const auto& manifest = store.manifest();
+  if (!manifest.contains("source") || !manifest["source"].contains("tile_store") ||
+      !manifest["source"]["tile_store"].is_string()) {
+    return;
+  }
+  const std::string path = manifest["source"]["tile_store"].get<std::string>();
+  if (!util::is_directory(path) || !util::exists(util::join_path(path, "data.mdb"))) {
+    log::info(path + ": the tile store named by " + store.dir() +
+              "/features.json is not there; records get no x, y");
+    return;
+  }
+  const auto tiles = slide::TileStore::open(path, false);
+  // slide -> (row, col) -> (x, y), loaded per slide on first use.
+  std::unordered_map<std::string, std::map<std::pair<std::int64_t, std::int64_t>,
+                                           std::pair<std::int64_t, std::int64_t>>>
+      grids;
+  std::vector<std::pair<std::int64_t, std::int64_t>> coords;
+  coords.reserve(plan.rows.size());
+  for (const auto row : plan.rows) {
+    const std::string_view key = store.key(row);
+    const auto slash = key.rfind('/');
+    const auto cell = slash == std::string_view::npos ? std::nullopt : parse_grid(key.substr(slash + 1));
+    if (!cell) {
+      log::info("tile key " + in_quotes(key) + " is not <slide>/<row>_<col>; records get no x, y");
+      return;
+    }
+    const std::string slide(key.substr(0, slash));
+    auto it = grids.find(slide);
+    if (it == grids.end()) {
+      auto& grid = grids[slide];
+      if (const auto doc = tiles.record("tiles", slide)) {
+        try {
+          const auto& r = doc->at("row");
+          const auto& c = doc->at("col");
+          const auto& x = doc->at("x");
+          const auto& y = doc->at("y");
+          for (std::size_t i = 0; i < r.size(); ++i) {
+            grid[{r.at(i).get<std::int64_t>(), c.at(i).get<std::int64_t>()}] = {
+                x.at(i).get<std::int64_t>(), y.at(i).get<std::int64_t>()};
+          }
+        } catch (const nlohmann::json::exception& e) {
+          throw FormatError(path + ": meta 'tiles/" + slide + "': " + e.what());
+        }
+      }
+      it = grids.find(slide);
+    }
+    const auto found = it->second.find(*cell);
+    if (found == it->second.end()) {
+      log::info("tile " + in_quotes(key) + " is not in the tile store " + path + "; records get no x, y");
+      return;
+    }
+    coords.push_back(found->second);
+  }
+  plan.coordinates = std::move(coords);
+  plan.tile_store = path;
+}
+
+}  // namespace mltool::records::detail

@@ -4,6 +4,7 @@
 namespace mltool::cli {
 
 Command index_command();
+Command pack_command();
 #ifdef MLTOOL_HAVE_SLIDE
 Command tile_command();
 #endif
@@ -19,6 +20,7 @@ const std::vector<Command>& commands() {
 #ifdef MLTOOL_HAVE_TORCH
       extract_command(),
 #endif
+      pack_command(),
       index_command(),
   };
   return table;

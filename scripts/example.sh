@@ -3,7 +3,8 @@
 # today: set up, report the build, generate a synthetic whole-slide image (a pyramidal tiled
 # TIFF at 0.25 µm/px with H&E-like tissue on glass), tile it into an LMDB tile store at
 # 0.5 µm/px with a QC picture, read the store back with python-lmdb, extract features with the
-# built-in extractor and read them with numpy, and index a TFRecord file written by TensorFlow
+# built-in extractor and read them with numpy, pack them with slide-level labels into
+# index-based TFRecord shards with a slide-disjoint train/val split, and index a TFRecord file written by TensorFlow
 # so NVIDIA DALI can read it by random access.
 #   scripts/example.sh [WORKDIR]      (default: example-run/, git-ignored)
 set -euo pipefail
@@ -16,14 +17,19 @@ mkdir -p "$work"
 echo "== mltool --version"
 "$mltool" --version
 
-echo "== a synthetic slide: 12288 x 9216 px at 0.25 µm/px, ~40% tissue ($work/example-slide.tif)"
-[ -f "$work/example-slide.tif" ] ||
-  "$python" scripts/fixtures/make_slides.py "$work" --size 12288x9216 --tissue-fraction 0.4 \
-    --mpp 0.25 --name example-slide.tif >/dev/null
+echo "== synthetic slides: 12288 x 9216 px and 3 smaller ones at 0.25 µm/px, H&E-like tissue on glass"
+slides=()
+for spec in example-slide:12288x9216:0.4 slide-b:6144x4608:0.5 slide-c:6144x4608:0.3 slide-d:6144x4608:0.6; do
+  IFS=: read -r name size fraction <<<"$spec"
+  [ -f "$work/$name.tif" ] ||
+    "$python" scripts/fixtures/make_slides.py "$work" --size "$size" --tissue-fraction "$fraction" \
+      --mpp 0.25 --name "$name.tif" >/dev/null
+  slides+=("$work/$name.tif")
+done
 
-echo "== mltool tile (→ $work/tiles.lmdb, QC picture in $work/qc/)"
+echo "== mltool tile (→ $work/tiles.lmdb, QC pictures in $work/qc/)"
 rm -rf "$work/tiles.lmdb" "$work/qc"
-"$mltool" tile "$work/example-slide.tif" -o "$work/tiles.lmdb" --mpp 0.5 --qc "$work/qc" --json
+"$mltool" tile "${slides[@]}" -o "$work/tiles.lmdb" --mpp 0.5 --qc "$work/qc" --json
 
 echo "== the tile store, read with python-lmdb + Pillow"
 "$python" - "$work/tiles.lmdb" <<'PY'
@@ -62,6 +68,14 @@ meta = json.load(open(f"{d}/features.json"))
 print(f"features.npy {x.shape} {x.dtype}; row 0 = {keys[0]}: mean RGB {np.round(x[0, :3], 3)}, "
       f"saturation {x[0, 57]:.3f}; model {meta['model']}")
 PY
+
+echo "== mltool pack (slide-level labels → index-based TFRecord shards in $work/dataset/)"
+printf 'key,label\nexample-slide,tumor\nslide-b,normal\nslide-c,tumor\nslide-d,normal\n' > "$work/labels.csv"
+"$mltool" pack "$work/features" --labels "$work/labels.csv" -o "$work/dataset" --split train=0.5,val=0.5 \
+  --shards 2 --seed 1 --overwrite --json
+echo "== dataset.json: splits"
+"$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps(d["splits"], indent=1)[:1500])' \
+  "$work/dataset/dataset.json"
 
 echo "== mltool index (a TFRecord file written by TensorFlow → DALI index)"
 cp tests/data/tf_written.tfrecord "$work/"

@@ -178,11 +178,15 @@ SplitAssignment assign_splits(const std::vector<SplitItem>& items,
     double best_delta = std::numeric_limits<double>::infinity();
     for (std::size_t s = 0; s < S; ++s) {
       // The change of the cost if the group went to s: (d + c)² − d² = 2dc + c².
-      double delta = (2.0 * (placed[s] - target[s]) * m + m * m) / target[s];
+      // Each term is scaled by max(T, 1): by T, so a small split or a rare label weighs as
+      // much as a large one, but never by less than one record, or the overshoot of a
+      // target below one record (a 10% split of 8 slides) would outweigh everything else
+      // and small splits would stay empty.
+      double delta = (2.0 * (placed[s] - target[s]) * m + m * m) / std::max(target[s], 1.0);
       for (std::size_t k = g.offsets[group]; k < g.offsets[group + 1]; ++k) {
         const std::size_t sl = s * K + g.labels[k];
         const double c = static_cast<double>(g.counts[k]);
-        delta += (2.0 * (label_placed[sl] - label_target[sl]) * c + c * c) / label_target[sl];
+        delta += (2.0 * (label_placed[sl] - label_target[sl]) * c + c * c) / std::max(label_target[sl], 1.0);
       }
       if (delta < best_delta) {
         best_delta = delta;

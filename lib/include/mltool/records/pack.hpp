@@ -107,9 +107,11 @@ inline constexpr int kDatasetFormatVersion = 1;
 
 /// Packs a dataset (see the decisions above). Everything is validated before the first
 /// shard is written. Throws UsageError for a bad job (no shards, bad splits, existing
-/// output without overwrite), InputError for missing keys ("N keys of LABELS are not in
-/// the feature store FEATURES: "a" (line 2), ... " naming up to 5) or unreadable inputs,
-/// FormatError for malformed inputs, ResourceError for I/O failures.
+/// output without overwrite), InputError for labels rows whose keys are in the store
+/// neither as tile keys nor as slides ("LABELS: N labels rows name keys that are neither
+/// tile keys nor slides of the feature store FEATURES: "a" (line 2), ... (skip them with
+/// --skip-missing)", naming up to 5) or unreadable inputs, FormatError for malformed
+/// inputs, ResourceError for I/O failures.
 PackReport pack_dataset(const PackJob& job);
 
 /// "{split}-{i:05d}-of-{n:05d}.tfrecord".

@@ -49,7 +49,7 @@ struct SplitAssignment {
 /// largest first — more precisely by decreasing size class floor(log2(size)), and
 /// within a class in the order of a seeded hash of the group name — each into the
 /// split that least increases the cost
-///   Σ_s (n_s − T_s)² / T_s + Σ_s Σ_l (n_sl − T_sl)² / T_sl
+///   Σ_s (n_s − T_s)² / max(T_s, 1) + Σ_s Σ_l (n_sl − T_sl)² / max(T_sl, 1)
 /// (n_s, n_sl: records placed so far; ties go to the earlier split). Big groups go
 /// first while every split still has room; the many small ones that follow even out
 /// both the sizes and the label mix. The relative (chi-square) form keeps a 10% test

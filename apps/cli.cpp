@@ -1,5 +1,6 @@
 #include "cli.hpp"
 
+#include <cstdio>
 #include <iostream>
 #include <memory>
 
@@ -36,6 +37,12 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_flag("--json", o.json, "Print one machine-readable JSON summary on stdout");
   app.add_flag("-v,--verbose", o.verbose, "More logging on stderr");
   app.add_flag("-q,--quiet", o.quiet, "Only errors on stderr");
+}
+
+std::string format_fixed(double v, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, v);
+  return text;
 }
 
 std::vector<std::string> expand_stdin_list(const std::vector<std::string>& items) {

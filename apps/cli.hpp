@@ -39,6 +39,9 @@ void add_common_options(CLI::App& app, CommonOptions& options);
 /// Replaces a "-" entry by the lines of stdin (blank lines and # comments skipped).
 std::vector<std::string> expand_stdin_list(const std::vector<std::string>& items);
 
+/// `v` with `digits` decimals ("%.*f"), for log lines.
+std::string format_fixed(double v, int digits = 1);
+
 /// Parses argv and runs the selected command; returns the exit code. Throws mltool::Error.
 int run(int argc, char** argv);
 

@@ -1,7 +1,6 @@
 // mltool extract TILES.lmdb -o FEATURES/ [options]      tile store → feature store
 //
 // Option parsing and the summary; the pipeline is mltool::features::extract_features.
-#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -33,12 +32,6 @@ std::array<float, 3> parse_triple(const std::string& text, const char* option) {
   return out;
 }
 
-std::string fixed1(double v) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f", v);
-  return text;
-}
-
 int run_extract(ExtractOptions& o, const CommonOptions& common) {
   o.job.threads = common.threads;
   o.job.mean = parse_triple(o.mean, "--mean");
@@ -52,7 +45,7 @@ int run_extract(ExtractOptions& o, const CommonOptions& common) {
   } else {
     log::info(r.output + ": " + std::to_string(r.rows) + " x " + std::to_string(r.dims) + " features" +
               (r.resumed_from ? " (resumed after " + std::to_string(r.resumed_from) + ")" : "") + " on " + devices +
-              ", " + fixed1(r.seconds) + " s, " + fixed1(r.tiles_per_second) + " tiles/s" +
+              ", " + format_fixed(r.seconds) + " s, " + format_fixed(r.tiles_per_second) + " tiles/s" +
               (r.invalid ? ", " + std::to_string(r.invalid) + " invalid rows" : ""));
   }
   if (common.json)

@@ -4,7 +4,6 @@
 // Option parsing, slide selection (--shard, stdin lists), the per-slide loop with
 // --keep-going, and the summary; the tiling itself is mltool::slide::tile_slide.
 #include <algorithm>
-#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -55,12 +54,6 @@ nlohmann::json report_json(const slide::SlideReport& r) {
 }
 
 std::string percent(double f) { return std::to_string(static_cast<int>(f * 100 + 0.5)) + "%"; }
-
-std::string fixed1(double v) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f", v);
-  return text;
-}
 
 int run_merge(const TileOptions& o, const CommonOptions& common, const std::vector<std::string>& stores) {
   auto out = slide::TileStore::open(o.output, true);
@@ -117,7 +110,7 @@ int run_tile(TileOptions& o, const CommonOptions& common) {
       } else {
         log::info(r.id + ": " + std::to_string(r.tiles) + " of " + std::to_string(r.grid_tiles) + " tiles" +
                   (r.tissue_fraction ? ", " + percent(*r.tissue_fraction) + " tissue" : "") + ", " +
-                  fixed1(r.seconds) + " s, " + fixed1(r.tiles / std::max(r.seconds, 1e-9)) + " tiles/s");
+                  format_fixed(r.seconds) + " s, " + format_fixed(r.tiles / std::max(r.seconds, 1e-9)) + " tiles/s");
       }
       reports.push_back(report_json(r));
     } catch (const Error& e) {

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <climits>
 #include <cstdlib>
 #include <chrono>
 #include <condition_variable>
@@ -122,9 +121,7 @@ struct Failure {
 };
 
 json source_json(const slide::TileStore& store, const std::vector<std::string>& keys, int tile_size) {
-  char resolved[PATH_MAX];
-  const std::string path = ::realpath(store.path().c_str(), resolved) ? resolved : store.path();
-  return {{"tile_store", path},
+  return {{"tile_store", util::absolute_path(store.path())},
           {"tiles", keys.size()},
           {"first_key", keys.front()},
           {"last_key", keys.back()},

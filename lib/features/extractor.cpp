@@ -4,9 +4,7 @@
 
 #include <ATen/autocast_mode.h>
 
-#include <climits>
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 
 #include "mltool/io/crc32c.hpp"
@@ -48,7 +46,7 @@ const char* amp_name(Amp amp) { return amp == Amp::f16 ? "f16" : amp == Amp::bf1
 class TorchScriptExtractor final : public Extractor {
  public:
   TorchScriptExtractor(std::string path, torch::Device device, int tile_size, const Preprocess& p, Amp amp)
-      : path_(canonical(std::move(path))), device_(device), preprocess_(p), amp_(amp) {
+      : path_(util::absolute_path(path)), device_(device), preprocess_(p), amp_(amp) {
     if (!std::ifstream(path_).good()) throw InputError(at_file(path_, "cannot open the TorchScript model"));
     {
       // The file's identity goes into features.json, so a replaced model is never mistaken
@@ -125,11 +123,6 @@ class TorchScriptExtractor final : public Extractor {
     std::string m = c10 ? c10->what_without_backtrace() : e.what();
     if (const auto cut = m.find("\n\n"); cut != std::string::npos) m.resize(cut);
     return m.size() > 2000 ? m.substr(0, 2000) + "..." : m;
-  }
-
-  static std::string canonical(std::string path) {
-    char resolved[PATH_MAX];
-    return ::realpath(path.c_str(), resolved) ? std::string(resolved) : path;
   }
 
   static std::string shape_text(const torch::Tensor& t) {

@@ -11,6 +11,7 @@
 #include "mltool/io/half.hpp"
 #include "mltool/io/manifest.hpp"
 #include "mltool/util/error.hpp"
+#include "mltool/util/version.hpp"
 
 namespace mltool::io {
 namespace {
@@ -27,14 +28,6 @@ std::string join(const std::string& dir, const char* name) {
 std::string prepared_dir(std::string dir) {
   util::make_directories(dir);
   return dir;
-}
-
-std::string default_created_by() {
-#ifdef MLTOOL_VERSION
-  return std::string("mltool ") + MLTOOL_VERSION;
-#else
-  return "mltool";
-#endif
 }
 
 std::string quoted(std::string_view s) {
@@ -58,7 +51,7 @@ FeatureStoreWriter::FeatureStoreWriter(std::string dir, std::uint64_t dims, DTyp
       dtype_(dtype),
       model_(std::move(model)),
       source_(std::move(source)),
-      created_by_(created_by.empty() ? default_created_by() : std::move(created_by)),
+      created_by_(created_by.empty() ? util::tool_version() : std::move(created_by)),
       matrix_(join(dir_, kFeaturesMatrixFile), dtype, {dims}),
       keys_(join(dir_, kFeaturesKeysFile)) {
   if (dims_ == 0) throw UsageError(at_file(dir_, "a feature store needs dims >= 1"));

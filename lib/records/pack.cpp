@@ -1,7 +1,5 @@
 #include "mltool/records/pack.hpp"
 
-#include <limits.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +13,7 @@
 #include "mltool/records/shards.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
+#include "mltool/util/version.hpp"
 #include "pack_plan.hpp"
 
 namespace mltool::records {
@@ -44,19 +43,6 @@ std::string shard_file_name(const std::string& split, std::uint32_t index, std::
 }
 
 namespace {
-
-std::string absolute(const std::string& path) {
-  char resolved[PATH_MAX];
-  return ::realpath(path.c_str(), resolved) ? std::string(resolved) : path;
-}
-
-std::string default_created_by() {
-#ifdef MLTOOL_VERSION
-  return std::string("mltool ") + MLTOOL_VERSION;
-#else
-  return "mltool";
-#endif
-}
 
 void rename_or_throw(const std::string& from, const std::string& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) {
@@ -207,9 +193,9 @@ PackReport pack_dataset(const PackJob& job) {
   json doc = {
       {"format", kDatasetFormat},
       {"format_version", kDatasetFormatVersion},
-      {"created_by", job.created_by.empty() ? default_created_by() : job.created_by},
+      {"created_by", job.created_by.empty() ? util::tool_version() : job.created_by},
       {"features",
-       {{"path", absolute(store.dir())},
+       {{"path", util::absolute_path(store.dir())},
         {"matrix", io::kFeaturesMatrixFile},
         {"matrix_bytes", store.mapping()->size()},
         {"matrix_sha256", matrix_sha256},
@@ -217,7 +203,7 @@ PackReport pack_dataset(const PackJob& job) {
         {"dims", store.dims()},
         {"dtype", std::string(io::name(store.dtype()))}}},
       {"labels",
-       {{"path", absolute(job.labels)},
+       {{"path", util::absolute_path(job.labels)},
         {"key_column", job.columns.key},
         {"label_column", job.columns.label},
         {"group_column", job.columns.group.empty() ? json(nullptr) : json(job.columns.group)},

@@ -7,11 +7,11 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "mltool/io/crc32c.hpp"
 #include "mltool/slide/tile_store.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
-#include "random.hpp"
 
 namespace mltool::records::detail {
 namespace {
@@ -182,13 +182,14 @@ std::uint64_t dedupe_rows(const io::FeatureStore& store, PackPlan& plan) {
   const auto* base = static_cast<const std::uint8_t*>(store.data());
   auto bytes = [&](std::uint64_t row) { return std::string_view(reinterpret_cast<const char*>(base + row * width), width); };
 
-  // hash -> first rows with that hash (more than one only on a collision of different bytes).
-  std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> seen;
+  // CRC-32C (hardware) -> first rows with that checksum (more than one only on a collision
+  // of different bytes, which the byte compare below tells apart).
+  std::unordered_map<std::uint32_t, std::vector<std::uint64_t>> seen;
   std::unordered_map<std::uint64_t, std::uint64_t> canonical;
   std::uint64_t duplicates = 0;
   for (const auto row : used) {  // ascending: the first occurrence wins
     const std::string_view b = bytes(row);
-    auto& candidates = seen[seeded_hash(b, 0)];
+    auto& candidates = seen[io::crc32c(b.data(), b.size())];
     std::uint64_t target = row;
     for (const auto c : candidates) {
       if (bytes(c) == b) {

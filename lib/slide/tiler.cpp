@@ -4,9 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <exception>
-#include <limits.h>
 #include <mutex>
 #include <thread>
 
@@ -30,11 +28,6 @@ using json = nlohmann::json;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::string absolute_path(const std::string& path) {
-  char resolved[PATH_MAX];
-  return ::realpath(path.c_str(), resolved) ? std::string(resolved) : path;
 }
 
 struct KeptTile {
@@ -187,7 +180,7 @@ SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob&
   const std::string& id = report.id;
   const Slide slide = Slide::open(path);
   const std::string quickhash = slide.property("openslide.quickhash-1").value_or("");
-  const std::string abs_path = absolute_path(path);
+  const std::string abs_path = util::absolute_path(path);
 
   if (const auto existing = store.record("slides", id)) {
     const std::string other_hash = existing->value("quickhash", "");
@@ -310,7 +303,7 @@ SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob&
 }
 
 MergeReport merge_store(TileStore& out, const std::string& input, std::size_t commit_every) {
-  if (absolute_path(input) == absolute_path(out.path()))
+  if (util::absolute_path(input) == util::absolute_path(out.path()))
     throw UsageError(at_file(input, "cannot merge a store into itself"));
   MergeReport report;
   report.path = input;

@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <ftw.h>
 
 #include "mltool/util/error.hpp"
@@ -181,6 +183,11 @@ void make_directories(const std::string& path) {
 std::string join_path(const std::string& dir, const std::string& name) {
   if (dir.empty()) return name;
   return dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+std::string absolute_path(const std::string& path) {
+  char resolved[PATH_MAX];
+  return ::realpath(path.c_str(), resolved) ? std::string(resolved) : path;
 }
 
 std::string parent_directory(const std::string& path) {

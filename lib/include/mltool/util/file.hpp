@@ -74,6 +74,9 @@ class MappedFile {
 
 /// `dir + "/" + name` (no doubled slash).
 std::string join_path(const std::string& dir, const std::string& name);
+/// `path` resolved to an absolute path without symbolic links (realpath), or `path`
+/// unchanged if it cannot be resolved (e.g. it does not exist).
+std::string absolute_path(const std::string& path);
 /// The directory part of `path` ("." for a bare name).
 std::string parent_directory(const std::string& path);
 /// Removes `path` and, for a directory, everything below it; no error if it is absent.

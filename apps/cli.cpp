@@ -1,12 +1,13 @@
 #include "cli.hpp"
 
-#include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <memory>
 
 #include "mltool/util/build_info.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/log.hpp"
+#include "torch_module.hpp"
 
 namespace mltool::cli {
 namespace {
@@ -15,10 +16,25 @@ constexpr const char* kDescription =
     "mltool: whole-slide images to trained models without running out of memory.\n"
     "Exit codes: 0 ok, 1 usage, 2 input/data error, 3 runtime/resource error, 4 partial success.";
 
-std::string version_text() {
+// mltool first, then the module's components (LibTorch, CUDA), then the core's others.
+std::string version_text(const TorchModule* module, const std::string& why) {
+  auto versions = component_versions();
+  auto torch = module ? module->versions()
+                      : std::vector<std::pair<std::string, std::string>>{{"LibTorch", "unavailable (" + why + ")"}};
+  versions.insert(versions.begin() + 1, torch.begin(), torch.end());
   std::string out;
-  for (const auto& [name, value] : component_versions()) out += name + " " + value + "\n";
+  for (const auto& [name, value] : versions) out += name + " " + value + "\n";
   return out;
+}
+
+// Whether the command line names a command built into the program (directly or as
+// `help CMD`): then the LibTorch module is not loaded.
+bool names_builtin_command(int argc, char** argv) {
+  if (argc < 2) return false;
+  const char* name = std::strcmp(argv[1], "help") == 0 && argc >= 3 ? argv[2] : argv[1];
+  for (const auto& command : commands())
+    if (std::strcmp(command.name, name) == 0) return true;
+  return false;
 }
 
 // The help of a subcommand, identical whether asked as `mltool CMD --help` or `mltool help CMD`.
@@ -32,46 +48,17 @@ void apply_logging(const std::string& name, const CommonOptions& common) {
 
 }  // namespace
 
-void add_common_options(CLI::App& app, CommonOptions& o) {
-  app.add_option("--threads", o.threads, "Worker threads (0 = one per core)")->check(CLI::NonNegativeNumber);
-  app.add_flag("--json", o.json, "Print one machine-readable JSON summary on stdout");
-  app.add_flag("-v,--verbose", o.verbose, "More logging on stderr");
-  app.add_flag("-q,--quiet", o.quiet, "Only errors on stderr");
-}
-
-std::string format_fixed(double v, int digits) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", digits, v);
-  return text;
-}
-
-std::vector<std::string> expand_stdin_list(const std::vector<std::string>& items) {
-  std::vector<std::string> out;
-  for (const auto& item : items) {
-    if (item != "-") {
-      out.push_back(item);
-      continue;
-    }
-    std::string line;
-    while (std::getline(std::cin, line)) {
-      const auto first = line.find_first_not_of(" \t\r");
-      if (first == std::string::npos || line[first] == '#') continue;
-      const auto last = line.find_last_not_of(" \t\r");
-      out.push_back(line.substr(first, last - first + 1));
-    }
-  }
-  return out;
-}
-
 int run(int argc, char** argv) {
   CLI::App app(kDescription, "mltool");
   app.require_subcommand(0, 1);
   bool show_version = false;
   app.add_flag("--version", show_version, "Print the versions of mltool and its components");
 
+  std::string module_failure;
+  const TorchModule* module = names_builtin_command(argc, argv) ? nullptr : load_torch_module(module_failure);
   auto common = std::make_shared<CommonOptions>();
   std::vector<std::pair<CLI::App*, Action>> actions;
-  for (const auto& command : commands()) {
+  for (const auto& command : all_commands(module ? module->commands : std::vector<Command>{})) {
     CLI::App* sub = app.add_subcommand(command.name, command.summary);
     add_common_options(*sub, *common);
     actions.emplace_back(sub, command.setup(*sub, *common));
@@ -106,11 +93,13 @@ int run(int argc, char** argv) {
     std::cout << app.help();
     return exit_code::ok;
   } catch (const CLI::ParseError& e) {
-    throw UsageError(e.what() + std::string(" (see mltool --help)"));
+    std::string hint = " (see mltool --help)";
+    if (!module && !module_failure.empty()) hint += "; the LibTorch commands are unavailable: " + module_failure;
+    throw UsageError(e.what() + hint);
   }
 
   if (show_version) {
-    std::cout << version_text();
+    std::cout << version_text(module, module_failure);
     return exit_code::ok;
   }
   if (help->parsed()) {

@@ -1,5 +1,6 @@
 // The command table and the options every subcommand shares. Dispatch, the top-level
-// usage and `mltool help CMD` are all built from the one table in commands.cpp.
+// usage and `mltool help CMD` are all built from the one table in commands.cpp, joined by
+// the commands of the LibTorch module (torch_module.hpp) when a command needs them.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -30,8 +31,13 @@ struct Command {
   std::function<Action(CLI::App& app, const CommonOptions& common)> setup;
 };
 
-/// The table, in the order `mltool --help` lists it.
+/// The table of the commands built into the program (those that need no LibTorch), in
+/// pipeline order.
 const std::vector<Command>& commands();
+
+/// The table `mltool --help` lists: commands() with `module` (the LibTorch module's
+/// commands) placed in pipeline order, before `pack`.
+std::vector<Command> all_commands(const std::vector<Command>& module);
 
 /// Adds --threads, --json, --verbose and --quiet to a subcommand.
 void add_common_options(CLI::App& app, CommonOptions& options);

@@ -27,6 +27,7 @@ int run_pack(PackOptions& o, const CommonOptions& common) {
   o.job.splits = records::parse_splits(o.split);
   if (o.shards < 1) throw UsageError("--shards must be at least 1");
   o.job.shards = o.shards;
+  o.job.threads = common.threads;
   o.job.on_shard = [](const records::PackShard& s) {
     log::debug(s.file + ": " + std::to_string(s.records) + " records, " + std::to_string(s.bytes) + " bytes");
   };

@@ -1,4 +1,6 @@
-// The command table: the only list of subcommands. A command is added here when it works.
+// The command table: the only list of subcommands built into the program. A command is
+// added here when it works. Commands that need LibTorch (extract, train) live in the
+// LibTorch module (torch_module.cpp), which only they load.
 #include "cli.hpp"
 
 namespace mltool::cli {
@@ -8,22 +10,25 @@ Command pack_command();
 #ifdef MLTOOL_HAVE_SLIDE
 Command tile_command();
 #endif
-#ifdef MLTOOL_HAVE_TORCH
-Command extract_command();
-#endif
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
 #ifdef MLTOOL_HAVE_SLIDE
       tile_command(),
 #endif
-#ifdef MLTOOL_HAVE_TORCH
-      extract_command(),
-#endif
       pack_command(),
       index_command(),
   };
   return table;
+}
+
+std::vector<Command> all_commands(const std::vector<Command>& module) {
+  std::vector<Command> out;
+  for (const auto& command : commands()) {
+    if (std::string(command.name) == "pack") out.insert(out.end(), module.begin(), module.end());
+    out.push_back(command);
+  }
+  return out;
 }
 
 }  // namespace mltool::cli

@@ -28,16 +28,6 @@ const char* kind_name(ProtoKind kind) {
 }
 
 // The feature `name`, created if absent; a UsageError if it already holds another kind.
-tfproto::Feature& feature_for(tfproto::Example& example, const std::string& name, ProtoKind kind) {
-  tfproto::Feature& feature = (*example.mutable_features()->mutable_feature())[name];
-  if (feature.kind_case() != tfproto::Feature::KIND_NOT_SET && feature.kind_case() != kind) {
-    throw UsageError("ExampleBuilder: feature '" + name + "' is of kind " +
-                     kind_name(feature.kind_case()) + ", cannot add " + kind_name(kind) +
-                     " values to it");
-  }
-  return feature;
-}
-
 // Proto3 generated classes have no unknown_fields() accessor; reflection has.
 const google::protobuf::UnknownFieldSet& unknown_fields(const google::protobuf::Message& m) {
   return m.GetReflection()->GetUnknownFields(m);
@@ -213,77 +203,6 @@ const char* to_string(FeatureKind kind) {
   }
   return "none";
 }
-
-// ---------------------------------------------------------------- ExampleBuilder
-
-struct ExampleBuilder::Impl {
-  tfproto::Example message;
-};
-
-ExampleBuilder::ExampleBuilder() : impl_(std::make_unique<Impl>()) {}
-ExampleBuilder::~ExampleBuilder() = default;
-ExampleBuilder::ExampleBuilder(ExampleBuilder&&) noexcept = default;
-ExampleBuilder& ExampleBuilder::operator=(ExampleBuilder&&) noexcept = default;
-
-ExampleBuilder& ExampleBuilder::add_int64(const std::string& name, std::int64_t value) {
-  feature_for(impl_->message, name, tfproto::Feature::kInt64List)
-      .mutable_int64_list()
-      ->add_value(value);
-  return *this;
-}
-
-ExampleBuilder& ExampleBuilder::add_int64s(const std::string& name,
-                                           const std::vector<std::int64_t>& values) {
-  auto* list = feature_for(impl_->message, name, tfproto::Feature::kInt64List).mutable_int64_list();
-  list->mutable_value()->Add(values.begin(), values.end());
-  return *this;
-}
-
-ExampleBuilder& ExampleBuilder::add_float(const std::string& name, float value) {
-  feature_for(impl_->message, name, tfproto::Feature::kFloatList)
-      .mutable_float_list()
-      ->add_value(value);
-  return *this;
-}
-
-ExampleBuilder& ExampleBuilder::add_floats(const std::string& name,
-                                           const std::vector<float>& values) {
-  auto* list = feature_for(impl_->message, name, tfproto::Feature::kFloatList).mutable_float_list();
-  list->mutable_value()->Add(values.begin(), values.end());
-  return *this;
-}
-
-ExampleBuilder& ExampleBuilder::add_bytes(const std::string& name, std::string_view value) {
-  feature_for(impl_->message, name, tfproto::Feature::kBytesList)
-      .mutable_bytes_list()
-      ->add_value(value.data(), value.size());
-  return *this;
-}
-
-ExampleBuilder& ExampleBuilder::add_bytes_list(const std::string& name,
-                                               const std::vector<std::string>& values) {
-  auto* list = feature_for(impl_->message, name, tfproto::Feature::kBytesList).mutable_bytes_list();
-  for (const std::string& v : values) list->add_value(v);
-  return *this;
-}
-
-std::string ExampleBuilder::serialize() const {
-  const std::size_t size = impl_->message.ByteSizeLong();
-  if (size > static_cast<std::size_t>(INT_MAX)) {
-    throw UsageError("ExampleBuilder: an Example of " + std::to_string(size) +
-                     " bytes exceeds protobuf's 2 GiB message limit");
-  }
-  std::string out(size, '\0');
-  google::protobuf::io::ArrayOutputStream array(out.data(), static_cast<int>(size));
-  google::protobuf::io::CodedOutputStream coded(&array);
-  // Map order is otherwise unspecified; sorted keys make the bytes reproducible.
-  coded.SetSerializationDeterministic(true);
-  impl_->message.SerializeWithCachedSizes(&coded);
-  if (coded.HadError()) throw ResourceError("ExampleBuilder: protobuf serialization failed");
-  return out;
-}
-
-void ExampleBuilder::clear() { impl_->message.Clear(); }
 
 // ---------------------------------------------------------------- Example
 

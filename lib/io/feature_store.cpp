@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
-#include <unordered_map>
 
 #include "mltool/io/half.hpp"
 #include "mltool/io/manifest.hpp"
@@ -143,7 +142,11 @@ struct FeatureStore::Keys {
   // '\n', real or (for a missing final newline) virtual.
   std::vector<std::uint64_t> starts;
   std::once_flag index_once;
-  std::unordered_map<std::string_view, std::uint64_t> index;
+  // key -> row, open addressing with linear probing: each slot holds row + 1 (0 = empty)
+  // in its low 40 bits and the top 24 bits of the key's hash above them, so most probes
+  // that miss never touch the key text. Two slots per key at most.
+  std::vector<std::uint64_t> slots;
+  std::uint64_t mask = 0;
 
   std::string_view text() const {
     return {reinterpret_cast<const char*>(file->data()), file->size()};
@@ -260,24 +263,52 @@ std::string_view FeatureStore::key(std::uint64_t row) const {
   return keys_->line(row);
 }
 
+namespace {
+
+constexpr int kRowBits = 40;
+constexpr std::uint64_t kRowMask = (std::uint64_t{1} << kRowBits) - 1;
+
+std::uint64_t tag_of(std::size_t hash) { return static_cast<std::uint64_t>(hash) >> kRowBits << kRowBits; }
+
+}  // namespace
+
 std::optional<std::uint64_t> FeatureStore::find(std::string_view key) const {
   Keys& k = *keys_;
-  std::call_once(k.index_once, [&k, this] {
+  const std::hash<std::string_view> hasher;
+  std::call_once(k.index_once, [&k, &hasher, this] {
     // If this throws, call_once stays unset and the next find() reports it again.
-    std::unordered_map<std::string_view, std::uint64_t> index;
-    index.reserve(rows_);
+    if (rows_ >= kRowMask) throw FormatError(at_file(k.path, "too many keys to index"));
+    std::uint64_t capacity = 16;
+    while (capacity < 2 * rows_) capacity *= 2;
+    std::vector<std::uint64_t> slots(capacity, 0);
+    const std::uint64_t mask = capacity - 1;
     for (std::uint64_t i = 0; i < rows_; ++i) {
-      auto [it, inserted] = index.emplace(k.line(i), i);
-      if (!inserted)
-        throw FormatError(at_file(k.path, "line " + std::to_string(i + 1) + ": duplicate key " +
-                                              quoted(k.line(i)) + " (first on line " +
-                                              std::to_string(it->second + 1) + ")"));
+      const std::string_view key_i = k.line(i);
+      const std::size_t hash = hasher(key_i);
+      for (std::uint64_t s = hash & mask;; s = (s + 1) & mask) {
+        const std::uint64_t slot = slots[s];
+        if (slot == 0) {
+          slots[s] = tag_of(hash) | (i + 1);
+          break;
+        }
+        const std::uint64_t other = (slot & kRowMask) - 1;
+        if ((slot & ~kRowMask) == tag_of(hash) && k.line(other) == key_i) {
+          throw FormatError(at_file(k.path, "line " + std::to_string(i + 1) + ": duplicate key " +
+                                                quoted(key_i) + " (first on line " +
+                                                std::to_string(other + 1) + ")"));
+        }
+      }
     }
-    k.index = std::move(index);
+    k.slots = std::move(slots);
+    k.mask = mask;
   });
-  auto it = k.index.find(key);
-  if (it == k.index.end()) return std::nullopt;
-  return it->second;
+  const std::size_t hash = hasher(key);
+  for (std::uint64_t s = hash & k.mask;; s = (s + 1) & k.mask) {
+    const std::uint64_t slot = k.slots[s];
+    if (slot == 0) return std::nullopt;
+    const std::uint64_t row = (slot & kRowMask) - 1;
+    if ((slot & ~kRowMask) == tag_of(hash) && k.line(row) == key) return row;
+  }
 }
 
 }  // namespace mltool::io

@@ -295,6 +295,10 @@ Table read_table(const std::string& path) {
 }
 
 Labels select_labels(const Table& table, const LabelColumns& columns) {
+  return select_labels(Table(table), columns);
+}
+
+Labels select_labels(Table&& table, const LabelColumns& columns) {
   if (columns.key == columns.label) {
     throw UsageError("the key and label columns must differ, both are " + json_quoted(columns.key));
   }
@@ -310,7 +314,7 @@ Labels select_labels(const Table& table, const LabelColumns& columns) {
   // key → index of its first record, to check that every row of a key has one group.
   std::unordered_map<std::string_view, std::size_t> first_of_key;
   for (std::size_t i = 0; i < table.rows.size(); ++i) {
-    const std::vector<std::string>& row = table.rows[i];
+    std::vector<std::string>& row = table.rows[i];
     const std::uint64_t line = table.lines[i];
     for (const std::size_t c : {key_col, label_col, group_col}) {
       if (row[c].empty()) {
@@ -324,7 +328,10 @@ Labels select_labels(const Table& table, const LabelColumns& columns) {
                                                json_quoted(row[key_col]) +
                                                " contains a line break"));
     }
-    out.records.push_back(LabelRecord{row[key_col], row[label_col], row[group_col], line});
+    // The table's strings move into the records (the group is the key's copy without a
+    // group column).
+    std::string group = row[group_col];
+    out.records.push_back(LabelRecord{std::move(row[key_col]), std::move(row[label_col]), std::move(group), line});
   }
   if (grouped) {
     for (std::size_t i = 0; i < out.records.size(); ++i) {

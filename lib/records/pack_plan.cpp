@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <string_view>
 #include <tuple>
@@ -21,19 +22,29 @@ std::string_view slide_of(std::string_view key) {
   return slash == std::string_view::npos ? key : key.substr(0, slash);
 }
 
-/// Interns strings as dense ids in order of first appearance.
+/// Interns strings as dense ids in order of first appearance. Looked up by view (no
+/// string is built for a name already seen); the last name is remembered, since labels
+/// tables list a slide's rows together.
 class Interner {
  public:
-  std::uint32_t id(const std::string& s) {
-    auto [it, inserted] = ids_.emplace(s, static_cast<std::uint32_t>(names_.size()));
-    if (inserted) names_.push_back(s);
+  std::uint32_t id(std::string_view s) {
+    if (!names_.empty() && s == *last_) return last_id_;
+    auto it = ids_.find(s);
+    if (it == ids_.end()) {
+      names_.emplace_back(s);  // a deque: earlier names never move, so their views stay valid
+      it = ids_.emplace(names_.back(), static_cast<std::uint32_t>(names_.size() - 1)).first;
+    }
+    last_ = &names_[it->second];
+    last_id_ = it->second;
     return it->second;
   }
-  std::vector<std::string> take() { return std::move(names_); }
+  std::vector<std::string> take() { return {std::make_move_iterator(names_.begin()), std::make_move_iterator(names_.end())}; }
 
  private:
-  std::unordered_map<std::string, std::uint32_t> ids_;
-  std::vector<std::string> names_;
+  std::unordered_map<std::string_view, std::uint32_t> ids_;
+  std::deque<std::string> names_;
+  const std::string* last_ = nullptr;
+  std::uint32_t last_id_ = 0;
 };
 
 std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
@@ -72,14 +83,19 @@ PackPlan plan_records(const io::FeatureStore& store, const Labels& labels, const
   const bool bag = job.unit == PackUnit::bag;
 
   for (const LabelRecord& rec : labels.records) {
-    std::vector<std::uint64_t> single;
-    const std::vector<std::uint64_t>* rows = nullptr;
-    std::string slide;
+    // The rows the label reaches: one tile, or every tile of a slide.
+    std::uint64_t tile_row = 0;
+    const std::uint64_t* rows = nullptr;
+    std::size_t row_count = 0;
+    std::string_view slide;
     if (const auto row = store.find(rec.key)) {
-      single.push_back(*row);
-      rows = &single;
-      slide = std::string(slide_of(rec.key));
-    } else if ((rows = rows_of_slide(rec.key)) != nullptr) {
+      tile_row = *row;
+      rows = &tile_row;
+      row_count = 1;
+      slide = slide_of(rec.key);
+    } else if (const auto* slide_rows_of_key = rows_of_slide(rec.key)) {
+      rows = slide_rows_of_key->data();
+      row_count = slide_rows_of_key->size();
       slide = rec.key;
     } else {
       if (missing.size() < 5) missing.push_back(in_quotes(rec.key) + " (line " + std::to_string(rec.line) + ")");
@@ -89,7 +105,7 @@ PackPlan plan_records(const io::FeatureStore& store, const Labels& labels, const
     const std::uint32_t label = plan.labels.id(rec.label);
     const std::uint32_t group = groups.id(job.columns.group.empty() ? slide : rec.group);
     if (bag) {
-      auto [it, inserted] = bag_group.emplace(slide, std::make_pair(group, rec.line));
+      auto [it, inserted] = bag_group.emplace(std::string(slide), std::make_pair(group, rec.line));
       if (!inserted && it->second.first != group) {
         throw InputError(at_file(labels.path, "line " + std::to_string(rec.line) + ": slide " +
                                                   in_quotes(slide) + " is in group " +
@@ -98,8 +114,9 @@ PackPlan plan_records(const io::FeatureStore& store, const Labels& labels, const
                                                   " put it in another group; a bag (one slide) "
                                                   "must lie in one group"));
       }
-      auto& members = bags[{slide, label}];
-      for (const auto row : *rows) {
+      auto& members = bags[{std::string(slide), label}];
+      for (const std::uint64_t* it = rows; it != rows + row_count; ++it) {
+        const std::uint64_t row = *it;
         if (invalid[row]) {
           ++report.invalid_rows;
         } else {
@@ -107,7 +124,8 @@ PackPlan plan_records(const io::FeatureStore& store, const Labels& labels, const
         }
       }
     } else {
-      for (const auto row : *rows) {
+      for (const std::uint64_t* it = rows; it != rows + row_count; ++it) {
+        const std::uint64_t row = *it;
         if (invalid[row]) {
           ++report.invalid_rows;
         } else {
@@ -162,7 +180,7 @@ PackPlan plan_records(const io::FeatureStore& store, const Labels& labels, const
       r.first = plan.rows.size();
       r.count = 1;
       r.label = label;
-      r.slide = slides.id(std::string(slide_of(store.key(row))));
+      r.slide = slides.id(slide_of(store.key(row)));
       r.group = group;
       plan.rows.push_back(row);
       plan.records.push_back(r);

@@ -1,5 +1,7 @@
 #include "mltool/records/sha256.hpp"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -20,13 +22,7 @@ constexpr std::uint32_t kRound[64] = {
 
 inline std::uint32_t rotr(std::uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
-}  // namespace
-
-Sha256::Sha256()
-    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
-         0x5be0cd19} {}
-
-void Sha256::block(const std::uint8_t* p) {
+void portable_block(std::uint32_t* h_, const std::uint8_t* p) {
   std::uint32_t w[64];
   for (int t = 0; t < 16; ++t) {
     w[t] = (std::uint32_t{p[4 * t]} << 24) | (std::uint32_t{p[4 * t + 1]} << 16) |
@@ -62,6 +58,68 @@ void Sha256::block(const std::uint8_t* p) {
   h_[7] += h;
 }
 
+// The SHA extensions keep the state as two registers, ABEF and CDGH; each
+// sha256rnds2 does two rounds, so a 4-word group of the schedule takes two, the second on
+// the group's upper half. Schedule words 16..63 come four at a time from the previous
+// sixteen with sha256msg1 / sha256msg2 (FIPS 180-4 6.2.2 step 1, vectorised).
+__attribute__((target("sha,sse4.1,ssse3"))) void hardware_blocks(std::uint32_t* state,
+                                                                 const std::uint8_t* p,
+                                                                 std::size_t count) {
+  const __m128i big_endian = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  __m128i dcba = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state));
+  __m128i hgfe = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state + 4));
+  const __m128i cdab = _mm_shuffle_epi32(dcba, 0xB1);
+  const __m128i efgh = _mm_shuffle_epi32(hgfe, 0x1B);
+  __m128i abef = _mm_alignr_epi8(cdab, efgh, 8);
+  __m128i cdgh = _mm_blend_epi16(efgh, cdab, 0xF0);
+  for (; count > 0; --count, p += 64) {
+    const __m128i abef_in = abef, cdgh_in = cdgh;
+    __m128i w[16];
+    for (int g = 0; g < 16; ++g) {
+      if (g < 4) {
+        w[g] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * g)),
+                                big_endian);
+      } else {
+        const __m128i s = _mm_add_epi32(_mm_sha256msg1_epu32(w[g - 4], w[g - 3]),
+                                        _mm_alignr_epi8(w[g - 1], w[g - 2], 4));
+        w[g] = _mm_sha256msg2_epu32(s, w[g - 1]);
+      }
+      __m128i wk = _mm_add_epi32(w[g], _mm_loadu_si128(reinterpret_cast<const __m128i*>(kRound + 4 * g)));
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);
+      wk = _mm_shuffle_epi32(wk, 0x0E);
+      abef = _mm_sha256rnds2_epu32(abef, cdgh, wk);
+    }
+    abef = _mm_add_epi32(abef, abef_in);
+    cdgh = _mm_add_epi32(cdgh, cdgh_in);
+  }
+  const __m128i feba = _mm_shuffle_epi32(abef, 0x1B);
+  const __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+  dcba = _mm_blend_epi16(feba, dchg, 0xF0);
+  hgfe = _mm_alignr_epi8(dchg, feba, 8);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(state), dcba);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(state + 4), hgfe);
+}
+
+}  // namespace
+
+bool Sha256::hardware_available() {
+  static const bool available = __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1");
+  return available;
+}
+
+Sha256::Sha256(Engine engine)
+    : hardware_(engine == Engine::automatic && hardware_available()),
+      h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
+         0x5be0cd19} {}
+
+void Sha256::blocks(const std::uint8_t* p, std::size_t count) {
+  if (hardware_) {
+    hardware_blocks(h_.data(), p, count);
+  } else {
+    for (; count > 0; --count, p += 64) portable_block(h_.data(), p);
+  }
+}
+
 void Sha256::update(const void* data, std::size_t size) {
   if (finished_) throw UsageError("Sha256::update after digest()");
   const auto* p = static_cast<const std::uint8_t*>(data);
@@ -73,10 +131,12 @@ void Sha256::update(const void* data, std::size_t size) {
     p += take;
     size -= take;
     if (buffered_ < buffer_.size()) return;
-    block(buffer_.data());
+    blocks(buffer_.data(), 1);
     buffered_ = 0;
   }
-  for (; size >= 64; p += 64, size -= 64) block(p);
+  blocks(p, size / 64);
+  p += size / 64 * 64;
+  size %= 64;
   if (size > 0) {
     std::memcpy(buffer_.data(), p, size);
     buffered_ = size;

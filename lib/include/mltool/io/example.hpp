@@ -43,6 +43,8 @@ class ExampleBuilder {
   /// The wire bytes. Deterministic: features are written in name order, so equal
   /// contents give equal bytes (stable checksums, resumable jobs).
   std::string serialize() const;
+  /// The same into `out` (replacing its contents, reusing its capacity).
+  void serialize(std::string& out) const;
 
   /// Removes every feature, keeping allocations for the next record.
   void clear();

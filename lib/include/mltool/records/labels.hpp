@@ -87,6 +87,8 @@ struct Labels {
 /// A missing column is an InputError listing the columns present; the key and label
 /// columns must differ (UsageError).
 Labels select_labels(const Table& table, const LabelColumns& columns);
+/// The same, moving the strings out of `table`.
+Labels select_labels(Table&& table, const LabelColumns& columns);
 
 /// select_labels(read_table(path), columns).
 Labels read_labels(const std::string& path, const LabelColumns& columns);

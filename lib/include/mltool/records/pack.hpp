@@ -82,6 +82,7 @@ struct PackJob {
   bool dedupe = false;
   bool skip_missing = false;  ///< count labels keys absent from the store instead of failing
   bool overwrite = false;     ///< replace an existing output directory
+  int threads = 0;            ///< shards written at once (0 = one per core)
   std::string created_by;     ///< empty: "mltool <version>"
   /// Called after each shard file is committed (inside the partial directory): progress.
   /// An exception thrown here aborts the pack like any other failure.

@@ -10,8 +10,12 @@ namespace mltool {
 /// The mltool version (from the CMake project version).
 std::string version();
 
-/// (component, version) pairs: mltool, LibTorch, CUDA (with the GPUs visible now),
-/// OpenSlide, libvips — in that order; a component not built in says so.
+/// (component, version) pairs of the core library: mltool, OpenSlide, libvips, in that
+/// order; a component not built in says so.
 std::vector<std::pair<std::string, std::string>> component_versions();
+
+/// (component, version) pairs of LibTorch and CUDA (with the GPUs visible now). Defined in
+/// mltool_torch only: the command-line program asks its LibTorch module for them.
+std::vector<std::pair<std::string, std::string>> torch_component_versions();
 
 }  // namespace mltool

@@ -1,0 +1,18 @@
+// The entry point of the LibTorch module (see torch_module.hpp): its command table.
+#include "torch_module.hpp"
+
+#include "mltool/util/build_info.hpp"
+
+namespace mltool::cli {
+
+Command extract_command();
+
+}  // namespace mltool::cli
+
+extern "C" __attribute__((visibility("default"))) const mltool::cli::TorchModule* mltool_torch_module() {
+  static const mltool::cli::TorchModule module{
+      {mltool::cli::extract_command()},
+      &mltool::torch_component_versions,
+  };
+  return &module;
+}

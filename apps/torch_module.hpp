@@ -1,0 +1,32 @@
+// The LibTorch module: the commands that need LibTorch (extract, train), built as a shared
+// object the program loads with dlopen only when one of them (or `--help`, `--version`) is
+// asked for. The other commands start without LibTorch and its CUDA libraries, which take
+// about half a second and 450 MiB of resident memory to load.
+//
+// The module lies at MLTOOL_TORCH_MODULE (a path relative to the program's directory, set
+// by the build) or where the environment variable MLTOOL_TORCH_MODULE points.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli.hpp"
+
+namespace mltool::cli {
+
+/// What the module hands the program.
+struct TorchModule {
+  std::vector<Command> commands;
+  /// (component, version) pairs for `mltool --version`: LibTorch, CUDA.
+  std::vector<std::pair<std::string, std::string>> (*versions)();
+};
+
+/// The module's entry point, looked up with dlsym.
+inline constexpr const char* kTorchModuleSymbol = "mltool_torch_module";
+
+/// Loads the module once. Returns null if this build has none, or if it cannot be loaded;
+/// then `why` says why (the path and dlerror()).
+const TorchModule* load_torch_module(std::string& why);
+
+}  // namespace mltool::cli

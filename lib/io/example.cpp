@@ -10,6 +10,7 @@
 #include <climits>
 
 #include "example.pb.h"
+#include "example_wire.hpp"
 #include "mltool/util/error.hpp"
 
 namespace mltool::io {
@@ -39,41 +40,7 @@ std::string unknown_field_message(const google::protobuf::UnknownFieldSet& unkno
          std::to_string(unknown.field(0).number()) + ", which tf.train.Example does not define";
 }
 
-// Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
-bool valid_utf8(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n;
-    std::uint32_t cp;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    if ((c & 0xe0) == 0xc0) {
-      n = 1;
-      cp = c & 0x1fu;
-    } else if ((c & 0xf0) == 0xe0) {
-      n = 2;
-      cp = c & 0x0fu;
-    } else if ((c & 0xf8) == 0xf0) {
-      n = 3;
-      cp = c & 0x07u;
-    } else {
-      return false;  // a continuation byte, or 0xf8..0xff
-    }
-    if (s.size() - i <= n) return false;
-    for (std::size_t k = 1; k <= n; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xc0) != 0x80) return false;
-      cp = cp << 6 | (cc & 0x3fu);
-    }
-    static constexpr std::uint32_t kMinimum[4] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMinimum[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-    i += n + 1;
-  }
-  return true;
-}
+using wire::valid_utf8;  // the one strict UTF-8 check, shared with ExampleScanner
 
 // Checks, on the wire, what the unknown-field sets cannot show: protobuf parses map
 // entries with code that drops unrecognised fields instead of keeping them, so every

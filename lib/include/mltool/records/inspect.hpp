@@ -1,0 +1,216 @@
+// The core of `mltool inspect`: what a set of TFRecord shards holds (records, bytes, labels per
+// shard), how balanced the shards are, what a uniform interleave over them (tf.data
+// `interleave` with one cycle slot per file, block length 1) does to the label mix of an
+// epoch, and, under `deep`, whether every byte checks out. Every metric is defined in
+// docs/inspect.md; the names here follow it.
+//
+// Inputs are either a dataset directory of `mltool pack` (dataset.json: statistics per split,
+// labels from the label map) or any TFRecord files (one group, labels read from a named
+// feature, int64 or bytes, and reported as absent when no record has it).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mltool::records {
+
+inline constexpr int kDeciles = 10;
+
+// ---------------------------------------------------------------- statistics
+
+/// Pearson's chi-square test of independence.
+struct ChiSquare {
+  double statistic = 0;
+  std::uint64_t dof = 0;
+  double p_value = 1;  ///< P(X >= statistic) for X ~ chi-square(dof); 1 when dof is 0
+};
+
+/// The regularized upper incomplete gamma function Q(a, x) = Γ(a, x) / Γ(a), for a > 0,
+/// x >= 0 (series below a + 1, Lentz's continued fraction above).
+double gamma_q(double a, double x);
+
+/// Upper-tail probability of a chi-square statistic: Q(dof / 2, statistic / 2).
+double chi_square_p(double statistic, double dof);
+
+/// Independence of rows and columns of a table of counts (table[row][col], rows of equal
+/// length). Rows and columns whose totals are 0 are left out, so dof = (r - 1)(c - 1) over
+/// the rest.
+ChiSquare chi_square_independence(const std::vector<std::vector<std::uint64_t>>& table);
+
+/// max / min of `counts`: +inf if the smallest is 0 and the largest is not, NaN if all are 0
+/// or there are none.
+double max_min_ratio(const std::vector<std::uint64_t>& counts);
+
+/// Population standard deviation over mean of `counts`; NaN if their sum is 0.
+double coefficient_of_variation(const std::vector<std::uint64_t>& counts);
+
+// ---------------------------------------------------------------- interleave
+
+/// The order in which a uniform interleave reads shards: every shard open at once, one record
+/// from each in turn (file order) until it runs out, i.e. tf.data's
+/// `from_tensor_slices(files).interleave(TFRecordDataset, cycle_length=len(files))`. Record j
+/// of shard i is read at epoch position P(i, j) = sum_k min(c_k, j) + #{k < i : c_k > j}.
+/// Deciles: decile d holds positions [floor(d N / 10), floor((d + 1) N / 10)) of the N records.
+/// Construction is O(n log n + 10 n) for n shards; per-record queries are O(1) to O(10).
+class RoundRobin {
+ public:
+  explicit RoundRobin(std::vector<std::uint64_t> counts);
+
+  std::size_t shards() const { return counts_.size(); }
+  std::uint64_t total() const { return total_; }
+  std::uint64_t count(std::size_t shard) const { return counts_[shard]; }
+
+  /// P(shard, record); O(n), for tests and small inputs.
+  std::uint64_t position(std::size_t shard, std::uint64_t record) const;
+  /// The decile of epoch position `p` (< total()).
+  int decile_of_position(std::uint64_t p) const;
+  /// The decile record `record` of `shard` is read in.
+  int decile(std::size_t shard, std::uint64_t record) const;
+  /// The first record of `shard` read in decile `d` or later (d in 1..9); count(shard) if none.
+  std::uint64_t first_record_in(std::size_t shard, int d) const {
+    return thresholds_[shard][d - 1];
+  }
+  /// Records of `shard` read in decile `d`.
+  std::uint64_t records_in(std::size_t shard, int d) const;
+  /// Records in decile `d` (all shards).
+  std::uint64_t decile_size(int d) const { return bounds_[d + 1] - bounds_[d]; }
+  /// Over-sampling factor of `shard` in decile `d`: its share of the decile's records over
+  /// its share of all records. 1 for every shard when shards are equal; NaN for an empty
+  /// shard or decile.
+  double factor(std::size_t shard, int d) const;
+  /// The fraction of the epoch read once the last record of `shard` has been: (P(i, c_i - 1)
+  /// + 1) / N. NaN for an empty shard.
+  double exhausted_at(std::size_t shard) const { return exhausted_[shard]; }
+
+ private:
+  std::uint64_t prefix_rounds(std::uint64_t j) const;  // sum_k min(c_k, j)
+
+  std::vector<std::uint64_t> counts_;
+  std::vector<std::uint64_t> sorted_;  // counts, ascending
+  std::vector<std::uint64_t> sorted_prefix_;
+  std::uint64_t total_ = 0;
+  std::array<std::uint64_t, kDeciles + 1> bounds_{};
+  std::vector<std::array<std::uint64_t, kDeciles - 1>> thresholds_;
+  std::vector<double> exhausted_;
+};
+
+// ---------------------------------------------------------------- inspection
+
+struct InspectOptions {
+  /// One dataset directory (holding dataset.json), or TFRecord files.
+  std::vector<std::string> inputs;
+  /// TFRecord files: the feature holding each record's label (int64 or bytes, one value).
+  /// Datasets always use "label"; another name is a UsageError there.
+  std::string label_feature = "label";
+  /// Verify everything: both CRCs of every frame, every DALI index line against the frames,
+  /// every record's features (datasets: exactly dataset.json's record_features, row indices
+  /// below the feature store's rows and not invalid), the feature store's matrix against
+  /// dataset.json.
+  bool deep = false;
+  int threads = 0;  ///< 0 = one per core
+};
+
+struct ShardReport {
+  std::string file;   ///< as given, or as named in dataset.json
+  std::string index;  ///< the DALI index verified under deep, or ""
+  std::uint64_t records = 0;
+  std::uint64_t bytes = 0;
+  std::vector<std::uint64_t> label_histogram;  ///< records per label (InspectReport::labels)
+  std::uint64_t unlabeled = 0;                 ///< records without the label feature (files)
+  std::array<double, kDeciles> factors{};      ///< RoundRobin::factor per decile
+  /// The largest of `factors` and its decile: how much more often than its size warrants the
+  /// interleave reads this shard, where it does so most. NaN / -1 for an empty shard.
+  double oversample = std::numeric_limits<double>::quiet_NaN();
+  int oversample_decile = -1;
+  double exhausted_at = std::numeric_limits<double>::quiet_NaN();
+};
+
+struct GroupReport {
+  std::string name;  ///< the split, or "files"
+  std::vector<ShardReport> shards;
+  std::uint64_t records = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t unlabeled = 0;
+  std::vector<std::uint64_t> label_histogram;
+  double max_min_ratio = std::numeric_limits<double>::quiet_NaN();  ///< of shard records
+  double cv = std::numeric_limits<double>::quiet_NaN();             ///< of shard records
+  std::optional<ChiSquare> chi_square;  ///< labels x shards; none without labels
+  std::array<std::uint64_t, kDeciles> decile_records{};
+  std::array<std::vector<std::uint64_t>, kDeciles> decile_labels;  ///< [decile][label]
+  /// Per decile: max over labels of |share in the decile - share in the group|; NaN for an
+  /// empty decile or without labels.
+  std::array<double, kDeciles> decile_deviation{};
+  double decile_drift = std::numeric_limits<double>::quiet_NaN();  ///< max of the above
+  int worst_decile = -1;
+  /// The largest shard `oversample`, and its shard (-1: none).
+  double max_oversample = std::numeric_limits<double>::quiet_NaN();
+  int oversampled_shard = -1;
+};
+
+struct InspectReport {
+  std::string dataset;  ///< the dataset directory, or "" for TFRecord files
+  bool deep = false;
+  std::string label_feature;
+  /// Label names by id: the dataset's label map, or the distinct values found (numeric order
+  /// when all are int64, else bytewise); empty when no record has the label feature.
+  std::vector<std::string> labels;
+  std::vector<GroupReport> groups;
+  std::uint64_t records = 0;
+  std::uint64_t bytes = 0;
+};
+
+/// Reads every shard (in parallel, large shards split at frame boundaries) and computes the
+/// report. Throws UsageError for bad options, InputError for missing files, FormatError (naming
+/// the file and byte offset, or the dataset.json field) for anything that does not check out:
+/// where several shards are bad, the first in input order; within one, the first bad frame.
+InspectReport inspect(const InspectOptions& options);
+
+// ---------------------------------------------------------------- thresholds
+
+/// Limits for `--check`; an empty optional is a check not made.
+struct Thresholds {
+  std::optional<double> max_ratio = 1.1;      ///< "max-ratio": max_min_ratio <= this
+  std::optional<double> cv = 0.05;            ///< "cv": cv <= this
+  std::optional<double> oversample = 1.1;     ///< "oversample": max_oversample <= this
+  std::optional<double> decile_drift = 0.05;  ///< "decile-drift": decile_drift <= this
+  std::optional<double> chi2_p = 0.01;        ///< "chi2-p": chi-square p-value >= this
+};
+
+/// Parses "NAME=VALUE,..." over the defaults; VALUE "off" drops a check; "" keeps the
+/// defaults. UsageError naming the item for unknown names or bad values.
+Thresholds parse_thresholds(std::string_view text);
+
+struct Violation {
+  std::string check;  ///< e.g. "max-ratio"
+  std::string group;
+  double value;
+  double threshold;
+  std::string message;  ///< "train: max-ratio 1.52 exceeds 1.1 (train-00003-of-00004.tfrecord ...)"
+};
+
+/// Every threshold a group exceeds, group by group. Groups without records are skipped, and
+/// label checks for groups without labels.
+std::vector<Violation> check_thresholds(const InspectReport& report, const Thresholds& limits);
+
+// ---------------------------------------------------------------- output
+
+/// The --json document (docs/inspect.md#json); NaN and infinities become null. `limits` and
+/// `violations` are included when checks were asked for.
+nlohmann::json to_json(const InspectReport& report, const Thresholds* limits = nullptr,
+                       const std::vector<Violation>* violations = nullptr);
+
+/// The text report: per group a table of shards, the balance figures and the label mix by
+/// decile.
+std::string format_text(const InspectReport& report);
+
+/// Draws the report as a PNG (per group: records per shard stacked by label, and the label
+/// mix of each decile of the epoch beside the overall mix), written atomically.
+void write_plot(const std::string& path, const InspectReport& report);
+
+}  // namespace mltool::records

@@ -1,0 +1,251 @@
+// mltool inspect: inputs (a dataset directory or TFRecord files), the dataset.json
+// cross-checks, and the per-group figures built from what inspect_scan.cpp read.
+#include "mltool/records/inspect.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "inspect_scan.hpp"
+#include "mltool/io/feature_store.hpp"
+#include "mltool/io/manifest.hpp"
+#include "mltool/io/npy.hpp"
+#include "mltool/io/tfrecord.hpp"
+#include "mltool/records/pack.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
+
+namespace mltool::records {
+namespace {
+
+using nlohmann::json;
+
+// Deep: the feature store's matrix is the one dataset.json pins (shape, dtype, size; the
+// SHA-256 is not recomputed) and its invalid rows, which no record may use.
+void check_feature_store(const std::string& manifest_path, const json& features,
+                         detail::ScanSpec& spec) {
+  const std::string dir = features.at("path").get<std::string>();
+  const std::string matrix = util::join_path(dir, io::kFeaturesMatrixFile);
+  const util::MappedFile map(matrix);
+  const io::NpyHeader header = io::parse_npy_header(map.data(), map.size(), matrix);
+  const auto mismatch = [&](const std::string& field, const std::string& recorded,
+                            const std::string& found) {
+    return FormatError(at_file(manifest_path, "/features/" + field + ": " + recorded + ", but " +
+                                                  matrix + " has " + found));
+  };
+  const auto rows = features.at("rows").get<std::uint64_t>();
+  const auto dims = features.at("dims").get<std::uint64_t>();
+  if (header.shape.size() != 2)
+    throw mismatch("rows", "a matrix", std::to_string(header.shape.size()) + " dimensions");
+  if (header.shape[0] != rows)
+    throw mismatch("rows", std::to_string(rows), std::to_string(header.shape[0]) + " rows");
+  if (header.shape[1] != dims)
+    throw mismatch("dims", std::to_string(dims), std::to_string(header.shape[1]) + " columns");
+  const std::string dtype = features.at("dtype").get<std::string>();
+  if (io::name(header.dtype) != dtype)
+    throw mismatch("dtype", dtype, std::string(io::name(header.dtype)));
+  const auto bytes = features.at("matrix_bytes").get<std::uint64_t>();
+  if (map.size() != bytes)
+    throw mismatch("matrix_bytes", std::to_string(bytes), std::to_string(map.size()) + " bytes");
+  const json store = io::read_manifest(util::join_path(dir, io::kFeaturesManifestFile), "features");
+  if (store.contains("invalid_rows"))
+    spec.invalid_rows = store["invalid_rows"].get<std::vector<std::uint64_t>>();
+  std::sort(spec.invalid_rows.begin(), spec.invalid_rows.end());
+  spec.rows = rows;
+}
+
+std::string histogram_text(const std::vector<std::uint64_t>& h) { return json(h).dump(); }
+
+// What dataset.json says against what the shards hold.
+void check_manifest(const std::string& path, const json& doc, const InspectReport& report) {
+  const auto disagree = [&](const std::string& pointer, const std::string& recorded,
+                            const std::string& found) {
+    return FormatError(at_file(path, pointer + ": " + recorded + ", but " + found));
+  };
+  const auto& splits = doc.at("splits");
+  std::size_t g = 0;
+  for (const auto& [name, split] : splits.items()) {
+    const GroupReport& group = report.groups[g++];
+    const std::string at = "/splits/" + name;
+    const auto shards_per_split = doc.at("shards_per_split").get<std::size_t>();
+    if (split.at("shards").size() != shards_per_split) {
+      throw disagree(at + "/shards", std::to_string(split.at("shards").size()) + " shards",
+                     "/shards_per_split is " + std::to_string(shards_per_split));
+    }
+    for (std::size_t i = 0; i < group.shards.size(); ++i) {
+      const json& recorded = split.at("shards")[i];
+      const ShardReport& s = group.shards[i];
+      const std::string where = at + "/shards/" + std::to_string(i);
+      if (recorded.at("records").get<std::uint64_t>() != s.records)
+        throw disagree(where + "/records", recorded.at("records").dump(),
+                       s.file + " holds " + std::to_string(s.records));
+      if (recorded.at("bytes").get<std::uint64_t>() != s.bytes)
+        throw disagree(where + "/bytes", recorded.at("bytes").dump(),
+                       s.file + " has " + std::to_string(s.bytes));
+      if (recorded.at("label_histogram").get<std::vector<std::uint64_t>>() != s.label_histogram) {
+        throw disagree(where + "/label_histogram", recorded.at("label_histogram").dump(),
+                       s.file + " holds " + histogram_text(s.label_histogram));
+      }
+    }
+    if (split.at("records").get<std::uint64_t>() != group.records)
+      throw disagree(at + "/records", split.at("records").dump(),
+                     "its shards hold " + std::to_string(group.records));
+    if (split.at("label_histogram").get<std::vector<std::uint64_t>>() != group.label_histogram) {
+      throw disagree(at + "/label_histogram", split.at("label_histogram").dump(),
+                     "its shards hold " + histogram_text(group.label_histogram));
+    }
+  }
+  if (doc.at("records").get<std::uint64_t>() != report.records)
+    throw disagree("/records", doc.at("records").dump(),
+                   "the shards hold " + std::to_string(report.records));
+}
+
+// The balance and interleave figures of a group whose shards are filled in.
+void summarize(GroupReport& g, const RoundRobin& schedule, std::size_t labels) {
+  std::vector<std::uint64_t> counts;
+  std::vector<std::vector<std::uint64_t>> table;
+  g.label_histogram.assign(labels, 0);
+  for (std::size_t i = 0; i < g.shards.size(); ++i) {
+    ShardReport& s = g.shards[i];
+    counts.push_back(s.records);
+    table.push_back(s.label_histogram);
+    g.records += s.records;
+    g.bytes += s.bytes;
+    g.unlabeled += s.unlabeled;
+    for (std::size_t l = 0; l < labels; ++l) g.label_histogram[l] += s.label_histogram[l];
+    for (int d = 0; d < kDeciles; ++d) {
+      s.factors[d] = schedule.factor(i, d);
+      if (!std::isnan(s.factors[d]) && (s.oversample_decile < 0 || s.factors[d] > s.oversample)) {
+        s.oversample = s.factors[d];
+        s.oversample_decile = d;
+      }
+    }
+    s.exhausted_at = schedule.exhausted_at(i);
+    if (s.oversample_decile >= 0 && (g.oversampled_shard < 0 || s.oversample > g.max_oversample)) {
+      g.max_oversample = s.oversample;
+      g.oversampled_shard = static_cast<int>(i);
+    }
+  }
+  g.max_min_ratio = max_min_ratio(counts);
+  g.cv = coefficient_of_variation(counts);
+  std::uint64_t labeled = 0;
+  for (auto c : g.label_histogram) labeled += c;
+  if (labels > 0 && labeled > 0) g.chi_square = chi_square_independence(table);
+  for (int d = 0; d < kDeciles; ++d) {
+    g.decile_records[d] = schedule.decile_size(d);
+    std::uint64_t in_decile = 0;
+    for (auto c : g.decile_labels[d]) in_decile += c;
+    g.decile_deviation[d] = std::numeric_limits<double>::quiet_NaN();
+    if (in_decile == 0 || labeled == 0) continue;
+    double worst = 0;
+    for (std::size_t l = 0; l < labels; ++l) {
+      const double share =
+          static_cast<double>(g.decile_labels[d][l]) / static_cast<double>(in_decile);
+      const double overall =
+          static_cast<double>(g.label_histogram[l]) / static_cast<double>(labeled);
+      worst = std::max(worst, std::fabs(share - overall));
+    }
+    g.decile_deviation[d] = worst;
+    if (g.worst_decile < 0 || worst > g.decile_drift) {
+      g.decile_drift = worst;
+      g.worst_decile = d;
+    }
+  }
+}
+
+InspectReport finish(const detail::ScanSpec& spec, detail::ScanResult&& scan,
+                     std::vector<std::string> group_names, std::vector<std::string> files,
+                     std::vector<std::string> labels) {
+  InspectReport report;
+  report.deep = spec.deep;
+  report.label_feature = spec.label_feature;
+  report.labels = spec.label_ids ? std::move(labels) : std::move(scan.labels);
+  report.groups.resize(group_names.size());
+  for (std::size_t g = 0; g < group_names.size(); ++g)
+    report.groups[g].name = std::move(group_names[g]);
+  for (std::size_t i = 0; i < spec.shards.size(); ++i) {
+    auto& counts = scan.shards[i];
+    ShardReport s;
+    s.file = files[i];
+    s.index = spec.deep ? spec.shards[i].index : "";
+    s.records = counts.records;
+    s.bytes = counts.bytes;
+    s.label_histogram = std::move(counts.histogram);
+    s.unlabeled = counts.unlabeled;
+    report.groups[spec.group_of[i]].shards.push_back(std::move(s));
+  }
+  for (std::size_t g = 0; g < report.groups.size(); ++g) {
+    report.groups[g].decile_labels = std::move(scan.decile_labels[g]);
+    summarize(report.groups[g], scan.schedules[g], report.labels.size());
+    report.records += report.groups[g].records;
+    report.bytes += report.groups[g].bytes;
+  }
+  return report;
+}
+
+InspectReport inspect_dataset(const InspectOptions& o) {
+  const std::string& dir = o.inputs.front();
+  const std::string path = util::join_path(dir, kDatasetManifestFile);
+  if (!util::exists(path)) {
+    throw InputError(at_file(dir, "not a dataset directory: it has no " +
+                                      std::string(kDatasetManifestFile) +
+                                      " (pass plain TFRecord files as files)"));
+  }
+  if (o.label_feature != "label")
+    throw UsageError(
+        "the label feature of dataset records is 'label'; --label-feature is for TFRecord files");
+  const json doc = io::read_manifest(path, "dataset");
+  detail::ScanSpec spec;
+  spec.deep = o.deep;
+  spec.threads = o.threads;
+  std::vector<std::string> groups, files;
+  for (const auto& [name, split] : doc.at("splits").items()) {
+    for (const auto& shard : split.at("shards")) {
+      const auto file = shard.at("file").get<std::string>();
+      spec.shards.push_back(
+          {util::join_path(dir, file), util::join_path(dir, shard.at("index").get<std::string>())});
+      spec.group_of.push_back(groups.size());
+      files.push_back(file);
+    }
+    groups.push_back(name);
+  }
+  spec.groups = groups.size();
+  auto labels = doc.at("labels").at("names").get<std::vector<std::string>>();
+  spec.label_ids = labels.size();
+  if (o.deep) {
+    for (const auto& [name, kind] : doc.at("record_features").items())
+      spec.record_features.emplace_back(name, kind);
+    check_feature_store(path, doc.at("features"), spec);
+  }
+  InspectReport report = finish(spec, detail::scan_shards(spec), groups, files, std::move(labels));
+  report.dataset = dir;
+  check_manifest(path, doc, report);
+  return report;
+}
+
+}  // namespace
+
+InspectReport inspect(const InspectOptions& o) {
+  if (o.inputs.empty()) throw UsageError("no dataset directory or TFRecord files given");
+  if (o.label_feature.empty()) throw UsageError("the label feature name is empty");
+  const bool any_directory = std::any_of(
+      o.inputs.begin(), o.inputs.end(), [](const std::string& p) { return util::is_directory(p); });
+  if (any_directory) {
+    if (o.inputs.size() != 1)
+      throw UsageError(
+          "give one dataset directory, or TFRecord files, not several datasets or both");
+    return inspect_dataset(o);
+  }
+  detail::ScanSpec spec;
+  spec.deep = o.deep;
+  spec.threads = o.threads;
+  spec.label_feature = o.label_feature;
+  spec.groups = 1;
+  for (const auto& file : o.inputs) {
+    const std::string index = io::index_path_for(file);
+    spec.shards.push_back({file, o.deep && util::exists(index) ? index : ""});
+    spec.group_of.push_back(0);
+  }
+  return finish(spec, detail::scan_shards(spec), {"files"}, o.inputs, {});
+}
+
+}  // namespace mltool::records

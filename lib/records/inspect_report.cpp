@@ -1,0 +1,337 @@
+// mltool inspect's outputs: --check thresholds, the JSON document and the text report.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "mltool/records/inspect.hpp"
+#include "mltool/util/error.hpp"
+
+namespace mltool::records {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::size_t kLabelColumns = 12;  // label columns of the text tables, at most
+
+json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+std::string fixed(double v, int digits) {
+  if (std::isnan(v)) return "-";
+  if (std::isinf(v)) return "inf";
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, v);
+  return text;
+}
+
+std::string general(double v) {
+  if (std::isnan(v)) return "-";
+  if (std::isinf(v)) return "inf";
+  char text[64];
+  std::snprintf(text, sizeof text, "%.4g", v);
+  return text;
+}
+
+// Text padded on the left (numbers) or right (names) to `width`.
+std::string pad(const std::string& s, std::size_t width, bool left = true) {
+  if (s.size() >= width) return s;
+  return left ? std::string(width - s.size(), ' ') + s : s + std::string(width - s.size(), ' ');
+}
+
+struct Named {
+  const char* name;
+  std::optional<double> Thresholds::*field;
+};
+constexpr Named kChecks[] = {{"max-ratio", &Thresholds::max_ratio},
+                             {"cv", &Thresholds::cv},
+                             {"oversample", &Thresholds::oversample},
+                             {"decile-drift", &Thresholds::decile_drift},
+                             {"chi2-p", &Thresholds::chi2_p}};
+
+// The label whose share in decile `d` is furthest from its overall share.
+std::size_t drifting_label(const GroupReport& g, int d) {
+  std::uint64_t in_decile = 0, labeled = 0;
+  for (auto c : g.decile_labels[d]) in_decile += c;
+  for (auto c : g.label_histogram) labeled += c;
+  std::size_t best = 0;
+  double worst = -1;
+  for (std::size_t l = 0; l < g.label_histogram.size(); ++l) {
+    const double dev =
+        std::fabs(static_cast<double>(g.decile_labels[d][l]) / static_cast<double>(in_decile) -
+                  static_cast<double>(g.label_histogram[l]) / static_cast<double>(labeled));
+    if (dev > worst) {
+      worst = dev;
+      best = l;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+Thresholds parse_thresholds(std::string_view text) {
+  Thresholds t;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    const std::string item(text.substr(start, comma - start));
+    start = comma + 1;
+    const auto eq = item.find('=');
+    std::string known;
+    for (const auto& c : kChecks) known += std::string(known.empty() ? "" : ", ") + c.name;
+    if (eq == std::string::npos)
+      throw UsageError("'" + item + "' is not NAME=VALUE (thresholds: " + known + ")");
+    const std::string name = item.substr(0, eq), value = item.substr(eq + 1);
+    const Named* check = nullptr;
+    for (const auto& c : kChecks)
+      if (name == c.name) check = &c;
+    if (!check) throw UsageError("unknown threshold '" + name + "' (thresholds: " + known + ")");
+    if (value == "off") {
+      t.*(check->field) = std::nullopt;
+      continue;
+    }
+    char* end = nullptr;
+    const double v = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || (name == "chi2-p" && v > 1))
+      throw UsageError("threshold " + name + ": '" + value + "' is not a number >= 0" +
+                       (name == "chi2-p" ? " and <= 1" : "") + " or 'off'");
+    t.*(check->field) = v;
+  }
+  return t;
+}
+
+std::vector<Violation> check_thresholds(const InspectReport& report, const Thresholds& limits) {
+  std::vector<Violation> out;
+  for (const auto& g : report.groups) {
+    if (g.records == 0) continue;
+    const auto exceeds = [&](const char* check, double value, const std::optional<double>& limit,
+                             const std::string& why) {
+      if (!limit || std::isnan(value) || value <= *limit) return;
+      out.push_back({check, g.name, value, *limit,
+                     g.name + ": " + check + " " + general(value) + " exceeds " + general(*limit) +
+                         " (" + why + ")"});
+    };
+    std::size_t lo = 0, hi = 0;
+    for (std::size_t i = 0; i < g.shards.size(); ++i) {
+      if (g.shards[i].records < g.shards[lo].records) lo = i;
+      if (g.shards[i].records > g.shards[hi].records) hi = i;
+    }
+    const std::string sizes = g.shards[hi].file + " holds " + std::to_string(g.shards[hi].records) +
+                              " records, " + g.shards[lo].file + " " +
+                              std::to_string(g.shards[lo].records);
+    exceeds("max-ratio", g.max_min_ratio, limits.max_ratio, sizes);
+    exceeds("cv", g.cv, limits.cv, sizes);
+    if (g.oversampled_shard >= 0) {
+      const auto& s = g.shards[static_cast<std::size_t>(g.oversampled_shard)];
+      exceeds("oversample", g.max_oversample, limits.oversample,
+              s.file + " makes " +
+                  fixed(100 * g.max_oversample * static_cast<double>(s.records) /
+                            static_cast<double>(g.records),
+                        1) +
+                  "% of decile " + std::to_string(s.oversample_decile) +
+                  " of a round-robin epoch and " +
+                  fixed(100 * static_cast<double>(s.records) / static_cast<double>(g.records), 1) +
+                  "% of the records");
+    }
+    if (g.worst_decile >= 0 && !report.labels.empty()) {
+      const int d = g.worst_decile;
+      const std::size_t l = drifting_label(g, d);
+      std::uint64_t in_decile = 0, labeled = 0;
+      for (auto c : g.decile_labels[d]) in_decile += c;
+      for (auto c : g.label_histogram) labeled += c;
+      exceeds("decile-drift", g.decile_drift, limits.decile_drift,
+              "label '" + report.labels[l] + "' makes " +
+                  fixed(100.0 * static_cast<double>(g.decile_labels[d][l]) /
+                            static_cast<double>(in_decile),
+                        1) +
+                  "% of decile " + std::to_string(d) + " and " +
+                  fixed(100.0 * static_cast<double>(g.label_histogram[l]) /
+                            static_cast<double>(labeled),
+                        1) +
+                  "% of the records");
+    }
+    if (g.chi_square && limits.chi2_p && g.chi_square->p_value < *limits.chi2_p) {
+      const auto& c = *g.chi_square;
+      out.push_back({"chi2-p", g.name, c.p_value, *limits.chi2_p,
+                     g.name + ": chi2-p " + general(c.p_value) + " is below " +
+                         general(*limits.chi2_p) +
+                         " (the label mix depends on the shard: chi-square " +
+                         general(c.statistic) + ", dof " + std::to_string(c.dof) + ")"});
+    }
+  }
+  return out;
+}
+
+json to_json(const InspectReport& report, const Thresholds* limits,
+             const std::vector<Violation>* violations) {
+  json groups = json::array();
+  for (const auto& g : report.groups) {
+    json shards = json::array();
+    for (const auto& s : g.shards) {
+      json factors = json::array();
+      for (double f : s.factors) factors.push_back(number(f));
+      shards.push_back({{"file", s.file},
+                        {"index", s.index.empty() ? json(nullptr) : json(s.index)},
+                        {"records", s.records},
+                        {"bytes", s.bytes},
+                        {"label_histogram", s.label_histogram},
+                        {"unlabeled", s.unlabeled},
+                        {"oversample", number(s.oversample)},
+                        {"oversample_decile",
+                         s.oversample_decile < 0 ? json(nullptr) : json(s.oversample_decile)},
+                        {"decile_factors", factors},
+                        {"exhausted_at", number(s.exhausted_at)}});
+    }
+    json deciles = json::array();
+    for (int d = 0; d < kDeciles; ++d) {
+      deciles.push_back({{"records", g.decile_records[d]},
+                         {"label_histogram", g.decile_labels[d]},
+                         {"max_deviation", number(g.decile_deviation[d])}});
+    }
+    json chi = nullptr;
+    if (g.chi_square)
+      chi = {{"statistic", g.chi_square->statistic},
+             {"dof", g.chi_square->dof},
+             {"p_value", g.chi_square->p_value}};
+    groups.push_back(
+        {{"name", g.name},
+         {"records", g.records},
+         {"bytes", g.bytes},
+         {"unlabeled", g.unlabeled},
+         {"label_histogram", g.label_histogram},
+         {"max_min_ratio", number(g.max_min_ratio)},
+         {"cv", number(g.cv)},
+         {"chi_square", chi},
+         {"max_oversample", number(g.max_oversample)},
+         {"oversampled_shard",
+          g.oversampled_shard < 0 ? json(nullptr) : json(g.shards[g.oversampled_shard].file)},
+         {"decile_drift", number(g.decile_drift)},
+         {"worst_decile", g.worst_decile < 0 ? json(nullptr) : json(g.worst_decile)},
+         {"deciles", deciles},
+         {"shards", shards}});
+  }
+  json doc = {{"dataset", report.dataset.empty() ? json(nullptr) : json(report.dataset)},
+              {"deep", report.deep},
+              {"label_feature", report.label_feature},
+              {"labels", report.labels},
+              {"records", report.records},
+              {"bytes", report.bytes},
+              {"groups", groups}};
+  if (limits) {
+    json thresholds = json::object();
+    for (const auto& c : kChecks) {
+      const auto& v = (*limits).*(c.field);
+      thresholds[c.name] = v ? json(*v) : json(nullptr);
+    }
+    json list = json::array();
+    if (violations)
+      for (const auto& v : *violations)
+        list.push_back({{"check", v.check},
+                        {"group", v.group},
+                        {"value", number(v.value)},
+                        {"threshold", v.threshold},
+                        {"message", v.message}});
+    doc["checks"] = {{"thresholds", thresholds}, {"violations", list}};
+  }
+  return doc;
+}
+
+std::string format_text(const InspectReport& report) {
+  std::string out;
+  std::size_t shards = 0;
+  for (const auto& g : report.groups) shards += g.shards.size();
+  out += report.dataset.empty()
+             ? std::to_string(shards) + " TFRecord files"
+             : "dataset " + report.dataset + ": " + std::to_string(report.groups.size()) +
+                   " splits, " + std::to_string(shards) + " shards";
+  out += ", " + std::to_string(report.records) + " records, " + std::to_string(report.bytes) +
+         " bytes";
+  out += report.deep ? ", every frame, record and index verified\n" : "\n";
+  if (report.labels.empty())
+    out += "no record has a feature '" + report.label_feature + "': no label figures\n";
+  // A column per label, up to kLabelColumns labels; past that (e.g. a slide id as the label)
+  // the number of labels present, and the per-label figures only in --json.
+  const std::size_t labels = report.labels.size();
+  const std::size_t columns = labels <= kLabelColumns ? labels : 0;
+  if (labels > kLabelColumns)
+    out += std::to_string(labels) + " labels: per-label columns left out (see --json)\n";
+  std::vector<std::size_t> width(columns);
+  for (std::size_t l = 0; l < columns; ++l)
+    width[l] = std::max<std::size_t>(report.labels[l].size(), 6) + 2;
+
+  for (const auto& g : report.groups) {
+    out += "\n" + g.name + ": " + std::to_string(g.shards.size()) + " shards, " +
+           std::to_string(g.records) + " records, " + std::to_string(g.bytes) + " bytes\n";
+    std::size_t file_width = 5;
+    for (const auto& s : g.shards) file_width = std::max(file_width, s.file.size());
+    std::string head =
+        "  " + pad("shard", file_width, false) + pad("records", 10) + pad("bytes", 12);
+    for (std::size_t l = 0; l < columns; ++l) head += pad(report.labels[l], width[l]);
+    if (labels > columns) head += pad("labels", 8);
+    if (g.unlabeled) head += pad("unlabeled", 11);
+    out += head + pad("oversample", 14) + pad("exhausted", 11) + "\n";
+    for (const auto& s : g.shards) {
+      std::string line = "  " + pad(s.file, file_width, false) +
+                         pad(std::to_string(s.records), 10) + pad(std::to_string(s.bytes), 12);
+      for (std::size_t l = 0; l < columns; ++l)
+        line += pad(std::to_string(s.label_histogram[l]), width[l]);
+      if (labels > columns) {
+        const auto present = std::count_if(s.label_histogram.begin(), s.label_histogram.end(),
+                                           [](std::uint64_t c) { return c > 0; });
+        line += pad(std::to_string(present), 8);
+      }
+      if (g.unlabeled) line += pad(std::to_string(s.unlabeled), 11);
+      const std::string exhausted =
+          std::isnan(s.exhausted_at) ? "-" : fixed(100 * s.exhausted_at, 1) + "%";
+      const std::string where =
+          s.oversample_decile < 0 ? "" : " (" + std::to_string(s.oversample_decile) + ")";
+      out += line + pad(fixed(s.oversample, 2) + where, 14) + pad(exhausted, 11) + "\n";
+    }
+    if (g.records == 0) continue;
+    out += "  balance: max/min records " + fixed(g.max_min_ratio, 3) + ", cv " + fixed(g.cv, 4);
+    if (g.chi_square) {
+      out += ", chi-square " + fixed(g.chi_square->statistic, 2) + " (dof " +
+             std::to_string(g.chi_square->dof) + ", p " + general(g.chi_square->p_value) + ")";
+    }
+    out += "\n  interleave (round-robin over " + std::to_string(g.shards.size()) + " shards): ";
+    if (g.oversampled_shard >= 0) {
+      const ShardReport& s = g.shards[static_cast<std::size_t>(g.oversampled_shard)];
+      out += s.file + " is read " + fixed(g.max_oversample, 2) +
+             "x as often as its size warrants in decile " + std::to_string(s.oversample_decile);
+    }
+    if (g.worst_decile >= 0) {
+      out += "; label shares drift up to " + fixed(g.decile_drift, 3) + " (decile " +
+             std::to_string(g.worst_decile) + ")";
+    }
+    out += "\n";
+    if (labels == 0 || g.worst_decile < 0) continue;
+    std::uint64_t labeled = 0;
+    for (auto c : g.label_histogram) labeled += c;
+    out += "  label share by decile of the epoch (0 = first tenth):\n";
+    std::string row = "    " + pad("decile", 7, false) + pad("records", 10);
+    for (std::size_t l = 0; l < columns; ++l) row += pad(report.labels[l], width[l]);
+    out += row + pad("max dev", 10) + "\n";
+    row = "    " + pad("all", 7, false) + pad(std::to_string(g.records), 10);
+    for (std::size_t l = 0; l < columns; ++l)
+      row += pad(fixed(static_cast<double>(g.label_histogram[l]) / static_cast<double>(labeled), 3),
+                 width[l]);
+    out += row + "\n";
+    for (int d = 0; d < kDeciles; ++d) {
+      std::uint64_t in_decile = 0;
+      for (auto c : g.decile_labels[d]) in_decile += c;
+      row =
+          "    " + pad(std::to_string(d), 7, false) + pad(std::to_string(g.decile_records[d]), 10);
+      for (std::size_t l = 0; l < columns; ++l) {
+        const double share =
+            in_decile ? static_cast<double>(g.decile_labels[d][l]) / static_cast<double>(in_decile)
+                      : std::numeric_limits<double>::quiet_NaN();
+        row += pad(fixed(share, 3), width[l]);
+      }
+      out += row + pad(fixed(g.decile_deviation[d], 3), 10) + "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace mltool::records

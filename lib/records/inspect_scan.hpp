@@ -1,0 +1,95 @@
+// Internal to `mltool inspect` (inspect.cpp, inspect_scan.cpp): reading the shards.
+//
+// Two passes, both parallel. The first walks each shard's frame headers (length CRCs only,
+// and under deep each DALI index line against the frame it names) to count records and to
+// mark chunk starts about every 4 MiB. Counts give each group's round-robin schedule. The
+// second reads the chunks of all shards on all threads: frames (data CRCs under deep),
+// records (ExampleScanner), labels, and the label mix of every decile of the interleaved
+// epoch, in O(1) per record, never holding per-record state.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mltool/records/inspect.hpp"
+#include "mltool/util/file.hpp"
+
+namespace mltool::records::detail {
+
+struct ShardSource {
+  std::string path;   ///< opened, and named in messages
+  std::string index;  ///< DALI index to verify under deep ("" for none)
+};
+
+struct ScanSpec {
+  std::vector<ShardSource> shards;
+  std::vector<std::size_t> group_of;  ///< shard -> group, groups numbered from 0
+  std::size_t groups = 0;
+  std::string label_feature = "label";
+  /// Datasets: labels are int64 ids below this count. Files: unset (int64 or bytes values).
+  std::optional<std::size_t> label_ids;
+  bool deep = false;
+  // Datasets under deep:
+  std::vector<std::pair<std::string, std::string>> record_features;  ///< name, kind
+  std::uint64_t rows = 0;                                            ///< rows of the feature store
+  std::vector<std::uint64_t> invalid_rows;                           ///< sorted
+  int threads = 0;
+};
+
+struct ShardCounts {
+  std::uint64_t records = 0;
+  std::uint64_t bytes = 0;
+  std::vector<std::uint64_t> histogram;  ///< by final label id
+  std::uint64_t unlabeled = 0;
+};
+
+struct ScanResult {
+  std::vector<std::string> labels;  ///< names by id (datasets: empty, the caller has them)
+  std::vector<ShardCounts> shards;
+  std::vector<RoundRobin> schedules;                                            ///< per group
+  std::vector<std::array<std::vector<std::uint64_t>, kDeciles>> decile_labels;  ///< per group
+};
+
+/// What the first pass found in one shard.
+struct Framing {
+  std::shared_ptr<util::MappedFile> map;
+  std::uint64_t records = 0;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> starts;  // (record, byte) of chunks
+  std::exception_ptr error;        // framing, or the file cannot be read
+  std::exception_ptr index_error;  // deep: the DALI index disagrees with the frames
+};
+
+/// The first pass over one shard: counts its frames and marks chunk starts (lengths only: the
+/// second pass checks every frame from the start of its chunk); under `deep` compares every
+/// line of the shard's DALI index with the frames. Problems are kept in the result, not thrown.
+Framing walk_frames(const ShardSource& shard, bool deep);
+
+// Little-endian loads (TFRecord's byte order).
+inline std::uint64_t le64(const std::uint8_t* p) {
+  std::uint64_t v;
+  std::memcpy(&v, p, sizeof v);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  v = __builtin_bswap64(v);
+#endif
+  return v;
+}
+inline std::uint32_t le32(const std::uint8_t* p) {
+  std::uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  v = __builtin_bswap32(v);
+#endif
+  return v;
+}
+
+/// Reads every shard; throws the first problem (see inspect()).
+ScanResult scan_shards(const ScanSpec& spec);
+
+}  // namespace mltool::records::detail

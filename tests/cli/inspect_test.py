@@ -1,0 +1,384 @@
+"""mltool inspect, end to end against independent references: TFRecord shards written and read
+by a pure-Python TFRecord + tf.train.Example codec (CRC-32C from a table built here), and every
+figure inspect reports about the interleave recomputed from an explicit round-robin simulation
+in Python, so nothing of mltool's own code takes part in the checking.
+
+    inspect_test.py MLTOOL [MLTOOL_TESTGEN] [TEST...]   # TEST: check_* names without check_
+
+Each check prints "ok: NAME (seconds)"; all run, and the script exits 1 if any failed.
+"""
+import json
+import math
+import os
+import shutil
+import struct
+import sys
+import zlib
+
+import numpy as np
+
+from cli_common import Failure, expect, run, run_checks, tmp
+
+mltool = os.path.abspath(sys.argv[1])
+rest = sys.argv[2:]
+if rest and os.path.sep in rest[0]:  # MLTOOL_TESTGEN (unused)
+    rest = rest[1:]
+only = set(rest)
+
+# ---------------------------------------------------------------- CRC-32C, TFRecord, protobuf
+
+_CRC_TABLE = []
+for _n in range(256):
+    _c = _n
+    for _ in range(8):
+        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
+    _CRC_TABLE.append(_c)
+
+
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _CRC_TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+assert crc32c(b"123456789") == 0xE3069283
+
+
+def masked(data):
+    c = crc32c(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame(payload):
+    head = struct.pack("<Q", len(payload))
+    return head + struct.pack("<I", masked(head)) + payload + struct.pack("<I", masked(payload))
+
+
+def write_tfrecord(path, payloads):
+    """Writes the records and the DALI index beside them; returns the frame offsets."""
+    offsets, data = [], b""
+    for p in payloads:
+        offsets.append(len(data))
+        data += frame(p)
+    with open(path, "wb") as f:
+        f.write(data)
+    with open(os.path.splitext(path)[0] + ".idx", "w") as f:
+        f.writelines(f"{o} {len(p) + 16}\n" for o, p in zip(offsets, payloads))
+    return offsets
+
+
+def frames(path):
+    """[(offset, payload)], every CRC checked."""
+    data, out, pos = open(path, "rb").read(), [], 0
+    while pos < len(data):
+        length, lcrc = struct.unpack_from("<QI", data, pos)
+        expect(lcrc == masked(data[pos:pos + 8]), f"{path}: byte {pos}: bad length CRC")
+        payload = data[pos + 12:pos + 12 + length]
+        expect(struct.unpack_from("<I", data, pos + 12 + length)[0] == masked(payload),
+               f"{path}: byte {pos}: bad data CRC")
+        out.append((pos, payload))
+        pos += length + 16
+    return out
+
+
+def varint(v):
+    v &= (1 << 64) - 1
+    out = b""
+    while v >= 0x80:
+        out += bytes([(v & 0x7F) | 0x80])
+        v >>= 7
+    return out + bytes([v])
+
+
+def field(number, payload):
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def example(features):
+    """tf.train.Example bytes as protobuf writes them deterministically: names sorted, int64
+    lists packed. `features`: name -> int | [ints] | bytes | str."""
+    entries = b""
+    for name in sorted(features):
+        v = features[name]
+        if isinstance(v, (bytes, str)):
+            feature = field(1, field(1, v.encode() if isinstance(v, str) else v))
+        else:
+            feature = field(3, field(1, b"".join(varint(x) for x in (v if isinstance(v, list) else [v]))))
+        entries += field(1, field(1, name.encode()) + field(2, feature))
+    return field(1, entries)
+
+
+def read_varint(buf, pos):
+    v = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        v |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return v, pos
+        shift += 7
+
+
+def decode_tile_record(buf):
+    """{name: int | bytes} of a tile record of mltool pack (canonical encoding only)."""
+    out, pos = {}, 0
+    _, pos = read_varint(buf, pos)
+    n, pos = read_varint(buf, pos)
+    end = pos + n
+    while pos < end:
+        _, pos = read_varint(buf, pos)
+        n, pos = read_varint(buf, pos)
+        entry, pos = buf[pos:pos + n], pos + n
+        _, p = read_varint(entry, 0)
+        kl, p = read_varint(entry, p)
+        name, p = entry[p:p + kl].decode(), p + kl
+        _, p = read_varint(entry, p)
+        _, p = read_varint(entry, p)
+        kind, p = read_varint(entry, p)
+        _, p = read_varint(entry, p)
+        _, p = read_varint(entry, p)
+        ln, p = read_varint(entry, p)
+        out[name] = entry[p:p + ln] if kind >> 3 == 1 else read_varint(entry, p)[0]
+    return out
+
+
+# ---------------------------------------------------------------- the reference interleave
+
+def round_robin(labels_per_shard):
+    """Explicit tf.data interleave(cycle_length = files, block_length 1) order:
+    [(shard, label)] one record from each open shard in turn."""
+    order, r = [], 0
+    while True:
+        got = False
+        for i, labels in enumerate(labels_per_shard):
+            if r < len(labels):
+                order.append((i, labels[r]))
+                got = True
+        if not got:
+            return order
+        r += 1
+
+
+def reference(labels_per_shard, names):
+    """The interleave figures docs/inspect.md defines, computed from the explicit order."""
+    order = round_robin(labels_per_shard)
+    n = len(order)
+    counts = [len(x) for x in labels_per_shard]
+    bounds = [d * n // 10 for d in range(11)]
+    overall = [sum(1 for _, l in order if l == name) / n for name in names]
+    deciles, factors = [], [[None] * 10 for _ in counts]
+    for d in range(10):
+        part = order[bounds[d]:bounds[d + 1]]
+        share = [sum(1 for _, l in part if l == name) / len(part) for name in names] if part else None
+        deciles.append(max(abs(a - b) for a, b in zip(share, overall)) if part else None)
+        for i, c in enumerate(counts):
+            if part and c:
+                factors[i][d] = (sum(1 for s, _ in part if s == i) / len(part)) / (c / n)
+    exhausted = [(max(p for p, (s, _) in enumerate(order) if s == i) + 1) / n if c else None
+                 for i, c in enumerate(counts)]
+    return {"deciles": deciles, "factors": factors, "exhausted": exhausted,
+            "drift": max(x for x in deciles if x is not None)}
+
+
+def chi_square(table):
+    rows = [sum(r) for r in table]
+    cols = [sum(c) for c in zip(*table)]
+    total = sum(rows)
+    return sum((table[i][j] - rows[i] * cols[j] / total) ** 2 / (rows[i] * cols[j] / total)
+               for i in range(len(rows)) for j in range(len(cols)) if rows[i] and cols[j])
+
+
+def close(a, b, what, tol=1e-9):
+    expect(a is not None and b is not None and abs(a - b) <= tol * max(1, abs(b)) or a == b,
+           f"{what}: mltool says {a}, reference {b}")
+
+
+def inspect(*args):
+    """mltool inspect ARGS --json; (code, document or None, stderr)."""
+    code, out, err = run([mltool, "inspect", *args, "--json"])
+    doc = None
+    if out.strip():
+        try:
+            doc = json.loads(out)
+        except ValueError:
+            raise Failure(f"stdout is not one JSON document: {out[:300]!r}")
+    return code, doc, err
+
+
+# ---------------------------------------------------------------- fixtures
+
+ROWS = 24000
+NAMES = ["normal", "stroma", "tumor"]
+
+
+def fixtures():
+    store = tmp("feat")
+    os.makedirs(store)
+    rng = np.random.default_rng(3)
+    np.save(os.path.join(store, "features.npy"), rng.standard_normal((ROWS, 4)).astype("<f4"))
+    keys = [f"S{i % 40}/{i // 100:06d}_{i % 100:06d}" for i in range(ROWS)]
+    with open(os.path.join(store, "keys.txt"), "w") as f:
+        f.writelines(k + "\n" for k in keys)
+    with open(os.path.join(store, "features.json"), "w") as f:
+        json.dump({"created_by": "inspect_test.py", "dims": 4, "dtype": "float32",
+                   "files": {"keys": "keys.txt", "matrix": "features.npy"},
+                   "format": "mltool.features", "format_version": 1,
+                   "model": {"name": "numpy-random"}, "rows": ROWS}, f)
+    labels = rng.integers(0, 3, ROWS)
+    with open(tmp("labels.csv"), "w") as f:
+        f.write("key,label\n" + "".join(f"{k},{NAMES[l]}\n" for k, l in zip(keys, labels)))
+    code, _, err = run([mltool, "pack", store, "--labels", tmp("labels.csv"), "-o", tmp("ds"),
+                        "--split", "train=1", "--shards", "8", "-q"])
+    expect(code == 0, f"pack: exit {code}: {err}")
+    # Unbalanced files as one tool per slide would write them: 1000, 1000 and 100 records,
+    # the big ones mostly "normal", the small one all "tumor" (bytes labels).
+    skew = {"a": ["normal"] * 900 + ["tumor"] * 100, "b": ["normal"] * 950 + ["tumor"] * 50,
+            "c": ["tumor"] * 100}
+    for name, labels in skew.items():
+        rng.shuffle(labels)
+        write_tfrecord(tmp(f"{name}.tfrecord"),
+                       [example({"label": l, "slide": name, "index": i}) for i, l in enumerate(labels)])
+    SKEW.update(skew)
+    return f"{ROWS} packed records, files of {[len(v) for v in skew.values()]} records"
+
+
+SKEW = {}
+
+# ---------------------------------------------------------------- checks
+
+
+def check_balanced_dataset():
+    code, doc, err = inspect(tmp("ds"), "--check")
+    expect(code == 0, f"exit {code} on a balanced dataset: {err.strip()}")
+    expect(doc["command"] == "inspect" and doc["records"] == ROWS, f"records {doc['records']}")
+    expect(doc["labels"] == NAMES, f"labels {doc['labels']}")
+    (g,) = doc["groups"]
+    counts = [s["records"] for s in g["shards"]]
+    expect(len(counts) == 8 and sum(counts) == ROWS, f"shard records {counts}")
+    expect(g["max_min_ratio"] <= 1 + 1 / min(counts), f"max/min {g['max_min_ratio']} for {counts}")
+    close(g["max_min_ratio"], max(counts) / min(counts), "max/min")
+    mean = sum(counts) / 8
+    close(g["cv"], math.sqrt(sum((c - mean) ** 2 for c in counts) / 8) / mean, "cv")
+    expect(doc["checks"]["violations"] == [], f"violations {doc['checks']['violations']}")
+    # the per-shard label histograms are the records' labels, read independently
+    per_shard = []
+    for s in g["shards"]:
+        labels = [NAMES[decode_tile_record(p)["label"]] for _, p in frames(tmp("ds", s["file"]))]
+        per_shard.append(labels)
+        expect(s["label_histogram"] == [labels.count(n) for n in NAMES], f"{s['file']}: histogram")
+    ref = reference(per_shard, NAMES)
+    close(g["decile_drift"], ref["drift"], "decile drift")
+    close(g["chi_square"]["statistic"], chi_square([s["label_histogram"] for s in g["shards"]]), "chi-square")
+    code, deep, err = inspect(tmp("ds"), "--deep")
+    expect(code == 0 and deep["deep"], f"--deep: exit {code}: {err.strip()}")
+
+
+def check_unbalanced_files():
+    files = [tmp(f"{n}.tfrecord") for n in SKEW]
+    code, doc, err = inspect(*files, "--check")
+    expect(code == 4, f"--check on unbalanced shards: exit {code}, expected 4")
+    for name in ("max-ratio", "cv", "oversample", "decile-drift", "chi2-p"):
+        expect(f"check failed: files: {name} " in err, f"stderr does not list {name}: {err}")
+    (g,) = doc["groups"]
+    expect(doc["labels"] == ["normal", "tumor"], f"labels {doc['labels']}")
+    ref = reference(list(SKEW.values()), ["normal", "tumor"])
+    for i, s in enumerate(g["shards"]):
+        for d in range(10):
+            close(s["decile_factors"][d], ref["factors"][i][d], f"{s['file']} decile {d} factor")
+        close(s["oversample"], max(f for f in ref["factors"][i] if f is not None), f"{s['file']} oversample")
+        close(s["exhausted_at"], ref["exhausted"][i], f"{s['file']} exhausted_at")
+    # the small shard is read at 1/3 of the epoch while it lasts: 7x its 100/2100 share
+    close(g["max_oversample"], (1 / 3) / (100 / 2100), "max oversample")
+    expect(g["oversampled_shard"] == files[2], f"oversampled shard {g['oversampled_shard']}")
+    for d in range(10):
+        close(g["deciles"][d]["max_deviation"], ref["deciles"][d], f"decile {d} deviation")
+    close(g["decile_drift"], ref["drift"], "decile drift")
+    stat = chi_square([s["label_histogram"] for s in g["shards"]])
+    close(g["chi_square"]["statistic"], stat, "chi-square")
+    expect(g["chi_square"]["dof"] == 2, "dof")
+    close(g["chi_square"]["p_value"], math.exp(-stat / 2), "p-value (dof 2: e^-x/2)", 1e-6)
+    code, _, err = inspect(*files, "--check", "max-ratio=11,cv=off,oversample=7.5,decile-drift=off,chi2-p=off")
+    expect(code == 0, f"loose thresholds: exit {code}: {err}")
+    code, _, err = run([mltool, "inspect", "-", "--check=oversample=6.9,max-ratio=off,cv=off,"
+                        "decile-drift=off,chi2-p=off", "-q"], stdin="\n".join(files) + "\n")
+    expect(code == 4 and "oversample 7 exceeds 6.9" in err, f"stdin list + one threshold: exit {code}: {err}")
+    code, _, err = inspect(*files, "--check", "ratio=2")
+    expect(code == 1 and "unknown threshold 'ratio'" in err, f"bad threshold: exit {code}: {err}")
+
+
+def check_corrupt_shard():
+    d = tmp("corrupt")
+    shutil.copytree(tmp("ds"), d)
+    shard = os.path.join(d, "train-00003-of-00008.tfrecord")
+    fr = frames(shard)
+    offset, payload = fr[1234]
+    data = bytearray(open(shard, "rb").read())
+    data[offset + 12 + len(payload) // 2] ^= 0x01  # inside record 1234's data
+    open(shard, "wb").write(data)
+    code, _, err = inspect(d, "--deep")
+    expect(code == 2, f"--deep on a corrupt shard: exit {code}")
+    expect(f"{shard}: byte {offset}: data CRC mismatch" in err, f"stderr: {err.strip()}")
+    data[offset + 12 + len(payload) // 2] ^= 0x01
+    offset = fr[77][0]
+    data[offset + 3] ^= 0x40  # record 77's length field
+    open(shard, "wb").write(data)
+    for mode in ([], ["--deep"]):
+        code, _, err = inspect(d, *mode)
+        expect(code == 2 and f"{shard}: byte {offset}: " in err, f"bad length {mode}: exit {code}: {err.strip()}")
+    code, _, err = inspect(tmp("missing.tfrecord"))
+    expect(code == 2 and "missing.tfrecord: cannot open" in err, f"missing file: exit {code}: {err.strip()}")
+
+
+def check_index_beyond_the_store():
+    d = tmp("badindex")
+    shutil.copytree(tmp("ds"), d)
+    name = "train-00005-of-00008.tfrecord"
+    shard = os.path.join(d, name)
+    records = [decode_tile_record(p) for _, p in frames(shard)]
+    payloads = [example(r) for r in records]
+    expect(b"".join(frame(p) for p in payloads) == open(shard, "rb").read(),
+           "the Python encoder does not reproduce mltool's shard byte for byte")
+    records[10]["index"] = ROWS  # one past the last row
+    payloads[10] = example(records[10])
+    write_tfrecord(shard, payloads)
+    meta = json.load(open(os.path.join(d, "dataset.json")))
+    for s in meta["splits"]["train"]["shards"]:
+        if s["file"] == name:
+            s["bytes"] = os.path.getsize(shard)
+    json.dump(meta, open(os.path.join(d, "dataset.json"), "w"), indent=2, sort_keys=True)
+    code, _, err = inspect(d)
+    expect(code == 0, f"without --deep indices are not checked: exit {code}: {err.strip()}")
+    code, _, err = inspect(d, "--deep")
+    expect(code == 2 and f"{shard}: record 10 " in err and f"holds row {ROWS}, but the feature store has {ROWS} rows"
+           in err, f"--deep: exit {code}: {err.strip()}")
+    # dataset.json that disagrees with its shards
+    meta["splits"]["train"]["shards"][0]["records"] += 1
+    json.dump(meta, open(os.path.join(d, "dataset.json"), "w"), indent=2, sort_keys=True)
+    code, _, err = inspect(d)
+    expect(code == 2 and "/splits/train/shards/0/records" in err, f"manifest: exit {code}: {err.strip()}")
+
+
+def check_text_and_plot():
+    code, out, err = run([mltool, "inspect", tmp("ds"), "--plot", tmp("plot.png")])
+    expect(code == 0, f"exit {code}: {err}")
+    expect("train: 8 shards, 24000 records" in out and "train-00007-of-00008.tfrecord" in out,
+           f"text report: {out[:400]}")
+    png = open(tmp("plot.png"), "rb").read()
+    expect(png[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG signature")
+    length, kind, width, height = struct.unpack(">I4sII", png[8:24])
+    expect(kind == b"IHDR" and width == 1000 and 200 < height < 2000, f"IHDR {kind} {width}x{height}")
+    expect(zlib.crc32(png[12:29]) == struct.unpack(">I", png[29:33])[0], "IHDR CRC")
+    try:
+        from PIL import Image
+    except ImportError:
+        return
+    with Image.open(tmp("plot.png")) as im:
+        im.load()
+        expect(im.size == (width, height) and im.mode == "RGB", f"Pillow reads {im.size} {im.mode}")
+        colours = {c for _, c in im.getcolors(1 << 20)}
+        expect(len(colours) >= 5, f"{len(colours)} colours: is anything drawn?")
+
+
+run_checks("inspect", [check_balanced_dataset, check_unbalanced_files, check_corrupt_shard,
+                       check_index_beyond_the_store, check_text_and_plot], only, fixtures)

@@ -18,6 +18,7 @@ import zlib
 import numpy as np
 
 from cli_common import Failure, expect, run, run_checks, tmp
+from tfrecord_codec import example, frame, frames, read_varint, write_tfrecord
 
 mltool = os.path.abspath(sys.argv[1])
 rest = sys.argv[2:]
@@ -25,100 +26,7 @@ if rest and os.path.sep in rest[0]:  # MLTOOL_TESTGEN (unused)
     rest = rest[1:]
 only = set(rest)
 
-# ---------------------------------------------------------------- CRC-32C, TFRecord, protobuf
-
-_CRC_TABLE = []
-for _n in range(256):
-    _c = _n
-    for _ in range(8):
-        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
-    _CRC_TABLE.append(_c)
-
-
-def crc32c(data):
-    c = 0xFFFFFFFF
-    for b in data:
-        c = _CRC_TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-assert crc32c(b"123456789") == 0xE3069283
-
-
-def masked(data):
-    c = crc32c(data)
-    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def frame(payload):
-    head = struct.pack("<Q", len(payload))
-    return head + struct.pack("<I", masked(head)) + payload + struct.pack("<I", masked(payload))
-
-
-def write_tfrecord(path, payloads):
-    """Writes the records and the DALI index beside them; returns the frame offsets."""
-    offsets, data = [], b""
-    for p in payloads:
-        offsets.append(len(data))
-        data += frame(p)
-    with open(path, "wb") as f:
-        f.write(data)
-    with open(os.path.splitext(path)[0] + ".idx", "w") as f:
-        f.writelines(f"{o} {len(p) + 16}\n" for o, p in zip(offsets, payloads))
-    return offsets
-
-
-def frames(path):
-    """[(offset, payload)], every CRC checked."""
-    data, out, pos = open(path, "rb").read(), [], 0
-    while pos < len(data):
-        length, lcrc = struct.unpack_from("<QI", data, pos)
-        expect(lcrc == masked(data[pos:pos + 8]), f"{path}: byte {pos}: bad length CRC")
-        payload = data[pos + 12:pos + 12 + length]
-        expect(struct.unpack_from("<I", data, pos + 12 + length)[0] == masked(payload),
-               f"{path}: byte {pos}: bad data CRC")
-        out.append((pos, payload))
-        pos += length + 16
-    return out
-
-
-def varint(v):
-    v &= (1 << 64) - 1
-    out = b""
-    while v >= 0x80:
-        out += bytes([(v & 0x7F) | 0x80])
-        v >>= 7
-    return out + bytes([v])
-
-
-def field(number, payload):
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
-
-
-def example(features):
-    """tf.train.Example bytes as protobuf writes them deterministically: names sorted, int64
-    lists packed. `features`: name -> int | [ints] | bytes | str."""
-    entries = b""
-    for name in sorted(features):
-        v = features[name]
-        if isinstance(v, (bytes, str)):
-            feature = field(1, field(1, v.encode() if isinstance(v, str) else v))
-        else:
-            feature = field(3, field(1, b"".join(varint(x) for x in (v if isinstance(v, list) else [v]))))
-        entries += field(1, field(1, name.encode()) + field(2, feature))
-    return field(1, entries)
-
-
-def read_varint(buf, pos):
-    v = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        v |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return v, pos
-        shift += 7
-
+# ---------------------------------------------------------------- mltool pack records
 
 def decode_tile_record(buf):
     """{name: int | bytes} of a tile record of mltool pack (canonical encoding only)."""
@@ -264,7 +172,7 @@ def check_balanced_dataset():
     # the per-shard label histograms are the records' labels, read independently
     per_shard = []
     for s in g["shards"]:
-        labels = [NAMES[decode_tile_record(p)["label"]] for _, p in frames(tmp("ds", s["file"]))]
+        labels = [NAMES[decode_tile_record(p)["label"]] for _, _, p in frames(tmp("ds", s["file"]))]
         per_shard.append(labels)
         expect(s["label_histogram"] == [labels.count(n) for n in NAMES], f"{s['file']}: histogram")
     ref = reference(per_shard, NAMES)
@@ -312,7 +220,7 @@ def check_corrupt_shard():
     shutil.copytree(tmp("ds"), d)
     shard = os.path.join(d, "train-00003-of-00008.tfrecord")
     fr = frames(shard)
-    offset, payload = fr[1234]
+    offset, _, payload = fr[1234]
     data = bytearray(open(shard, "rb").read())
     data[offset + 12 + len(payload) // 2] ^= 0x01  # inside record 1234's data
     open(shard, "wb").write(data)
@@ -335,7 +243,7 @@ def check_index_beyond_the_store():
     shutil.copytree(tmp("ds"), d)
     name = "train-00005-of-00008.tfrecord"
     shard = os.path.join(d, name)
-    records = [decode_tile_record(p) for _, p in frames(shard)]
+    records = [decode_tile_record(p) for _, _, p in frames(shard)]
     payloads = [example(r) for r in records]
     expect(b"".join(frame(p) for p in payloads) == open(shard, "rb").read(),
            "the Python encoder does not reproduce mltool's shard byte for byte")

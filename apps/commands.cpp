@@ -7,6 +7,7 @@ namespace mltool::cli {
 
 Command index_command();
 Command pack_command();
+Command inspect_command();
 #ifdef MLTOOL_HAVE_SLIDE
 Command tile_command();
 #endif
@@ -17,6 +18,7 @@ const std::vector<Command>& commands() {
       tile_command(),
 #endif
       pack_command(),
+      inspect_command(),
       index_command(),
   };
   return table;

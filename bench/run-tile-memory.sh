@@ -81,8 +81,9 @@ for size in $sizes; do
   rm -rf "$store"
 done
 
-# What mltool holds before it reads anything: the libraries it is linked with.
-/usr/bin/time -v -o "$work/version.time" "$mltool" --version > /dev/null
+# What mltool tile holds before it reads anything: the libraries it is linked with (`help tile`
+# starts the program as `tile` does, without the LibTorch module that --version loads).
+/usr/bin/time -v -o "$work/version.time" "$mltool" help tile > /dev/null
 baseline=$(( $(rss_of "$work/version.time") / 1024 ))
 "$py" - "$work/results.tsv" "$("$mltool" --version 2>&1 | head -1)" "$load_before" "$baseline" <<'PY' | tee "$out/tile-memory.md"
 import json, os, subprocess, sys
@@ -108,7 +109,7 @@ for size, nbytes, gw, gr, wall, rk, store_kb, js in rows:
           f"| {j['tiles']} | {s['tissue_fraction']:.2f} | {float(wall):.1f} "
           f"| {j['tiles'] / float(wall):.0f} | {rss[-1]:.0f} | {int(store_kb) / 1024:.0f} |")
 print()
-print(f"Startup baseline: `mltool --version` alone peaks at {sys.argv[4]} MiB RSS (the linked "
+print(f"Startup baseline: `mltool help tile` alone peaks at {sys.argv[4]} MiB RSS (the linked "
       "libraries and their initialisers), before any slide is opened.")
 if len(rss) > 1:
     print(f"Peak RSS, largest slide / smallest: {rss[-1] / rss[0]:.2f} "

@@ -16,7 +16,7 @@
 namespace mltool::train {
 namespace {
 
-void check_arguments(const torch::Tensor& matrix, const torch::Tensor& index) {
+void check_arguments(const torch::Tensor& matrix, const torch::Tensor& index, bool check_bounds) {
   if (matrix.dim() != 2)
     throw InputError("gather_rows: expected a 2-D matrix, got " + std::to_string(matrix.dim()) + " dimensions");
   if (index.dim() != 1 || index.scalar_type() != torch::kInt64)
@@ -24,7 +24,7 @@ void check_arguments(const torch::Tensor& matrix, const torch::Tensor& index) {
   if (index.device() != matrix.device())
     throw InputError("gather_rows: index is on " + index.device().str() + " but the matrix is on " +
                      matrix.device().str());
-  if (index.numel() == 0) return;
+  if (index.numel() == 0 || !check_bounds) return;
   // One reduction instead of a per-element check; on CUDA this is the only sync point.
   auto bounds = torch::stack({index.min(), index.max()}).cpu();
   const auto lo = bounds[0].item<std::int64_t>();
@@ -61,8 +61,8 @@ torch::Tensor gather_cuda(const torch::Tensor& src, const torch::Tensor& index) 
 
 }  // namespace
 
-torch::Tensor gather_rows(const torch::Tensor& matrix, const torch::Tensor& index) {
-  check_arguments(matrix, index);
+torch::Tensor gather_rows(const torch::Tensor& matrix, const torch::Tensor& index, bool check_bounds) {
+  check_arguments(matrix, index, check_bounds);
   const auto src = matrix.contiguous();
   const auto idx = index.contiguous();
 #ifdef MLTOOL_HAVE_CUDA

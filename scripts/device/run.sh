@@ -15,7 +15,7 @@
 #      benchmark write tile stores with it
 #   2. configure build-device; build mltool and the gpu test programs
 #   3. ctest -L gpu (-V: the measured differences are in the log even when they pass)
-#   4. bench/run-extract.sh $OUT/bench
+#   4. bench/run-extract.sh $OUT/bench, then bench/run-train.sh $OUT/bench
 #   5. build everything else; ctest with the other LABELS, then cli_help and cli_index
 # The whole run keeps within RUN_BUDGET_S (default 560) seconds of wall time, inside the
 # device tool's 600: each step's timeout is what is left, and the benchmark's tile count
@@ -25,7 +25,8 @@
 # $OUT (the device tool brings back at most 8 files): summary.txt (one line per step, the
 # ctest totals and the benchmark table; also printed at the end), env.txt (GPU, tools,
 # versions, mltool --version), build.log, ctest-gpu.log, ctest-unit.log, bench.log,
-# bench/extract-bench.md, bench/extract-bench.json.
+# bench/extract-bench.md, bench/train-bench.md (the .json the benchmarks write beside them are
+# moved to /tmp/mltool-bench-json, to keep within the 8 files; the .md tables hold the figures).
 set -uo pipefail
 labels=${1:-gpu|unit}
 budget=${RUN_BUDGET_S:-560}
@@ -153,6 +154,11 @@ if (( built )); then
     step "bench/run-extract.sh" "$out/bench.log" "$bench_limit" env MLTOOL_BUILD_DIR=build-device \
       MLTOOL_PYTHON="$(command -v python3)" EXTRACT_BENCH_N="$n" \
       EXTRACT_BENCH_WORK=/tmp/mltool-extract-bench bash bench/run-extract.sh "$out/bench"
+    # The train benchmark (pinned vs host vs sync feeds vs PyTorch loops) with what is left.
+    train_limit=$(min $(( $(left) - 60 )) 200)
+    step "bench/run-train.sh" "$out/bench.log" "$train_limit" env MLTOOL_BUILD_DIR=build-device \
+      MLTOOL_PYTHON="$(command -v python3)" TRAIN_BENCH_WORK=/tmp/mltool-train-bench \
+      bash bench/run-train.sh "$out/bench"
   else
     note "bench: SKIPPED (${bench_limit}s left for it)"
     failures=$((failures + 1))
@@ -172,6 +178,9 @@ if (( built )) && step "build all" "$build_log" "$(( $(left) - 10 ))" cmake --bu
     ctest --test-dir build-device --output-on-failure -R '^(cli_help|cli_index)$'
 fi
 
+# The device tool brings back 8 files at most: the .json beside the .md tables stay here.
+mkdir -p /tmp/mltool-bench-json && mv "$out"/bench/*.json /tmp/mltool-bench-json/ 2> /dev/null
+
 # Totals.
 {
   echo
@@ -179,10 +188,11 @@ fi
     [ -f "$out/$log" ] || continue
     grep -hE 'tests passed|tests failed|^\s+[0-9]+ - .*\((Failed|Timeout|Not Run|SEGFAULT|Subprocess aborted)|Total Test time' "$out/$log" | sed "s/^/$log: /"
   done
-  if [ -f "$out/bench/extract-bench.md" ]; then
+  for table in extract-bench.md train-bench.md; do
+    [ -f "$out/bench/$table" ] || continue
     echo
-    cat "$out/bench/extract-bench.md"
-  fi
+    cat "$out/bench/$table"
+  done
   echo
   echo "run.sh: $failures step(s) not ok; $((SECONDS - t_start))s of the ${budget}s budget"
 } >> "$summary"

@@ -1,0 +1,68 @@
+// The built-in model families as an ordered list of named blocks, each one torch::nn module;
+// the forward pass is a fold over the blocks, and forward(in, begin, end) runs any range of
+// them alone — the unit that sectioned training (recompute per section) and pipelining cut
+// at. A block's parameters are named "BLOCK.LAYER.PARAM" in the state dict
+// (e.g. "hidden1.linear.weight"), which is what model.safetensors holds.
+//
+//   mlp     hidden1 … hiddenN (linear [+ batch norm] + activation + dropout), head (linear)
+//   abmil   embed1 … embedN (per-instance linear + activation + dropout), attention (gated
+//           attention pooling over each bag's real instances, by mask), head
+//   rescnn  stem (uint8 NHWC → normalized NCHW, conv 3×3 + batch norm + activation),
+//           stage1 … stageS (residual units; every stage after the first halves the
+//           resolution), pool (global average + dropout), head
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mltool/train/model_spec.hpp"
+
+namespace mltool::train {
+
+/// What flows from block to block: the activations, and for bags the (B × L) bool mask of
+/// real (not padding) instances, which blocks pass on.
+struct Activation {
+  torch::Tensor x;
+  torch::Tensor mask;  ///< undefined for tile and image inputs
+};
+
+/// One named block.
+class Block : public torch::nn::Module {
+ public:
+  virtual Activation forward(const Activation& in) = 0;
+};
+
+class BlockModel : public torch::nn::Module {
+ public:
+  /// Appends a block, registered as a submodule under `name`.
+  void add(const std::string& name, std::shared_ptr<Block> block);
+  std::size_t size() const { return blocks_.size(); }
+  const std::vector<std::string>& names() const { return names_; }
+  Block& block(std::size_t i) { return *blocks_.at(i); }
+
+  /// Runs blocks [begin, end) on `in`.
+  Activation forward(Activation in, std::size_t begin, std::size_t end);
+  /// All blocks: the logits (batch × classes).
+  torch::Tensor forward(Activation in) { return forward(std::move(in), 0, size()).x; }
+
+  /// Parameters (not buffers) of block i, and of the whole model.
+  std::int64_t parameter_count(std::size_t i);
+  std::int64_t parameter_count();
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<std::shared_ptr<Block>> blocks_;
+};
+
+/// Builds the model of `spec` for inputs of `input_dims` features (tile, bag) or 3-channel
+/// tiles (image; input_dims ignored) and `classes` outputs. Parameters are initialised from
+/// torch's default generator: seed it first.
+std::shared_ptr<BlockModel> build_model(const ModelSpec& spec, std::int64_t input_dims,
+                                        std::int64_t classes);
+
+}  // namespace mltool::train

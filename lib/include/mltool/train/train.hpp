@@ -1,0 +1,103 @@
+// `mltool train` as a library call: a dataset (mltool pack) and a model spec → a run
+// directory. No LibTorch in this header, so the command line compiles without it.
+//
+//   run/
+//     run.json            resolved options, the spec and its blocks, the dataset's checksums,
+//                         status and result (schemas/train-run.schema.json)
+//     metrics.jsonl       one JSON object per logging step, per epoch, and at the end
+//     checkpoints/        last.pt (model, optimizer, RNG, sampler position), best.pt
+//     model.safetensors   final weights (safetensors), model.pt the same as a state dict
+//                         for torch.load; best.safetensors the best epoch's weights
+//     predictions.csv     the final model on the validation split
+//
+// Feeds (docs/train.md#feeds): `pinned` puts the whole feature matrix (or the decoded tiles)
+// on the device once and cuts batches there by index; `host` gathers rows from the memory
+// map on worker threads and copies them on a side stream, one batch ahead; `sync` gathers
+// and copies each batch on the training thread (the baseline benchmarks compare against).
+// Every feed serves the same batches in the same order, so results do not depend on it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace mltool::train {
+
+struct TrainJob {
+  std::string dataset;          ///< dataset directory (mltool pack)
+  std::string spec;             ///< model spec JSON (schemas/model.schema.json)
+  std::string output;           ///< run directory
+  std::string feed = "auto";    ///< auto (pinned if it fits, else host), pinned, host, sync
+  std::string device = "auto";  ///< auto (cuda:0 if there is a GPU), cpu, cuda, cuda:N
+  int epochs = 10;
+  int batch = 64;  ///< samples (tiles, bags or images) per step
+  double lr = 1e-3;
+  std::string optimizer = "adamw";     ///< adamw, sgd (with momentum)
+  double weight_decay = 0.01;          ///< on weights of dimension >= 2 only
+  double momentum = 0.9;               ///< sgd
+  std::string schedule = "cosine";     ///< cosine (to 0 at the last step), constant
+  std::int64_t warmup = 0;             ///< steps of linear warmup
+  double clip_norm = 0;                ///< gradient clipping by global norm; 0 = off
+  std::string class_weights = "none";  ///< none, balanced, or one weight per label "w0,w1,..."
+  std::uint64_t seed = 0;
+  std::string train_split = "train";
+  std::string val_split = "val";
+  std::string monitor = "val_loss";  ///< val_loss, val_accuracy, val_balanced_accuracy, val_auc
+  int patience = 0;                  ///< epochs without improvement before stopping; 0 = never
+  std::int64_t log_every = 10;       ///< steps between metrics.jsonl step lines
+  std::int64_t checkpoint_every =
+      0;                       ///< steps between checkpoints (besides each epoch end); 0 = none
+  std::int64_t max_steps = 0;  ///< stop after this many steps in all (resumable); 0 = no limit
+  std::string tiles;           ///< image unit: the tile store; empty = the dataset's
+  int threads = 0;             ///< host feed and tile decoding threads; 0 = one per core
+  bool resume = false;         ///< continue the run in `output` from checkpoints/last.pt
+  bool overwrite = false;      ///< replace an existing run directory
+};
+
+/// What the progress callback gets: after every step, and after every epoch's validation.
+struct TrainProgress {
+  bool epoch_end = false;
+  int epoch = 0;  ///< 1-based
+  int epochs = 0;
+  std::int64_t step = 0;  ///< steps done in all
+  std::int64_t total_steps = 0;
+  std::int64_t epoch_step = 0;  ///< steps done in this epoch
+  std::int64_t steps_per_epoch = 0;
+  double lr = 0;
+  double loss = 0;            ///< step: the last logged mean loss; epoch end: the epoch's mean
+  nlohmann::json validation;  ///< epoch end: val_loss, val_accuracy, ... (null otherwise)
+  bool improved = false;      ///< epoch end: the monitored value improved (best.pt written)
+};
+
+struct TrainReport {
+  std::string output;
+  std::string status;               ///< complete, early_stopped, stopped (--max-steps)
+  std::string device;               ///< e.g. "cpu", "cuda:0"
+  std::string feed;                 ///< the feed used: pinned, host or sync
+  std::string unit;                 ///< tile, bag, image
+  std::vector<std::string> blocks;  ///< the model's block names, in order
+  std::int64_t parameters = 0;
+  std::int64_t steps = 0;         ///< steps done in all
+  std::int64_t resumed_from = 0;  ///< the step a --resume continued from (0: a new run)
+  int epochs_done = 0;
+  int best_epoch = 0;     ///< 0 if no epoch finished
+  double best_value = 0;  ///< of `monitor` at best_epoch
+  std::string monitor;
+  nlohmann::json validation;  ///< the final model's validation metrics
+  double seconds = 0;
+  double samples_per_second = 0;  ///< training samples per second of this run's steps
+};
+
+/// Trains (see the layout above). Throws UsageError for bad options, an existing run without
+/// --resume/--overwrite, or options that differ from the run being resumed; InputError for a
+/// missing or empty split, a spec whose input_dims or classes differ from the dataset, an
+/// image dataset without a tile store; FormatError for a spec or dataset that does not
+/// validate (naming the file and JSON pointer, or the shard and record); ResourceError for a
+/// pinned feed that does not fit, or a loss that became NaN or infinite (the last good
+/// checkpoint is kept, naming its step).
+TrainReport train_model(const TrainJob& job,
+                        const std::function<void(const TrainProgress&)>& progress = {});
+
+}  // namespace mltool::train

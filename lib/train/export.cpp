@@ -1,0 +1,117 @@
+#include "export.hpp"
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+
+#include "mltool/train/safetensors.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
+
+namespace mltool::train {
+namespace {
+
+// The state dict, in module order: parameters and buffers of each module, recursively.
+std::vector<std::pair<std::string, torch::Tensor>> state_dict(BlockModel& model) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& item : model.named_parameters(true))
+    out.emplace_back(item.key(), item.value().detach());
+  for (const auto& item : model.named_buffers(true)) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+const char* safetensors_dtype(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat32: return "F32";
+    case torch::kFloat16: return "F16";
+    case torch::kBFloat16: return "BF16";
+    case torch::kFloat64: return "F64";
+    case torch::kInt64: return "I64";
+    case torch::kInt32: return "I32";
+    case torch::kUInt8: return "U8";
+    case torch::kBool: return "BOOL";
+    default: throw UsageError(std::string("safetensors: no dtype for ") + c10::toString(t));
+  }
+}
+
+// CSV field: quoted when it holds a comma, quote or line break.
+std::string csv(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string out = "\"";
+  for (const char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string number(float v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", static_cast<double>(v));  // round-trips float32
+  return text;
+}
+
+}  // namespace
+
+void export_safetensors(BlockModel& model, const std::string& path,
+                        const std::map<std::string, std::string>& metadata) {
+  std::vector<torch::Tensor> keep;  // CPU copies live until written
+  std::vector<SafetensorsEntry> entries;
+  for (const auto& [name, tensor] : state_dict(model)) {
+    keep.push_back(tensor.to(torch::kCPU).contiguous());
+    const auto& t = keep.back();
+    entries.push_back(
+        {name, safetensors_dtype(t.scalar_type()), t.sizes().vec(), t.data_ptr(), t.nbytes()});
+  }
+  write_safetensors(path, entries, metadata);
+}
+
+void export_state_dict(BlockModel& model, const std::string& path) {
+  c10::Dict<std::string, torch::Tensor> dict;
+  for (const auto& [name, tensor] : state_dict(model))
+    dict.insert(name, tensor.to(torch::kCPU).contiguous());
+  // torch::pickle_save tags the dict with its type (torch.jit._pickle.restore_type_tag),
+  // which torch.load's weights_only unpickler refuses; untagged, it is a plain dict.
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler(
+      [&](const char* data, std::size_t size) { pickle.insert(pickle.end(), data, data + size); },
+      nullptr, nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(c10::IValue(dict));
+  pickler.stop();
+  util::AtomicFile file(path);
+  {
+    caffe2::serialize::PyTorchStreamWriter writer(
+        [&](const void* data, std::size_t size) -> std::size_t {
+          file.write(data, size);
+          return size;
+        });
+    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(),
+                                       writer);
+    writer.writeEndOfFile();
+  }
+  file.commit();
+}
+
+void write_predictions(const std::string& path, const SplitSamples& samples,
+                       const torch::Tensor& logits, const std::vector<std::string>& labels) {
+  const auto l = logits.to(torch::kCPU, torch::kFloat32).contiguous();
+  const auto k = l.size(1);
+  const float* v = l.data_ptr<float>();
+  std::string out = "record,sample,label,prediction";
+  for (const auto& name : labels) out += "," + csv("logit_" + name);
+  out += "\n";
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    const float* row = v + static_cast<std::int64_t>(i) * k;
+    const auto best = std::max_element(row, row + k) - row;
+    out += std::to_string(i) + "," +
+           (samples.ids.empty() ? std::to_string(samples.rows[i]) : csv(samples.ids[i])) + "," +
+           csv(labels[static_cast<std::size_t>(samples.labels[i])]) + "," +
+           csv(labels[static_cast<std::size_t>(best)]);
+    for (std::int64_t c = 0; c < k; ++c) out += "," + number(row[c]);
+    out += "\n";
+  }
+  util::write_file_atomic(path, out);
+}
+
+}  // namespace mltool::train

@@ -1,0 +1,30 @@
+// What a run leaves for other tools: weights as safetensors and as a state dict that
+// torch.load reads, and the validation predictions. Internal to lib/train.
+#pragma once
+
+#include <torch/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dataset.hpp"
+#include "mltool/train/models.hpp"
+
+namespace mltool::train {
+
+/// The model's parameters and buffers ("BLOCK.LAYER.NAME", as in PyTorch's state_dict) as a
+/// safetensors file, written atomically.
+void export_safetensors(BlockModel& model, const std::string& path,
+                        const std::map<std::string, std::string>& metadata);
+
+/// The same tensors as a dict {name: tensor} in torch.save's zip format, which
+/// torch.load(path) reads with its default weights_only=True.
+void export_state_dict(BlockModel& model, const std::string& path);
+
+/// predictions.csv: record (position in the split), sample (row for tiles, slide for bags,
+/// tile key for images), label, prediction, then one logit per label (logit_NAME... by id).
+void write_predictions(const std::string& path, const SplitSamples& samples,
+                       const torch::Tensor& logits, const std::vector<std::string>& labels);
+
+}  // namespace mltool::train

@@ -1,0 +1,110 @@
+// Feeds: where training batches come from. Every feed serves exactly the same batches — the
+// same samples in the same order, the same bytes — so a seed gives the same run whichever
+// is used; they differ only in where rows are gathered and when they cross the bus.
+//
+// - pinned: the source's whole matrix (the feature matrix, or the decoded tiles) lives on the
+//   device; a batch is cut there by index (gather_rows), the pass's order uploaded once.
+// - host: worker threads gather each batch's rows from the memory map (or decode its tiles)
+//   into pinned host memory, a few batches ahead; on CUDA the next batch is copied on a side
+//   stream while the current one computes (double buffering).
+// - sync (host with no workers): gathered and copied on the calling thread, blocking — the
+//   baseline the benchmarks compare against.
+// Internal to lib/train.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dataset.hpp"
+
+namespace mltool::io {
+class FeatureStore;
+}
+
+namespace mltool::train {
+
+/// One batch, on the training device.
+struct Batch {
+  torch::Tensor x;  ///< float32 B×D (tile), B×L×D (bag, padding zeroed), or uint8 B×T×T×3 (image)
+  torch::Tensor y;     ///< int64 labels
+  torch::Tensor mask;  ///< bag: bool B×L, true for real instances; undefined otherwise
+  std::int64_t size = 0;
+};
+
+/// The rows a feed draws from, each `row_bytes` bytes of `dtype`.
+class RowSource {
+ public:
+  virtual ~RowSource() = default;
+  virtual std::int64_t rows() const = 0;
+  /// The shape of one row as the model sees it: {D}, or {T, T, 3} for tiles.
+  virtual std::vector<std::int64_t> row_shape() const = 0;
+  virtual torch::ScalarType dtype() const = 0;
+  std::int64_t row_bytes() const;
+  /// Copies rows `rows[0..n)` into `dst` back to back. Safe from several threads at once.
+  virtual void copy_rows(const std::int64_t* rows, std::size_t n, std::uint8_t* dst) const = 0;
+  /// Every row as one (rows × row_bytes/itemsize) tensor on `device`.
+  virtual torch::Tensor whole(const torch::Device& device, int threads) const = 0;
+};
+
+/// The feature matrix of a store, read through its memory map.
+std::shared_ptr<const RowSource> feature_source(std::shared_ptr<const io::FeatureStore> store);
+
+/// Decoded tiles: row i is tile `keys[i]` of the tile store at `store`, T×T×3 uint8.
+/// FormatError naming the store and key for a missing or undecodable tile, or one of
+/// another size.
+std::shared_ptr<const RowSource> tile_source(const std::string& store,
+                                             std::vector<std::string> keys);
+
+/// A pass over one split.
+class Feed {
+ public:
+  virtual ~Feed() = default;
+  /// Starts a pass over the samples `order` (CPU int64 sample ids), `batch` at a time, from
+  /// batch `first` on (the earlier ones are skipped: resuming inside an epoch). The last
+  /// batch may be smaller.
+  virtual void start(const torch::Tensor& order, std::int64_t batch, std::int64_t first) = 0;
+  /// The next batch of the pass, or nothing at its end.
+  virtual std::optional<Batch> next() = 0;
+};
+
+/// `matrix`: source.whole(device), shared by the feeds of every split.
+std::unique_ptr<Feed> pinned_feed(std::shared_ptr<const RowSource> source, torch::Tensor matrix,
+                                  const SplitSamples& samples, const std::string& unit,
+                                  const torch::Device& device);
+
+/// `workers` threads gather ahead; 0 = the sync feed.
+std::unique_ptr<Feed> host_feed(std::shared_ptr<const RowSource> source,
+                                const SplitSamples& samples, const std::string& unit,
+                                const torch::Device& device, int workers);
+
+/// Bytes the pinned feed puts on the device for `source`.
+std::uint64_t pinned_bytes(const RowSource& source);
+
+/// Free memory on `device` in bytes (CUDA), or the memory available to the process (CPU).
+std::uint64_t free_memory(const torch::Device& device);
+
+// Shared by the feeds, so their batches are identical.
+namespace detail {
+
+/// The rows and mask of a batch of samples: tile/image L = 1 (no mask); bags padded to the
+/// longest bag L with its own first row, mask 0 there.
+struct Layout {
+  std::vector<std::int64_t> rows;  ///< B × L
+  std::vector<std::uint8_t> mask;  ///< B × L (bags only)
+  std::vector<std::int64_t> labels;
+  std::int64_t batch = 0;
+  std::int64_t length = 1;
+};
+Layout layout(const SplitSamples& samples, const std::int64_t* ids, std::int64_t n, bool bag);
+
+/// Raw gathered rows ((B·L) × row elements, stored dtype) → the model's input.
+Batch finish(const torch::Tensor& raw, torch::Tensor y, torch::Tensor mask, std::int64_t batch,
+             std::int64_t length, const RowSource& source, const std::string& unit);
+
+}  // namespace detail
+}  // namespace mltool::train

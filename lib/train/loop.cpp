@@ -1,0 +1,283 @@
+#include "loop.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "export.hpp"
+#include "mltool/util/error.hpp"
+
+namespace mltool::train {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+namespace F = torch::nn::functional;
+constexpr double kPi = 3.14159265358979323846;
+
+json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(); }
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+bool lower_is_better(const std::string& monitor) { return monitor == "val_loss"; }
+
+// Step losses stay on the device until drained (on a GPU, at log steps, checkpoints and epoch
+// ends only, so steps do not wait for each other); draining checks each one is finite and
+// adds it, in step order, to the window and epoch sums, so a resumed run sums identically.
+class LossBook {
+ public:
+  LossBook(LoopState& state, bool every_step) : state_(state), every_step_(every_step) {}
+  void add(const torch::Tensor& loss, std::int64_t step) {
+    if (pending_.empty()) first_step_ = step;
+    pending_.push_back(loss.detach());
+    if (every_step_) drain();
+  }
+  void drain() {
+    if (pending_.empty()) return;
+    const auto values = torch::stack(pending_).to(torch::kCPU, torch::kFloat64);
+    const auto* v = values.data_ptr<double>();
+    for (std::size_t i = 0; i < pending_.size(); ++i) {
+      if (!std::isfinite(v[i])) {
+        bad_step_ = first_step_ + static_cast<std::int64_t>(i);
+        bad_value_ = v[i];
+        pending_.clear();
+        throw_bad();
+      }
+      state_.window_loss += v[i];
+      state_.epoch_loss += v[i];
+      ++state_.window_count;
+      ++state_.epoch_count;
+    }
+    pending_.clear();
+  }
+  std::function<void(std::int64_t step, double value)> on_bad;
+
+ private:
+  void throw_bad() { on_bad(bad_step_, bad_value_); }
+  LoopState& state_;
+  bool every_step_;
+  std::vector<torch::Tensor> pending_;
+  std::int64_t first_step_ = 0, bad_step_ = 0;
+  double bad_value_ = 0;
+};
+
+}  // namespace
+
+double learning_rate(const TrainJob& job, std::int64_t step, std::int64_t total) {
+  if (job.warmup > 0 && step < job.warmup)
+    return job.lr * static_cast<double>(step + 1) / static_cast<double>(job.warmup);
+  if (job.schedule == "constant") return job.lr;
+  const double span = static_cast<double>(std::max<std::int64_t>(1, total - job.warmup));
+  const double t = std::min(1.0, static_cast<double>(step - job.warmup) / span);
+  return job.lr * 0.5 * (1.0 + std::cos(kPi * t));
+}
+
+torch::Tensor epoch_order(std::uint64_t seed, int epoch, std::int64_t n) {
+  // SplitMix64 of (seed, epoch): nearby seeds and epochs give unrelated streams.
+  std::uint64_t x =
+      seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(epoch) + 0x632BE59BD9B4E019ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(x ^ (x >> 31));
+  return torch::randperm(n, gen, torch::TensorOptions().dtype(torch::kInt64));
+}
+
+void clip_gradients(const std::vector<torch::Tensor>& parameters, double max_norm) {
+  std::vector<torch::Tensor> grads, norms;
+  for (const auto& p : parameters)
+    if (p.grad().defined()) {
+      grads.push_back(p.grad());
+      norms.push_back(p.grad().norm(2).to(torch::kFloat32));
+    }
+  if (grads.empty()) return;
+  const auto total = torch::stack(norms).norm(2);
+  const auto scale = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  for (auto& g : grads) g.mul_(scale.to(g.dtype()));
+}
+
+json Evaluation::to_json() const {
+  return {{"val_loss", number_or_null(loss)},
+          {"val_accuracy", metrics.accuracy},
+          {"val_balanced_accuracy", metrics.balanced_accuracy},
+          {"val_auc", number_or_null(metrics.auc)}};
+}
+
+Evaluation evaluate(BlockModel& model, Feed& feed, const SplitSamples& samples, std::int64_t batch,
+                    std::int64_t classes) {
+  const torch::NoGradGuard no_grad;
+  model.eval();
+  const auto n = static_cast<std::int64_t>(samples.size());
+  feed.start(torch::arange(n, torch::kInt64), batch, 0);
+  std::vector<torch::Tensor> logits;
+  torch::Tensor loss_sum;
+  while (auto b = feed.next()) {
+    auto out = model.forward(Activation{b->x, b->mask});
+    auto loss = F::cross_entropy(out, b->y, F::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    .to(torch::kFloat64);
+    loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
+    logits.push_back(out.to(torch::kCPU, torch::kFloat32));
+  }
+  model.train();
+  Evaluation e;
+  e.logits = torch::cat(logits);
+  e.loss = loss_sum.item<double>() / static_cast<double>(n);
+  const auto predicted = e.logits.argmax(1).contiguous();
+  std::vector<std::int64_t> pred(predicted.data_ptr<std::int64_t>(),
+                                 predicted.data_ptr<std::int64_t>() + n);
+  std::vector<double> scores;
+  if (classes == 2) {
+    const auto p = torch::softmax(e.logits, 1).select(1, 1).to(torch::kFloat64).contiguous();
+    scores.assign(p.data_ptr<double>(), p.data_ptr<double>() + n);
+  }
+  e.metrics = classification_metrics(samples.labels, pred, scores, classes);
+  return e;
+}
+
+LoopState run_loop(Loop& loop, LoopState state) {
+  const TrainJob& job = loop.job;
+  const auto start = Clock::now();
+  const auto parameters = loop.model.parameters();
+  LossBook book(state, !loop.device.is_cuda());
+  auto last_log = Clock::now();
+  std::int64_t samples_since_log = 0;
+
+  auto checkpoint = [&](const std::string& name) {
+    book.drain();
+    LoopState saved = state;
+    saved.metrics_bytes = loop.run.metrics_bytes();
+    save_checkpoint(loop.run.checkpoint(name), loop.model, loop.optimizer, saved, loop.device);
+  };
+  book.on_bad = [&](std::int64_t step, double value) {
+    const std::string last =
+        util::exists(loop.run.checkpoint("last.pt"))
+            ? "the last good checkpoint, checkpoints/last.pt, is kept (--resume continues from it)"
+            : "no checkpoint was written before it";
+    const std::string message =
+        "step " + std::to_string(step + 1) + ": the loss is " +
+        (std::isnan(value) ? "NaN" : "infinite") +
+        "; training stopped (lower --lr, clip with --clip-norm, or look for inf/NaN features); " +
+        last;
+    loop.run.log({{"event", "error"}, {"step", step + 1}, {"message", message}});
+    throw ResourceError(at_file(loop.run.dir(), message));
+  };
+
+  const auto n = static_cast<std::int64_t>(loop.train.size());
+  const std::int64_t used =
+      std::min(n, loop.steps_per_epoch * job.batch);  // the last partial batch is left out
+  double lr = learning_rate(job, state.step, loop.total_steps);
+  while (state.status.empty() && state.epoch < job.epochs) {
+    const int epoch = state.epoch;
+    loop.train_feed.start(epoch_order(job.seed, epoch, n).narrow(0, 0, used), job.batch,
+                          state.epoch_step);
+    while (state.epoch_step < loop.steps_per_epoch) {
+      if (job.max_steps > 0 && state.step >= job.max_steps) {
+        checkpoint("last.pt");
+        return state;
+      }
+      auto b = loop.train_feed.next();
+      if (!b)
+        throw ResourceError("the training feed ended early in epoch " + std::to_string(epoch + 1));
+      lr = learning_rate(job, state.step, loop.total_steps);
+      for (auto& group : loop.optimizer.param_groups()) group.options().set_lr(lr);
+      loop.optimizer.zero_grad(true);
+      const auto logits = loop.model.forward(Activation{b->x, b->mask});
+      auto options = F::CrossEntropyFuncOptions();
+      if (loop.class_weights.defined()) options.weight(loop.class_weights);
+      const auto loss = F::cross_entropy(logits, b->y, options);
+      loss.backward();
+      if (job.clip_norm > 0) clip_gradients(parameters, job.clip_norm);
+      loop.optimizer.step();
+      book.add(loss, state.step);
+      ++state.step;
+      ++state.epoch_step;
+      samples_since_log += b->size;
+
+      TrainProgress p;
+      p.epoch = epoch + 1;
+      p.epochs = job.epochs;
+      p.step = state.step;
+      p.total_steps = loop.total_steps;
+      p.epoch_step = state.epoch_step;
+      p.steps_per_epoch = loop.steps_per_epoch;
+      p.lr = lr;
+      if (state.step % job.log_every == 0) {
+        book.drain();
+        const double seconds = seconds_since(last_log);
+        const double mean = state.window_loss / static_cast<double>(state.window_count);
+        loop.run.log({{"event", "step"},
+                      {"epoch", epoch + 1},
+                      {"step", state.step},
+                      {"loss", mean},
+                      {"lr", lr},
+                      {"samples_per_second", seconds > 0 ? samples_since_log / seconds : 0.0},
+                      {"seconds", seconds_since(start)}});
+        state.window_loss = 0;
+        state.window_count = 0;
+        samples_since_log = 0;
+        last_log = Clock::now();
+        p.loss = mean;
+      }
+      if (job.checkpoint_every > 0 && state.step % job.checkpoint_every == 0) checkpoint("last.pt");
+      if (loop.progress) loop.progress(p);
+    }
+
+    // Epoch end: validation, best tracking, early stopping, the epoch's checkpoint.
+    book.drain();
+    const double train_loss =
+        state.epoch_loss / static_cast<double>(std::max<std::int64_t>(1, state.epoch_count));
+    const auto eval = evaluate(loop.model, loop.val_feed, loop.val, job.batch, loop.classes);
+    const auto metrics = eval.to_json();
+    const json& monitored = metrics.at(job.monitor);
+    bool improved = false;
+    if (monitored.is_number()) {
+      const double v = monitored.get<double>();
+      improved = !state.best || (lower_is_better(job.monitor) ? v < *state.best : v > *state.best);
+      if (improved) {
+        state.best = v;
+        state.best_epoch = epoch + 1;
+      }
+    }
+    state.bad_epochs = improved ? 0 : state.bad_epochs + 1;
+    state.epoch = epoch + 1;
+    state.epoch_step = 0;
+    state.epoch_loss = 0;
+    state.epoch_count = 0;
+    if (job.patience > 0 && state.bad_epochs >= job.patience && state.epoch < job.epochs)
+      state.status = "early_stopped";
+    else if (state.epoch >= job.epochs)
+      state.status = "complete";
+    json line = {
+        {"event", "epoch"}, {"epoch", epoch + 1}, {"step", state.step}, {"train_loss", train_loss}};
+    line.update(metrics);
+    line.update(json{{"lr", lr}, {"best", improved}, {"seconds", seconds_since(start)}});
+    loop.run.log(line);
+    if (improved) {
+      checkpoint("best.pt");
+      export_safetensors(loop.model, loop.run.path("best.safetensors"), loop.run.export_metadata);
+    }
+    checkpoint("last.pt");
+    if (loop.progress) {
+      TrainProgress p;
+      p.epoch_end = true;
+      p.epoch = epoch + 1;
+      p.epochs = job.epochs;
+      p.step = state.step;
+      p.total_steps = loop.total_steps;
+      p.epoch_step = loop.steps_per_epoch;
+      p.steps_per_epoch = loop.steps_per_epoch;
+      p.lr = lr;
+      p.loss = train_loss;
+      p.validation = metrics;
+      p.improved = improved;
+      loop.progress(p);
+    }
+  }
+  return state;
+}
+
+}  // namespace mltool::train

@@ -1,0 +1,69 @@
+// The training loop: epochs of shuffled steps, the learning-rate schedule, gradient clipping,
+// validation after every epoch, best-checkpoint tracking, early stopping, metrics.jsonl and
+// checkpoints. Internal to lib/train; train.cpp sets it up.
+#pragma once
+
+#include <torch/optim/optimizer.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "feed.hpp"
+#include "mltool/train/checkpoint.hpp"
+#include "mltool/train/metrics.hpp"
+#include "mltool/train/models.hpp"
+#include "mltool/train/train.hpp"
+#include "run_dir.hpp"
+
+namespace mltool::train {
+
+/// The learning rate of step `step` (0-based) of `total`: linear warmup over job.warmup steps
+/// to job.lr, then constant or a cosine decay that reaches 0 after the last step.
+double learning_rate(const TrainJob& job, std::int64_t step, std::int64_t total);
+
+/// The order of the training samples in epoch `epoch` (0-based): a permutation of [0, n) that
+/// depends only on (seed, epoch), so a resumed run draws the same batches.
+torch::Tensor epoch_order(std::uint64_t seed, int epoch, std::int64_t n);
+
+/// Scales the gradients of `parameters` so their global 2-norm is at most `max_norm`, without
+/// a host–device synchronization (the scale is applied on the device).
+void clip_gradients(const std::vector<torch::Tensor>& parameters, double max_norm);
+
+struct Evaluation {
+  double loss = 0;  ///< mean cross-entropy, unweighted
+  ClassificationMetrics metrics;
+  torch::Tensor logits;            ///< CPU float32, samples × classes, in split order
+  nlohmann::json to_json() const;  ///< val_loss, val_accuracy, val_balanced_accuracy, val_auc
+};
+
+/// Runs the model in eval mode over every sample of `samples` in split order.
+Evaluation evaluate(BlockModel& model, Feed& feed, const SplitSamples& samples, std::int64_t batch,
+                    std::int64_t classes);
+
+/// Everything the loop works with.
+struct Loop {
+  const TrainJob& job;
+  BlockModel& model;
+  torch::optim::Optimizer& optimizer;
+  Feed& train_feed;
+  Feed& val_feed;
+  const SplitSamples& train;
+  const SplitSamples& val;
+  torch::Device device;
+  torch::Tensor class_weights;  ///< on the device; undefined = unweighted
+  std::int64_t classes = 0;
+  std::int64_t steps_per_epoch = 0;
+  std::int64_t total_steps = 0;
+  RunDir& run;
+  std::function<void(const TrainProgress&)> progress;
+};
+
+/// Trains from `state` until the epochs are done, early stopping, or job.max_steps (then
+/// status stays "" and last.pt holds the position). Returns the final state; status is
+/// "complete", "early_stopped" or "" (stopped at max_steps). ResourceError for a non-finite
+/// loss, naming its step and the last checkpoint.
+LoopState run_loop(Loop& loop, LoopState state);
+
+}  // namespace mltool::train

@@ -1,0 +1,138 @@
+// Row sources of the feeds: the memory-mapped feature matrix, and tiles decoded from the
+// tile store.
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+#include <torch/torch.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "feed.hpp"
+#include "mltool/io/feature_store.hpp"
+#include "mltool/io/feature_tensor.hpp"
+#include "mltool/slide/codec.hpp"
+#include "mltool/slide/tile_store.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/parallel.hpp"
+
+namespace mltool::train {
+namespace {
+
+class FeatureSource : public RowSource {
+ public:
+  explicit FeatureSource(std::shared_ptr<const io::FeatureStore> store)
+      : store_(std::move(store)) {}
+  std::int64_t rows() const override { return static_cast<std::int64_t>(store_->rows()); }
+  std::vector<std::int64_t> row_shape() const override {
+    return {static_cast<std::int64_t>(store_->dims())};
+  }
+  torch::ScalarType dtype() const override {
+    return store_->dtype() == io::DType::float16 ? torch::kFloat16 : torch::kFloat32;
+  }
+  void copy_rows(const std::int64_t* rows, std::size_t n, std::uint8_t* dst) const override {
+    const auto bytes = store_->row_bytes();
+    const auto* base = static_cast<const std::uint8_t*>(store_->data());
+    for (std::size_t i = 0; i < n; ++i)
+      std::memcpy(dst + i * bytes, base + static_cast<std::uint64_t>(rows[i]) * bytes, bytes);
+  }
+  torch::Tensor whole(const torch::Device& device, int) const override {
+    return io::load_feature_tensor(*store_, device);
+  }
+
+ private:
+  std::shared_ptr<const io::FeatureStore> store_;
+};
+
+class TileSource : public RowSource {
+ public:
+  TileSource(const std::string& path, std::vector<std::string> keys)
+      : store_(slide::TileStore::open(path, false)), keys_(std::move(keys)) {
+    const auto settings = store_.settings();
+    if (!settings) throw InputError(at_file(path, "not a tile store (no meta 'store' record)"));
+    tile_ = settings->tile_size;
+  }
+  std::int64_t rows() const override { return static_cast<std::int64_t>(keys_.size()); }
+  std::vector<std::int64_t> row_shape() const override { return {tile_, tile_, 3}; }
+  torch::ScalarType dtype() const override { return torch::kUInt8; }
+  void copy_rows(const std::int64_t* rows, std::size_t n, std::uint8_t* dst) const override {
+    const std::size_t bytes = static_cast<std::size_t>(tile_ * tile_ * 3);
+    auto txn = store_.env().begin_read();
+    thread_local slide::RgbImage image;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::string& key = keys_.at(static_cast<std::size_t>(rows[i]));
+      const std::string what = store_.path() + ": tile '" + key + "'";
+      const auto value = txn.get(store_.tiles(), key);
+      if (!value) throw FormatError(what + ": missing from the tiles database");
+      slide::decode_image(value->data(), value->size(), image, what);
+      if (image.width != tile_ || image.height != tile_)
+        throw FormatError(what + ": is " + std::to_string(image.width) + "x" +
+                          std::to_string(image.height) + ", the store's tiles are " +
+                          std::to_string(tile_) + "x" + std::to_string(tile_));
+      std::memcpy(dst + i * bytes, image.pixels.data(), bytes);
+    }
+    txn.abort();
+  }
+  torch::Tensor whole(const torch::Device& device, int threads) const override {
+    auto host =
+        torch::empty({rows(), row_bytes()},
+                     torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(device.is_cuda()));
+    constexpr std::int64_t kChunk = 256;
+    const auto chunks = static_cast<std::size_t>((rows() + kChunk - 1) / kChunk);
+    auto* base = host.data_ptr<std::uint8_t>();
+    util::parallel_for(chunks, threads, [&](std::size_t c) {
+      const std::int64_t first = static_cast<std::int64_t>(c) * kChunk;
+      const std::int64_t n = std::min(kChunk, rows() - first);
+      std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
+      for (std::int64_t i = 0; i < n; ++i) ids[i] = first + i;
+      copy_rows(ids.data(), ids.size(), base + first * row_bytes());
+    });
+    return device.is_cpu() ? host : host.to(device);
+  }
+
+ private:
+  mutable slide::TileStore store_;  // env() is non-const; read transactions do not modify it
+  std::vector<std::string> keys_;
+  std::int64_t tile_ = 0;
+};
+
+std::uint64_t cpu_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string name;
+  std::uint64_t kib = 0;
+  std::string unit;
+  while (in >> name >> kib >> unit)
+    if (name == "MemAvailable:") return kib * 1024;
+  return ~std::uint64_t{0};
+}
+
+}  // namespace
+
+std::int64_t RowSource::row_bytes() const {
+  std::int64_t n = static_cast<std::int64_t>(torch::elementSize(dtype()));
+  for (const auto d : row_shape()) n *= d;
+  return n;
+}
+
+std::shared_ptr<const RowSource> feature_source(std::shared_ptr<const io::FeatureStore> store) {
+  return std::make_shared<FeatureSource>(std::move(store));
+}
+
+std::shared_ptr<const RowSource> tile_source(const std::string& store,
+                                             std::vector<std::string> keys) {
+  return std::make_shared<TileSource>(store, std::move(keys));
+}
+
+std::uint64_t pinned_bytes(const RowSource& source) {
+  return static_cast<std::uint64_t>(source.rows()) * static_cast<std::uint64_t>(source.row_bytes());
+}
+
+std::uint64_t free_memory(const torch::Device& device) {
+  if (!device.is_cuda()) return cpu_available_bytes();
+  const c10::cuda::CUDAGuard guard(device.index());
+  std::size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess)
+    throw ResourceError("cannot query the free memory of " + device.str());
+  return free;
+}
+
+}  // namespace mltool::train

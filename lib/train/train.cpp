@@ -1,0 +1,418 @@
+// train_model: options, dataset and spec checked; feeds, model and optimizer set up; the run
+// directory started or resumed; the loop run; the results exported.
+#include "mltool/train/train.hpp"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "export.hpp"
+#include "loop.hpp"
+#include "mltool/io/feature_store.hpp"
+#include "mltool/train/model_spec.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
+#include "mltool/util/log.hpp"
+#include "mltool/util/parallel.hpp"
+#include "mltool/util/version.hpp"
+#include "run_dir.hpp"
+
+namespace mltool::train {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+template <typename T>
+void require(bool ok, const std::string& message) {
+  if (!ok) throw T(message);
+}
+
+void check_job(const TrainJob& j) {
+  auto one_of = [](const std::string& v, std::initializer_list<const char*> names) {
+    for (const char* n : names)
+      if (v == n) return true;
+    return false;
+  };
+  require<UsageError>(j.epochs >= 1, "--epochs must be at least 1");
+  require<UsageError>(j.batch >= 1, "--batch must be at least 1");
+  require<UsageError>(std::isfinite(j.lr) && j.lr > 0, "--lr must be a positive number");
+  require<UsageError>(one_of(j.optimizer, {"adamw", "sgd"}), "--optimizer must be adamw or sgd");
+  require<UsageError>(one_of(j.schedule, {"cosine", "constant"}),
+                      "--schedule must be cosine or constant");
+  require<UsageError>(one_of(j.feed, {"auto", "pinned", "host", "sync"}),
+                      "--feed must be auto, pinned, host or sync");
+  require<UsageError>(
+      one_of(j.monitor, {"val_loss", "val_accuracy", "val_balanced_accuracy", "val_auc"}),
+      "--monitor must be val_loss, val_accuracy, val_balanced_accuracy or val_auc");
+  require<UsageError>(std::isfinite(j.weight_decay) && j.weight_decay >= 0,
+                      "--weight-decay must be >= 0");
+  require<UsageError>(std::isfinite(j.momentum) && j.momentum >= 0, "--momentum must be >= 0");
+  require<UsageError>(std::isfinite(j.clip_norm) && j.clip_norm >= 0,
+                      "--clip-norm must be >= 0 (0: no clipping)");
+  require<UsageError>(
+      j.warmup >= 0 && j.patience >= 0 && j.checkpoint_every >= 0 && j.max_steps >= 0,
+      "--warmup, --patience, --checkpoint-every and --max-steps must be >= 0");
+  require<UsageError>(j.log_every >= 1, "--log-every must be at least 1");
+  require<UsageError>(!(j.resume && j.overwrite), "--resume and --overwrite exclude each other");
+}
+
+torch::Device resolve_device(const std::string& spec) {
+  const bool cuda = torch::cuda::is_available();
+  if (spec == "cpu" || (spec == "auto" && !cuda)) return torch::kCPU;
+  int index = 0;
+  if (spec.rfind("cuda:", 0) == 0) {
+    char* end = nullptr;
+    index = static_cast<int>(std::strtol(spec.c_str() + 5, &end, 10));
+    require<UsageError>(*end == '\0' && end != spec.c_str() + 5 && index >= 0,
+                        "--device must be auto, cpu, cuda or cuda:N");
+  } else {
+    require<UsageError>(spec == "auto" || spec == "cuda",
+                        "--device must be auto, cpu, cuda or cuda:N, not '" + spec + "'");
+  }
+  require<ResourceError>(cuda, "--device " + spec + ": no CUDA GPU is visible");
+  require<ResourceError>(index < static_cast<int>(torch::cuda::device_count()),
+                         "--device " + spec + ": " + std::to_string(torch::cuda::device_count()) +
+                             " CUDA GPU(s) visible");
+  return {torch::kCUDA, static_cast<c10::DeviceIndex>(index)};
+}
+
+// Per label id, or empty for none.
+std::vector<double> class_weights(const std::string& text, const SplitSamples& train,
+                                  std::size_t classes) {
+  if (text == "none") return {};
+  std::vector<double> w;
+  if (text == "balanced") {
+    std::vector<double> count(classes, 0);
+    for (const auto l : train.labels) ++count[static_cast<std::size_t>(l)];
+    for (const double c : count)
+      w.push_back(c > 0 ? static_cast<double>(train.size()) / (classes * c) : 0.0);
+    return w;
+  }
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    require<UsageError>(
+        !item.empty() && *end == '\0' && std::isfinite(v) && v >= 0,
+        "--class-weights: '" + item + "' is not a weight (none, balanced, or W0,W1,... >= 0)");
+    w.push_back(v);
+  }
+  require<UsageError>(w.size() == classes, "--class-weights: " + std::to_string(w.size()) +
+                                               " weights for " + std::to_string(classes) +
+                                               " labels");
+  return w;
+}
+
+std::shared_ptr<const io::FeatureStore> open_store(const DatasetInfo& d) {
+  auto store = std::make_shared<const io::FeatureStore>(io::FeatureStore::open(d.features));
+  const std::string matrix = util::join_path(d.features, io::kFeaturesMatrixFile);
+  const bool same = static_cast<std::int64_t>(store->rows()) == d.rows &&
+                    static_cast<std::int64_t>(store->dims()) == d.dims &&
+                    store->dtype() == d.dtype && util::file_size(matrix) == d.matrix_bytes;
+  require<FormatError>(
+      same,
+      at_file(matrix,
+              "is " + std::to_string(store->rows()) + " x " + std::to_string(store->dims()) + " " +
+                  std::string(io::name(store->dtype())) + " (" +
+                  std::to_string(util::file_size(matrix)) + " bytes), but " + d.manifest_path +
+                  " pins " + std::to_string(d.rows) + " x " + std::to_string(d.dims) + " " +
+                  std::string(io::name(d.dtype)) + " (" + std::to_string(d.matrix_bytes) +
+                  " bytes): the feature store changed since it was packed"));
+  return store;
+}
+
+// Image unit: the tiles of both splits, decoded from the tile store; rows become positions in
+// a sorted list of their keys (store order, so decoding reads the store sequentially).
+std::shared_ptr<const RowSource> image_source(const TrainJob& job, const DatasetInfo& d,
+                                              const io::FeatureStore& store, SplitSamples& train,
+                                              SplitSamples& val, std::string& path) {
+  path = job.tiles.empty() ? d.tile_store : job.tiles;
+  const auto& source = store.manifest().value("source", json::object());
+  if (path.empty() && source.contains("tile_store") && source["tile_store"].is_string())
+    path = source["tile_store"];
+  require<InputError>(!path.empty(),
+                      at_file(d.manifest_path,
+                              "an image dataset, but neither it nor its feature store names "
+                              "a tile store; pass --tiles STORE"));
+  std::map<std::string, std::int64_t> local;
+  for (const auto* s : {&train, &val})
+    for (const auto& key : s->ids) local.emplace(key, 0);
+  std::vector<std::string> keys;
+  for (auto& [key, id] : local) {
+    id = static_cast<std::int64_t>(keys.size());
+    keys.push_back(key);
+  }
+  for (auto* s : {&train, &val})
+    for (std::size_t i = 0; i < s->size(); ++i) s->rows[i] = local.at(s->ids[i]);
+  return tile_source(path, std::move(keys));
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainJob& job, BlockModel& model) {
+  // Weight decay on weights (dimension >= 2), not on biases and normalization parameters.
+  std::vector<torch::Tensor> decay, plain;
+  for (const auto& p : model.parameters()) (p.dim() >= 2 ? decay : plain).push_back(p);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  auto options = [&](double wd) -> std::unique_ptr<torch::optim::OptimizerOptions> {
+    if (job.optimizer == "sgd")
+      return std::make_unique<torch::optim::SGDOptions>(
+          torch::optim::SGDOptions(job.lr).momentum(job.momentum).weight_decay(wd));
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(job.lr).weight_decay(wd));
+  };
+  if (!decay.empty()) groups.emplace_back(decay, options(job.weight_decay));
+  if (!plain.empty()) groups.emplace_back(plain, options(0));
+  if (job.optimizer == "sgd")
+    return std::make_unique<torch::optim::SGD>(groups, torch::optim::SGDOptions(job.lr));
+  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(job.lr));
+}
+
+std::string gib(std::uint64_t bytes) {
+  std::ostringstream out;
+  out.precision(2);
+  out << std::fixed << static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0) << " GiB";
+  return out.str();
+}
+
+}  // namespace
+
+TrainReport train_model(const TrainJob& job,
+                        const std::function<void(const TrainProgress&)>& progress) {
+  const auto start = Clock::now();
+  check_job(job);
+  const ModelSpec spec = read_model_spec(job.spec);
+  const DatasetInfo data = read_dataset_info(job.dataset);
+  const auto classes = static_cast<std::int64_t>(data.labels.size());
+  require<InputError>(
+      spec.unit() == data.unit,
+      at_file(job.spec, "family " + spec.family + " trains on " + spec.unit() + " records, but " +
+                            data.manifest_path + " was packed with --unit " + data.unit));
+  require<InputError>(
+      classes >= 2, at_file(data.manifest_path, "has " + std::to_string(classes) +
+                                                    " label(s); classification needs at least 2"));
+  require<InputError>(
+      !spec.classes || *spec.classes == classes,
+      at_file(job.spec, "/classes: " + std::to_string(spec.classes.value_or(0)) + ", but " +
+                            data.manifest_path + " has " + std::to_string(classes) + " labels"));
+  require<InputError>(
+      !spec.input_dims || data.unit == "image" || *spec.input_dims == data.dims,
+      at_file(job.spec, "/input_dims: " + std::to_string(spec.input_dims.value_or(0)) +
+                            ", but the features of " + data.manifest_path + " have " +
+                            std::to_string(data.dims) + " dimensions"));
+  require<UsageError>(
+      job.monitor != "val_auc" || classes == 2,
+      "--monitor val_auc needs two labels, the dataset has " + std::to_string(classes));
+  const auto store = open_store(data);
+  SplitSamples train = read_split(data, job.train_split);
+  SplitSamples val = read_split(data, job.val_split);
+  const auto weights = class_weights(job.class_weights, train, static_cast<std::size_t>(classes));
+  const torch::Device device = resolve_device(job.device);
+  const int threads = util::thread_count(job.threads);
+
+  std::string tile_store;
+  const auto source = data.unit == "image" ? image_source(job, data, *store, train, val, tile_store)
+                                           : feature_source(store);
+
+  const bool resumable = prepare_run_dir(job.output, job.resume, job.overwrite);
+  RunDir run(job.output);
+
+  // The feed: pinned if asked for, or (auto) if the matrix fits where it has to be copied to.
+  std::string feed = job.feed;
+  torch::Tensor matrix;
+  if (feed == "auto" || feed == "pinned") {
+    const bool copies =
+        device.is_cuda() || data.unit == "image";  // features on the CPU: the memory map itself
+    const std::uint64_t need = pinned_bytes(*source), margin = std::uint64_t{256} << 20;
+    const std::uint64_t free = copies ? free_memory(device) : need + margin;
+    std::string why;
+    if (need + margin > free)
+      why = "the pinned feed needs " + std::to_string(need) + " bytes (" + gib(need) + ") on " +
+            device.str() + " for the " +
+            (data.unit == "image" ? "decoded tiles" : "feature matrix") + " (plus " + gib(margin) +
+            " to train in), which has " + std::to_string(free) + " (" + gib(free) + ") free";
+    if (why.empty()) {
+      try {
+        matrix = source->whole(device, threads);
+      } catch (const c10::OutOfMemoryError&) {
+        why = "the pinned feed ran out of memory on " + device.str() + " copying " + gib(need);
+      } catch (const ResourceError& e) {
+        why = e.what();
+      }
+    }
+    if (!why.empty()) {
+      if (feed == "pinned") throw ResourceError(why + "; use --feed host");
+      log::warn(why + "; using the host feed");
+      feed = "host";
+    } else {
+      feed = "pinned";
+    }
+  }
+  const int workers = feed == "host" ? std::min(8, threads) : 0;
+  auto make_feed = [&](const SplitSamples& s) {
+    return feed == "pinned" ? pinned_feed(source, matrix, s, data.unit, device)
+                            : host_feed(source, s, data.unit, device, workers);
+  };
+  auto train_feed = make_feed(train);
+  auto val_feed = make_feed(val);
+
+  torch::manual_seed(job.seed);
+  auto model = build_model(spec, data.dims, classes);
+  model->to(device);
+  auto optimizer = make_optimizer(job, *model);
+  const auto n = static_cast<std::int64_t>(train.size());
+  Loop loop{job,
+            *model,
+            *optimizer,
+            *train_feed,
+            *val_feed,
+            train,
+            val,
+            device,
+            {},
+            classes,
+            std::max<std::int64_t>(1, n / job.batch),
+            0,
+            run,
+            progress};
+  loop.total_steps = loop.steps_per_epoch * job.epochs;
+  if (!weights.empty()) loop.class_weights = torch::tensor(weights, torch::kFloat32).to(device);
+
+  json blocks = json::array();
+  for (std::size_t i = 0; i < model->size(); ++i)
+    blocks.push_back({{"name", model->names()[i]}, {"parameters", model->parameter_count(i)}});
+  json manifest = {{"format", kRunFormat},
+                   {"format_version", kRunFormatVersion},
+                   {"created_by", util::tool_version()},
+                   {"dataset",
+                    {{"path", util::absolute_path(data.dir)},
+                     {"manifest_sha256", data.manifest_sha256},
+                     {"matrix_sha256", data.matrix_sha256},
+                     {"unit", data.unit},
+                     {"labels", data.labels},
+                     {"dims", data.dims},
+                     {"train_split", job.train_split},
+                     {"val_split", job.val_split},
+                     {"train_samples", train.size()},
+                     {"val_samples", val.size()}}},
+                   {"spec", spec.document},
+                   {"model",
+                    {{"blocks", blocks},
+                     {"parameters", model->parameter_count()},
+                     {"input_dims", data.dims},
+                     {"classes", classes}}},
+                   {"options",
+                    {{"epochs", job.epochs},
+                     {"batch", job.batch},
+                     {"lr", job.lr},
+                     {"optimizer", job.optimizer},
+                     {"weight_decay", job.weight_decay},
+                     {"momentum", job.momentum},
+                     {"schedule", job.schedule},
+                     {"warmup", job.warmup},
+                     {"clip_norm", job.clip_norm},
+                     {"class_weights", weights.empty() ? json() : json(weights)},
+                     {"seed", job.seed},
+                     {"monitor", job.monitor},
+                     {"patience", job.patience}}},
+                   {"runtime",
+                    {{"device", device.str()},
+                     {"feed", feed},
+                     {"threads", threads},
+                     {"log_every", job.log_every},
+                     {"checkpoint_every", job.checkpoint_every},
+                     {"max_steps", job.max_steps},
+                     {"resumed_from", 0}}},
+                   {"steps_per_epoch", loop.steps_per_epoch},
+                   {"total_steps", loop.total_steps},
+                   {"status", "running"},
+                   {"result", nullptr}};
+  if (!tile_store.empty()) manifest["dataset"]["tile_store"] = util::absolute_path(tile_store);
+  run.export_metadata = {{"format", "pt"},
+                         {"mltool.spec", spec.document.dump()},
+                         {"mltool.labels", json(data.labels).dump()},
+                         {"mltool.blocks", blocks.dump()},
+                         {"mltool.created_by", util::tool_version()}};
+
+  TrainReport report;
+  LoopState state;
+  if (job.resume) {
+    const auto before = run.read_manifest();
+    for (const auto& w : compare_runs(*before, manifest, run.path(kRunManifestFile))) log::warn(w);
+    if (resumable) {
+      state = load_checkpoint(run.checkpoint("last.pt"), *model, *optimizer, device);
+      report.resumed_from = state.step;
+      manifest["runtime"]["resumed_from"] = state.step;
+      log::info("resuming at step " + std::to_string(state.step) + " (epoch " +
+                std::to_string(state.epoch + 1) + ")");
+    } else {
+      log::warn(run.path("checkpoints/last.pt") +
+                " does not exist yet: starting from the beginning");
+    }
+  }
+  run.open_metrics(state.metrics_bytes);
+  run.write_manifest(manifest);
+  log::info(std::to_string(train.size()) + " " + data.unit + " samples to train on, " +
+            std::to_string(val.size()) + " to validate; " +
+            std::to_string(model->parameter_count()) + " parameters; " + feed + " feed on " +
+            device.str());
+
+  const std::int64_t first_step = state.step;
+  const auto loop_start = Clock::now();
+  try {
+    state = run_loop(loop, state);
+  } catch (const Error& e) {
+    manifest["status"] = "failed";
+    manifest["result"] = {{"steps", state.step}, {"error", e.what()}};
+    run.write_manifest(manifest);
+    throw;
+  }
+  const double loop_seconds = std::chrono::duration<double>(Clock::now() - loop_start).count();
+
+  report.output = job.output;
+  report.status = state.status.empty() ? "stopped" : state.status;
+  report.device = device.str();
+  report.feed = feed;
+  report.unit = data.unit;
+  report.blocks = model->names();
+  report.parameters = model->parameter_count();
+  report.steps = state.step;
+  report.epochs_done = state.epoch;
+  report.best_epoch = state.best_epoch;
+  report.best_value = state.best.value_or(0);
+  report.monitor = job.monitor;
+  report.samples_per_second =
+      loop_seconds > 0
+          ? static_cast<double>((state.step - first_step) * std::min(n, std::int64_t{job.batch})) /
+                loop_seconds
+          : 0;
+  json result = {{"steps", state.step},
+                 {"epochs", state.epoch},
+                 {"best_epoch", state.best_epoch},
+                 {"best_value", state.best ? json(*state.best) : json()},
+                 {"validation", nullptr}};
+  if (report.status != "stopped") {
+    export_safetensors(*model, run.path("model.safetensors"), run.export_metadata);
+    export_state_dict(*model, run.path("model.pt"));
+    const auto eval = evaluate(*model, *val_feed, val, job.batch, classes);
+    write_predictions(run.path("predictions.csv"), val, eval.logits, data.labels);
+    report.validation = eval.to_json();
+    result["validation"] = report.validation;
+  }
+  json end = {{"event", "end"},
+              {"status", report.status},
+              {"step", state.step},
+              {"best_epoch", state.best_epoch}};
+  if (!report.validation.is_null()) end.update(report.validation);
+  run.log(end);
+  manifest["status"] = report.status;
+  manifest["result"] = result;
+  run.write_manifest(manifest);
+  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return report;
+}
+
+}  // namespace mltool::train

@@ -1,0 +1,429 @@
+"""mltool train, end to end on synthetic data packed with `mltool pack`: that it learns
+(separable tile features with an MLP, a bag task with attention MIL, tinted tiles with the
+residual CNN), that the feeds give identical weights, that a stopped or killed run resumes to
+exactly the weights of an uninterrupted one, that PyTorch loads the exported weights and its
+own forward pass (written here with torch.nn.functional) reproduces the logits the tool
+wrote, and that bad input stops with a clear message and exit code.
+
+    train_test.py MLTOOL [TEST...]   # TEST: check_* names without check_
+"""
+import csv
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+import zlib
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from cli_common import Failure, expect, run, run_checks, tmp
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
+
+mltool = os.path.abspath(sys.argv[1])
+only = set(sys.argv[2:])
+
+TIMING = {"seconds", "samples_per_second"}  # the only fields that may differ between equal runs
+
+
+# ---------------------------------------------------------------- fixtures
+
+def write_store(d, matrix, keys, dtype="float32", source=None):
+    """A feature store as docs/formats.md#feature-store describes it."""
+    os.makedirs(d, exist_ok=True)
+    np.save(os.path.join(d, "features.npy"), np.ascontiguousarray(matrix, dtype="<f4" if dtype == "float32" else "<f2"))
+    with open(os.path.join(d, "keys.txt"), "w", newline="\n") as f:
+        f.writelines(k + "\n" for k in keys)
+    meta = {"created_by": "train_test.py", "dims": int(matrix.shape[1]), "dtype": dtype,
+            "files": {"keys": "keys.txt", "matrix": "features.npy"}, "format": "mltool.features",
+            "format_version": 1, "model": {"name": "synthetic"}, "rows": int(matrix.shape[0])}
+    if source:
+        meta["source"] = source
+    with open(os.path.join(d, "features.json"), "w") as f:
+        json.dump(meta, f, indent=2, sort_keys=True)
+
+
+def write_labels(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["key", "label"])
+        w.writerows(rows)
+
+
+def write_json(path, doc):
+    with open(path, "w") as f:
+        json.dump(doc, f)
+
+
+def pack(features, labels, out, *args):
+    code, _, err = run([mltool, "pack", features, "--labels", labels, "-o", out, "--seed", "1", *args])
+    expect(code == 0, f"pack {out}: exit {code}: {err.strip()}")
+
+
+def fixtures():
+    rng = np.random.default_rng(5)
+    # Tiles: three Gaussian blobs in 32-d, 20 slides of 15 tiles, labels mixed within slides;
+    # float16, so the feeds' widening is exercised.
+    centers = rng.standard_normal((3, 32)) * 1.5
+    keys, rows, labels = [], [], []
+    for s in range(20):
+        for t in range(15):
+            c = int(rng.integers(0, 3))
+            keys.append(f"S{s:02d}/{t:06d}_000000")
+            rows.append(centers[c] + rng.standard_normal(32))
+            labels.append((keys[-1], ["normal", "stroma", "tumor"][c]))
+    write_store(tmp("feat"), np.array(rows), keys, "float16")
+    write_labels(tmp("tiles.csv"), labels)
+    pack(tmp("feat"), tmp("tiles.csv"), tmp("ds"), "--split", "train=0.7,val=0.3")
+    write_json(tmp("mlp.json"), {"family": "mlp", "hidden": [32], "batch_norm": True, "dropout": 0.1})
+
+    # Bags: 40 slides of 4-16 instances in 16-d; a positive bag holds 1-3 instances shifted
+    # along one direction.
+    u = rng.standard_normal(16)
+    u /= np.linalg.norm(u)
+    keys, rows, slides = [], [], []
+    for s in range(40):
+        n = int(rng.integers(4, 17))
+        x = rng.standard_normal((n, 16))
+        positive = s % 2 == 1
+        if positive:
+            x[rng.choice(n, int(rng.integers(1, 4)), replace=False)] += 6 * u
+        keys += [f"B{s:02d}/{t:06d}_000000" for t in range(n)]
+        rows += list(x)
+        slides.append((f"B{s:02d}", "pos" if positive else "neg"))
+    write_store(tmp("bagfeat"), np.array(rows), keys)
+    write_labels(tmp("bags.csv"), slides)
+    pack(tmp("bagfeat"), tmp("bags.csv"), tmp("bagds"), "--unit", "bag", "--split", "train=0.6,val=0.4")
+    write_json(tmp("abmil.json"), {"family": "abmil", "hidden": [16], "attention": 8})
+    return "tiles 300 x 32 (float16), 40 bags"
+
+
+def train(*args):
+    """mltool train ARGS --json -q; (code, summary or None, stderr)."""
+    code, out, err = run([mltool, "train", *args, "--json", "-q"])
+    summary = None
+    if out.strip():
+        try:
+            summary = json.loads(out)
+        except ValueError:
+            raise Failure(f"stdout is not one JSON document: {out[:300]!r}")
+    return code, summary, err
+
+
+def train_ok(*args):
+    code, summary, err = train(*args)
+    expect(code == 0, f"train {' '.join(args)}: exit {code}: {err.strip()}")
+    return summary
+
+
+def metrics(run_dir, timing=False):
+    lines = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
+    if not timing:
+        for l in lines:
+            for k in TIMING:
+                l.pop(k, None)
+    return lines
+
+
+def read_safetensors(path):
+    """{name: np.ndarray} and the metadata, parsed from the format's spec alone."""
+    data = open(path, "rb").read()
+    (n,) = struct.unpack_from("<Q", data, 0)
+    expect(n % 8 == 0, f"{path}: header of {n} bytes is not 8-byte aligned")
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    dtypes = {"F32": "<f4", "F16": "<f2", "I64": "<i8", "U8": "u1"}
+    out, end = {}, 0
+    for name, h in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        b, e = h["data_offsets"]
+        expect(b == end, f"{path}: {name} starts at {b}, the previous tensor ended at {end}")
+        end = e
+        a = np.frombuffer(data[8 + n + b:8 + n + e], dtype=dtypes[h["dtype"]])
+        out[name] = a.reshape(h["shape"])
+    expect(8 + n + end == len(data), f"{path}: {len(data) - 8 - n - end} trailing bytes")
+    return out, meta
+
+
+def predictions(run_dir):
+    with open(os.path.join(run_dir, "predictions.csv")) as f:
+        return list(csv.DictReader(f))
+
+
+# ---------------------------------------------------------------- checks
+
+def check_mlp_learns():
+    s = train_ok(tmp("ds"), "--model", tmp("mlp.json"), "-o", tmp("run_mlp"), "--epochs", "8",
+                 "--batch", "32", "--lr", "0.01", "--log-every", "4", "--warmup", "3")
+    expect(s["status"] == "complete" and s["unit"] == "tile" and s["blocks"] == ["hidden1", "head"],
+           f"summary {s}")
+    lines = metrics(tmp("run_mlp"))
+    epochs = [l for l in lines if l["event"] == "epoch"]
+    expect(len(epochs) == 8, f"{len(epochs)} epoch lines")
+    expect(epochs[-1]["val_accuracy"] >= 0.95, f"final val accuracy {epochs[-1]['val_accuracy']}")
+    expect(lines[-1]["event"] == "end" and lines[-1]["status"] == "complete", f"last line {lines[-1]}")
+    manifest = json.load(open(tmp("run_mlp", "run.json")))
+    expect(manifest["status"] == "complete" and manifest["format"] == "mltool.train-run", "run.json status")
+    spe, total = manifest["steps_per_epoch"], manifest["total_steps"]
+    expect(total == 8 * spe == s["steps"], f"steps {s['steps']}, steps_per_epoch {spe}")
+    # The schedule: linear warmup over 3 steps, then cosine to 0 at the end.
+    for l in lines:
+        if l["event"] != "step":
+            continue
+        i = l["step"] - 1
+        want = 0.01 * (i + 1) / 3 if i < 3 else 0.01 * 0.5 * (1 + np.cos(np.pi * (i - 3) / (total - 3)))
+        expect(abs(l["lr"] - want) < 1e-12, f"step {l['step']}: lr {l['lr']}, expected {want}")
+        expect(l["step"] % 4 == 0 and np.isfinite(l["loss"]), f"step line {l}")
+    for f in ("model.safetensors", "model.pt", "best.safetensors", "predictions.csv",
+              "checkpoints/last.pt", "checkpoints/best.pt"):
+        expect(os.path.isfile(tmp("run_mlp", f)), f"{f} missing")
+    best = [l["epoch"] for l in epochs if l["best"]]
+    expect(best and best[-1] == s["best_epoch"] == manifest["result"]["best_epoch"], f"best epochs {best}, {s}")
+
+
+def check_feeds_agree():
+    args = [tmp("ds"), "--model", tmp("mlp.json"), "--epochs", "3", "--batch", "16"]
+    runs = {}
+    for feed in ("pinned", "host", "sync"):
+        s = train_ok(*args, "-o", tmp(f"run_{feed}"), "--feed", feed, "--seed", "7")
+        expect(s["feed"] == feed, f"--feed {feed}: ran {s['feed']}")
+        runs[feed] = open(tmp(f"run_{feed}", "model.safetensors"), "rb").read()
+    expect(runs["pinned"] == runs["host"] == runs["sync"], "pinned, host and sync feeds give different weights")
+    expect(metrics(tmp("run_pinned")) == metrics(tmp("run_host")), "pinned and host metrics differ")
+    s = train_ok(*args, "-o", tmp("run_seed8"), "--seed", "8")
+    expect(open(tmp("run_seed8", "model.safetensors"), "rb").read() != runs["pinned"], "--seed changes nothing")
+
+
+def check_resume():
+    args = [tmp("ds"), "--model", tmp("mlp.json"), "--epochs", "4", "--batch", "16", "--log-every", "3"]
+    train_ok(*args, "-o", tmp("run_full"))
+    s = train_ok(*args, "-o", tmp("run_part"), "--max-steps", "17")  # inside epoch 2
+    expect(s["status"] == "stopped" and s["steps"] == 17, f"stopped run: {s}")
+    expect(not os.path.exists(tmp("run_part", "model.safetensors")), "a stopped run exported final weights")
+    expect(json.load(open(tmp("run_part", "run.json")))["status"] == "stopped", "run.json of a stopped run")
+    s = train_ok(*args, "-o", tmp("run_part"), "--resume")
+    expect(s["resumed_from"] == 17 and s["status"] == "complete", f"resumed run: {s}")
+    a = open(tmp("run_full", "model.safetensors"), "rb").read()
+    expect(open(tmp("run_part", "model.safetensors"), "rb").read() == a, "resumed weights differ")
+    expect(metrics(tmp("run_part")) == metrics(tmp("run_full")), "resumed metrics.jsonl differs")
+    # Resuming a finished run changes nothing.
+    train_ok(*args, "-o", tmp("run_part"), "--resume")
+    expect(open(tmp("run_part", "model.safetensors"), "rb").read() == a, "a second resume changed the weights")
+    # What may not change, and what is refused.
+    code, _, err = train(*args, "-o", tmp("run_part"))
+    expect(code == 1 and "--resume" in err, f"existing run without --resume: exit {code}: {err.strip()}")
+    code, _, err = train(*args, "-o", tmp("run_part"), "--resume", "--seed", "3")
+    expect(code == 1 and "--seed" in err, f"--resume with another seed: exit {code}: {err.strip()}")
+
+
+def check_kill_and_resume():
+    # Long enough that the kill lands mid-run: many small steps, a checkpoint every 5.
+    args = [tmp("ds"), "--model", tmp("mlp.json"), "--epochs", "40", "--batch", "8",
+            "--checkpoint-every", "5", "-q"]
+    train_ok(*args, "-o", tmp("run_nokill"))
+    p = subprocess.Popen([mltool, "train", *args, "-o", tmp("run_kill")], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    last = tmp("run_kill", "checkpoints", "last.pt")
+    deadline = time.time() + 120
+    while not os.path.exists(last) and p.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.05)
+    killed = p.poll() is None
+    if killed:
+        p.send_signal(signal.SIGKILL)
+    p.wait()
+    status = json.load(open(tmp("run_kill", "run.json")))["status"]
+    expect(not killed or status == "running", f"run.json of a killed run says {status}")
+    s = train_ok(*args, "-o", tmp("run_kill"), "--resume")
+    expect(not killed or s["resumed_from"] > 0, f"killed run resumed from {s['resumed_from']}")
+    expect(open(tmp("run_kill", "model.safetensors"), "rb").read() ==
+           open(tmp("run_nokill", "model.safetensors"), "rb").read(), "killed and resumed run: other weights")
+    expect(metrics(tmp("run_kill")) == metrics(tmp("run_nokill")), "killed and resumed run: other metrics")
+    if not killed:
+        print("note: kill_and_resume: the run finished before the kill", flush=True)
+
+
+def mlp_forward(sd, x, spec):
+    h = x
+    for i in range(1, len(spec["hidden"]) + 1):
+        p = f"hidden{i}."
+        h = F.linear(h, sd[p + "linear.weight"], sd[p + "linear.bias"])
+        if spec.get("batch_norm"):
+            h = F.batch_norm(h, sd[p + "norm.running_mean"], sd[p + "norm.running_var"], sd[p + "norm.weight"],
+                             sd[p + "norm.bias"], training=False, eps=1e-5)
+        h = F.relu(h)
+    return F.linear(h, sd["head.linear.weight"], sd["head.linear.bias"])
+
+
+def abmil_forward(sd, bag):
+    h = F.relu(F.linear(bag, sd["embed1.linear.weight"], sd["embed1.linear.bias"]))
+    a = torch.tanh(F.linear(h, sd["attention.V.weight"], sd["attention.V.bias"]))
+    a = a * torch.sigmoid(F.linear(h, sd["attention.U.weight"], sd["attention.U.bias"]))
+    w = torch.softmax(F.linear(a, sd["attention.w.weight"], sd["attention.w.bias"]).squeeze(-1), 0)
+    return F.linear((w.unsqueeze(-1) * h).sum(0), sd["head.linear.weight"], sd["head.linear.bias"])
+
+
+def check_pytorch_loads():
+    run_dir = tmp("run_mlp")
+    if not os.path.exists(os.path.join(run_dir, "model.pt")):
+        check_mlp_learns()
+    sd = torch.load(os.path.join(run_dir, "model.pt"))  # weights_only=True, the default
+    expect(isinstance(sd, dict), f"torch.load gives {type(sd)}")
+    st, meta = read_safetensors(os.path.join(run_dir, "model.safetensors"))
+    expect(set(st) == set(sd), f"safetensors {sorted(st)} vs state dict {sorted(sd)}")
+    for k, v in sd.items():
+        expect(np.array_equal(st[k], v.numpy()) and st[k].dtype == v.numpy().dtype, f"{k} differs")
+    expect(json.loads(meta["mltool.labels"]) == ["normal", "stroma", "tumor"], f"metadata {meta}")
+    spec = json.loads(meta["mltool.spec"])
+    X = torch.from_numpy(np.load(tmp("feat", "features.npy")).astype(np.float32))
+    preds = predictions(run_dir)
+    rows = torch.tensor([int(p["sample"]) for p in preds])
+    logits = mlp_forward(sd, X[rows], spec)
+    want = torch.tensor([[float(p[f"logit_{n}"]) for n in ("normal", "stroma", "tumor")] for p in preds])
+    expect(torch.allclose(logits, want, atol=1e-5, rtol=1e-5),
+           f"PyTorch's forward differs from predictions.csv by {(logits - want).abs().max().item()}")
+    names = ["normal", "stroma", "tumor"]
+    expect(all(p["prediction"] == names[int(l.argmax())] for p, l in zip(preds, logits)), "predicted labels")
+
+
+def check_abmil_learns():
+    s = train_ok(tmp("bagds"), "--model", tmp("abmil.json"), "-o", tmp("run_bag"), "--epochs", "15",
+                 "--batch", "4", "--lr", "0.01", "--monitor", "val_auc")
+    expect(s["unit"] == "bag" and s["blocks"] == ["embed1", "attention", "head"], f"summary {s}")
+    v = s["validation"]
+    expect(v["val_accuracy"] >= 0.9 and v["val_auc"] >= 0.9, f"bag task not learned: {v}")
+    sd = torch.load(tmp("run_bag", "model.pt"))
+    X = torch.from_numpy(np.load(tmp("bagfeat", "features.npy")))
+    keys = open(tmp("bagfeat", "keys.txt")).read().split()
+    for p in predictions(tmp("run_bag")):
+        bag = X[[i for i, k in enumerate(keys) if k.startswith(p["sample"] + "/")]]
+        got = abmil_forward(sd, bag)
+        want = torch.tensor([float(p["logit_neg"]), float(p["logit_pos"])])
+        expect(torch.allclose(got, want, atol=1e-4), f"bag {p['sample']}: PyTorch {got.tolist()}, mltool {want.tolist()}")
+    # Bags of different lengths padded into one batch: the feeds agree.
+    args = [tmp("bagds"), "--model", tmp("abmil.json"), "--epochs", "3", "--batch", "5"]
+    train_ok(*args, "-o", tmp("run_bag_p"), "--feed", "pinned")
+    train_ok(*args, "-o", tmp("run_bag_h"), "--feed", "host")
+    expect(open(tmp("run_bag_p", "model.safetensors"), "rb").read() ==
+           open(tmp("run_bag_h", "model.safetensors"), "rb").read(), "bag feeds give different weights")
+
+
+def check_image():
+    import tile_store
+    # Slides of reddish or bluish 16x16 tiles: the label is the tint.
+    def pixels(key, size):
+        rng = np.random.default_rng(zlib.crc32(key.encode()))
+        red = int(key[1:key.index("/")]) % 2 == 0
+        base = np.array([200, 90, 90] if red else [90, 90, 200], np.float32)
+        return np.clip(base + rng.normal(0, 25, (size, size, 3)), 0, 255).astype(np.uint8)
+    tile_store.tile_pixels = pixels
+    slides = [{"id": f"T{i:02d}", "rows": 3, "cols": 4} for i in range(12)]
+    keys = tile_store.write_store(tmp("tiles.lmdb"), slides, 16, encoding="png")
+    write_store(tmp("imgfeat"), np.zeros((len(keys), 2)), keys, source={"tile_store": tmp("tiles.lmdb")})
+    write_labels(tmp("imgs.csv"), [(f"T{i:02d}", "red" if i % 2 == 0 else "blue") for i in range(12)])
+    pack(tmp("imgfeat"), tmp("imgs.csv"), tmp("imgds"), "--unit", "image", "--split", "train=0.5,val=0.5")
+    write_json(tmp("cnn.json"), {"family": "rescnn", "channels": [8, 16]})
+    args = [tmp("imgds"), "--model", tmp("cnn.json"), "--epochs", "4", "--batch", "8", "--lr", "0.01"]
+    s = train_ok(*args, "-o", tmp("run_img_p"), "--feed", "pinned")
+    expect(s["validation"]["val_accuracy"] >= 0.95, f"tints not learned: {s['validation']}")
+    expect(s["blocks"] == ["stem", "stage1", "stage2", "pool", "head"], f"blocks {s['blocks']}")
+    train_ok(*args, "-o", tmp("run_img_h"), "--feed", "host", "--tiles", tmp("tiles.lmdb"))
+    expect(open(tmp("run_img_p", "model.safetensors"), "rb").read() ==
+           open(tmp("run_img_h", "model.safetensors"), "rb").read(), "image feeds give different weights")
+
+
+def expect_error(args, code, *parts):
+    got, _, err = train(*args)
+    expect(got == code, f"{' '.join(os.path.basename(a) for a in args)}: exit {got}, expected {code}: {err.strip()}")
+    for p in parts:
+        expect(p in err, f"message lacks {p!r}: {err.strip()}")
+    return err
+
+
+def check_bad_input():
+    base = [tmp("ds"), "-o", tmp("run_bad")]
+    write_json(tmp("bad_spec.json"), {"family": "mlp", "hidden": [32, 0]})
+    expect_error([*base, "--model", tmp("bad_spec.json")], 2, "bad_spec.json: /hidden/1:")
+    write_json(tmp("bad_field.json"), {"family": "mlp", "attention": 3})
+    expect_error([*base, "--model", tmp("bad_field.json")], 2, "/attention: not a field of family mlp")
+    write_json(tmp("dims.json"), {"family": "mlp", "input_dims": 64})
+    expect_error([*base, "--model", tmp("dims.json")], 2, "/input_dims: 64", "32 dimensions")
+    write_json(tmp("classes.json"), {"family": "mlp", "classes": 2})
+    expect_error([*base, "--model", tmp("classes.json")], 2, "/classes: 2", "3 labels")
+    expect_error([*base, "--model", tmp("abmil.json")], 2, "family abmil trains on bag records", "--unit tile")
+    expect_error([*base, "--model", tmp("mlp.json"), "--val-split", "nope"], 2, "no split 'nope'", "train, val")
+    expect_error([*base, "--model", tmp("mlp.json"), "--batch", "0"], 1, "--batch")
+    expect_error([*base, "--model", tmp("mlp.json"), "--class-weights", "1,2"], 1, "2 weights for 3 labels")
+    expect(not os.path.exists(tmp("run_bad")), "a run directory was created for bad input")
+    # An empty split: three slides cannot fill three splits of these fractions.
+    keys = [f"E{s}/{t:06d}_000000" for s in range(3) for t in range(4)]
+    write_store(tmp("efeat"), np.random.default_rng(0).standard_normal((12, 32)), keys)
+    write_labels(tmp("e.csv"), [(k, "ab"[i % 2]) for i, k in enumerate(keys)])
+    pack(tmp("efeat"), tmp("e.csv"), tmp("eds"), "--split", "train=0.9,val=0.05,test=0.05")
+    empty = [n for n, s in json.load(open(tmp("eds", "dataset.json")))["splits"].items() if s["records"] == 0]
+    expect(empty, "no split came out empty")
+    expect_error([tmp("eds"), "-o", tmp("run_bad"), "--model", tmp("mlp.json"), "--val-split", empty[0]], 2,
+                 f"split '{empty[0]}' is empty")
+    # A dataset whose label map lost a label: the record that uses it is named.
+    import shutil
+    shutil.copytree(tmp("ds"), tmp("ds_labels"))
+    m = json.load(open(tmp("ds_labels", "dataset.json")))
+    m["labels"]["names"] = m["labels"]["names"][:2]
+    write_json(tmp("ds_labels", "dataset.json"), m)
+    expect_error([tmp("ds_labels"), "-o", tmp("run_bad"), "--model", tmp("mlp.json")], 2,
+                 "train-00000-of-00001.tfrecord: record", "label 2 is not in the label map")
+    # A feature store changed after packing.
+    shutil.copytree(tmp("ds"), tmp("ds_moved"))
+    shutil.copytree(tmp("feat"), tmp("feat_changed"))
+    write_store(tmp("feat_changed"), np.zeros((299, 32)), [f"k{i}" for i in range(299)], "float16")
+    m = json.load(open(tmp("ds_moved", "dataset.json")))
+    m["features"]["path"] = tmp("feat_changed")
+    write_json(tmp("ds_moved", "dataset.json"), m)
+    expect_error([tmp("ds_moved"), "-o", tmp("run_bad"), "--model", tmp("mlp.json")], 2,
+                 "feat_changed/features.npy: is 299 x 32", "changed since it was packed")
+    expect(not os.path.exists(tmp("run_bad")), "a run directory was created for bad input")
+
+
+def check_nan_loss():
+    # An absurd learning rate: the run stops at the first non-finite loss, exit 3.
+    expect_error([tmp("ds"), "--model", tmp("mlp.json"), "-o", tmp("run_nan1"), "--lr", "1e30"], 3,
+                 "the loss is", "no checkpoint was written before it")
+    manifest = json.load(open(tmp("run_nan1", "run.json")))
+    expect(manifest["status"] == "failed" and "the loss is" in manifest["result"]["error"], f"run.json {manifest}")
+    lines = metrics(tmp("run_nan1"))
+    expect(lines[-1]["event"] == "error", f"last metrics line {lines[-1]}")
+    # A run stopped at step 20 (epoch 2 of 13 steps each), resumed with that learning rate:
+    # it fails after the checkpoint, which stays as it was, so resuming once more with the
+    # original rate ends exactly as the run that was never disturbed.
+    args = [tmp("ds"), "--model", tmp("mlp.json"), "--epochs", "3", "--batch", "16"]
+    train_ok(*args, "-o", tmp("run_calm"))
+    train_ok(*args, "-o", tmp("run_nan2"), "--max-steps", "20")
+    last = tmp("run_nan2", "checkpoints", "last.pt")
+    before = open(last, "rb").read()
+    expect_error([*args, "-o", tmp("run_nan2"), "--resume", "--lr", "1e30"], 3, "the loss is",
+                 "the last good checkpoint, checkpoints/last.pt, is kept")
+    expect(open(last, "rb").read() == before, "the last good checkpoint was replaced")
+    s = train_ok(*args, "-o", tmp("run_nan2"), "--resume", "--lr", "0.001")
+    expect(s["resumed_from"] == 20, f"resumed from {s['resumed_from']}")
+    expect(open(tmp("run_nan2", "model.safetensors"), "rb").read() ==
+           open(tmp("run_calm", "model.safetensors"), "rb").read(), "after the NaN and a resume: other weights")
+    expect(metrics(tmp("run_nan2")) == metrics(tmp("run_calm")), "after the NaN and a resume: other metrics")
+    # An infinite feature: the message says where to look.
+    X = np.load(tmp("feat", "features.npy")).astype(np.float32)
+    X[:, 0] = np.inf
+    keys = open(tmp("feat", "keys.txt")).read().split()
+    write_store(tmp("inffeat"), X, keys)
+    pack(tmp("inffeat"), tmp("tiles.csv"), tmp("infds"), "--split", "train=0.7,val=0.3")
+    expect_error([tmp("infds"), "--model", tmp("mlp.json"), "-o", tmp("run_inf")], 3,
+                 "step 1: the loss is NaN", "inf/NaN features", "no checkpoint was written")
+
+
+if __name__ == "__main__":
+    run_checks("train", [check_mlp_learns, check_feeds_agree, check_resume, check_kill_and_resume,
+                         check_pytorch_loads, check_abmil_learns, check_image, check_bad_input,
+                         check_nan_loss], only, fixtures)

@@ -1,0 +1,190 @@
+"""mltool train on the GPU (ctest label gpu): the pinned, host and sync feeds on CUDA give the
+same weights, CUDA training learns what CPU training learns, a run stopped and resumed on
+CUDA ends with the weights of an uninterrupted one, and bags (padded batches gathered on the
+device) agree between feeds. Data written with numpy and packed with `mltool pack`.
+
+    train_gpu_test.py MLTOOL [--cpu-smoke] [CHECK...]   # CHECK: check_* names without check_
+
+Checks (each prints "ok: NAME (seconds)" and the differences it measured; all run; exit 1 if
+any failed):
+  feeds     --feed pinned, host and sync on CUDA (same seed, dropout and batch norm on):
+            identical weights expected; allowed up to 1e-6 (printed), as cuBLAS may pick
+            other kernels between processes
+  learns    CUDA reaches >= 95% validation accuracy, and its weights are within 1e-3 of a
+            --device cpu run's (same initial weights, same batches; float rounding differs)
+  auto      --feed auto picks pinned on CUDA (the data fits), and --device auto picks cuda:0
+  resume    --max-steps inside an epoch, then --resume: the weights of the uninterrupted
+            run (the CUDA generator is restored from the checkpoint); up to 1e-6
+  bags      attention MIL, pinned vs host on CUDA: up to 1e-6
+
+Without a GPU visible to torch it fails (exit 1): the gpu label only runs where one is.
+--cpu-smoke runs every check with --device cpu instead, to try the script without one.
+"""
+import csv
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "cli"))
+from cli_common import Failure, expect, run, run_checks, tmp  # noqa: E402
+
+args = [a for a in sys.argv[1:] if not a.startswith("--")]
+flags = [a for a in sys.argv[1:] if a.startswith("--")]
+if not args or set(flags) - {"--cpu-smoke"}:
+    print(__doc__.split("\n\n")[1], file=sys.stderr)
+    sys.exit(2)
+SMOKE = "--cpu-smoke" in flags
+mltool = os.path.abspath(args[0])
+only = set(args[1:])
+DEVICE = "cpu" if SMOKE else "cuda"
+
+if not SMOKE:
+    import torch
+    if not torch.cuda.is_available():
+        print("FAIL: no CUDA device visible to torch (use --cpu-smoke to try the checks on the CPU)", file=sys.stderr)
+        sys.exit(1)
+
+
+def write_store(d, matrix, keys, dtype):
+    os.makedirs(d, exist_ok=True)
+    np.save(os.path.join(d, "features.npy"), np.ascontiguousarray(matrix, dtype="<f2" if dtype == "float16" else "<f4"))
+    with open(os.path.join(d, "keys.txt"), "w") as f:
+        f.writelines(k + "\n" for k in keys)
+    json.dump({"created_by": "train_gpu_test.py", "dims": int(matrix.shape[1]), "dtype": dtype,
+               "files": {"keys": "keys.txt", "matrix": "features.npy"}, "format": "mltool.features",
+               "format_version": 1, "model": {"name": "synthetic"}, "rows": int(matrix.shape[0])},
+              open(os.path.join(d, "features.json"), "w"))
+
+
+def write_labels(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["key", "label"])
+        w.writerows(rows)
+
+
+def pack(features, labels, out, *extra):
+    code, _, err = run([mltool, "pack", features, "--labels", labels, "-o", out, *extra])
+    expect(code == 0, f"pack: exit {code}: {err.strip()}")
+
+
+def fixtures():
+    rng = np.random.default_rng(11)
+    centers = rng.standard_normal((4, 128)) * 0.5
+    keys, rows, labels = [], [], []
+    for s in range(40):
+        for t in range(100):
+            c = int(rng.integers(0, 4))
+            keys.append(f"S{s:02d}/{t:06d}_000000")
+            rows.append(centers[c] + rng.standard_normal(128))
+            labels.append((keys[-1], f"c{c}"))
+    write_store(tmp("feat"), np.array(rows), keys, "float16")
+    write_labels(tmp("tiles.csv"), labels)
+    pack(tmp("feat"), tmp("tiles.csv"), tmp("ds"), "--split", "train=0.8,val=0.2")
+    json.dump({"family": "mlp", "hidden": [256, 64], "batch_norm": True, "dropout": 0.2}, open(tmp("mlp.json"), "w"))
+    u = rng.standard_normal(32)
+    u /= np.linalg.norm(u)
+    keys, rows, slides = [], [], []
+    for s in range(60):
+        n = int(rng.integers(5, 60))
+        x = rng.standard_normal((n, 32))
+        if s % 2:
+            x[rng.choice(n, 2, replace=False)] += 5 * u
+        keys += [f"B{s:02d}/{t:06d}_000000" for t in range(n)]
+        rows += list(x)
+        slides.append((f"B{s:02d}", "pos" if s % 2 else "neg"))
+    write_store(tmp("bagfeat"), np.array(rows), keys, "float32")
+    write_labels(tmp("bags.csv"), slides)
+    pack(tmp("bagfeat"), tmp("bags.csv"), tmp("bagds"), "--unit", "bag", "--split", "train=0.7,val=0.3")
+    json.dump({"family": "abmil", "hidden": [64], "attention": 32, "dropout": 0.1}, open(tmp("abmil.json"), "w"))
+    return "4000 tiles x 128 (float16), 60 bags" + (" [cpu smoke]" if SMOKE else "")
+
+
+def train(out, *extra, device=DEVICE, dataset="ds", spec="mlp.json"):
+    code, stdout, err = run([mltool, "train", tmp(dataset), "--model", tmp(spec), "-o", tmp(out), "--device", device,
+                             "--json", "-q", *extra])
+    expect(code == 0, f"train {out}: exit {code}: {err.strip()}")
+    return json.loads(stdout)
+
+
+def weights(out):
+    data = open(tmp(out, "model.safetensors"), "rb").read()
+    (n,) = struct.unpack_from("<Q", data, 0)
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    out_ = {}
+    for name, h in header.items():
+        b, e = h["data_offsets"]
+        dt = {"F32": "<f4", "I64": "<i8"}[h["dtype"]]
+        out_[name] = np.frombuffer(data[8 + n + b:8 + n + e], dt).astype(np.float64)
+    return out_
+
+
+def max_diff(a, b):
+    wa, wb = weights(a), weights(b)
+    expect(set(wa) == set(wb), f"{a} and {b} hold other tensors")
+    return max(float(np.abs(wa[k] - wb[k]).max()) if wa[k].size else 0.0 for k in wa)
+
+
+def check_feeds():
+    common = ["--epochs", "3", "--batch", "64", "--seed", "3"]
+    for feed in ("pinned", "host", "sync"):
+        s = train(f"feeds_{feed}", *common, "--feed", feed)
+        expect(s["feed"] == feed, f"--feed {feed} ran {s['feed']}")
+    for other in ("host", "sync"):
+        d = max_diff("feeds_pinned", f"feeds_{other}")
+        print(f"  pinned vs {other}: max |weight difference| {d:.3g}")
+        expect(d <= 1e-6, f"pinned and {other} feeds differ by {d}")
+
+
+def check_learns():
+    s = train("learn_gpu", "--epochs", "6", "--batch", "128", "--lr", "0.003")
+    expect(s["validation"]["val_accuracy"] >= 0.95, f"{DEVICE}: validation {s['validation']}")
+    c = train("learn_cpu", "--epochs", "6", "--batch", "128", "--lr", "0.003", device="cpu")
+    d = max_diff("learn_gpu", "learn_cpu")
+    print(f"  {DEVICE} vs cpu: max |weight difference| {d:.3g}; val accuracy {s['validation']['val_accuracy']:.4f} "
+          f"vs {c['validation']['val_accuracy']:.4f}")
+    if not SMOKE:  # dropout masks come from another generator on CUDA: compare without it
+        json.dump({"family": "mlp", "hidden": [256, 64], "batch_norm": True}, open(tmp("mlp_nodrop.json"), "w"))
+        train("nodrop_gpu", "--epochs", "2", "--batch", "128", spec="mlp_nodrop.json")
+        train("nodrop_cpu", "--epochs", "2", "--batch", "128", spec="mlp_nodrop.json", device="cpu")
+        d = max_diff("nodrop_gpu", "nodrop_cpu")
+        print(f"  without dropout, cuda vs cpu: max |weight difference| {d:.3g}")
+        expect(d <= 1e-3, f"CUDA and CPU training differ by {d} without dropout")
+
+
+def check_auto():
+    s = train("auto", "--epochs", "1", "--feed", "auto", device="auto")
+    expect(s["feed"] == "pinned", f"--feed auto chose {s['feed']}")
+    expect(s["device"] == ("cpu" if SMOKE else "cuda:0"), f"--device auto chose {s['device']}")
+
+
+def check_resume():
+    common = ["--epochs", "3", "--batch", "64", "--log-every", "5"]
+    train("resume_full", *common)
+    s = train("resume_part", *common, "--max-steps", "70")
+    expect(s["status"] == "stopped", f"status {s['status']}")
+    s = train("resume_part", *common, "--resume")
+    expect(s["resumed_from"] == 70 and s["status"] == "complete", f"resumed {s}")
+    d = max_diff("resume_full", "resume_part")
+    print(f"  resumed vs uninterrupted: max |weight difference| {d:.3g}")
+    expect(d <= 1e-6, f"the resumed run differs by {d}")
+
+
+def check_bags():
+    common = ["--epochs", "4", "--batch", "8", "--lr", "0.003"]
+    p = train("bags_pinned", *common, "--feed", "pinned", dataset="bagds", spec="abmil.json")
+    train("bags_host", *common, "--feed", "host", dataset="bagds", spec="abmil.json")
+    d = max_diff("bags_pinned", "bags_host")
+    print(f"  bags, pinned vs host: max |weight difference| {d:.3g}; val {p['validation']}")
+    expect(d <= 1e-6, f"bag feeds differ by {d}")
+
+
+if __name__ == "__main__":
+    run_checks("train gpu" + (" (cpu smoke)" if SMOKE else ""),
+               [check_feeds, check_learns, check_auto, check_resume, check_bags], only, fixtures)

@@ -84,6 +84,14 @@ int run_train(TrainOptions& o, const CommonOptions& common) {
                                 {"best_epoch", r.best_epoch},
                                 {"best_value", r.best_value},
                                 {"validation", r.validation},
+                                {"memory",
+                                 {{"mode", r.memory_mode},
+                                  {"micro_batches", o.job.micro_batches},
+                                  {"sections", r.sections},
+                                  {"activation_bytes", r.activation_bytes},
+                                  {"device_peak_bytes", r.device_peak_bytes >= 0
+                                                            ? nlohmann::json(r.device_peak_bytes)
+                                                            : nlohmann::json()}}},
                                 {"seconds", r.seconds},
                                 {"samples_per_second", r.samples_per_second}}
                      .dump(2)
@@ -114,6 +122,14 @@ Command train_command() {
         app.add_option("--epochs", j.epochs, "Passes over the training split")
             ->capture_default_str();
         app.add_option("--batch", j.batch, "Samples (tiles, bags, images) per step")
+            ->capture_default_str();
+        app.add_option("--micro-batches", j.micro_batches,
+                       "Run each batch's forward and backward in this many parts, one "
+                       "optimizer step (docs/train.md#memory-modes)")
+            ->capture_default_str();
+        app.add_option("--sections", j.sections,
+                       "Cut the blocks into this many sections, keeping only their inputs and "
+                       "recomputing each in the backward pass (docs/train.md#memory-modes)")
             ->capture_default_str();
         app.add_option("--lr", j.lr, "Peak learning rate")->capture_default_str();
         app.add_option("--optimizer", j.optimizer, "adamw or sgd (with momentum)")

@@ -8,6 +8,8 @@
 #include <limits>
 
 #include "export.hpp"
+#include "mltool/train/sections.hpp"
+#include "mltool/train/step.hpp"
 #include "mltool/util/error.hpp"
 
 namespace mltool::train {
@@ -185,11 +187,15 @@ LoopState run_loop(Loop& loop, LoopState state) {
       lr = learning_rate(job, state.step, loop.total_steps);
       for (auto& group : loop.optimizer.param_groups()) group.options().set_lr(lr);
       loop.optimizer.zero_grad(true);
-      const auto logits = loop.model.forward(Activation{b->x, b->mask});
-      auto options = F::CrossEntropyFuncOptions();
-      if (loop.class_weights.defined()) options.weight(loop.class_weights);
-      const auto loss = F::cross_entropy(logits, b->y, options);
-      loss.backward();
+      std::int64_t activation_bytes = 0;
+      const Activation in{b->x, b->mask};
+      const auto loss =
+          loop.section_bounds.empty()
+              ? accumulate_gradients(loop.model, in, b->y, loop.class_weights, job.micro_batches,
+                                     &activation_bytes)
+              : accumulate_gradients_sectioned(loop.model, in, b->y, loop.class_weights,
+                                               loop.section_bounds, &activation_bytes);
+      loop.peak_activation_bytes = std::max(loop.peak_activation_bytes, activation_bytes);
       if (job.clip_norm > 0) clip_gradients(parameters, job.clip_norm);
       loop.optimizer.step();
       book.add(loss, state.step);

@@ -42,6 +42,13 @@ struct Evaluation {
 Evaluation evaluate(BlockModel& model, Feed& feed, const SplitSamples& samples, std::int64_t batch,
                     std::int64_t classes);
 
+/// --sections: the bounds of `sections` sections (balance_sections) balanced by the output
+/// sizes of the blocks for one sample — a row, a tile, or the training split's longest bag —
+/// so they do not depend on the data; empty for 1 section.
+std::vector<std::size_t> plan_sections(std::int64_t sections, BlockModel& model,
+                                       const RowSource& source, const SplitSamples& train,
+                                       const std::string& unit, const torch::Device& device);
+
 /// Everything the loop works with.
 struct Loop {
   const TrainJob& job;
@@ -58,6 +65,8 @@ struct Loop {
   std::int64_t total_steps = 0;
   RunDir& run;
   std::function<void(const TrainProgress&)> progress;
+  std::vector<std::size_t> section_bounds;  ///< --sections > 1: plan_sections; else empty
+  std::int64_t peak_activation_bytes = 0;   ///< the largest step's tracked activations
 };
 
 /// Trains from `state` until the epochs are done, early stopping, or job.max_steps (then

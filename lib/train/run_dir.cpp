@@ -119,7 +119,10 @@ std::vector<std::string> compare_runs(const json& before, const json& now,
   const auto& o0 = before.at("options");
   const auto& o1 = now.at("options");
   for (const auto& [key, value] : o1.items()) {
-    const json old = o0.contains(key) ? o0[key] : json();
+    // micro_batches and sections came later: a run without them had 1.
+    const json old = o0.contains(key)                              ? o0[key]
+                     : key == "micro_batches" || key == "sections" ? json(1)
+                                                                   : json();
     if (old == value) continue;
     if (key == "batch" || key == "seed")
       throw UsageError(at_file(

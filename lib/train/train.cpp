@@ -13,6 +13,7 @@
 #include "loop.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/train/model_spec.hpp"
+#include "mltool/train/sections.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
@@ -39,6 +40,11 @@ void check_job(const TrainJob& j) {
   };
   require<UsageError>(j.epochs >= 1, "--epochs must be at least 1");
   require<UsageError>(j.batch >= 1, "--batch must be at least 1");
+  require<UsageError>(j.micro_batches >= 1 && j.micro_batches <= j.batch,
+                      "--micro-batches must be between 1 and --batch");
+  require<UsageError>(j.sections >= 1, "--sections must be at least 1");
+  require<UsageError>(j.micro_batches == 1 || j.sections == 1,
+                      "--micro-batches and --sections exclude each other");
   require<UsageError>(std::isfinite(j.lr) && j.lr > 0, "--lr must be a positive number");
   require<UsageError>(one_of(j.optimizer, {"adamw", "sgd"}), "--optimizer must be adamw or sgd");
   require<UsageError>(one_of(j.schedule, {"cosine", "constant"}),
@@ -217,6 +223,9 @@ TrainReport train_model(const TrainJob& job,
   const auto source = data.unit == "image" ? image_source(job, data, *store, train, val, tile_store)
                                            : feature_source(store);
 
+  if (job.sections > 1)  // too many sections: refused before the run directory is touched
+    balance_sections(std::vector<std::int64_t>(build_model(spec, data.dims, classes)->size(), 1),
+                     static_cast<std::size_t>(job.sections));
   const bool resumable = prepare_run_dir(job.output, job.resume, job.overwrite);
   RunDir run(job.output);
 
@@ -277,7 +286,9 @@ TrainReport train_model(const TrainJob& job,
             std::max<std::int64_t>(1, n / job.batch),
             0,
             run,
-            progress};
+            progress,
+            plan_sections(job.sections, *model, *source, train, data.unit, device),
+            0};
   loop.total_steps = loop.steps_per_epoch * job.epochs;
   if (!weights.empty()) loop.class_weights = torch::tensor(weights, torch::kFloat32).to(device);
 
@@ -307,6 +318,8 @@ TrainReport train_model(const TrainJob& job,
                    {"options",
                     {{"epochs", job.epochs},
                      {"batch", job.batch},
+                     {"micro_batches", job.micro_batches},
+                     {"sections", job.sections},
                      {"lr", job.lr},
                      {"optimizer", job.optimizer},
                      {"weight_decay", job.weight_decay},
@@ -361,6 +374,7 @@ TrainReport train_model(const TrainJob& job,
             device.str());
 
   const std::int64_t first_step = state.step;
+  reset_device_peak(device);
   const auto loop_start = Clock::now();
   try {
     state = run_loop(loop, state);
@@ -384,6 +398,12 @@ TrainReport train_model(const TrainJob& job,
   report.best_epoch = state.best_epoch;
   report.best_value = state.best.value_or(0);
   report.monitor = job.monitor;
+  report.memory_mode = job.sections > 1        ? "sections"
+                       : job.micro_batches > 1 ? "micro_batches"
+                                               : "plain";
+  report.sections = section_blocks(*model, loop.section_bounds);
+  report.activation_bytes = loop.peak_activation_bytes;
+  report.device_peak_bytes = device_peak(device);
   report.samples_per_second =
       loop_seconds > 0
           ? static_cast<double>((state.step - first_step) * std::min(n, std::int64_t{job.batch})) /

@@ -32,7 +32,9 @@ struct TrainJob {
   std::string feed = "auto";    ///< auto (pinned if it fits, else host), pinned, host, sync
   std::string device = "auto";  ///< auto (cuda:0 if there is a GPU), cpu, cuda, cuda:N
   int epochs = 10;
-  int batch = 64;  ///< samples (tiles, bags or images) per step
+  int batch = 64;         ///< samples (tiles, bags or images) per step
+  int micro_batches = 1;  ///< forward+backward in this many parts per step (memory modes)
+  int sections = 1;       ///< blocks in this many sections, recomputed in backward (memory modes)
   double lr = 1e-3;
   std::string optimizer = "adamw";     ///< adamw, sgd (with momentum)
   double weight_decay = 0.01;          ///< on weights of dimension >= 2 only
@@ -88,6 +90,14 @@ struct TrainReport {
   nlohmann::json validation;  ///< the final model's validation metrics
   double seconds = 0;
   double samples_per_second = 0;  ///< training samples per second of this run's steps
+  /// Memory modes: "plain", "micro_batches" or "sections"; the block names of each section
+  /// (one section of all blocks unless --sections); the largest step's tracked activation
+  /// bytes (docs/train.md#memory-modes); on CUDA the caching allocator's peak of allocated
+  /// bytes during the steps (-1 on the CPU).
+  std::string memory_mode = "plain";
+  std::vector<std::vector<std::string>> sections;
+  std::int64_t activation_bytes = 0;
+  std::int64_t device_peak_bytes = -1;
 };
 
 /// Trains (see the layout above). Throws UsageError for bad options, an existing run without

@@ -1,0 +1,50 @@
+// Sectioned training (--sections K, docs/train.md#memory-modes): the blocks are cut into K
+// contiguous sections; the forward pass keeps only each section's input (no autograd graph),
+// and the backward pass recomputes one section at a time, last first, with the dropout masks
+// of the forward (the generators rewound to the section's start) and the batch norm running
+// statistics updated once (restored after the recompute).
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mltool/train/models.hpp"
+
+namespace mltool::train {
+
+/// Per block, the elements of its output for `probe`, in eval mode without gradients (no
+/// batch norm update, no random draw); the model is back in train mode after.
+std::vector<std::int64_t> block_output_sizes(BlockModel& model, const Activation& probe);
+
+/// The bounds of `k` contiguous non-empty sections of blocks whose `sizes` are given: k + 1
+/// indices from 0 to sizes.size(), chosen so the largest sum of sizes in a section is as small
+/// as it can be (ties: the earliest bounds). 1 <= k <= sizes.size().
+std::vector<std::size_t> balance_sections(const std::vector<std::int64_t>& sizes, std::size_t k);
+
+/// Forward and backward of the batch `in` (labels `y`, cross-entropy weighted per label by
+/// `class_weights` when defined) section by section (`bounds` as balance_sections gives);
+/// the gradients accumulate into the parameters' .grad and equal a plain step's. Returns the
+/// loss, detached. `activation_bytes`, when given, gets the tracked activation peak: the
+/// saved section inputs plus the largest section's block outputs.
+torch::Tensor accumulate_gradients_sectioned(BlockModel& model, const Activation& in,
+                                             const torch::Tensor& y,
+                                             const torch::Tensor& class_weights,
+                                             const std::vector<std::size_t>& bounds,
+                                             std::int64_t* activation_bytes = nullptr);
+
+/// The block names of each section of `bounds`; one section of all blocks if it is empty.
+std::vector<std::vector<std::string>> section_blocks(const BlockModel& model,
+                                                     const std::vector<std::size_t>& bounds);
+
+/// On CUDA, resets the caching allocator's peak of allocated bytes on `device`; nothing on
+/// the CPU.
+void reset_device_peak(const torch::Device& device);
+/// On CUDA, the caching allocator's peak of allocated bytes on `device` since the last reset;
+/// -1 on the CPU.
+std::int64_t device_peak(const torch::Device& device);
+
+}  // namespace mltool::train

@@ -1,0 +1,239 @@
+#include "mltool/train/sections.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+
+#include "loop.hpp"
+#include "mltool/util/error.hpp"
+
+namespace mltool::train {
+namespace {
+
+namespace F = torch::nn::functional;
+
+// The generators dropout draws from: the CPU's, and the device's on CUDA.
+struct RngState {
+  torch::Tensor cpu, cuda;
+};
+
+at::Generator cuda_generator(const torch::Device& device) {
+  return at::globalContext().defaultGenerator(device);
+}
+
+RngState save_rng(const torch::Device& device) {
+  RngState s;
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    s.cpu = gen.get_state();
+  }
+  if (device.is_cuda()) {
+    auto gen = cuda_generator(device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    s.cuda = gen.get_state();
+  }
+  return s;
+}
+
+void restore_rng(const RngState& s, const torch::Device& device) {
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(s.cpu);
+  }
+  if (s.cuda.defined()) {
+    auto gen = cuda_generator(device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(s.cuda);
+  }
+}
+
+// The buffers of blocks [begin, end) — batch norm's running statistics and count; the
+// stem's constant mean and std come along, unchanged — copied, to be put back after a
+// recompute so they move once per step.
+std::vector<std::pair<torch::Tensor, torch::Tensor>> snapshot_buffers(BlockModel& model,
+                                                                      std::size_t begin,
+                                                                      std::size_t end) {
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> out;
+  for (std::size_t i = begin; i < end; ++i)
+    for (auto& b : model.block(i).buffers()) out.emplace_back(b, b.clone());
+  return out;
+}
+
+void restore_buffers(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& saved) {
+  const torch::NoGradGuard no_grad;
+  for (const auto& [live, copy] : saved) live.copy_(copy);
+}
+
+std::int64_t bytes(const Activation& a) {
+  std::int64_t n = static_cast<std::int64_t>(a.x.nbytes());
+  if (a.mask.defined()) n += static_cast<std::int64_t>(a.mask.nbytes());
+  return n;
+}
+
+// Runs blocks [begin, end) one at a time; adds their outputs' bytes to `*total`.
+Activation run_blocks(BlockModel& model, Activation a, std::size_t begin, std::size_t end,
+                      std::int64_t* total) {
+  for (std::size_t i = begin; i < end; ++i) {
+    a = model.forward(std::move(a), i, i + 1);
+    *total += bytes(a);
+  }
+  return a;
+}
+
+// A section's input as a leaf of its own graph: detached, and needing a gradient if it is
+// floating point (the first section's input, the batch, needs none).
+Activation leaf(const Activation& a, bool needs_grad) {
+  Activation out{a.x.detach(), a.mask};
+  if (needs_grad && out.x.is_floating_point()) out.x.requires_grad_(true);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::int64_t> block_output_sizes(BlockModel& model, const Activation& probe) {
+  const torch::NoGradGuard no_grad;
+  const bool training = model.is_training();
+  model.eval();
+  std::vector<std::int64_t> sizes;
+  Activation a = probe;
+  for (std::size_t i = 0; i < model.size(); ++i) {
+    a = model.forward(std::move(a), i, i + 1);
+    sizes.push_back(a.x.numel());
+  }
+  model.train(training);
+  return sizes;
+}
+
+std::vector<std::size_t> balance_sections(const std::vector<std::int64_t>& sizes, std::size_t k) {
+  const std::size_t n = sizes.size();
+  if (k < 1 || k > n)
+    throw UsageError("--sections " + std::to_string(k) + ": the model has " + std::to_string(n) +
+                     " blocks (at most one section a block)");
+  std::vector<std::int64_t> prefix(n + 1, 0);
+  for (std::size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + sizes[i];
+  // best[j][i]: the smallest largest-section sum of the first i blocks in j sections.
+  constexpr auto kInf = std::numeric_limits<std::int64_t>::max();
+  std::vector<std::vector<std::int64_t>> best(k + 1, std::vector<std::int64_t>(n + 1, kInf));
+  std::vector<std::vector<std::size_t>> cut(k + 1, std::vector<std::size_t>(n + 1, 0));
+  best[0][0] = 0;
+  for (std::size_t j = 1; j <= k; ++j)
+    for (std::size_t i = j; i <= n; ++i)
+      for (std::size_t c = j - 1; c < i; ++c) {
+        if (best[j - 1][c] == kInf) continue;
+        const auto v = std::max(best[j - 1][c], prefix[i] - prefix[c]);
+        if (v < best[j][i]) {
+          best[j][i] = v;
+          cut[j][i] = c;
+        }
+      }
+  std::vector<std::size_t> bounds(k + 1, n);
+  for (std::size_t j = k, i = n; j > 0; --j) {
+    bounds[j] = i;
+    i = cut[j][i];
+    bounds[j - 1] = i;
+  }
+  return bounds;
+}
+
+torch::Tensor accumulate_gradients_sectioned(BlockModel& model, const Activation& in,
+                                             const torch::Tensor& y,
+                                             const torch::Tensor& class_weights,
+                                             const std::vector<std::size_t>& bounds,
+                                             std::int64_t* activation_bytes) {
+  const std::size_t k = bounds.size() - 1;
+  const torch::Device device = in.x.device();
+  std::vector<Activation> inputs(k);
+  std::vector<RngState> rng(k);
+  std::int64_t saved = 0, largest = 0;
+  // Forward without graphs, keeping each section's input and the generators at its start.
+  Activation a = in;
+  {
+    const torch::NoGradGuard no_grad;
+    for (std::size_t s = 0; s + 1 < k; ++s) {
+      inputs[s] = a;
+      if (s > 0) saved += bytes(a);
+      rng[s] = save_rng(device);
+      std::int64_t section = 0;
+      a = run_blocks(model, a, bounds[s], bounds[s + 1], &section);
+      largest = std::max(largest, section);
+    }
+  }
+  // The last section with its graph, into the loss.
+  if (k > 1) saved += bytes(a);
+  auto options = F::CrossEntropyFuncOptions();
+  if (class_weights.defined()) options.weight(class_weights);
+  Activation last = leaf(a, k > 1);
+  std::int64_t section = 0;
+  const auto logits = run_blocks(model, last, bounds[k - 1], bounds[k], &section).x;
+  largest = std::max(largest, section);
+  const auto loss = F::cross_entropy(logits, y, options);
+  loss.backward();
+  const RngState after = save_rng(device);
+  torch::Tensor grad = k > 1 ? last.x.grad() : torch::Tensor();
+  // Back through the others, last first: recompute with the forward's masks, then backward.
+  for (std::size_t s = k - 1; s-- > 0;) {
+    const auto buffers = snapshot_buffers(model, bounds[s], bounds[s + 1]);
+    restore_rng(rng[s], device);
+    Activation input = leaf(inputs[s], s > 0);
+    inputs[s] = Activation{};
+    std::int64_t recomputed = 0;
+    const auto out = run_blocks(model, input, bounds[s], bounds[s + 1], &recomputed);
+    largest = std::max(largest, recomputed);
+    out.x.backward(grad);
+    restore_buffers(buffers);  // after the backward, which holds them (their version counts)
+    grad = s > 0 ? input.x.grad() : torch::Tensor();
+  }
+  restore_rng(after, device);
+  if (activation_bytes) *activation_bytes = saved + largest;
+  return loss.detach();
+}
+
+std::vector<std::vector<std::string>> section_blocks(const BlockModel& model,
+                                                     const std::vector<std::size_t>& bounds) {
+  const auto& names = model.names();
+  if (bounds.empty()) return {names};
+  std::vector<std::vector<std::string>> out;
+  for (std::size_t s = 0; s + 1 < bounds.size(); ++s)
+    out.emplace_back(names.begin() + static_cast<std::ptrdiff_t>(bounds[s]),
+                     names.begin() + static_cast<std::ptrdiff_t>(bounds[s + 1]));
+  return out;
+}
+
+void reset_device_peak(const torch::Device& device) {
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+}
+
+std::int64_t device_peak(const torch::Device& device) {
+  if (!device.is_cuda()) return -1;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  return stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
+      .peak;
+}
+
+std::vector<std::size_t> plan_sections(std::int64_t sections, BlockModel& model,
+                                       const RowSource& source, const SplitSamples& train,
+                                       const std::string& unit, const torch::Device& device) {
+  if (sections <= 1) return {};
+  // One sample of the largest shape the run sees: a row, a tile, or the longest bag.
+  std::vector<std::int64_t> dims{1};
+  std::int64_t longest = 1;
+  if (unit == "bag") {
+    for (std::size_t i = 0; i < train.size(); ++i) longest = std::max(longest, train.length(i));
+    dims.push_back(longest);
+  }
+  for (const auto d : source.row_shape()) dims.push_back(d);
+  Activation probe{torch::zeros(dims, torch::TensorOptions(device).dtype(
+                                          unit == "image" ? torch::kUInt8 : torch::kFloat32)),
+                   {}};
+  if (unit == "bag")
+    probe.mask = torch::ones({1, longest}, torch::TensorOptions(device).dtype(torch::kBool));
+  return balance_sections(block_output_sizes(model, probe), static_cast<std::size_t>(sections));
+}
+
+}  // namespace mltool::train

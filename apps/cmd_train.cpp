@@ -5,21 +5,49 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "cli.hpp"
 #include "mltool/train/train.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/log.hpp"
+#include "spawn.hpp"
 
 namespace mltool::cli {
 namespace {
 
 struct TrainOptions {
   train::TrainJob job;
+  int nproc = 0;  ///< > 0: run as this many local data parallel ranks
 };
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 0 || n > 1 << 30)
+    throw UsageError(std::string("environment variable ") + name + "='" + v +
+                     "' is not a non-negative integer");
+  return static_cast<int>(n);
+}
+
+// torchrun / srun style: RANK and WORLD_SIZE (and MASTER_ADDR, MASTER_PORT, LOCAL_RANK) in
+// the environment join this process to a data parallel group.
+void join_from_environment(train::TrainJob& j) {
+  if (!std::getenv("RANK") || !std::getenv("WORLD_SIZE")) return;
+  j.rank = env_int("RANK", 0);
+  j.world_size = env_int("WORLD_SIZE", 1);
+  j.local_rank = env_int("LOCAL_RANK", 0);
+  if (const char* a = std::getenv("MASTER_ADDR"); a && *a) j.master_addr = a;
+  j.master_port = env_int("MASTER_PORT", 0);
+  if (j.world_size > 1 && j.master_port == 0)
+    throw UsageError("RANK and WORLD_SIZE are set, but MASTER_PORT is not");
+}
 
 std::string metric(const nlohmann::json& v, const char* key) {
   return v.contains(key) && v[key].is_number() ? format_fixed(v[key].get<double>(), 4) : "n/a";
@@ -55,7 +83,15 @@ void show_progress(const train::TrainProgress& p, bool bar) {
 }
 
 int run_train(TrainOptions& o, const CommonOptions& common) {
+  if (o.nproc > 1) return spawn_local_ranks(o.nproc);
+  if (o.nproc < 0) throw UsageError("--nproc must be at least 1");
+  join_from_environment(o.job);
   o.job.threads = common.threads;
+  if (o.job.rank != 0) {  // rank 0 reports; the others train quietly
+    const auto r = train::train_model(o.job);
+    (void)r;
+    return exit_code::ok;
+  }
   const bool bar = !common.quiet && ::isatty(STDERR_FILENO);
   const auto r =
       train::train_model(o.job, [bar](const train::TrainProgress& p) { show_progress(p, bar); });
@@ -173,6 +209,11 @@ Command train_command() {
         app.add_flag("--resume", j.resume,
                      "Continue the run in the output directory from its last checkpoint");
         app.add_flag("--overwrite", j.overwrite, "Replace an existing run directory");
+        app.add_option("--nproc", o->nproc,
+                       "Data parallel: train in this many local processes (docs/train.md)");
+        app.add_option("--dist-timeout", j.dist_timeout,
+                       "Data parallel: seconds a rank waits for the others before failing")
+            ->capture_default_str();
         return [o, &common] { return run_train(*o, common); };
       }};
 }

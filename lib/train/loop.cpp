@@ -7,7 +7,9 @@
 #include <cmath>
 #include <limits>
 
+#include "distributed.hpp"
 #include "export.hpp"
+#include "mltool/train/data_parallel.hpp"
 #include "mltool/train/sections.hpp"
 #include "mltool/train/step.hpp"
 #include "mltool/util/error.hpp"
@@ -150,6 +152,7 @@ LoopState run_loop(Loop& loop, LoopState state) {
 
   auto checkpoint = [&](const std::string& name) {
     book.drain();
+    if (!loop.run.writes()) return;
     LoopState saved = state;
     saved.metrics_bytes = loop.run.metrics_bytes();
     save_checkpoint(loop.run.checkpoint(name), loop.model, loop.optimizer, saved, loop.device);
@@ -174,8 +177,19 @@ LoopState run_loop(Loop& loop, LoopState state) {
   double lr = learning_rate(job, state.step, loop.total_steps);
   while (state.status.empty() && state.epoch < job.epochs) {
     const int epoch = state.epoch;
-    loop.train_feed.start(epoch_order(job.seed, epoch, n).narrow(0, 0, used), job.batch,
-                          state.epoch_step);
+    auto order = epoch_order(job.seed, epoch, n).narrow(0, 0, used);
+    std::int64_t local_batch = job.batch;
+    std::vector<double> scales;  // data parallel: each step's gradient weight on this rank
+    if (loop.dp) {               // a split smaller than --batch is one global batch of all of it
+      const std::int64_t global = std::min<std::int64_t>(used, job.batch);
+      if (global < loop.dp->world())
+        throw UsageError("data parallel: " + std::to_string(global) +
+                         " training samples per step for " + std::to_string(loop.dp->world()) +
+                         " processes");
+      order = rank_order(order, global, *loop.dp, loop.train.labels, loop.class_weights, scales);
+      local_batch = rank_slice(global, loop.dp->world(), loop.dp->rank()).size;
+    }
+    loop.train_feed.start(order, local_batch, state.epoch_step);
     while (state.epoch_step < loop.steps_per_epoch) {
       if (job.max_steps > 0 && state.step >= job.max_steps) {
         checkpoint("last.pt");
@@ -189,19 +203,23 @@ LoopState run_loop(Loop& loop, LoopState state) {
       loop.optimizer.zero_grad(true);
       std::int64_t activation_bytes = 0;
       const Activation in{b->x, b->mask};
-      const auto loss =
+      const auto local_loss =
           loop.section_bounds.empty()
               ? accumulate_gradients(loop.model, in, b->y, loop.class_weights, job.micro_batches,
                                      &activation_bytes)
               : accumulate_gradients_sectioned(loop.model, in, b->y, loop.class_weights,
                                                loop.section_bounds, &activation_bytes);
       loop.peak_activation_bytes = std::max(loop.peak_activation_bytes, activation_bytes);
+      const auto loss = loop.dp
+                            ? reduce_gradients(*loop.dp, parameters, local_loss,
+                                               scales[static_cast<std::size_t>(state.epoch_step)])
+                            : local_loss;
       if (job.clip_norm > 0) clip_gradients(parameters, job.clip_norm);
       loop.optimizer.step();
       book.add(loss, state.step);
       ++state.step;
       ++state.epoch_step;
-      samples_since_log += b->size;
+      samples_since_log += loop.dp ? job.batch : b->size;
 
       TrainProgress p;
       p.epoch = epoch + 1;
@@ -234,6 +252,7 @@ LoopState run_loop(Loop& loop, LoopState state) {
 
     // Epoch end: validation, best tracking, early stopping, the epoch's checkpoint.
     book.drain();
+    if (loop.dp) loop.dp->broadcast(buffers_of(loop.model));  // rank 0's batch-norm statistics
     const double train_loss =
         state.epoch_loss / static_cast<double>(std::max<std::int64_t>(1, state.epoch_count));
     const auto eval = evaluate(loop.model, loop.val_feed, loop.val, job.batch, loop.classes);
@@ -262,7 +281,7 @@ LoopState run_loop(Loop& loop, LoopState state) {
     line.update(metrics);
     line.update(json{{"lr", lr}, {"best", improved}, {"seconds", seconds_since(start)}});
     loop.run.log(line);
-    if (improved) {
+    if (improved && loop.run.writes()) {
       checkpoint("best.pt");
       export_safetensors(loop.model, loop.run.path("best.safetensors"), loop.run.export_metadata);
     }

@@ -19,6 +19,8 @@
 
 namespace mltool::train {
 
+class DataParallel;
+
 /// The learning rate of step `step` (0-based) of `total`: linear warmup over job.warmup steps
 /// to job.lr, then constant or a cosine decay that reaches 0 after the last step.
 double learning_rate(const TrainJob& job, std::int64_t step, std::int64_t total);
@@ -67,6 +69,9 @@ struct Loop {
   std::function<void(const TrainProgress&)> progress;
   std::vector<std::size_t> section_bounds;  ///< --sections > 1: plan_sections; else empty
   std::int64_t peak_activation_bytes = 0;   ///< the largest step's tracked activations
+  /// Data parallel (docs/train.md#data-parallel): this rank trains on its slice of every
+  /// batch, gradients are all-reduced; only a run directory that writes (rank 0) is written.
+  DataParallel* dp = nullptr;
 };
 
 /// Trains from `state` until the epochs are done, early stopping, or job.max_steps (then

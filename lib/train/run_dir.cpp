@@ -37,7 +37,7 @@ std::string flag(std::string key) {
 
 }  // namespace
 
-RunDir::RunDir(std::string dir) : dir_(std::move(dir)) {}
+RunDir::RunDir(std::string dir, bool writes) : dir_(std::move(dir)), writes_(writes) {}
 
 RunDir::~RunDir() {
   if (metrics_fd_ >= 0) ::close(metrics_fd_);
@@ -50,6 +50,7 @@ std::string RunDir::checkpoint(const std::string& name) const {
 }
 
 void RunDir::open_metrics(std::uint64_t keep) {
+  if (!writes_) return;
   const std::string file = path("metrics.jsonl");
   metrics_fd_ = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (metrics_fd_ < 0) throw ResourceError(sys_message(file, "cannot open", errno));
@@ -61,6 +62,7 @@ void RunDir::open_metrics(std::uint64_t keep) {
 }
 
 void RunDir::log(const json& line) {
+  if (!writes_) return;
   const std::string text = line.dump() + "\n";
   std::size_t done = 0;
   while (done < text.size()) {
@@ -73,6 +75,7 @@ void RunDir::log(const json& line) {
 }
 
 void RunDir::write_manifest(const json& doc) const {
+  if (!writes_) return;
   io::write_manifest(path(kRunManifestFile), doc, "train-run");
 }
 

@@ -15,13 +15,15 @@ inline constexpr int kRunFormatVersion = 1;
 
 class RunDir {
  public:
-  /// Uses `dir` as it is (see prepare_run_dir).
-  explicit RunDir(std::string dir);
+  /// Uses `dir` as it is (see prepare_run_dir). `writes` false (data parallel ranks other
+  /// than 0): open_metrics, log and write_manifest do nothing.
+  explicit RunDir(std::string dir, bool writes = true);
   ~RunDir();
   RunDir(const RunDir&) = delete;
   RunDir& operator=(const RunDir&) = delete;
 
   const std::string& dir() const { return dir_; }
+  bool writes() const { return writes_; }
   std::string path(const std::string& name) const;
   /// checkpoints/NAME.
   std::string checkpoint(const std::string& name) const;
@@ -43,6 +45,7 @@ class RunDir {
 
  private:
   std::string dir_;
+  bool writes_ = true;
   int metrics_fd_ = -1;
   std::uint64_t metrics_bytes_ = 0;
 };

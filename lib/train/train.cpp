@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 
+#include "distributed.hpp"
 #include "export.hpp"
 #include "loop.hpp"
 #include "mltool/io/feature_store.hpp"
@@ -64,6 +65,7 @@ void check_job(const TrainJob& j) {
       "--warmup, --patience, --checkpoint-every and --max-steps must be >= 0");
   require<UsageError>(j.log_every >= 1, "--log-every must be at least 1");
   require<UsageError>(!(j.resume && j.overwrite), "--resume and --overwrite exclude each other");
+  check_data_parallel(j);
 }
 
 torch::Device resolve_device(const std::string& spec) {
@@ -216,7 +218,10 @@ TrainReport train_model(const TrainJob& job,
   SplitSamples train = read_split(data, job.train_split);
   SplitSamples val = read_split(data, job.val_split);
   const auto weights = class_weights(job.class_weights, train, static_cast<std::size_t>(classes));
-  const torch::Device device = resolve_device(job.device);
+  torch::Device device = resolve_device(job.device);
+  if (job.world_size > 1 && device.is_cuda() && (job.device == "auto" || job.device == "cuda"))
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(job.local_rank));
+  const auto dp = job.world_size > 1 ? std::make_unique<DataParallel>(job, device) : nullptr;
   const int threads = util::thread_count(job.threads);
 
   std::string tile_store;
@@ -226,8 +231,10 @@ TrainReport train_model(const TrainJob& job,
   if (job.sections > 1)  // too many sections: refused before the run directory is touched
     balance_sections(std::vector<std::int64_t>(build_model(spec, data.dims, classes)->size(), 1),
                      static_cast<std::size_t>(job.sections));
-  const bool resumable = prepare_run_dir(job.output, job.resume, job.overwrite);
-  RunDir run(job.output);
+  bool resumable = false;  // data parallel: rank 0 prepares it, the others wait (or fail)
+  const auto prepare = [&] { resumable = prepare_run_dir(job.output, job.resume, job.overwrite); };
+  dp ? dp->on_rank0(prepare) : prepare();
+  RunDir run(job.output, !dp || dp->rank() == 0);
 
   // The feed: pinned if asked for, or (auto) if the matrix fits where it has to be copied to.
   std::string feed = job.feed;
@@ -271,6 +278,11 @@ TrainReport train_model(const TrainJob& job,
   torch::manual_seed(job.seed);
   auto model = build_model(spec, data.dims, classes);
   model->to(device);
+  if (dp) {  // rank 0's weights and buffers everywhere
+    auto tensors = model->parameters();
+    for (const auto& b : model->buffers()) tensors.push_back(b);
+    dp->broadcast(tensors);
+  }
   auto optimizer = make_optimizer(job, *model);
   const auto n = static_cast<std::int64_t>(train.size());
   Loop loop{job,
@@ -290,6 +302,7 @@ TrainReport train_model(const TrainJob& job,
             plan_sections(job.sections, *model, *source, train, data.unit, device),
             0};
   loop.total_steps = loop.steps_per_epoch * job.epochs;
+  loop.dp = dp.get();
   if (!weights.empty()) loop.class_weights = torch::tensor(weights, torch::kFloat32).to(device);
 
   json blocks = json::array();
@@ -343,6 +356,7 @@ TrainReport train_model(const TrainJob& job,
                    {"total_steps", loop.total_steps},
                    {"status", "running"},
                    {"result", nullptr}};
+  if (dp) manifest["runtime"]["world_size"] = job.world_size;
   if (!tile_store.empty()) manifest["dataset"]["tile_store"] = util::absolute_path(tile_store);
   run.export_metadata = {{"format", "pt"},
                          {"mltool.spec", spec.document.dump()},
@@ -414,7 +428,7 @@ TrainReport train_model(const TrainJob& job,
                  {"best_epoch", state.best_epoch},
                  {"best_value", state.best ? json(*state.best) : json()},
                  {"validation", nullptr}};
-  if (report.status != "stopped") {
+  if (report.status != "stopped" && run.writes()) {
     export_safetensors(*model, run.path("model.safetensors"), run.export_metadata);
     export_state_dict(*model, run.path("model.pt"));
     const auto eval = evaluate(*model, *val_feed, val, job.batch, classes);

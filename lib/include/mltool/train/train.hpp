@@ -56,6 +56,14 @@ struct TrainJob {
   int threads = 0;             ///< host feed and tile decoding threads; 0 = one per core
   bool resume = false;         ///< continue the run in `output` from checkpoints/last.pt
   bool overwrite = false;      ///< replace an existing run directory
+  // Data parallel (docs/train.md#data-parallel): world_size > 1 joins a c10d group at
+  // master_addr:master_port as `rank`; only rank 0 writes the run directory.
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;  ///< the GPU index for --device auto/cuda
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  int dist_timeout = 300;  ///< seconds a collective or the rendezvous may wait
 };
 
 /// What the progress callback gets: after every step, and after every epoch's validation.

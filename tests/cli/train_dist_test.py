@@ -1,0 +1,238 @@
+"""mltool train, data parallel (docs/train.md#data-parallel): two Gloo ranks (--nproc 2, and
+two processes started here with torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT) end
+with the weights of one process training on the same global batches (an MLP without dropout
+or batch norm; SGD and AdamW; a batch the ranks split evenly and one they do not), rank 0
+alone writes the run directory, and a killed rank makes the other exit with an error instead
+of waiting.
+
+    train_dist_test.py MLTOOL [TEST...]   # TEST: check_* names without check_
+"""
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from cli_common import Failure, expect, run, run_checks, tmp
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from train_test import read_safetensors  # noqa: E402  (the safetensors reader)
+
+mltool = os.path.abspath(sys.argv[1])
+only = set(sys.argv[2:])
+
+
+def fixtures():
+    rng = np.random.default_rng(7)
+    centers = rng.standard_normal((2, 16)) * 1.5
+    keys, rows, labels = [], [], []
+    for s in range(10):
+        for t in range(12):
+            c = int(rng.integers(0, 2))
+            keys.append(f"S{s:02d}/{t:06d}_000000")
+            rows.append(centers[c] + rng.standard_normal(16))
+            labels.append((keys[-1], ["normal", "tumor"][c]))
+    d = tmp("feat")
+    os.makedirs(d)
+    np.save(os.path.join(d, "features.npy"), np.array(rows, dtype="<f4"))
+    with open(os.path.join(d, "keys.txt"), "w", newline="\n") as f:
+        f.writelines(k + "\n" for k in keys)
+    with open(os.path.join(d, "features.json"), "w") as f:
+        json.dump({"created_by": "train_dist_test.py", "dims": 16, "dtype": "float32",
+                   "files": {"keys": "keys.txt", "matrix": "features.npy"},
+                   "format": "mltool.features", "format_version": 1,
+                   "model": {"name": "synthetic"}, "rows": len(rows)}, f)
+    with open(tmp("labels.csv"), "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["key", "label"])
+        w.writerows(labels)
+    code, _, err = run([mltool, "pack", d, "--labels", tmp("labels.csv"), "-o", tmp("ds"),
+                        "--seed", "1", "--split", "train=0.75,val=0.25"])
+    expect(code == 0, f"pack: exit {code}: {err.strip()}")
+    with open(tmp("mlp.json"), "w") as f:
+        json.dump({"family": "mlp", "hidden": [32]}, f)
+    return "120 x 16 tiles"
+
+
+def args(out, *extra, epochs=2):
+    return [mltool, "train", tmp("ds"), "--model", tmp("mlp.json"), "-o", out, "--epochs",
+            str(epochs), "-q", *extra]
+
+
+def ok(cmd, what):
+    code, _, err = run(cmd)
+    expect(code == 0, f"{what}: exit {code}: {err.strip()[-2000:]}")
+
+
+def same_weights(a, b, tol=1e-5):
+    ta, _ = read_safetensors(os.path.join(a, "model.safetensors"))
+    tb, _ = read_safetensors(os.path.join(b, "model.safetensors"))
+    expect(set(ta) == set(tb), f"tensors {sorted(ta)} vs {sorted(tb)}")
+    worst = max(float(np.abs(ta[k].astype(np.float64) - tb[k]).max()) for k in ta)
+    expect(worst <= tol, f"{a} vs {b}: weights differ by up to {worst} (> {tol})")
+    changed = max(float(np.abs(ta[k]).max()) for k in ta)
+    expect(changed > 0, f"{a}: all-zero weights")
+
+
+def lines(run_dir):
+    return [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
+
+
+def same_metrics(a, b):
+    la, lb = lines(a), lines(b)
+    expect(len(la) == len(lb), f"{a}: {len(la)} metrics lines, {b}: {len(lb)} (a second writer?)")
+    for x, y in zip(la, lb):
+        expect(x["event"] == y["event"] and x.get("step") == y.get("step"), f"{x} vs {y}")
+        for k in ("loss", "train_loss", "val_loss"):
+            if k in x:
+                expect(abs(x[k] - y[k]) <= 1e-5, f"{k}: {x} vs {y}")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env_ranks(cmd, world=2, port=None):
+    port = port or free_port()
+    procs = []
+    for r in range(world):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    return procs
+
+
+def check_nproc_matches_one_process():
+    for name, opt, batch, more in (("sgd", "sgd", "16", []), ("adamw", "adamw", "15", []),
+                                   ("weighted", "sgd", "15", ["--class-weights", "0.3,1.7"])):
+        extra = ["--optimizer", opt, "--batch", batch, "--log-every", "1", *more]
+        one, two = tmp(f"one_{name}"), tmp(f"two_{name}")
+        ok(args(one, *extra), f"1 process, {name}")
+        ok(args(two, *extra, "--nproc", "2"), f"--nproc 2, {name}")
+        same_weights(one, two)
+        same_metrics(one, two)
+        doc = json.load(open(os.path.join(two, "run.json")))
+        expect(doc["status"] == "complete", f"{two}: status {doc['status']}")
+        expect(doc["runtime"].get("world_size") == 2, f"{two}: runtime {doc['runtime']}")
+        expect(sorted(os.listdir(one)) == sorted(os.listdir(two)),
+               f"{sorted(os.listdir(one))} vs {sorted(os.listdir(two))}")
+    # Memory modes inside each rank: the all-reduce follows the part's backward.
+    for mode in (["--micro-batches", "3"], ["--sections", "2"]):
+        out = tmp("two_" + mode[0][2:])
+        ok(args(out, "--optimizer", "sgd", "--batch", "16", "--log-every", "1", *mode,
+                "--nproc", "2"), f"--nproc 2 {' '.join(mode)}")
+        same_weights(tmp("one_sgd"), out)
+
+
+def check_environment_launch():
+    out = tmp("env_run")
+    procs = env_ranks(args(out, "--batch", "15", "--optimizer", "adamw", "--log-every", "1"))
+    for r, p in enumerate(procs):
+        _, err = p.communicate(timeout=120)
+        expect(p.returncode == 0, f"rank {r}: exit {p.returncode}: {err.strip()[-2000:]}")
+    same_weights(tmp("one_adamw"), out)
+    same_metrics(tmp("one_adamw"), out)
+
+
+def check_nproc_failure():
+    # The run directory exists: rank 0 refuses, rank 1 hears it, the launcher names the rank.
+    os.makedirs(tmp("taken"))
+    open(tmp("taken", "keep.txt"), "w").close()
+    code, _, err = run(args(tmp("taken"), "--batch", "16", "--nproc", "2"))
+    expect(code == 1, f"exit {code}, expected 1 (usage): {err.strip()}")
+    expect("--nproc: rank" in err and "rank 0: " in err, f"stderr: {err.strip()}")
+    expect(os.listdir(tmp("taken")) == ["keep.txt"], f"{tmp('taken')}: {os.listdir(tmp('taken'))}")
+    code, _, err = run(args(tmp("bad_batch"), "--batch", "1", "--nproc", "2"))
+    expect(code == 1 and "at least the 2 processes" in err, f"exit {code}: {err.strip()}")
+    expect(not os.path.exists(tmp("bad_batch")), "a run directory for a refused run")
+
+
+def check_killed_rank():
+    out = tmp("killed")
+    procs = env_ranks(args(out, "--batch", "8", "--dist-timeout", "10", epochs=1000))
+    deadline = time.time() + 60
+    metrics = os.path.join(out, "metrics.jsonl")
+    while time.time() < deadline and not (os.path.exists(metrics) and os.path.getsize(metrics)):
+        for r, p in enumerate(procs):
+            if p.poll() is not None:
+                raise Failure(f"rank {r} ended (exit {p.returncode}) before the kill: "
+                              f"{p.communicate()[1].strip()[-2000:]}")
+        time.sleep(0.05)
+    expect(time.time() < deadline, "no metrics.jsonl line within 60 s")
+    procs[1].send_signal(signal.SIGKILL)
+    t0 = time.time()
+    try:
+        _, err = procs[0].communicate(timeout=40)
+    except subprocess.TimeoutExpired:
+        procs[0].kill()
+        raise Failure("rank 0 still runs 40 s after rank 1 was killed")
+    procs[1].communicate()
+    expect(procs[0].returncode != 0, "rank 0 exited 0 after rank 1 was killed")
+    expect("data parallel, rank 0 of 2" in err, f"rank 0's stderr: {err.strip()[-2000:]}")
+    print(f"  rank 0 stopped {time.time() - t0:.1f} s after the kill", flush=True)
+    expect(json.load(open(os.path.join(out, "run.json")))["status"] == "failed", "run.json status")
+
+
+def check_hung_rank():
+    # A stopped (not dead) rank: the other fails once --dist-timeout has passed.
+    procs = env_ranks(args(tmp("hung"), "--batch", "8", "--dist-timeout", "3", epochs=1000))
+    metrics = tmp("hung", "metrics.jsonl")
+    deadline = time.time() + 60
+    while time.time() < deadline and not (os.path.exists(metrics) and os.path.getsize(metrics)):
+        time.sleep(0.05)
+    procs[1].send_signal(signal.SIGSTOP)
+    t0 = time.time()
+    try:
+        _, err = procs[0].communicate(timeout=40)
+    except subprocess.TimeoutExpired:
+        procs[0].kill()
+        raise Failure("rank 0 still runs 40 s after rank 1 stopped (--dist-timeout 3)")
+    finally:
+        procs[1].kill()
+        procs[1].communicate()
+    took = time.time() - t0
+    expect(procs[0].returncode == 3 and "--dist-timeout" in err, f"exit {procs[0].returncode}: {err}")
+    expect(2.5 < took < 20, f"rank 0 stopped {took:.1f} s after rank 1 did (--dist-timeout 3)")
+
+
+def check_nproc_killed_child():
+    # --nproc: a child killed with SIGKILL; the launcher stops the other and names the rank.
+    p = subprocess.Popen(args(tmp("spawn_kill"), "--batch", "8", "--nproc", "2", epochs=1000),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    children = f"/proc/{p.pid}/task/{p.pid}/children"
+    kids, deadline = [], time.time() + 60
+    while len(kids) < 2 and time.time() < deadline and p.poll() is None:
+        kids = open(children).read().split() if os.path.exists(children) else []
+        time.sleep(0.05)
+    if len(kids) < 2:
+        p.kill()
+        p.communicate()
+        print("note: nproc_killed_child: cannot see the launcher's children", flush=True)
+        return
+    time.sleep(1)
+    os.kill(int(kids[1]), signal.SIGKILL)
+    try:
+        _, err = p.communicate(timeout=40)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise Failure("the launcher still runs 40 s after rank 1 was killed")
+    expect(p.returncode != 0 and f"rank 1 (pid {kids[1]}) was killed by signal 9" in err,
+           f"exit {p.returncode}: {err.strip()[-2000:]}")
+    for k in kids:
+        expect(not os.path.exists(f"/proc/{k}") or "zombie" in open(f"/proc/{k}/status").read().lower(),
+               f"rank process {k} still runs")
+
+
+if __name__ == "__main__":
+    run_checks("train_dist", [check_nproc_matches_one_process, check_environment_launch,
+                              check_nproc_failure, check_killed_rank, check_hung_rank,
+                              check_nproc_killed_child], only, fixtures)

@@ -88,6 +88,9 @@ int run_train(TrainOptions& o, const CommonOptions& common) {
   join_from_environment(o.job);
   o.job.threads = common.threads;
   if (o.job.rank != 0) {  // rank 0 reports; the others train quietly
+    // Their warnings and errors still show, marked with their rank; -v shows everything.
+    log::set_prefix("mltool train (rank " + std::to_string(o.job.rank) + ")");
+    if (!common.quiet && common.verbose == 0) log::set_level(log::Level::warn);
     const auto r = train::train_model(o.job);
     (void)r;
     return exit_code::ok;

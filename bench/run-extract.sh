@@ -24,25 +24,15 @@
 # OUTDIR, which stays small), EXTRACT_BENCH_N (tiles, when --tiles is not given).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${MLTOOL_BUILD_DIR:-build}
-mltool=$(realpath -m "$build/bin/mltool")
+source bench/common.sh
+bench_init extract extract
 out=${MLTOOL_CACHE:-$HOME/.cache/mltool}/bench-extract
 if [[ $# -gt 0 && $1 != -* ]]; then
   out=$1
   shift
 fi
-if [[ -n ${MLTOOL_PYTHON:-} ]]; then
-  py=$MLTOOL_PYTHON
-elif [[ -x .venv/bin/python ]]; then
-  py=$PWD/.venv/bin/python
-else
-  py=$(command -v python3)
-fi
 work=${EXTRACT_BENCH_WORK:-${TMPDIR:-/tmp}/mltool-extract-bench}
 
-die() { echo "run-extract.sh: $*" >&2; exit 1; }
-[[ -x $mltool ]] || die "$mltool missing: build first (scripts/setup.sh; cmake --build $build)"
-"$mltool" help extract >/dev/null 2>&1 || die "$mltool has no 'extract' subcommand (built without LibTorch?)"
 "$py" -c 'import torch, numpy, PIL, lmdb' || die "$py lacks torch, numpy, Pillow or python-lmdb"
 
 args=()

@@ -19,25 +19,15 @@
 # TRAIN_BENCH_ROWS (rows, when --rows is not given; default 400000, 800 MB of features).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${MLTOOL_BUILD_DIR:-build}
-mltool=$(realpath -m "$build/bin/mltool")
+source bench/common.sh
+bench_init train train
 out=${MLTOOL_CACHE:-$HOME/.cache/mltool}/bench-train
 if [[ $# -gt 0 && $1 != -* ]]; then
   out=$1
   shift
 fi
-if [[ -n ${MLTOOL_PYTHON:-} ]]; then
-  py=$MLTOOL_PYTHON
-elif [[ -x .venv/bin/python ]]; then
-  py=$PWD/.venv/bin/python
-else
-  py=$(command -v python3)
-fi
 work=${TRAIN_BENCH_WORK:-${TMPDIR:-/tmp}/mltool-train-bench}
 
-die() { echo "run-train.sh: $*" >&2; exit 1; }
-[[ -x $mltool ]] || die "$mltool missing: build first (scripts/setup.sh; cmake --build $build)"
-"$mltool" help train >/dev/null 2>&1 || die "$mltool has no 'train' subcommand (built without LibTorch?)"
 "$py" -c 'import torch, numpy' || die "$py lacks torch or numpy"
 
 args=()

@@ -6,6 +6,8 @@
 
 #include <cstring>
 
+#include "mltool/util/endian.hpp"
+
 #if defined(__x86_64__)
 #include <nmmintrin.h>
 #endif
@@ -40,12 +42,7 @@ constexpr SliceTables make_slice_tables() {
 
 constexpr SliceTables kSlice = make_slice_tables();
 
-// Byte-assembled loads keep the portable path correct on big-endian machines; compilers
-// turn them into single loads on little-endian ones.
-inline std::uint32_t load_le32(const std::uint8_t* p) {
-  return std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 | std::uint32_t{p[2]} << 16 |
-         std::uint32_t{p[3]} << 24;
-}
+using util::load_le32;
 
 #if defined(__x86_64__)
 

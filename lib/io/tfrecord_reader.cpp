@@ -5,21 +5,14 @@
 
 #include "mltool/io/crc32c.hpp"
 #include "mltool/io/tfrecord.hpp"
+#include "mltool/util/endian.hpp"
 #include "mltool/util/error.hpp"
 
 namespace mltool::io {
 namespace {
 
-std::uint64_t load_le64(const std::uint8_t* p) {
-  std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-
-std::uint32_t load_le32(const std::uint8_t* p) {
-  return std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 | std::uint32_t{p[2]} << 16 |
-         std::uint32_t{p[3]} << 24;
-}
+using util::load_le32;
+using util::load_le64;
 
 std::string hex32(std::uint32_t v) {
   char buf[16];

@@ -4,18 +4,14 @@
 
 #include "mltool/io/crc32c.hpp"
 #include "mltool/io/tfrecord.hpp"
+#include "mltool/util/endian.hpp"
 #include "mltool/util/error.hpp"
 
 namespace mltool::io {
 namespace {
 
-void store_le64(std::uint8_t* p, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-
-void store_le32(std::uint8_t* p, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
+using util::store_le32;
+using util::store_le64;
 
 }  // namespace
 

@@ -96,7 +96,7 @@ Framing walk_frames(const ShardSource& shard, bool deep) {
       const std::uint64_t left = size - pos;
       // The walk depends on each length it reads: fetch ahead, across page boundaries too.
       if (left > 4096) __builtin_prefetch(data + pos + 4096);
-      const std::uint64_t length = left >= io::kTFRecordOverhead ? le64(data + pos) : 0;
+      const std::uint64_t length = left >= io::kTFRecordOverhead ? util::load_le64(data + pos) : 0;
       if (left < io::kTFRecordOverhead || length > left - io::kTFRecordOverhead) {
         io::TFRecordReader::from_buffer(shard.path, data, size).read_at(pos);  // throws
         throw FormatError(at_offset(shard.path, pos, "not a TFRecord frame"));

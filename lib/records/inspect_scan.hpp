@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "mltool/records/inspect.hpp"
+#include "mltool/util/endian.hpp"
 #include "mltool/util/file.hpp"
 
 namespace mltool::records::detail {
@@ -70,24 +71,6 @@ struct Framing {
 /// second pass checks every frame from the start of its chunk); under `deep` compares every
 /// line of the shard's DALI index with the frames. Problems are kept in the result, not thrown.
 Framing walk_frames(const ShardSource& shard, bool deep);
-
-// Little-endian loads (TFRecord's byte order).
-inline std::uint64_t le64(const std::uint8_t* p) {
-  std::uint64_t v;
-  std::memcpy(&v, p, sizeof v);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-  v = __builtin_bswap64(v);
-#endif
-  return v;
-}
-inline std::uint32_t le32(const std::uint8_t* p) {
-  std::uint32_t v;
-  std::memcpy(&v, p, sizeof v);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-  v = __builtin_bswap32(v);
-#endif
-  return v;
-}
 
 /// Reads every shard; throws the first problem (see inspect()).
 ScanResult scan_shards(const ScanSpec& spec);

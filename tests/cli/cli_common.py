@@ -7,6 +7,7 @@ Two kinds of script use them:
   `run_checks` runs the fixtures and each check_* function in a temporary directory (`tmp`
   names files in it), reporting each Failure and going on to the next check.
 """
+import json
 import os
 import subprocess
 import sys
@@ -40,6 +41,19 @@ def run(args, stdin=None):
     """Runs a command; returns (exit code, stdout, stderr) as text."""
     p = subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=300)
     return p.returncode, p.stdout, p.stderr
+
+
+def run_json(args, stdin=None):
+    """Runs a command that prints one JSON document (`--json`); returns (exit code, the
+    document or None when stdout is empty, stderr). Anything else on stdout is a Failure."""
+    code, out, err = run(args, stdin=stdin)
+    doc = None
+    if out.strip():
+        try:
+            doc = json.loads(out)
+        except ValueError:
+            raise Failure(f"stdout is not one JSON document: {out[:500]!r}")
+    return code, doc, err
 
 
 def tmp(*parts):

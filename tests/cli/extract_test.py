@@ -24,7 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from PIL import Image
 
-from cli_common import Failure, expect, run, run_checks, tmp
+from cli_common import Failure, expect, run, run_checks, run_json, tmp
 from torch_models import Small
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -211,14 +211,9 @@ SUMMARY_FIELDS = ("command", "output", "status", "rows", "dims", "resumed_from",
 
 def extract(store, out, *args):
     """Runs mltool extract STORE -o OUT ARGS --json; returns (code, summary or None, err)."""
-    code, stdout, err = run([mltool, "extract", store, "-o", out, "--threads", "2", *args,
-                             "--json"])
-    summary = None
-    if stdout.strip():
-        try:
-            summary = json.loads(stdout)
-        except ValueError:
-            raise Failure(f"stdout is not one JSON document: {stdout[:500]!r}")
+    code, summary, err = run_json([mltool, "extract", store, "-o", out, "--threads", "2", *args,
+                                   "--json"])
+    if summary is not None:
         missing = [f for f in SUMMARY_FIELDS if f not in summary]
         expect(not missing, f"summary lacks {missing}: {summary}")
         expect(summary["command"] == "extract", f"summary command: {summary}")

@@ -17,7 +17,7 @@ import zlib
 
 import numpy as np
 
-from cli_common import Failure, expect, run, run_checks, tmp
+from cli_common import expect, run, run_checks, run_json, tmp
 from tfrecord_codec import example, frame, frames, read_varint, write_tfrecord
 
 mltool = os.path.abspath(sys.argv[1])
@@ -104,14 +104,7 @@ def close(a, b, what, tol=1e-9):
 
 def inspect(*args):
     """mltool inspect ARGS --json; (code, document or None, stderr)."""
-    code, out, err = run([mltool, "inspect", *args, "--json"])
-    doc = None
-    if out.strip():
-        try:
-            doc = json.loads(out)
-        except ValueError:
-            raise Failure(f"stdout is not one JSON document: {out[:300]!r}")
-    return code, doc, err
+    return run_json([mltool, "inspect", *args, "--json"])
 
 
 # ---------------------------------------------------------------- fixtures

@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-from cli_common import Failure, expect, run, run_checks, tmp
+from cli_common import expect, run_checks, run_json, tmp
 from tfrecord_codec import decode_example, frames
 
 mltool = os.path.abspath(sys.argv[1])
@@ -167,14 +167,7 @@ def fixtures():
 
 def pack(*args):
     """mltool pack ARGS --json; (code, summary or None, stderr)."""
-    code, out, err = run([mltool, "pack", *args, "--json"])
-    summary = None
-    if out.strip():
-        try:
-            summary = json.loads(out)
-        except ValueError:
-            raise Failure(f"stdout is not one JSON document: {out[:300]!r}")
-    return code, summary, err
+    return run_json([mltool, "pack", *args, "--json"])
 
 
 def pack_ok(*args):

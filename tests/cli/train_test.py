@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from cli_common import Failure, expect, run, run_checks, tmp
+from cli_common import expect, run, run_checks, run_json, tmp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
@@ -106,14 +106,7 @@ def fixtures():
 
 def train(*args):
     """mltool train ARGS --json -q; (code, summary or None, stderr)."""
-    code, out, err = run([mltool, "train", *args, "--json", "-q"])
-    summary = None
-    if out.strip():
-        try:
-            summary = json.loads(out)
-        except ValueError:
-            raise Failure(f"stdout is not one JSON document: {out[:300]!r}")
-    return code, summary, err
+    return run_json([mltool, "train", *args, "--json", "-q"])
 
 
 def train_ok(*args):

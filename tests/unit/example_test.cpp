@@ -14,28 +14,12 @@
 #include <random>
 
 #include "mltool/util/error.hpp"
+#include "support/wire.hpp"
 
 namespace mltool::io {
 namespace {
 
-// Minimal protobuf wire encoder, so tests can spell out bytes TensorFlow would write
-// and damaged variants of them without going through the code under test.
-std::string varint(std::uint64_t v) {
-  std::string out;
-  while (v >= 0x80) {
-    out += static_cast<char>((v & 0x7f) | 0x80);
-    v >>= 7;
-  }
-  out += static_cast<char>(v);
-  return out;
-}
-std::string tag(int number, int wire_type) {
-  return varint(static_cast<std::uint64_t>(number) << 3 | wire_type);
-}
-std::string len_field(int number, const std::string& payload) {
-  return tag(number, 2) + varint(payload.size()) + payload;
-}
-std::string varint_field(int number, std::uint64_t v) { return tag(number, 0) + varint(v); }
+using namespace testing::wire;  // NOLINT: the encoder's short names read as the format
 
 // Example{features{feature{key: value}}} from an encoded Feature.
 std::string example_with(const std::string& key, const std::string& feature,

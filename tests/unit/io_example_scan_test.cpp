@@ -10,25 +10,13 @@
 
 #include "mltool/io/example_scan.hpp"
 #include "mltool/util/error.hpp"
+#include "support/wire.hpp"
 
 namespace mltool::io {
 namespace {
 
-std::string varint(std::uint64_t v) {
-  std::string out;
-  while (v >= 0x80) {
-    out += static_cast<char>((v & 0x7f) | 0x80);
-    v >>= 7;
-  }
-  out += static_cast<char>(v);
-  return out;
-}
-std::string tag(int number, int wire_type) {
-  return varint(static_cast<std::uint64_t>(number) << 3 | wire_type);
-}
-std::string len_field(int number, const std::string& payload) {
-  return tag(number, 2) + varint(payload.size()) + payload;
-}
+using namespace testing::wire;  // NOLINT: the encoder's short names read as the format
+
 std::string entry(const std::string& key, const std::string& feature) {
   return len_field(1, len_field(1, key) + len_field(2, feature));
 }

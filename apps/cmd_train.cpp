@@ -131,6 +131,12 @@ int run_train(TrainOptions& o, const CommonOptions& common) {
                                   {"device_peak_bytes", r.device_peak_bytes >= 0
                                                             ? nlohmann::json(r.device_peak_bytes)
                                                             : nlohmann::json()}}},
+                                {"data_parallel",
+                                 r.dist_buckets > 0
+                                     ? nlohmann::json{{"buckets", r.dist_buckets},
+                                                      {"launched_in_backward",
+                                                       r.dist_launched_in_backward}}
+                                     : nlohmann::json()},
                                 {"seconds", r.seconds},
                                 {"samples_per_second", r.samples_per_second}}
                      .dump(2)
@@ -161,6 +167,11 @@ Command train_command() {
         app.add_option("--epochs", j.epochs, "Passes over the training split")
             ->capture_default_str();
         app.add_option("--batch", j.batch, "Samples (tiles, bags, images) per step")
+            ->capture_default_str();
+        app.add_option("--last-batch", j.last_batch,
+                       "The samples past an epoch's last full batch: keep (a smaller last step) "
+                       "or drop")
+            ->check(CLI::IsMember({"keep", "drop"}))
             ->capture_default_str();
         app.add_option("--micro-batches", j.micro_batches,
                        "Run each batch's forward and backward in this many parts, one "
@@ -216,6 +227,9 @@ Command train_command() {
                        "Data parallel: train in this many local processes (docs/train.md)");
         app.add_option("--dist-timeout", j.dist_timeout,
                        "Data parallel: seconds a rank waits for the others before failing")
+            ->capture_default_str();
+        app.add_option("--dist-bucket-mb", j.bucket_mb,
+                       "Data parallel: MiB of gradients per all-reduce, launched during backward")
             ->capture_default_str();
         return [o, &common] { return run_train(*o, common); };
       }};

@@ -5,20 +5,30 @@
 
 namespace mltool::train {
 
+std::vector<std::int64_t> step_sizes(std::int64_t samples, std::int64_t batch, bool keep_last) {
+  if (samples < 1 || batch < 1) throw std::invalid_argument("step_sizes: needs samples, batch >= 1");
+  if (samples <= batch) return {samples};
+  std::vector<std::int64_t> out(static_cast<std::size_t>(samples / batch), batch);
+  if (keep_last && samples % batch) out.push_back(samples % batch);
+  return out;
+}
+
 RankSlice rank_slice(std::int64_t batch, std::int64_t world, std::int64_t rank) {
-  if (world < 1 || rank < 0 || rank >= world || batch < world)
-    throw std::invalid_argument("rank_slice: needs batch >= world > rank >= 0");
+  if (world < 1 || rank < 0 || rank >= world || batch < 0)
+    throw std::invalid_argument("rank_slice: needs batch >= 0, world > rank >= 0");
   const std::int64_t base = batch / world, extra = batch % world;
   return {rank * base + std::min(rank, extra), base + (rank < extra ? 1 : 0)};
 }
 
-std::vector<std::int64_t> rank_positions(std::int64_t used, std::int64_t batch, std::int64_t world,
-                                         std::int64_t rank) {
-  const RankSlice s = rank_slice(batch, world, rank);
+std::vector<std::int64_t> rank_positions(const std::vector<std::int64_t>& steps,
+                                         std::int64_t world, std::int64_t rank) {
   std::vector<std::int64_t> out;
-  out.reserve(static_cast<std::size_t>(used / batch * s.size));
-  for (std::int64_t start = 0; start + batch <= used; start += batch)
+  std::int64_t start = 0;
+  for (const auto global : steps) {
+    const RankSlice s = rank_slice(global, world, rank);
     for (std::int64_t i = 0; i < s.size; ++i) out.push_back(start + s.offset + i);
+    start += global;
+  }
   return out;
 }
 

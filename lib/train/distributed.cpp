@@ -13,8 +13,12 @@
 #endif
 #include <torch/torch.h>
 
+#include <torch/csrc/autograd/function_hook.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 
 #include "mltool/train/data_parallel.hpp"
 #include "mltool/util/error.hpp"
@@ -22,8 +26,7 @@
 namespace mltool::train {
 namespace {
 
-constexpr std::int64_t kBucketBytes = std::int64_t{25} << 20;
-constexpr const char* kRank0Key = "mltool/rank0";
+constexpr const char* kRank0Key = "mltool/rank0/";
 
 std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
@@ -39,6 +42,7 @@ struct DataParallel::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Backend> group;
   std::string where;  // "rank R of W"
+  int rank0_calls = 0;  // on_rank0: each call's outcome under its own store key
 
   // A collective that failed (a rank died, or waited past --dist-timeout) as a ResourceError.
   template <typename F>
@@ -103,107 +107,227 @@ void DataParallel::broadcast(const std::vector<torch::Tensor>& tensors) {
   });
 }
 
-void DataParallel::all_reduce_sum(const std::vector<torch::Tensor>& tensors) {
-  // Buckets of ~25 MB of consecutive tensors of one dtype.
-  std::vector<std::vector<std::size_t>> buckets;
-  for (std::size_t start = 0; start < tensors.size();) {
+std::int64_t DataParallel::broadcast_value(std::int64_t value, const torch::Device& device) {
+  const auto t = torch::tensor({value}, torch::kInt64).to(device);
+  broadcast({t});
+  return t.cpu().item<std::int64_t>();
+}
+
+// One bucket: consecutive parameters (in reverse order) of one dtype, flattened for the
+// all-reduce.
+struct Bucket {
+  std::vector<std::size_t> parameters;  // indices into Impl::parameters
+  std::size_t waiting = 0;              // of them, not final yet this step
+  torch::Tensor flat;
+  c10::intrusive_ptr<c10d::Work> work;
+};
+
+// The hook on a parameter's gradient accumulator: runs after each accumulation.
+class AccumulatedHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit AccumulatedHook(std::function<void()> f) : f_(std::move(f)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    f_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> f_;
+};
+
+struct GradientReducer::Impl {
+  DataParallel& dp;
+  std::vector<torch::Tensor> parameters;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive: hooks live on them
+  std::vector<std::uintptr_t> keys;
+  std::vector<Bucket> buckets;
+  std::vector<std::size_t> bucket_of;  // per parameter
+  std::vector<int> passes_left;        // per parameter, this step
+  std::mutex mutex;
+  bool active = false;
+  int passes = 1;
+  double scale = 1;
+  std::size_t next = 0;  // the next bucket to launch
+  std::string failure;   // a launch that failed in a hook, thrown by finish()
+  std::int64_t in_backward = 0;
+
+  Impl(DataParallel& d) : dp(d) {}
+
+  void launch(std::size_t b) {
+    Bucket& bucket = buckets[b];
+    std::vector<torch::Tensor> parts;
+    for (const auto i : bucket.parameters) {
+      const auto& p = parameters[i];
+      parts.push_back(p.grad().defined() ? p.grad().detach().reshape(-1)
+                                         : torch::zeros({p.numel()}, p.options()));
+    }
+    bucket.flat = torch::cat(parts).mul_(scale);
+    std::vector<at::Tensor> one{bucket.flat};
+    bucket.work = dp.impl_->group->allreduce(one);
+  }
+  // Launches the ready buckets from `next` on, in order; `hook`: called from backward.
+  void launch_ready(bool hook) {
+    while (next < buckets.size() && buckets[next].waiting == 0) {
+      launch(next++);
+      if (hook) ++in_backward;
+    }
+  }
+  void on_accumulated(std::size_t i) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (!active || !failure.empty() || passes_left[i] <= 0 || --passes_left[i] > 0) return;
+    --buckets[bucket_of[i]].waiting;
+    try {
+      launch_ready(true);
+    } catch (const c10::Error& e) {
+      failure = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+};
+
+GradientReducer::GradientReducer(DataParallel& dp, const std::vector<torch::Tensor>& parameters,
+                                 std::int64_t bucket_bytes)
+    : impl_(std::make_unique<Impl>(dp)) {
+  Impl& m = *impl_;
+  m.parameters.assign(parameters.rbegin(), parameters.rend());  // backward's order
+  m.bucket_of.resize(m.parameters.size());
+  m.passes_left.resize(m.parameters.size());
+  for (std::size_t start = 0; start < m.parameters.size();) {  // one dtype per bucket
     std::size_t end = start;
     std::vector<std::int64_t> bytes;
-    while (end < tensors.size() && tensors[end].dtype() == tensors[start].dtype()) {
-      bytes.push_back(tensors[end].numel() * tensors[end].element_size());
+    while (end < m.parameters.size() && m.parameters[end].dtype() == m.parameters[start].dtype()) {
+      bytes.push_back(m.parameters[end].numel() * m.parameters[end].element_size());
       ++end;
     }
-    for (auto bucket : gradient_buckets(bytes, kBucketBytes)) {
-      for (auto& i : bucket) i += start;
-      buckets.push_back(std::move(bucket));
+    for (auto& indices : gradient_buckets(bytes, bucket_bytes)) {
+      for (auto& i : indices) {
+        i += start;
+        m.bucket_of[i] = m.buckets.size();
+      }
+      m.buckets.push_back(Bucket{std::move(indices), 0, {}, {}});
     }
     start = end;
   }
-  impl_->collective("a gradient all-reduce", [&] {
-    std::vector<std::vector<at::Tensor>> flat;
-    std::vector<c10::intrusive_ptr<c10d::Work>> work;
-    for (const auto& bucket : buckets) {  // all launched, then all awaited
-      std::vector<torch::Tensor> parts;
-      for (const auto i : bucket) parts.push_back(tensors[i].detach().reshape(-1));
-      flat.push_back({torch::cat(parts)});
-      work.push_back(impl_->group->allreduce(flat.back()));
-    }
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      work[b]->wait();
-      std::int64_t at = 0;
-      for (const auto i : buckets[b]) {
-        auto t = tensors[i].detach();
-        t.copy_(flat[b][0].narrow(0, at, t.numel()).view_as(t));
-        at += t.numel();
-      }
-    }
-  });
+  for (std::size_t i = 0; i < m.parameters.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(m.parameters[i]);
+    Impl* self = impl_.get();
+    m.keys.push_back(accumulator->add_post_hook(
+        std::make_unique<AccumulatedHook>([self, i] { self->on_accumulated(i); })));
+    m.accumulators.push_back(std::move(accumulator));
+  }
 }
 
+GradientReducer::~GradientReducer() {
+  for (std::size_t i = 0; i < impl_->accumulators.size(); ++i)
+    impl_->accumulators[i]->del_post_hook(impl_->keys[i]);
+}
+
+void GradientReducer::prepare(int passes, double scale) {
+  Impl& m = *impl_;
+  const std::lock_guard<std::mutex> lock(m.mutex);
+  m.active = true;
+  m.passes = passes;
+  m.scale = scale;
+  m.next = 0;
+  std::fill(m.passes_left.begin(), m.passes_left.end(), passes);
+  for (auto& b : m.buckets) b.waiting = passes > 0 ? b.parameters.size() : 0;
+}
+
+torch::Tensor GradientReducer::finish(const torch::Tensor& loss) {
+  Impl& m = *impl_;
+  torch::Tensor total;
+  {
+    const std::lock_guard<std::mutex> lock(m.mutex);
+    m.active = false;
+    if (!m.failure.empty()) m.dp.impl_->fail("a gradient all-reduce", m.failure);
+    m.dp.impl_->collective("a gradient all-reduce", [&] {
+      for (auto& b : m.buckets) b.waiting = 0;  // what backward did not reach: zeros
+      m.launch_ready(false);
+      total = loss.detach().to(torch::kFloat32).mul(m.scale).reshape({1});
+      if (!m.parameters.empty()) total = total.to(m.parameters.front().device());
+      std::vector<at::Tensor> one{total};
+      auto work = m.dp.impl_->group->allreduce(one);
+      for (auto& b : m.buckets) {
+        b.work->wait();
+        std::int64_t at = 0;
+        for (const auto i : b.parameters) {
+          auto& p = m.parameters[i];
+          if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+          auto g = p.grad().detach();
+          g.copy_(b.flat.narrow(0, at, g.numel()).view_as(g));
+          at += g.numel();
+        }
+        b.work.reset();
+        b.flat = torch::Tensor();
+      }
+      work->wait();
+    });
+  }
+  return total.reshape({});
+}
+
+std::int64_t GradientReducer::buckets() const {
+  return static_cast<std::int64_t>(impl_->buckets.size());
+}
+std::int64_t GradientReducer::launched_in_backward() const { return impl_->in_backward; }
+
 void DataParallel::on_rank0(const std::function<void()>& action) {
+  const std::string key = kRank0Key + std::to_string(impl_->rank0_calls++);
   if (rank_ == 0) {
     std::string outcome = "ok";
     try {
       action();
     } catch (const UsageError& e) {
       outcome = std::string("usage:") + e.what();
-      impl_->store->set(kRank0Key, std::vector<uint8_t>(outcome.begin(), outcome.end()));
+      impl_->store->set(key, std::vector<uint8_t>(outcome.begin(), outcome.end()));
       throw;
     } catch (const std::exception& e) {
       outcome = std::string("error:") + e.what();
-      impl_->store->set(kRank0Key, std::vector<uint8_t>(outcome.begin(), outcome.end()));
+      impl_->store->set(key, std::vector<uint8_t>(outcome.begin(), outcome.end()));
       throw;
     }
-    impl_->store->set(kRank0Key, std::vector<uint8_t>(outcome.begin(), outcome.end()));
+    impl_->store->set(key, std::vector<uint8_t>(outcome.begin(), outcome.end()));
     return;
   }
   std::string outcome;
   impl_->collective("waiting for rank 0", [&] {
-    const auto v = impl_->store->get(kRank0Key);
+    const auto v = impl_->store->get(key);
     outcome.assign(v.begin(), v.end());
   });
   if (outcome.rfind("usage:", 0) == 0) throw UsageError("rank 0: " + outcome.substr(6));
   if (outcome != "ok") throw ResourceError("rank 0 failed: " + outcome.substr(6));
 }
 
-torch::Tensor rank_order(const torch::Tensor& order, std::int64_t batch, const DataParallel& dp,
-                         const std::vector<std::int64_t>& labels,
+torch::Tensor rank_order(const torch::Tensor& order, const std::vector<std::int64_t>& steps,
+                         const DataParallel& dp, const std::vector<std::int64_t>& labels,
                          const torch::Tensor& class_weights, std::vector<double>& scales) {
-  const std::int64_t used = order.size(0), steps = used / batch;
-  const RankSlice slice = rank_slice(batch, dp.world(), dp.rank());
-  const auto positions = rank_positions(used, batch, dp.world(), dp.rank());
-  scales.assign(static_cast<std::size_t>(steps),
-                static_cast<double>(slice.size) / static_cast<double>(batch));
+  const auto positions = rank_positions(steps, dp.world(), dp.rank());
+  scales.clear();
+  torch::Tensor w, o;
   if (class_weights.defined()) {
-    const auto w = class_weights.to(torch::kCPU, torch::kFloat64).contiguous();
-    const double* cw = w.data_ptr<double>();
-    const auto o = order.to(torch::kCPU).contiguous();
-    const std::int64_t* idx = o.data_ptr<std::int64_t>();
-    for (std::int64_t k = 0; k < steps; ++k) {
-      double all = 0, mine = 0;
-      for (std::int64_t i = 0; i < batch; ++i) {
-        const double v = cw[labels[static_cast<std::size_t>(idx[k * batch + i])]];
+    w = class_weights.to(torch::kCPU, torch::kFloat64).contiguous();
+    o = order.to(torch::kCPU).contiguous();
+  }
+  std::int64_t start = 0;
+  for (const auto global : steps) {
+    const RankSlice slice = rank_slice(global, dp.world(), dp.rank());
+    double all = static_cast<double>(global), mine = static_cast<double>(slice.size);
+    if (w.defined()) {
+      const double* cw = w.data_ptr<double>();
+      const std::int64_t* idx = o.data_ptr<std::int64_t>() + start;
+      all = mine = 0;
+      for (std::int64_t i = 0; i < global; ++i) {
+        const double v = cw[labels[static_cast<std::size_t>(idx[i])]];
         all += v;
         if (i >= slice.offset && i < slice.offset + slice.size) mine += v;
       }
-      scales[static_cast<std::size_t>(k)] = all > 0 ? mine / all : 0.0;
     }
+    scales.push_back(all > 0 ? mine / all : 0.0);
+    start += global;
   }
   return order.index_select(0, torch::tensor(positions, torch::kInt64).to(order.device()));
-}
-
-torch::Tensor reduce_gradients(DataParallel& dp, const std::vector<torch::Tensor>& parameters,
-                               const torch::Tensor& loss, double scale) {
-  std::vector<torch::Tensor> tensors;
-  for (const auto& p : parameters) {
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    tensors.push_back(p.grad().mul_(scale));
-  }
-  auto total = loss.detach().to(torch::kFloat32).mul(scale).reshape({1});
-  if (!tensors.empty()) total = total.to(tensors.back().options());
-  tensors.push_back(total);
-  dp.all_reduce_sum(tensors);
-  return total.reshape({});
 }
 
 std::vector<torch::Tensor> buffers_of(torch::nn::Module& module) { return module.buffers(); }
@@ -225,8 +349,6 @@ void check_data_parallel(const TrainJob& job) {
   require(job.micro_batches <= job.batch / job.world_size,
           "data parallel: --micro-batches must be at most each process's part of the batch (" +
               std::to_string(job.batch / job.world_size) + ")");
-  require(!job.resume,
-          "data parallel: --resume is not supported; resume in one process (same --batch)");
 }
 
 }  // namespace mltool::train

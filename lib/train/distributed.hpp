@@ -29,38 +29,66 @@ class DataParallel {
 
   /// Rank 0's values of `tensors` to every rank (in place).
   void broadcast(const std::vector<torch::Tensor>& tensors);
-  /// Sums `tensors` over the ranks in place, flattened into ~25 MB buckets, one all-reduce
-  /// launched per bucket, all awaited at the end.
-  void all_reduce_sum(const std::vector<torch::Tensor>& tensors);
   /// Rank 0 runs `action`; the others wait for it and throw what it threw (as UsageError or
   /// ResourceError with rank 0's message), so no rank goes on when rank 0 could not.
   void on_rank0(const std::function<void()>& action);
+  /// Rank 0's value of `value` (an integer) on every rank.
+  std::int64_t broadcast_value(std::int64_t value, const torch::Device& device);
 
  private:
+  friend class GradientReducer;
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int rank_ = 0, world_ = 1;
 };
 
-/// This rank's part of an epoch's `order` (a whole number of global batches of `batch`):
-/// its slice of each batch (rank_slice). `scales` gets each step's gradient weight: this
-/// rank's share of the global batch's sum of class weights (its sample count / batch when
+/// This rank's part of an epoch's `order` (cut into global batches of `steps` sizes): its
+/// slice of each batch (rank_slice). `scales` gets each step's gradient weight: this rank's
+/// share of the global batch's sum of class weights (its sample count / the batch's when
 /// `class_weights` is undefined), so the summed gradients are the global batch's.
-torch::Tensor rank_order(const torch::Tensor& order, std::int64_t batch, const DataParallel& dp,
+torch::Tensor rank_order(const torch::Tensor& order, const std::vector<std::int64_t>& steps,
+                         const DataParallel& dp,
                          const std::vector<std::int64_t>& labels,
                          const torch::Tensor& class_weights, std::vector<double>& scales);
 
-/// After this rank's backward: scales its gradients (undefined ones become zeros) and its
-/// `loss` by `scale`, sums both over the ranks (DataParallel::all_reduce_sum) and returns the
-/// global batch's loss.
-torch::Tensor reduce_gradients(DataParallel& dp, const std::vector<torch::Tensor>& parameters,
-                               const torch::Tensor& loss, double scale);
+/// Sums the gradients of `parameters` over the ranks while backward runs (DDP's reducer):
+/// each parameter's gradient accumulator gets a hook; the parameters, in reverse order (the
+/// order backward reaches them), are cut into buckets of about `bucket_bytes`; a bucket whose
+/// gradients are all final (the step's last backward pass reached each of them) is copied
+/// into one flat tensor, scaled, and its all-reduce launched while backward goes on. Buckets
+/// are launched strictly in order (every rank launches the same collectives in the same
+/// order); finish() launches those whose parameters got no gradient (zeros), waits for all,
+/// and writes the sums back into the gradients.
+class GradientReducer {
+ public:
+  GradientReducer(DataParallel& dp, const std::vector<torch::Tensor>& parameters,
+                  std::int64_t bucket_bytes);
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  /// Before a step's backward passes: `passes` backward passes will reach each parameter
+  /// (the number of micro-batches; 0 for a rank with nothing in this step), and this rank's
+  /// gradients weigh `scale` in the sum.
+  void prepare(int passes, double scale);
+  /// After them: the global batch's gradients in every parameter's grad, and the global
+  /// batch's loss (this rank's `loss` times the scale, summed) returned.
+  torch::Tensor finish(const torch::Tensor& loss);
+
+  std::int64_t buckets() const;
+  /// Buckets launched from a hook, during backward (the rest: by finish), over all steps.
+  std::int64_t launched_in_backward() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 /// The module's buffers (batch-norm running statistics), for DataParallel::broadcast.
 std::vector<torch::Tensor> buffers_of(torch::nn::Module& module);
 
 /// Checks the data-parallel options of `job` (UsageError): world size and rank, batch at
-/// least the world size, --micro-batches at most the smallest rank's part, no --resume.
+/// least the world size, --micro-batches at most the smallest rank's part.
 void check_data_parallel(const TrainJob& job);
 
 }  // namespace mltool::train

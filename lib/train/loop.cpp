@@ -70,6 +70,22 @@ class LossBook {
   double bad_value_ = 0;
 };
 
+// Data parallel: dropout's generators (the CPU's, and the device's on CUDA) seeded from
+// (seed, step, rank) before each step, so ranks draw other masks and a resumed run the same.
+void reseed_step(std::uint64_t seed, std::int64_t step, int rank, const torch::Device& device) {
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(step) * 0xD6E8FEB86659FD93ull +
+                    static_cast<std::uint64_t>(rank) + 0x2545F4914F6CDD1Dull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  auto set = [x](at::Generator gen) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(x);
+  };
+  set(at::detail::getDefaultCPUGenerator());
+  if (device.is_cuda()) set(at::globalContext().defaultGenerator(device));
+}
+
 }  // namespace
 
 double learning_rate(const TrainJob& job, std::int64_t step, std::int64_t total) {
@@ -172,22 +188,22 @@ LoopState run_loop(Loop& loop, LoopState state) {
   };
 
   const auto n = static_cast<std::int64_t>(loop.train.size());
-  const std::int64_t used =
-      std::min(n, loop.steps_per_epoch * job.batch);  // the last partial batch is left out
+  std::int64_t used = 0;  // without --last-batch keep, the remainder is left out
+  for (const auto s : loop.step_sizes) used += s;
   double lr = learning_rate(job, state.step, loop.total_steps);
   while (state.status.empty() && state.epoch < job.epochs) {
     const int epoch = state.epoch;
     auto order = epoch_order(job.seed, epoch, n).narrow(0, 0, used);
-    std::int64_t local_batch = job.batch;
+    std::int64_t local_batch = loop.step_sizes.front();
     std::vector<double> scales;  // data parallel: each step's gradient weight on this rank
-    if (loop.dp) {               // a split smaller than --batch is one global batch of all of it
-      const std::int64_t global = std::min<std::int64_t>(used, job.batch);
-      if (global < loop.dp->world())
-        throw UsageError("data parallel: " + std::to_string(global) +
+    if (loop.dp) {
+      if (local_batch < loop.dp->world())
+        throw UsageError("data parallel: " + std::to_string(local_batch) +
                          " training samples per step for " + std::to_string(loop.dp->world()) +
                          " processes");
-      order = rank_order(order, global, *loop.dp, loop.train.labels, loop.class_weights, scales);
-      local_batch = rank_slice(global, loop.dp->world(), loop.dp->rank()).size;
+      order = rank_order(order, loop.step_sizes, *loop.dp, loop.train.labels, loop.class_weights,
+                         scales);
+      local_batch = rank_slice(local_batch, loop.dp->world(), loop.dp->rank()).size;
     }
     loop.train_feed.start(order, local_batch, state.epoch_step);
     while (state.epoch_step < loop.steps_per_epoch) {
@@ -196,30 +212,43 @@ LoopState run_loop(Loop& loop, LoopState state) {
         return state;
       }
       auto b = loop.train_feed.next();
-      if (!b)
+      // Data parallel: a last batch smaller than the world leaves this rank nothing in it.
+      const bool idle = loop.dp && state.epoch_step + 1 == loop.steps_per_epoch &&
+                        rank_slice(loop.step_sizes.back(), loop.dp->world(), loop.dp->rank())
+                                .size == 0;
+      if (!b && !idle)
         throw ResourceError("the training feed ended early in epoch " + std::to_string(epoch + 1));
       lr = learning_rate(job, state.step, loop.total_steps);
       for (auto& group : loop.optimizer.param_groups()) group.options().set_lr(lr);
       loop.optimizer.zero_grad(true);
+      if (loop.dp) {  // dropout: other masks on each rank, the same ones on a resume
+        reseed_step(job.seed, state.step, loop.dp->rank(), loop.device);
+        loop.reducer->prepare(idle ? 0
+                                   : static_cast<int>(std::min<std::int64_t>(
+                                         loop.section_bounds.empty() ? job.micro_batches : 1,
+                                         b->size)),
+                              scales[static_cast<std::size_t>(state.epoch_step)]);
+      }
       std::int64_t activation_bytes = 0;
-      const Activation in{b->x, b->mask};
-      const auto local_loss =
-          loop.section_bounds.empty()
-              ? accumulate_gradients(loop.model, in, b->y, loop.class_weights, job.micro_batches,
-                                     &activation_bytes)
-              : accumulate_gradients_sectioned(loop.model, in, b->y, loop.class_weights,
-                                               loop.section_bounds, &activation_bytes);
+      torch::Tensor local_loss;
+      if (idle) {
+        local_loss = torch::zeros({}, torch::TensorOptions().device(loop.device));
+      } else {
+        const Activation in{b->x, b->mask};
+        local_loss = loop.section_bounds.empty()
+                         ? accumulate_gradients(loop.model, in, b->y, loop.class_weights,
+                                                job.micro_batches, &activation_bytes)
+                         : accumulate_gradients_sectioned(loop.model, in, b->y, loop.class_weights,
+                                                          loop.section_bounds, &activation_bytes);
+      }
       loop.peak_activation_bytes = std::max(loop.peak_activation_bytes, activation_bytes);
-      const auto loss = loop.dp
-                            ? reduce_gradients(*loop.dp, parameters, local_loss,
-                                               scales[static_cast<std::size_t>(state.epoch_step)])
-                            : local_loss;
+      const auto loss = loop.dp ? loop.reducer->finish(local_loss) : local_loss;
       if (job.clip_norm > 0) clip_gradients(parameters, job.clip_norm);
       loop.optimizer.step();
       book.add(loss, state.step);
       ++state.step;
       ++state.epoch_step;
-      samples_since_log += loop.dp ? job.batch : b->size;
+      samples_since_log += loop.step_sizes[static_cast<std::size_t>(state.epoch_step - 1)];
 
       TrainProgress p;
       p.epoch = epoch + 1;

@@ -20,6 +20,7 @@
 namespace mltool::train {
 
 class DataParallel;
+class GradientReducer;
 
 /// The learning rate of step `step` (0-based) of `total`: linear warmup over job.warmup steps
 /// to job.lr, then constant or a cosine decay that reaches 0 after the last step.
@@ -72,6 +73,9 @@ struct Loop {
   /// Data parallel (docs/train.md#data-parallel): this rank trains on its slice of every
   /// batch, gradients are all-reduced; only a run directory that writes (rank 0) is written.
   DataParallel* dp = nullptr;
+  GradientReducer* reducer = nullptr;  ///< with dp: sums the gradients during backward
+  /// The global batch size of each step of an epoch (step_sizes); steps_per_epoch of them.
+  std::vector<std::int64_t> step_sizes;
 };
 
 /// Trains from `state` until the epochs are done, early stopping, or job.max_steps (then

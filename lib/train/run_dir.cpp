@@ -122,12 +122,13 @@ std::vector<std::string> compare_runs(const json& before, const json& now,
   const auto& o0 = before.at("options");
   const auto& o1 = now.at("options");
   for (const auto& [key, value] : o1.items()) {
-    // micro_batches and sections came later: a run without them had 1.
+    // micro_batches, sections and last_batch came later: a run without them had 1, 1, drop.
     const json old = o0.contains(key)                              ? o0[key]
                      : key == "micro_batches" || key == "sections" ? json(1)
+                     : key == "last_batch"                         ? json("drop")
                                                                    : json();
     if (old == value) continue;
-    if (key == "batch" || key == "seed")
+    if (key == "batch" || key == "seed" || key == "last_batch")
       throw UsageError(at_file(
           where, "--resume: " + flag(key) + " " + value.dump() + " differs from the run's " +
                      old.dump() + " (the sampler position depends on it); start a new run"));

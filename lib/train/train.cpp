@@ -13,8 +13,10 @@
 #include "export.hpp"
 #include "loop.hpp"
 #include "mltool/io/feature_store.hpp"
+#include "mltool/train/data_parallel.hpp"
 #include "mltool/train/model_spec.hpp"
 #include "mltool/train/sections.hpp"
+#include "mltool/train/step.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
@@ -65,6 +67,9 @@ void check_job(const TrainJob& j) {
       "--warmup, --patience, --checkpoint-every and --max-steps must be >= 0");
   require<UsageError>(j.log_every >= 1, "--log-every must be at least 1");
   require<UsageError>(!(j.resume && j.overwrite), "--resume and --overwrite exclude each other");
+  require<UsageError>(one_of(j.last_batch, {"keep", "drop"}), "--last-batch must be keep or drop");
+  require<UsageError>(std::isfinite(j.bucket_mb) && j.bucket_mb > 0,
+                      "--dist-bucket-mb must be a positive number");
   check_data_parallel(j);
 }
 
@@ -186,6 +191,37 @@ std::string gib(std::uint64_t bytes) {
   return out.str();
 }
 
+bool has_batch_norm(torch::nn::Module& model) {
+  for (const auto& b : model.named_buffers())
+    if (b.key().size() >= 12 && b.key().compare(b.key().size() - 12, 12, "running_mean") == 0)
+      return true;
+  return false;
+}
+
+// The global batch of each step of an epoch. --last-batch keep trains the remainder as a
+// smaller last step, unless batch norm would then get a part (a process's slice, or one of
+// its micro-batches) of one sample, which it cannot normalize: that remainder is left out.
+std::vector<std::int64_t> epoch_steps(const TrainJob& job, torch::nn::Module& model,
+                                      std::int64_t samples) {
+  auto steps = step_sizes(samples, job.batch, job.last_batch == "keep");
+  if (steps.size() < 2 || steps.back() == steps.front() || !has_batch_norm(model)) return steps;
+  const std::int64_t last = steps.back();
+  for (int r = 0; r < job.world_size; ++r) {
+    const std::int64_t part = rank_slice(last, job.world_size, r).size;
+    if (part == 0) continue;
+    for (const auto m : micro_batch_sizes(part, job.sections > 1 ? 1 : job.micro_batches))
+      if (m == 1) {
+        log::warn("the last " + std::to_string(last) +
+                  " training samples of each epoch are left out: batch norm cannot normalize "
+                  "a part of one sample (--last-batch keep; choose another --batch to keep "
+                  "them)");
+        steps.pop_back();
+        return steps;
+      }
+  }
+  return steps;
+}
+
 }  // namespace
 
 TrainReport train_model(const TrainJob& job,
@@ -234,6 +270,7 @@ TrainReport train_model(const TrainJob& job,
   bool resumable = false;  // data parallel: rank 0 prepares it, the others wait (or fail)
   const auto prepare = [&] { resumable = prepare_run_dir(job.output, job.resume, job.overwrite); };
   dp ? dp->on_rank0(prepare) : prepare();
+  if (dp) resumable = dp->broadcast_value(resumable ? 1 : 0, device) != 0;
   RunDir run(job.output, !dp || dp->rank() == 0);
 
   // The feed: pinned if asked for, or (auto) if the matrix fits where it has to be copied to.
@@ -285,6 +322,11 @@ TrainReport train_model(const TrainJob& job,
   }
   auto optimizer = make_optimizer(job, *model);
   const auto n = static_cast<std::int64_t>(train.size());
+  const auto steps = epoch_steps(job, *model, n);
+  const auto reducer =
+      dp ? std::make_unique<GradientReducer>(
+               *dp, model->parameters(), static_cast<std::int64_t>(job.bucket_mb * 1048576.0))
+         : nullptr;
   Loop loop{job,
             *model,
             *optimizer,
@@ -295,14 +337,16 @@ TrainReport train_model(const TrainJob& job,
             device,
             {},
             classes,
-            std::max<std::int64_t>(1, n / job.batch),
+            static_cast<std::int64_t>(steps.size()),
             0,
             run,
             progress,
             plan_sections(job.sections, *model, *source, train, data.unit, device),
-            0};
+            0,
+            dp.get(),
+            reducer.get(),
+            steps};
   loop.total_steps = loop.steps_per_epoch * job.epochs;
-  loop.dp = dp.get();
   if (!weights.empty()) loop.class_weights = torch::tensor(weights, torch::kFloat32).to(device);
 
   json blocks = json::array();
@@ -343,7 +387,8 @@ TrainReport train_model(const TrainJob& job,
                      {"class_weights", weights.empty() ? json() : json(weights)},
                      {"seed", job.seed},
                      {"monitor", job.monitor},
-                     {"patience", job.patience}}},
+                     {"patience", job.patience},
+                     {"last_batch", job.last_batch}}},
                    {"runtime",
                     {{"device", device.str()},
                      {"feed", feed},
@@ -356,7 +401,10 @@ TrainReport train_model(const TrainJob& job,
                    {"total_steps", loop.total_steps},
                    {"status", "running"},
                    {"result", nullptr}};
-  if (dp) manifest["runtime"]["world_size"] = job.world_size;
+  if (dp) {
+    manifest["runtime"]["world_size"] = job.world_size;
+    manifest["runtime"]["dist_bucket_mb"] = job.bucket_mb;
+  }
   if (!tile_store.empty()) manifest["dataset"]["tile_store"] = util::absolute_path(tile_store);
   run.export_metadata = {{"format", "pt"},
                          {"mltool.spec", spec.document.dump()},
@@ -367,10 +415,24 @@ TrainReport train_model(const TrainJob& job,
   TrainReport report;
   LoopState state;
   if (job.resume) {
-    const auto before = run.read_manifest();
-    for (const auto& w : compare_runs(*before, manifest, run.path(kRunManifestFile))) log::warn(w);
-    if (resumable) {
-      state = load_checkpoint(run.checkpoint("last.pt"), *model, *optimizer, device);
+    const auto compare = [&] {  // a refusal (another --seed, ...) stops every rank
+      const auto before = run.read_manifest();
+      for (const auto& w : compare_runs(*before, manifest, run.path(kRunManifestFile)))
+        log::warn(w);
+    };
+    dp ? dp->on_rank0(compare) : compare();
+    if (resumable) {  // data parallel: every rank reads it, so the run directory is shared
+      const std::string last = run.checkpoint("last.pt");
+      if (dp && dp->rank() != 0 && !util::exists(last))
+        throw ResourceError("data parallel --resume, rank " + std::to_string(dp->rank()) +
+                            ": cannot see " + last +
+                            "; every rank reads the checkpoint, so the run directory must be on "
+                            "a filesystem all ranks share");
+      state = load_checkpoint(last, *model, *optimizer, device);
+      if (dp && dp->broadcast_value(state.step, device) != state.step)
+        throw ResourceError("data parallel --resume, rank " + std::to_string(dp->rank()) + ": " +
+                            last + " is at another step than rank 0's (step " +
+                            std::to_string(state.step) + ")");
       report.resumed_from = state.step;
       manifest["runtime"]["resumed_from"] = state.step;
       log::info("resuming at step " + std::to_string(state.step) + " (epoch " +
@@ -418,6 +480,10 @@ TrainReport train_model(const TrainJob& job,
   report.sections = section_blocks(*model, loop.section_bounds);
   report.activation_bytes = loop.peak_activation_bytes;
   report.device_peak_bytes = device_peak(device);
+  if (reducer) {
+    report.dist_buckets = reducer->buckets();
+    report.dist_launched_in_backward = reducer->launched_in_backward();
+  }
   report.samples_per_second =
       loop_seconds > 0
           ? static_cast<double>((state.step - first_step) * std::min(n, std::int64_t{job.batch})) /

@@ -1,9 +1,11 @@
 """mltool train, data parallel (docs/train.md#data-parallel): two Gloo ranks (--nproc 2, and
 two processes started here with torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT) end
 with the weights of one process training on the same global batches (an MLP without dropout
-or batch norm; SGD and AdamW; a batch the ranks split evenly and one they do not), rank 0
-alone writes the run directory, and a killed rank makes the other exit with an error instead
-of waiting.
+or batch norm; SGD and AdamW; a batch the ranks split evenly and one they do not; a last
+batch of one sample, which leaves a rank idle; buckets small enough that every all-reduce is
+launched from a gradient hook during backward), rank 0 alone writes the run directory, a
+stopped two-rank run with dropout resumes exactly, and a killed rank makes the other exit
+with an error instead of waiting.
 
     train_dist_test.py MLTOOL [TEST...]   # TEST: check_* names without check_
 """
@@ -133,6 +135,66 @@ def check_nproc_matches_one_process():
         same_weights(tmp("one_sgd"), out)
 
 
+def check_overlapped_buckets():
+    # Buckets of ~100 bytes: each of the 4 tensors its own, every all-reduce launched from its
+    # gradient's hook during backward; the weights are still one process's.
+    out = tmp("two_buckets")
+    code, stdout, err = run(args(out, "--optimizer", "sgd", "--batch", "16", "--log-every", "1",
+                                 "--nproc", "2", "--dist-bucket-mb", "0.0001", "--json"))
+    expect(code == 0, f"exit {code}: {err.strip()[-2000:]}")
+    s = json.loads(stdout)
+    expect(s["data_parallel"] == {"buckets": 4, "launched_in_backward": 4 * s["steps"]},
+           f"data_parallel {s['data_parallel']}, {s['steps']} steps")
+    same_weights(tmp("one_sgd"), out)
+    code, stdout, _ = run(args(tmp("one_json"), "--batch", "16", "--json"))
+    expect(code == 0 and json.loads(stdout)["data_parallel"] is None, "one process: data_parallel")
+
+
+def check_uneven_last_batch():
+    # 96 training samples in batches of 19: five full steps and a last of 1, which leaves
+    # rank 1 nothing; kept (the default) or dropped, two ranks step as one process does.
+    train = json.load(open(os.path.join(tmp("one_sgd"), "run.json")))["dataset"]["train_samples"]
+    expect(train == 96, f"{train} training samples (the fixture changed?)")
+    for last in ("keep", "drop"):
+        extra = ["--optimizer", "sgd", "--batch", "19", "--log-every", "1", "--last-batch", last]
+        one, two = tmp(f"one_last_{last}"), tmp(f"two_last_{last}")
+        ok(args(one, *extra), f"1 process, --last-batch {last}")
+        ok(args(two, *extra, "--nproc", "2"), f"--nproc 2, --last-batch {last}")
+        same_weights(one, two)
+        same_metrics(one, two)
+        spe = json.load(open(os.path.join(two, "run.json")))["steps_per_epoch"]
+        expect(spe == (6 if last == "keep" else 5), f"--last-batch {last}: {spe} steps per epoch")
+    ok(args(tmp("three_last"), "--optimizer", "sgd", "--batch", "19", "--log-every", "1",
+            "--nproc", "3"), "--nproc 3, a last batch of 1")
+    same_weights(tmp("one_last_keep"), tmp("three_last"))
+
+
+def check_resume():
+    # Stopped after 7 steps and resumed, two ranks with dropout end as an uninterrupted run:
+    # each rank's dropout masks are a function of (seed, step, rank).
+    with open(tmp("mlp_drop.json"), "w") as f:
+        json.dump({"family": "mlp", "hidden": [32], "dropout": 0.3}, f)
+    def drop(out, *extra, nproc=2):
+        return [mltool, "train", tmp("ds"), "--model", tmp("mlp_drop.json"), "-o", out, "--epochs",
+                "3", "--batch", "15", "--log-every", "2", "-q", "--nproc", str(nproc), *extra]
+    full, part = tmp("dp_full"), tmp("dp_part")
+    ok(drop(full), "--nproc 2, uninterrupted")
+    ok(drop(part, "--max-steps", "7"), "--nproc 2 --max-steps 7")
+    expect(json.load(open(os.path.join(part, "run.json")))["status"] == "stopped", "stopped run")
+    code, stdout, err = run(drop(part, "--resume", "--json"))
+    expect(code == 0, f"--nproc 2 --resume: exit {code}: {err.strip()[-2000:]}")
+    expect(json.loads(stdout)["resumed_from"] == 7, f"resumed from {json.loads(stdout)['resumed_from']}")
+    same_weights(full, part, tol=0)
+    strip = lambda l: {k: v for k, v in l.items() if k not in ("seconds", "samples_per_second")}
+    expect([strip(l) for l in lines(full)] == [strip(l) for l in lines(part)],
+           "resumed metrics.jsonl differs")
+    # The same run in one process draws other masks (one rank's), so it differs.
+    ok(drop(tmp("dp_one"), nproc=1), "1 process, dropout")
+    ta, _ = read_safetensors(os.path.join(full, "model.safetensors"))
+    tb, _ = read_safetensors(os.path.join(tmp("dp_one"), "model.safetensors"))
+    expect(any(not np.array_equal(ta[k], tb[k]) for k in ta), "dropout: two ranks drew one process's masks")
+
+
 def check_environment_launch():
     out = tmp("env_run")
     procs = env_ranks(args(out, "--batch", "15", "--optimizer", "adamw", "--log-every", "1"))
@@ -233,6 +295,7 @@ def check_nproc_killed_child():
 
 
 if __name__ == "__main__":
-    run_checks("train_dist", [check_nproc_matches_one_process, check_environment_launch,
+    run_checks("train_dist", [check_nproc_matches_one_process, check_overlapped_buckets,
+                              check_uneven_last_batch, check_resume, check_environment_launch,
                               check_nproc_failure, check_killed_rank, check_hung_rank,
                               check_nproc_killed_child], only, fixtures)

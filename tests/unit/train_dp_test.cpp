@@ -25,16 +25,35 @@ TEST(RankSlice, SplitsEvenlyWithTheRemainderFirst) {
     at += s.size;
   }
   EXPECT_EQ(at, 10);
-  EXPECT_THROW(rank_slice(1, 2, 0), std::invalid_argument);
+  // A batch smaller than the world (an epoch's last): the last ranks get nothing.
+  EXPECT_EQ(rank_slice(1, 2, 0).size, 1);
+  EXPECT_EQ(rank_slice(1, 2, 1).size, 0);
+  EXPECT_EQ(rank_slice(1, 2, 1).offset, 1);
+  EXPECT_EQ(rank_slice(3, 4, 3).size, 0);
   EXPECT_THROW(rank_slice(4, 2, 2), std::invalid_argument);
+  EXPECT_THROW(rank_slice(-1, 2, 0), std::invalid_argument);
+}
+
+TEST(StepSizes, FullBatchesThenTheRemainderIfKept) {
+  using V = std::vector<std::int64_t>;
+  EXPECT_EQ(step_sizes(17, 5, true), (V{5, 5, 5, 2}));
+  EXPECT_EQ(step_sizes(17, 5, false), (V{5, 5, 5}));
+  EXPECT_EQ(step_sizes(15, 5, true), (V{5, 5, 5}));
+  EXPECT_EQ(step_sizes(3, 5, false), (V{3}));  // smaller than a batch: one step of all
+  EXPECT_EQ(step_sizes(5, 5, false), (V{5}));
+  EXPECT_THROW(step_sizes(0, 5, true), std::invalid_argument);
 }
 
 TEST(RankPositions, CoverEveryBatchExactlyOnce) {
   // 3 global batches of 5 among 2 ranks: rank 0 gets 3 of each, rank 1 gets 2.
-  const auto r0 = rank_positions(15, 5, 2, 0), r1 = rank_positions(15, 5, 2, 1);
+  const std::vector<std::int64_t> steps{5, 5, 5};
+  const auto r0 = rank_positions(steps, 2, 0), r1 = rank_positions(steps, 2, 1);
   EXPECT_EQ(r0, (std::vector<std::int64_t>{0, 1, 2, 5, 6, 7, 10, 11, 12}));
   EXPECT_EQ(r1, (std::vector<std::int64_t>{3, 4, 8, 9, 13, 14}));
-  EXPECT_EQ(rank_positions(15, 15, 1, 0).size(), 15u);
+  EXPECT_EQ(rank_positions({15}, 1, 0).size(), 15u);
+  // A last step of 1 among 2 ranks: rank 1 has nothing in it.
+  EXPECT_EQ(rank_positions({4, 1}, 2, 0), (std::vector<std::int64_t>{0, 1, 4}));
+  EXPECT_EQ(rank_positions({4, 1}, 2, 1), (std::vector<std::int64_t>{2, 3}));
 }
 
 TEST(GradientBuckets, FillUpToTheCapInOrder) {

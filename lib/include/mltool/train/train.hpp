@@ -35,6 +35,8 @@ struct TrainJob {
   int batch = 64;         ///< samples (tiles, bags or images) per step
   int micro_batches = 1;  ///< forward+backward in this many parts per step (memory modes)
   int sections = 1;       ///< blocks in this many sections, recomputed in backward (memory modes)
+  /// The samples past an epoch's last full batch: "keep" (a smaller last step), "drop".
+  std::string last_batch = "keep";
   double lr = 1e-3;
   std::string optimizer = "adamw";     ///< adamw, sgd (with momentum)
   double weight_decay = 0.01;          ///< on weights of dimension >= 2 only
@@ -64,6 +66,7 @@ struct TrainJob {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
   int dist_timeout = 300;  ///< seconds a collective or the rendezvous may wait
+  double bucket_mb = 25;   ///< MiB of gradients per all-reduce bucket
 };
 
 /// What the progress callback gets: after every step, and after every epoch's validation.
@@ -106,6 +109,10 @@ struct TrainReport {
   std::vector<std::vector<std::string>> sections;
   std::int64_t activation_bytes = 0;
   std::int64_t device_peak_bytes = -1;
+  /// Data parallel: gradient buckets, and how many all-reduces were launched during backward
+  /// (over all steps; the others by the step's end) — 0 and 0 in one process.
+  std::int64_t dist_buckets = 0;
+  std::int64_t dist_launched_in_backward = 0;
 };
 
 /// Trains (see the layout above). Throws UsageError for bad options, an existing run without

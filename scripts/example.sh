@@ -1,18 +1,79 @@
 #!/usr/bin/env bash
-# The main job, end to end, on a built-in default: set up, report the build, generate a small
-# cohort of synthetic whole-slide images (pyramidal tiled TIFFs at 0.25 µm/px) with two tissue
-# classes — H&E-like "normal" stroma with sparse nuclei, tumour-like tissue with dense nuclei —
-# two slides per patient, and a labels table; then
+# The main job, end to end: set up, report the build, then
 #   tile (0.5 µm/px, QC pictures) → extract (built-in colour/texture features, no weights)
-#   → pack (patient-grouped train/val split) → inspect (shard balance) → train (an MLP; the
-#   pinned feed on a GPU when there is one, the host feed otherwise)
+#   → pack (patient- or slide-grouped train/val split) → inspect (shard balance) → train (an
+#   MLP; the pinned feed on a GPU when there is one, the host feed otherwise)
 # reading each product back with its reference reader (python-lmdb + Pillow, numpy), and
 # indexing a TFRecord file written by TensorFlow for NVIDIA DALI. Ends with a summary: tiles,
 # features, records, the balance verdict, validation accuracy and the time of each stage.
-#   scripts/example.sh [WORKDIR]      (default: example-run/, git-ignored)
+#
+# By default it runs on a built-in cohort: synthetic whole-slide images (pyramidal tiled TIFFs
+# at 0.25 µm/px) with two tissue classes — H&E-like "normal" stroma with sparse nuclei,
+# tumour-like tissue with dense nuclei — two slides per patient, and a labels table. With
+# --slides and --labels it runs the same journey on your own cohort.
+#
+#   scripts/example.sh [WORKDIR]                                (default WORKDIR: example-run/, git-ignored)
+#   scripts/example.sh --slides DIR --labels CSV [--work WORKDIR | WORKDIR]
+#
+# --slides DIR   every file in DIR (not in its subdirectories) with an extension OpenSlide 3.4
+#                reads: .svs .tif .tiff .ndpi .vms .vmu .scn .mrxs .svslide .bif (any case);
+#                a file OpenSlide cannot open after all is reported and skipped.
+# --labels CSV   a table in `mltool pack`'s format with a header key,label[,patient]: key is a
+#                slide id — the file name without its last extension (DIR/S1.svs → S1) — or a
+#                tile key (S1/000012_000034); with a patient column, patients are kept whole in
+#                one split (else each slide is its own group). Slides without a label are tiled
+#                and extracted but not packed. The split is train=0.67,val=0.33, so the cohort
+#                needs at least two groups (patients or slides), and both labels in train.
+# --work WORKDIR where everything is written (the same as the positional WORKDIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-work=${1:-example-run}
+
+die() { echo "example.sh: $*" >&2; exit 1; }
+usage() {
+  echo "usage: scripts/example.sh [WORKDIR]" >&2
+  echo "       scripts/example.sh --slides DIR --labels CSV [--work WORKDIR | WORKDIR]" >&2
+  exit 1
+}
+work= slides_dir= labels_in=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --slides | --labels | --work)
+      [ $# -ge 2 ] || { echo "example.sh: $1 needs a value" >&2; usage; }
+      case $1 in --slides) slides_dir=$2 ;; --labels) labels_in=$2 ;; --work) work=$2 ;; esac
+      shift 2 ;;
+    --slides=*) slides_dir=${1#*=}; shift ;;
+    --labels=*) labels_in=${1#*=}; shift ;;
+    --work=*) work=${1#*=}; shift ;;
+    -h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "example.sh: unknown option $1" >&2; usage ;;
+    *) [ -z "$work" ] || die "two work directories given: $work and $1"; work=$1; shift ;;
+  esac
+done
+work=${work:-example-run}
+
+# Your own cohort: check the inputs before anything is installed or built.
+own=0
+extensions='svs|tif|tiff|ndpi|vms|vmu|scn|mrxs|svslide|bif'
+if [ -n "$slides_dir$labels_in" ]; then
+  own=1
+  [ -n "$slides_dir" ] || die "--labels needs --slides DIR (the slides the labels are for)"
+  [ -n "$labels_in" ] || die "--slides needs --labels CSV (header key,label[,patient]; key = slide file name without extension)"
+  [ -e "$slides_dir" ] || die "--slides $slides_dir: no such directory"
+  [ -d "$slides_dir" ] || die "--slides $slides_dir: not a directory"
+  [ -e "$labels_in" ] || die "--labels $labels_in: no such file"
+  { [ -f "$labels_in" ] && [ -r "$labels_in" ]; } || die "--labels $labels_in: not a readable file"
+  [[ ${labels_in,,} == *.csv ]] || die "--labels $labels_in: expected a .csv file (header key,label[,patient])"
+  slides_dir=$(cd "$slides_dir" && pwd)
+  labels_in=$(cd "$(dirname "$labels_in")" && pwd)/$(basename "$labels_in")
+  slides=()
+  while IFS= read -r -d '' f; do
+    name=${f##*/} ext=${f##*.}
+    if [[ $name == *.* && ${ext,,} =~ ^($extensions)$ ]]; then slides+=("$f"); fi
+  done < <(find "$slides_dir" -mindepth 1 -maxdepth 1 \( -type f -o -type l \) -print0 | sort -z)
+  [ ${#slides[@]} -gt 0 ] ||
+    die "--slides $slides_dir: no slide files in it (extensions ${extensions//|/ }; subdirectories are not searched)"
+fi
+
 scripts/setup.sh
 mltool=build/bin/mltool
 python=.venv/bin/python
@@ -23,27 +84,100 @@ stage_done() { summary+=("$(printf '%-8s %4ds  %s' "$1" $((SECONDS - stage_start
 echo "== mltool --version"
 "$mltool" --version
 
-echo "== a synthetic cohort: 6 patients x 2 slides of 6144 x 4608 px at 0.25 µm/px; P1-P3 tumour, P4-P6 normal"
-slides=()
-printf 'key,label,patient\n' > "$work/labels.csv"
-for patient in 1 2 3 4 5 6; do
-  if (( patient <= 3 )); then label=tumor class=b; else label=normal class=a; fi
-  for n in 1 2; do
-    name=P$patient-S$n
-    fraction=$(awk -v p=$patient -v n=$n 'BEGIN { printf "%.2f", 0.45 + 0.05 * ((p + n) % 4) }')
-    [ -f "$work/$name.tif" ] ||
-      "$python" scripts/fixtures/make_slides.py "$work" --size 6144x4608 --tissue-fraction "$fraction" \
-        --mpp 0.25 --tissue-class "$class" --name "$name.tif" >/dev/null
-    slides+=("$work/$name.tif")
-    printf '%s,%s,P%s\n' "$name" "$label" "$patient" >> "$work/labels.csv"
+if (( own )); then
+  echo "== your cohort: ${#slides[@]} slide files in $slides_dir, labels in $labels_in"
+  # The labels table: its header, and every key naming a slide found in DIR. Prints the
+  # grouping column (patient, or nothing).
+  group_column=$("$python" - "$labels_in" "${slides[@]}" <<'PY'
+import csv, os, sys
+path, slide_files = sys.argv[1], sys.argv[2:]
+ids = {os.path.basename(f).rsplit(".", 1)[0] for f in slide_files}
+def fail(message):
+    sys.exit(f"example.sh: {path}: {message}")
+try:
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        rows = [r for r in csv.reader(f) if any(c.strip() for c in r)]
+except (UnicodeDecodeError, csv.Error) as e:
+    fail(f"not a readable CSV file: {e}")
+if not rows:
+    fail("empty; expected a header key,label[,patient] and a row per slide")
+header = [c.strip() for c in rows[0]]
+for column in ("key", "label"):
+    if column not in header:
+        fail(f"no '{column}' column in the header '{','.join(header)}' (expected key,label[,patient])")
+if len(rows) < 2:
+    fail("no rows below the header")
+k, l = header.index("key"), header.index("label")
+p = header.index("patient") if "patient" in header else None
+unknown, labelled = [], set()
+for line, r in enumerate(rows[1:], 2):
+    if len(r) != len(header):
+        fail(f"line {line}: {len(r)} fields, but the header has {len(header)}")
+    key = r[k].strip()
+    if not key or not r[l].strip() or (p is not None and not r[p].strip()):
+        fail(f"line {line}: an empty key, label or patient")
+    slide = key.rsplit("/", 1)[0]
+    if slide not in ids:
+        unknown.append(f"'{key}' (line {line})")
+    labelled.add(slide)
+if unknown:
+    more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+    fail(f"{len(unknown)} key(s) name no slide of the slides directory: {', '.join(unknown[:5])}{more}; "
+         "a key is a slide's file name without its extension (S1 for S1.svs), or a tile key S1/RRRRRR_CCCCCC")
+unlabelled = sorted(ids - labelled)
+if unlabelled:
+    print(f"example.sh: warning: {len(unlabelled)} slide(s) have no label and will not be packed: "
+          + ", ".join(unlabelled[:10]) + (" ..." if len(unlabelled) > 10 else ""), file=sys.stderr)
+print("patient" if p is not None else "")
+PY
+)
+  cp "$labels_in" "$work/labels.csv"
+  if [ -n "$group_column" ]; then
+    group_args=(--group-by patient) grouping="patients kept whole in one split"
+  else
+    group_args=() grouping="each slide whole in one split"
+  fi
+  stage_done slides "${#slides[@]} slide files in $slides_dir, labels in $work/labels.csv"
+else
+  group_args=(--group-by patient) grouping="patients kept whole in one split"
+  echo "== a synthetic cohort: 6 patients x 2 slides of 6144 x 4608 px at 0.25 µm/px; P1-P3 tumour, P4-P6 normal"
+  slides=()
+  printf 'key,label,patient\n' > "$work/labels.csv"
+  for patient in 1 2 3 4 5 6; do
+    if (( patient <= 3 )); then label=tumor class=b; else label=normal class=a; fi
+    for n in 1 2; do
+      name=P$patient-S$n
+      fraction=$(awk -v p=$patient -v n=$n 'BEGIN { printf "%.2f", 0.45 + 0.05 * ((p + n) % 4) }')
+      [ -f "$work/$name.tif" ] ||
+        "$python" scripts/fixtures/make_slides.py "$work" --size 6144x4608 --tissue-fraction "$fraction" \
+          --mpp 0.25 --tissue-class "$class" --name "$name.tif" >/dev/null
+      slides+=("$work/$name.tif")
+      printf '%s,%s,P%s\n' "$name" "$label" "$patient" >> "$work/labels.csv"
+    done
   done
-done
-stage_done slides "${#slides[@]} slides, labels in $work/labels.csv"
+  stage_done slides "${#slides[@]} slides, labels in $work/labels.csv"
+fi
 
 echo "== mltool tile (→ $work/tiles.lmdb, QC pictures in $work/qc/)"
 rm -rf "$work/tiles.lmdb" "$work/qc"
-"$mltool" tile "${slides[@]}" -o "$work/tiles.lmdb" --mpp 0.5 --qc "$work/qc" --json | tee "$work/tile.json"
-stage_done tile "$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["tiles"], "tiles")' "$work/tile.json")"
+# --keep-going: a slide that fails (or, in your cohort, a file OpenSlide cannot open) or yields
+# no tiles is named and the others go on; exit 4 says some did.
+set +e
+"$mltool" tile "${slides[@]}" -o "$work/tiles.lmdb" --mpp 0.5 --qc "$work/qc" --keep-going --json | tee "$work/tile.json"
+tile_code=${PIPESTATUS[0]}
+set -e
+(( tile_code == 0 || tile_code == 4 )) || exit "$tile_code"
+tile_result=$("$python" - "$work/tile.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+tiled = sum(s["status"] == "tiled" for s in t["slides"])
+note = "".join(f", {n} {what}" for n, what in ((t["failed"], "failed"), (t["empty"], "without tiles")) if n)
+print(f'{t["tiles"]} tiles from {tiled} slides{note}')
+if not t["tiles"]:
+    sys.exit("example.sh: no tiles at all: see the log above and docs/troubleshooting.md (zero tiles)")
+PY
+)
+stage_done tile "$tile_result"
 
 echo "== the tile store, read with python-lmdb + Pillow"
 "$python" - "$work/tiles.lmdb" <<'PY'
@@ -85,17 +219,25 @@ PY
 
 stage_done extract "$("$python" -c 'import numpy,sys; x=numpy.load(sys.argv[1], mmap_mode="r"); print("features", x.shape)' "$work/features/features.npy")"
 
-echo "== mltool pack (slide-level labels, patients kept whole in one split → $work/dataset/)"
-"$mltool" pack "$work/features" --labels "$work/labels.csv" -o "$work/dataset" --group-by patient \
-  --split train=0.67,val=0.33 --shards 2 --seed 1 --overwrite --json | tee "$work/pack.json"
+# Your cohort: labels of slides that failed or yielded no tiles (named by the tile stage) are
+# skipped and counted; the built-in cohort has none.
+skip_args=()
+if (( own )); then skip_args=(--skip-missing); fi
+echo "== mltool pack (labels from $work/labels.csv, $grouping → $work/dataset/)"
+"$mltool" pack "$work/features" --labels "$work/labels.csv" -o "$work/dataset" "${group_args[@]}" \
+  --split train=0.67,val=0.33 --shards 2 --seed 1 "${skip_args[@]}" --overwrite --json | tee "$work/pack.json"
 "$python" - "$work/dataset/dataset.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 names = d["labels"]["names"]
+kind = "patients" if d["labels"]["group_column"] else "slides"
 for split, s in d["splits"].items():
-    patients = sorted(g for g, sp in d["group_split"].items() if sp == split)
+    groups = sorted(g for g, sp in d["group_split"].items() if sp == split)
     mix = ", ".join(f"{names[i]} {n}" for i, n in enumerate(s["label_histogram"]))
-    print(f"{split}: {s['records']} records in {len(s['shards'])} shards, patients {' '.join(patients)}; {mix}")
+    print(f"{split}: {s['records']} records in {len(s['shards'])} shards, {kind} {' '.join(groups)}; {mix}")
+if d["excluded"]["missing_keys"]:
+    print(f"example.sh: warning: {d['excluded']['missing_keys']} labels row(s) skipped: their slides failed or "
+          "yielded no tiles (see the tile stage)", file=sys.stderr)
 PY
 stage_done pack "$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["records"], "records")' "$work/dataset/dataset.json")"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every bench/run-*.sh in turn, on this machine, and says where each figure goes in
 # docs/benchmarks.md. Names the machine first (CPU model, cores, memory, GPU). The GPU
-# benchmarks (run-extract.sh, run-train.sh) are skipped, with a line saying so, when
+# benchmarks (run-extract.sh, run-train.sh, run-sections.sh) are skipped, with a line saying so, when
 # nvidia-smi finds no GPU. A benchmark that fails is reported and the others go on; the exit
 # status is 1 if any failed.
 #
@@ -44,7 +44,8 @@ tile-memory|no|yes|OUTDIR/tile-memory.md|"mltool tile": the peak-RSS-against-sli
 pack|no|no|stdout|"mltool pack": a row of the mltool / TensorFlow table (default size: the 625,000-record row)
 inspect|no|no|stdout|"mltool inspect": the inspect / inspect --deep table (also docs/inspect.md, "Performance")
 extract|yes|yes|OUTDIR/extract-bench.md, extract-bench.json|"GPU": mltool extract vs the DataLoader baseline and the model alone, with the device name
-train|yes|yes|OUTDIR/train-bench.md, train-bench.json|"GPU": mltool train feeds vs the PyTorch loops, with the device name (also docs/train.md, "Performance")'
+train|yes|yes|OUTDIR/train-bench.md, train-bench.json|"GPU": mltool train feeds vs the PyTorch loops, with the device name (also docs/train.md, "Performance")
+sections|yes|yes|OUTDIR/sections-bench.md, sections-bench.json|"GPU": mltool train --sections 2/4/8 vs plain vs checkpoint_sequential (seed 003), with the device name'
 
 field() { awk -F'|' -v n="$1" -v f="$2" '$1 == n { print $f }' <<<"$table"; }
 docs_for() {  # where bench NAME's figures go

@@ -15,7 +15,10 @@
 #      benchmark write tile stores with it
 #   2. configure build-device; build mltool and the gpu test programs
 #   3. ctest -L gpu (-V: the measured differences are in the log even when they pass)
-#   4. bench/run-extract.sh $OUT/bench, then bench/run-train.sh $OUT/bench
+#   4. bench/run-extract.sh $OUT/bench, then bench/run-train.sh $OUT/bench, then
+#      bench/run-sections.sh $OUT/bench (issue 7's seed-003 case; its table is appended to
+#      summary.txt), each with what is left; DEVICE_BENCH (default "extract train sections")
+#      picks which, e.g. DEVICE_BENCH=sections in a second call
 #   5. build everything else; ctest with the other LABELS, then cli_help and cli_index
 # The whole run keeps within RUN_BUDGET_S (default 560) seconds of wall time, inside the
 # device tool's 600: each step's timeout is what is left, and the benchmark's tile count
@@ -140,6 +143,7 @@ if [[ $labels == *gpu* ]]; then
 fi
 
 # 4. The extract benchmark, with as many tiles as the time left allows.
+benches=${DEVICE_BENCH:-extract train sections}
 if (( built )); then
   bench_limit=$(min $(( $(left) - 60 )) 330)
   n=${EXTRACT_BENCH_N:-}
@@ -149,16 +153,28 @@ if (( built )); then
     elif (( bench_limit >= 80 )); then n=4000
     else n=0; fi
   fi
-  if (( n > 0 )); then
-    note "bench: $n tiles (limit ${bench_limit}s)"
-    step "bench/run-extract.sh" "$out/bench.log" "$bench_limit" env MLTOOL_BUILD_DIR=build-device \
+  [[ " $benches " == *" extract "* ]] || n=-1
+  if (( n != 0 )); then
+    (( n > 0 )) && note "bench: $n tiles (limit ${bench_limit}s)"
+    (( n > 0 )) && step "bench/run-extract.sh" "$out/bench.log" "$bench_limit" env MLTOOL_BUILD_DIR=build-device \
       MLTOOL_PYTHON="$(command -v python3)" EXTRACT_BENCH_N="$n" \
       EXTRACT_BENCH_WORK=/tmp/mltool-extract-bench bash bench/run-extract.sh "$out/bench"
     # The train benchmark (pinned vs host vs sync feeds vs PyTorch loops) with what is left.
-    train_limit=$(min $(( $(left) - 60 )) 200)
-    step "bench/run-train.sh" "$out/bench.log" "$train_limit" env MLTOOL_BUILD_DIR=build-device \
-      MLTOOL_PYTHON="$(command -v python3)" TRAIN_BENCH_WORK=/tmp/mltool-train-bench \
-      bash bench/run-train.sh "$out/bench"
+    if [[ " $benches " == *" train "* ]]; then
+      train_limit=$(min $(( $(left) - 60 )) 200)
+      step "bench/run-train.sh" "$out/bench.log" "$train_limit" env MLTOOL_BUILD_DIR=build-device \
+        MLTOOL_PYTHON="$(command -v python3)" TRAIN_BENCH_WORK=/tmp/mltool-train-bench \
+        bash bench/run-train.sh "$out/bench"
+    fi
+    # Sections vs checkpoint_sequential (seed 003), with what is left.
+    if [[ " $benches " == *" sections "* ]]; then
+      sections_limit=$(min $(( $(left) - 60 )) 400)
+      step "bench/run-sections.sh" "$out/bench.log" "$sections_limit" env MLTOOL_BUILD_DIR=build-device \
+        MLTOOL_PYTHON="$(command -v python3)" SECTIONS_BENCH_WORK=/tmp/mltool-sections-bench \
+        bash bench/run-sections.sh "$out/bench" ${SECTIONS_BENCH_ARGS:-}
+      [ -f "$out/bench/sections-bench.md" ] && { cat "$out/bench/sections-bench.md" >> "$summary"; \
+        mkdir -p /tmp/mltool-bench-json && mv "$out/bench/sections-bench.md" /tmp/mltool-bench-json/; }
+    fi
   else
     note "bench: SKIPPED (${bench_limit}s left for it)"
     failures=$((failures + 1))

@@ -37,7 +37,7 @@ int env_int(const char* name, int fallback) {
 }
 
 // torchrun / srun style: RANK and WORLD_SIZE (and MASTER_ADDR, MASTER_PORT, LOCAL_RANK) in
-// the environment join this process to a data parallel group.
+// the environment join this process to a data parallel group (of one too).
 void join_from_environment(train::TrainJob& j) {
   if (!std::getenv("RANK") || !std::getenv("WORLD_SIZE")) return;
   j.rank = env_int("RANK", 0);
@@ -45,7 +45,8 @@ void join_from_environment(train::TrainJob& j) {
   j.local_rank = env_int("LOCAL_RANK", 0);
   if (const char* a = std::getenv("MASTER_ADDR"); a && *a) j.master_addr = a;
   j.master_port = env_int("MASTER_PORT", 0);
-  if (j.world_size > 1 && j.master_port == 0)
+  j.join_group = true;  // a group even of one (torchrun --nproc-per-node 1), as DDP makes
+  if (j.master_port == 0)
     throw UsageError("RANK and WORLD_SIZE are set, but MASTER_PORT is not");
 }
 
@@ -181,6 +182,9 @@ Command train_command() {
                        "Cut the blocks into this many sections, keeping only their inputs and "
                        "recomputing each in the backward pass (docs/train.md#memory-modes)")
             ->capture_default_str();
+        app.add_flag("--offload-boundaries", j.offload_boundaries,
+                     "Sections: keep the section inputs in pinned host memory until their "
+                     "recompute (CUDA; no effect on the CPU)");
         app.add_option("--lr", j.lr, "Peak learning rate")->capture_default_str();
         app.add_option("--optimizer", j.optimizer, "adamw or sgd (with momentum)")
             ->check(CLI::IsMember({"adamw", "sgd"}))

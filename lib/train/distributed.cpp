@@ -333,7 +333,7 @@ torch::Tensor rank_order(const torch::Tensor& order, const std::vector<std::int6
 std::vector<torch::Tensor> buffers_of(torch::nn::Module& module) { return module.buffers(); }
 
 void check_data_parallel(const TrainJob& job) {
-  if (job.world_size == 1 && job.rank == 0) return;
+  if (job.world_size == 1 && job.rank == 0 && !job.join_group) return;
   auto require = [](bool ok, const std::string& m) {
     if (!ok) throw UsageError(m);
   };

@@ -239,7 +239,8 @@ LoopState run_loop(Loop& loop, LoopState state) {
                          ? accumulate_gradients(loop.model, in, b->y, loop.class_weights,
                                                 job.micro_batches, &activation_bytes)
                          : accumulate_gradients_sectioned(loop.model, in, b->y, loop.class_weights,
-                                                          loop.section_bounds, &activation_bytes);
+                                                          loop.section_bounds, &activation_bytes,
+                                                          job.offload_boundaries);
       }
       loop.peak_activation_bytes = std::max(loop.peak_activation_bytes, activation_bytes);
       const auto loss = loop.dp ? loop.reducer->finish(local_loss) : local_loss;

@@ -24,8 +24,8 @@ const std::map<std::string, std::set<std::string>>& family_fields() {
 }
 
 const std::set<std::string>& common_fields() {
-  static const std::set<std::string> fields = {"format", "format_version", "family",
-                                               "name",   "input_dims",     "classes"};
+  static const std::set<std::string> fields = {"format",     "format_version", "family", "name",
+                                               "input_dims", "classes",        "sections"};
   return fields;
 }
 
@@ -62,6 +62,7 @@ ModelSpec parse_model_spec(const json& doc, const std::string& where) {
   s.name = doc.value("name", "");
   if (doc.contains("input_dims")) s.input_dims = doc["input_dims"].get<std::int64_t>();
   if (doc.contains("classes")) s.classes = doc["classes"].get<std::int64_t>();
+  s.section_starts = doc.value("sections", std::vector<std::string>{});
   s.activation = doc.value("activation", "relu");
   s.dropout = doc.value("dropout", 0.0);
   if (s.family == "mlp") {
@@ -102,6 +103,7 @@ ModelSpec parse_model_spec(const json& doc, const std::string& where) {
     full["mean"] = s.mean;
     full["std"] = s.std;
   }
+  if (!s.section_starts.empty()) full["sections"] = s.section_starts;
   s.document = std::move(full);
   return s;
 }

@@ -94,7 +94,46 @@ Activation leaf(const Activation& a, bool needs_grad) {
   return out;
 }
 
+// --offload-boundaries: a section input moved to pinned host memory (on CUDA), and back.
+Activation to_host(const Activation& a) {
+  auto host = [](const torch::Tensor& t) {
+    if (!t.defined()) return t;
+    auto out = torch::empty(t.sizes(), t.options().device(torch::kCPU).pinned_memory(true));
+    out.copy_(t, /*non_blocking=*/true);
+    return out;
+  };
+  return {host(a.x), host(a.mask)};
+}
+Activation to_device(const Activation& a, const torch::Device& device) {
+  auto back = [&](const torch::Tensor& t) { return t.defined() ? t.to(device, true) : t; };
+  return {back(a.x), back(a.mask)};
+}
+
 }  // namespace
+
+std::vector<std::size_t> named_sections(const std::vector<std::string>& blocks,
+                                        const std::vector<std::string>& starts,
+                                        const std::string& where) {
+  std::string all;
+  for (const auto& b : blocks) all += (all.empty() ? "" : ", ") + b;
+  std::vector<std::size_t> bounds{0};
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const auto it = std::find(blocks.begin(), blocks.end(), starts[i]);
+    const std::string at = "/sections/" + std::to_string(i) + ": '" + starts[i] + "' ";
+    if (it == blocks.end())
+      throw FormatError(at_file(where, at + "is not a block of the model (its blocks: " + all + ")"));
+    const auto index = static_cast<std::size_t>(it - blocks.begin());
+    if (index == 0)
+      throw FormatError(at_file(where, at + "is the first block, which starts the first section "
+                                            "anyway; name the blocks that start the others"));
+    if (index <= bounds.back())
+      throw FormatError(at_file(where, at + "does not come after '" + starts[i - 1] +
+                                           "' (the blocks, in order: " + all + ")"));
+    bounds.push_back(index);
+  }
+  bounds.push_back(blocks.size());
+  return bounds;
+}
 
 std::vector<std::int64_t> block_output_sizes(BlockModel& model, const Activation& probe) {
   const torch::NoGradGuard no_grad;
@@ -145,9 +184,10 @@ torch::Tensor accumulate_gradients_sectioned(BlockModel& model, const Activation
                                              const torch::Tensor& y,
                                              const torch::Tensor& class_weights,
                                              const std::vector<std::size_t>& bounds,
-                                             std::int64_t* activation_bytes) {
+                                             std::int64_t* activation_bytes, bool offload) {
   const std::size_t k = bounds.size() - 1;
   const torch::Device device = in.x.device();
+  offload = offload && device.is_cuda();
   std::vector<Activation> inputs(k);
   std::vector<RngState> rng(k);
   std::int64_t saved = 0, largest = 0;
@@ -156,8 +196,8 @@ torch::Tensor accumulate_gradients_sectioned(BlockModel& model, const Activation
   {
     const torch::NoGradGuard no_grad;
     for (std::size_t s = 0; s + 1 < k; ++s) {
-      inputs[s] = a;
-      if (s > 0) saved += bytes(a);
+      inputs[s] = offload && s > 0 ? to_host(a) : a;
+      if (s > 0 && !offload) saved += bytes(a);
       rng[s] = save_rng(device);
       std::int64_t section = 0;
       a = run_blocks(model, a, bounds[s], bounds[s + 1], &section);
@@ -180,7 +220,7 @@ torch::Tensor accumulate_gradients_sectioned(BlockModel& model, const Activation
   for (std::size_t s = k - 1; s-- > 0;) {
     const auto buffers = snapshot_buffers(model, bounds[s], bounds[s + 1]);
     restore_rng(rng[s], device);
-    Activation input = leaf(inputs[s], s > 0);
+    Activation input = leaf(offload && s > 0 ? to_device(inputs[s], device) : inputs[s], s > 0);
     inputs[s] = Activation{};
     std::int64_t recomputed = 0;
     const auto out = run_blocks(model, input, bounds[s], bounds[s + 1], &recomputed);

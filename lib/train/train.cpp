@@ -209,7 +209,7 @@ std::vector<std::int64_t> epoch_steps(const TrainJob& job, torch::nn::Module& mo
   for (int r = 0; r < job.world_size; ++r) {
     const std::int64_t part = rank_slice(last, job.world_size, r).size;
     if (part == 0) continue;
-    for (const auto m : micro_batch_sizes(part, job.sections > 1 ? 1 : job.micro_batches))
+    for (const auto m : micro_batch_sizes(part, job.micro_batches))
       if (m == 1) {
         log::warn("the last " + std::to_string(last) +
                   " training samples of each epoch are left out: batch norm cannot normalize "
@@ -255,18 +255,33 @@ TrainReport train_model(const TrainJob& job,
   SplitSamples val = read_split(data, job.val_split);
   const auto weights = class_weights(job.class_weights, train, static_cast<std::size_t>(classes));
   torch::Device device = resolve_device(job.device);
-  if (job.world_size > 1 && device.is_cuda() && (job.device == "auto" || job.device == "cuda"))
+  const bool group = job.world_size > 1 || job.join_group;
+  if (group && device.is_cuda() && (job.device == "auto" || job.device == "cuda"))
     device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(job.local_rank));
-  const auto dp = job.world_size > 1 ? std::make_unique<DataParallel>(job, device) : nullptr;
+  const auto dp = group ? std::make_unique<DataParallel>(job, device) : nullptr;
   const int threads = util::thread_count(job.threads);
 
   std::string tile_store;
   const auto source = data.unit == "image" ? image_source(job, data, *store, train, val, tile_store)
                                            : feature_source(store);
 
-  if (job.sections > 1)  // too many sections: refused before the run directory is touched
-    balance_sections(std::vector<std::int64_t>(build_model(spec, data.dims, classes)->size(), 1),
-                     static_cast<std::size_t>(job.sections));
+  // Sections: the spec's bounds, or --sections K balanced later; either checked before the run
+  // directory is touched.
+  require<UsageError>(spec.section_starts.empty() || (job.sections == 1 && job.micro_batches == 1),
+                      "the spec's \"sections\" (" + job.spec +
+                          ") and --sections or --micro-batches exclude each other");
+  require<UsageError>(!job.offload_boundaries || job.sections > 1 || !spec.section_starts.empty(),
+                      "--offload-boundaries needs sections (--sections K, or the spec's "
+                      "\"sections\")");
+  std::vector<std::size_t> named_bounds;
+  {
+    const auto names = build_model(spec, data.dims, classes)->names();
+    if (!spec.section_starts.empty())
+      named_bounds = named_sections(names, spec.section_starts, job.spec);
+    else if (job.sections > 1)
+      balance_sections(std::vector<std::int64_t>(names.size(), 1),
+                       static_cast<std::size_t>(job.sections));
+  }
   bool resumable = false;  // data parallel: rank 0 prepares it, the others wait (or fail)
   const auto prepare = [&] { resumable = prepare_run_dir(job.output, job.resume, job.overwrite); };
   dp ? dp->on_rank0(prepare) : prepare();
@@ -341,7 +356,9 @@ TrainReport train_model(const TrainJob& job,
             0,
             run,
             progress,
-            plan_sections(job.sections, *model, *source, train, data.unit, device),
+            named_bounds.empty()
+                ? plan_sections(job.sections, *model, *source, train, data.unit, device)
+                : named_bounds,
             0,
             dp.get(),
             reducer.get(),
@@ -396,6 +413,7 @@ TrainReport train_model(const TrainJob& job,
                      {"log_every", job.log_every},
                      {"checkpoint_every", job.checkpoint_every},
                      {"max_steps", job.max_steps},
+                     {"offload_boundaries", job.offload_boundaries},
                      {"resumed_from", 0}}},
                    {"steps_per_epoch", loop.steps_per_epoch},
                    {"total_steps", loop.total_steps},
@@ -474,9 +492,9 @@ TrainReport train_model(const TrainJob& job,
   report.best_epoch = state.best_epoch;
   report.best_value = state.best.value_or(0);
   report.monitor = job.monitor;
-  report.memory_mode = job.sections > 1        ? "sections"
-                       : job.micro_batches > 1 ? "micro_batches"
-                                               : "plain";
+  report.memory_mode = !loop.section_bounds.empty() ? "sections"
+                       : job.micro_batches > 1        ? "micro_batches"
+                                                      : "plain";
   report.sections = section_blocks(*model, loop.section_bounds);
   report.activation_bytes = loop.peak_activation_bytes;
   report.device_peak_bytes = device_peak(device);

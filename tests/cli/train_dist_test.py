@@ -205,6 +205,16 @@ def check_environment_launch():
     same_metrics(tmp("one_adamw"), out)
 
 
+def check_group_of_one():
+    # RANK=0 WORLD_SIZE=1 (torchrun --nproc-per-node 1): a Gloo group of one, one process's weights.
+    out = tmp("group_one")
+    procs = env_ranks(args(out, "--batch", "15", "--optimizer", "adamw", "--log-every", "1", "--json"), world=1)
+    stdout, err = procs[0].communicate(timeout=120)
+    expect(procs[0].returncode == 0, f"exit {procs[0].returncode}: {err.strip()[-2000:]}")
+    expect(json.loads(stdout)["data_parallel"] is not None, "RANK/WORLD_SIZE=1 made no group")
+    same_weights(tmp("one_adamw"), out)
+
+
 def check_nproc_failure():
     # The run directory exists: rank 0 refuses, rank 1 hears it, the launcher names the rank.
     os.makedirs(tmp("taken"))
@@ -297,5 +307,6 @@ def check_nproc_killed_child():
 if __name__ == "__main__":
     run_checks("train_dist", [check_nproc_matches_one_process, check_overlapped_buckets,
                               check_uneven_last_batch, check_resume, check_environment_launch,
+                              check_group_of_one,
                               check_nproc_failure, check_killed_rank, check_hung_rank,
                               check_nproc_killed_child], only, fixtures)

@@ -477,6 +477,27 @@ def check_sections():
     expect_error([*args, "-o", tmp("run_bad_sec"), "--sections", "2", "--micro-batches", "2"], 1,
                  "exclude each other")
     expect(not os.path.exists(tmp("run_bad_sec")), "a run directory was created for bad --sections")
+    # Explicit boundaries in the spec: the same cut as --sections 2, the same weights.
+    spec = json.load(open(tmp("mlp.json")))
+    write_json(tmp("mlp_sec.json"), {**spec, "sections": ["head"]})
+    named = [tmp("ds"), "--model", tmp("mlp_sec.json"), "--epochs", "2", "--batch", "16"]
+    s = train_ok(*named, "-o", tmp("run_sec_named"))
+    expect(s["memory"]["mode"] == "sections" and s["memory"]["sections"] == [["hidden1"], ["head"]],
+           f"spec sections: memory {s['memory']}")
+    tensors_close(tmp("run_sec_named", "model.safetensors"), tmp("run_sec2", "model.safetensors"), 0)
+    # --offload-boundaries has no effect on the CPU (the GPU test covers CUDA).
+    train_ok(*args, "-o", tmp("run_sec_off"), "--sections", "2", "--offload-boundaries")
+    expect(open(tmp("run_sec_off", "model.safetensors"), "rb").read() ==
+           open(tmp("run_sec2", "model.safetensors"), "rb").read(), "--offload-boundaries changed the CPU run")
+    expect_error([*args, "-o", tmp("run_bad_sec"), "--offload-boundaries"], 1, "--offload-boundaries needs")
+    expect_error([*named, "-o", tmp("run_bad_sec"), "--sections", "2"], 1, "exclude each other")
+    for bad, why in ((["pool"], "/sections/0: 'pool' is not a block"), (["hidden1"], "first block"),
+                     (["head", "hidden1"], None)):
+        write_json(tmp("mlp_bad_sec.json"), {**spec, "sections": bad})
+        code, _, err = train(tmp("ds"), "--model", tmp("mlp_bad_sec.json"), "-o", tmp("run_bad_sec"))
+        expect(code == 2 and "mlp_bad_sec.json: /sections/" in err and (why is None or why in err),
+               f"spec sections {bad}: exit {code}: {err.strip()}")
+    expect(not os.path.exists(tmp("run_bad_sec")), "a run directory was created for bad sections")
 
 
 if __name__ == "__main__":

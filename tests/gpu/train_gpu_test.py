@@ -185,6 +185,53 @@ def check_bags():
     expect(d <= 1e-6, f"bag feeds differ by {d}")
 
 
+def check_sections():
+    # On the device: sectioned training equals plain (no dropout, so the generators do not
+    # matter), the allocator's peak falls, and --offload-boundaries changes nothing but memory.
+    json.dump({"family": "mlp", "hidden": [512, 512, 512, 256], "batch_norm": True},
+              open(tmp("mlp_deep.json"), "w"))
+    common = ["--epochs", "2", "--batch", "512", "--seed", "5"]
+    p = train("sec_plain", *common, spec="mlp_deep.json")
+    k = train("sec_k3", *common, "--sections", "3", spec="mlp_deep.json")
+    o = train("sec_k3_off", *common, "--sections", "3", "--offload-boundaries", spec="mlp_deep.json")
+    d, d_off = max_diff("sec_plain", "sec_k3"), max_diff("sec_k3", "sec_k3_off")
+    print(f"  sections 3 vs plain: max |weight difference| {d:.3g}; offloaded vs not {d_off:.3g}; "
+          f"activation bytes {p['memory']['activation_bytes']} / {k['memory']['activation_bytes']} / "
+          f"{o['memory']['activation_bytes']}; device peak {p['memory']['device_peak_bytes']} / "
+          f"{k['memory']['device_peak_bytes']} / {o['memory']['device_peak_bytes']}")
+    expect(d <= 1e-4 and d_off <= 1e-6, f"sections differ from plain by {d}, offloaded by {d_off}")
+    expect(k["memory"]["activation_bytes"] < p["memory"]["activation_bytes"], "sections keep no less")
+    if not SMOKE:
+        expect(k["memory"]["device_peak_bytes"] < p["memory"]["device_peak_bytes"],
+               "the allocator's peak is not lower with sections")
+
+
+def check_nccl_one_rank():
+    # The NCCL path run with one rank: RANK/WORLD_SIZE=1 in the environment (torchrun
+    # --nproc-per-node 1) make a group of one, NCCL on CUDA; the weights equal the run
+    # without a group.
+    if SMOKE:
+        return
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    json.dump({"family": "mlp", "hidden": [256, 64], "batch_norm": True}, open(tmp("mlp_nodrop.json"), "w"))
+    common = ["--epochs", "2", "--batch", "128", "--seed", "9"]
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port))
+    p = subprocess.run([mltool, "train", tmp("ds"), "--model", tmp("mlp_nodrop.json"), "-o", tmp("nccl1"),
+                        "--device", DEVICE, "--json", "-q", *common], env=env, capture_output=True, text=True)
+    expect(p.returncode == 0, f"NCCL, one rank: exit {p.returncode}: {p.stderr.strip()[-2000:]}")
+    s = json.loads(p.stdout)
+    expect(s["data_parallel"] is not None and s["data_parallel"]["buckets"] >= 1, f"no group: {s}")
+    train("nccl1_plain", *common, spec="mlp_nodrop.json")
+    d = max_diff("nccl1", "nccl1_plain")
+    print(f"  NCCL one rank vs no group: max |weight difference| {d:.3g}; {s['data_parallel']}")
+    expect(d <= 1e-5, f"one NCCL rank differs from no group by {d}")
+
+
 if __name__ == "__main__":
     run_checks("train gpu" + (" (cpu smoke)" if SMOKE else ""),
-               [check_feeds, check_learns, check_auto, check_resume, check_bags], only, fixtures)
+               [check_feeds, check_learns, check_auto, check_resume, check_bags, check_sections,
+                check_nccl_one_rank], only, fixtures)

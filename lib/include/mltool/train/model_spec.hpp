@@ -7,8 +7,9 @@
 //   {"family": "abmil",  "hidden": [128], "attention": 64, "gated": true, "dropout": 0.25}
 //   {"family": "rescnn", "channels": [32, 64, 128], "blocks_per_stage": 1}
 //
-// Optional everywhere: "format": "mltool.model", "format_version": 1, "name", and
-// "input_dims" / "classes", which, when given, must match the dataset.
+// Optional everywhere: "format": "mltool.model", "format_version": 1, "name",
+// "input_dims" / "classes", which, when given, must match the dataset, and "sections": the
+// names of the blocks that start a section (sectioned training, docs/train.md#memory-modes).
 #pragma once
 
 #include <array>
@@ -36,6 +37,9 @@ struct ModelSpec {
   std::int64_t stem_stride = 2;                     ///< rescnn
   std::array<double, 3> mean{0.485, 0.456, 0.406};  ///< rescnn
   std::array<double, 3> std{0.229, 0.224, 0.225};   ///< rescnn
+  /// The blocks that start a section (sectioned training with explicit boundaries); empty:
+  /// none (plain, or --sections K).
+  std::vector<std::string> section_starts;
   nlohmann::json document;  ///< the spec with every default filled in (what run.json records)
 
   /// The dataset unit the family trains on: "tile" (mlp), "bag" (abmil), "image" (rescnn).

@@ -25,16 +25,26 @@ std::vector<std::int64_t> block_output_sizes(BlockModel& model, const Activation
 /// as it can be (ties: the earliest bounds). 1 <= k <= sizes.size().
 std::vector<std::size_t> balance_sections(const std::vector<std::int64_t>& sizes, std::size_t k);
 
+/// The bounds of the sections that start at the blocks named `starts` (a spec's "sections"):
+/// FormatError naming `where` and the entry for a name that is not a block, the first block,
+/// or not after the one before.
+std::vector<std::size_t> named_sections(const std::vector<std::string>& blocks,
+                                        const std::vector<std::string>& starts,
+                                        const std::string& where);
+
 /// Forward and backward of the batch `in` (labels `y`, cross-entropy weighted per label by
 /// `class_weights` when defined) section by section (`bounds` as balance_sections gives);
 /// the gradients accumulate into the parameters' .grad and equal a plain step's. Returns the
 /// loss, detached. `activation_bytes`, when given, gets the tracked activation peak: the
-/// saved section inputs plus the largest section's block outputs.
+/// saved section inputs plus the largest section's block outputs. `offload`: on CUDA, the
+/// saved section inputs wait in pinned host memory (copied out on a side of the forward,
+/// back before their section's recompute) and are not counted; nothing on the CPU.
 torch::Tensor accumulate_gradients_sectioned(BlockModel& model, const Activation& in,
                                              const torch::Tensor& y,
                                              const torch::Tensor& class_weights,
                                              const std::vector<std::size_t>& bounds,
-                                             std::int64_t* activation_bytes = nullptr);
+                                             std::int64_t* activation_bytes = nullptr,
+                                             bool offload = false);
 
 /// The block names of each section of `bounds`; one section of all blocks if it is empty.
 std::vector<std::vector<std::string>> section_blocks(const BlockModel& model,

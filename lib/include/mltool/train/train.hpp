@@ -35,6 +35,7 @@ struct TrainJob {
   int batch = 64;         ///< samples (tiles, bags or images) per step
   int micro_batches = 1;  ///< forward+backward in this many parts per step (memory modes)
   int sections = 1;       ///< blocks in this many sections, recomputed in backward (memory modes)
+  bool offload_boundaries = false;  ///< sections: keep the section inputs in pinned host memory
   /// The samples past an epoch's last full batch: "keep" (a smaller last step), "drop".
   std::string last_batch = "keep";
   double lr = 1e-3;
@@ -62,6 +63,7 @@ struct TrainJob {
   // master_addr:master_port as `rank`; only rank 0 writes the run directory.
   int rank = 0;
   int world_size = 1;
+  bool join_group = false;  ///< a group even when world_size is 1 (RANK/WORLD_SIZE were set)
   int local_rank = 0;  ///< the GPU index for --device auto/cuda
   std::string master_addr = "127.0.0.1";
   int master_port = 0;

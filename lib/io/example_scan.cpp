@@ -196,7 +196,7 @@ MLTOOL_HOT int ExampleScanner::canonical_entry(const std::uint8_t* b, const std:
       }
     } else if (slot && kind == FeatureKind::bytes_list) {
       slot->strings.emplace_back(reinterpret_cast<const char*>(payload), size(payload, e));
-    } else if (slot) {
+    } else if (slot && payload != e) {  // memcpy into an empty vector's null data() is UB
       slot->floats.resize(size(payload, e) / 4);
       std::memcpy(slot->floats.data(), payload, size(payload, e));  // little-endian hosts only
     }
@@ -346,7 +346,7 @@ MLTOOL_HOT bool ExampleScanner::list_values(Cursor& in, FeatureKind kind, Slot* 
         n = 4;
         if (wire == 2 && (!in.length(n) || n % 4 != 0)) return malformed();
         if (n > in.left()) return malformed();
-        if (slot) {
+        if (slot && n != 0) {  // an empty packed list: nothing to copy (and data() may be null)
           const std::size_t at = slot->floats.size();
           slot->floats.resize(at + n / 4);
           std::memcpy(slot->floats.data() + at, in.p, n);  // little-endian hosts only

@@ -98,6 +98,8 @@ nlohmann::json read_manifest(const std::string& path, std::string_view schema_na
     // e.byte counts from 1 (the character that failed); offsets count from 0.
     throw FormatError(at_offset(path, e.byte > 0 ? e.byte - 1 : 0,
                                 "invalid JSON: " + without_exception_tag(e.what())));
+  } catch (const json::out_of_range& e) {  // a number too large for a double (no offset given)
+    throw FormatError(at_file(path, "invalid JSON: " + without_exception_tag(e.what())));
   }
   check_identity(doc, schema, schema_name, path);
   schema.validate(doc, path);

@@ -190,6 +190,8 @@ void parse_jsonl(std::string_view s, std::size_t pos, Table& t) {
       doc = ordered_json::parse(text);
     } catch (const ordered_json::parse_error& e) {
       fail_at(t.path, line, "invalid JSON: " + json_message(e.what()));
+    } catch (const ordered_json::out_of_range& e) {  // a number too large for a double
+      fail_at(t.path, line, "invalid JSON: " + json_message(e.what()));
     }
     if (!doc.is_object()) {
       fail_at(t.path, line, std::string("expected a JSON object, got ") + kind_of(doc));

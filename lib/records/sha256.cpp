@@ -1,5 +1,6 @@
 #include "mltool/records/sha256.hpp"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -103,7 +104,12 @@ __attribute__((target("sha,sse4.1,ssse3"))) void hardware_blocks(std::uint32_t* 
 }  // namespace
 
 bool Sha256::hardware_available() {
-  static const bool available = __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1");
+  // CPUID directly: clang 14 (the fuzz build) knows no "sha" for __builtin_cpu_supports.
+  static const bool available = [] {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_SSE4_1)) return false;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_SHA) != 0;
+  }();
   return available;
 }
 

@@ -164,6 +164,22 @@ TEST(ExampleScan, ProtobufMergeRules) {
   expect_same(example(tag(2, 0) + varint(1)));
 }
 
+// Found by fuzz_example (UBSan): an empty float list, packed or in the canonical layout, made
+// the scanner memcpy zero bytes to an empty vector's data(), a null pointer. It reads as an
+// empty float list, as protobuf reads it.
+TEST(ExampleScan, EmptyFloatLists) {
+  const std::string empty_packed = len_field(2, len_field(1, ""));
+  expect_same(example(entry("f", empty_packed)));
+  expect_same(example(entry("f", empty_packed + empty_packed)));
+  expect_same(example(len_field(1, len_field(2, empty_packed) + len_field(1, "f"))));
+  expect_same(example(entry("f", len_field(2, len_field(1, std::string("\0\0\x80?", 4)) +
+                                                  len_field(1, "")))));
+  ExampleScanner s({"f"});
+  ASSERT_TRUE(s.scan(example(entry("f", empty_packed)))) << s.error();
+  EXPECT_EQ(s.kind(0), FeatureKind::float_list);
+  EXPECT_TRUE(s.floats(0).empty());
+}
+
 TEST(ExampleScan, ErrorsAreWordedAsParseExample) {
   std::string error;
   EXPECT_FALSE(by_scanner("\x0a\x05", {}, &error));

@@ -99,6 +99,13 @@ TEST(Manifest, ReadReportsParseErrorsWithByteOffset) {
   EXPECT_NE(read_error("").find("invalid JSON"), std::string::npos);
 }
 
+// Found by fuzz_json (the same nlohmann behaviour fuzz_labels hit): a number beyond a double's
+// range is an out_of_range exception, not a parse_error, and escaped read_manifest.
+TEST(Manifest, ReadReportsNumberOverflowAsInvalidJson) {
+  EXPECT_EQ(read_error("{\"rows\": 1e999}"),
+            "features.json: invalid JSON: number overflow parsing '1e999'");
+}
+
 TEST(Manifest, ReadNamesMissingAndMistypedFields) {
   json doc = valid_features();
   doc.erase("rows");

@@ -144,6 +144,13 @@ TEST(LabelsJsonl, ErrorsNameTheLine) {
   EXPECT_EQ(err("\n \n"), "labels.jsonl: empty file, expected one JSON object per line");
 }
 
+// Found by fuzz_labels: a number beyond a double's range made nlohmann throw out_of_range,
+// which escaped as a non-mltool exception.
+TEST(LabelsJsonl, NumberOverflowIsAFormatError) {
+  EXPECT_EQ(error_of<FormatError>([] { jsonl("{\"key\": \"a\"}\n{\"label\": 999E9999}\n"); }),
+            "labels.jsonl: line 2: invalid JSON: number overflow parsing '999E9999'");
+}
+
 TEST(LabelsSelect, DefaultsAndGroups) {
   const Table t = csv("patient,label,key\np1,tumor,s1\np1,stroma,s1\np2,tumor,s2\n");
   const Labels by_key = select_labels(t, {});

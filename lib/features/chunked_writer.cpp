@@ -29,6 +29,8 @@ ChunkedFeatureWriter::ChunkedFeatureWriter(std::string dir, std::uint64_t dims, 
     : dir_(std::move(dir)), partial_(util::join_path(dir_, ".extract-partial")), dims_(dims), chunk_rows_(chunk_rows) {
   if (dims_ == 0 || chunk_rows_ == 0) throw UsageError(at_file(dir_, "dims and chunk rows must be at least 1"));
   util::make_directories(partial_);
+  util::remove_stale_partials(dir_);  // the temporaries of a killed run
+  util::remove_stale_partials(partial_);
   const std::string config = util::join_path(partial_, kConfig);
   const json wanted = {{"dims", dims_}, {"run", fingerprint}};
   if (util::exists(config)) {

@@ -3,10 +3,14 @@
 #include "mltool/io/lmdb.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <set>
 #include <utility>
 
@@ -115,9 +119,38 @@ std::string hint_for(int rc, const detail::EnvShared& s) {
       return " (raise EnvOptions::max_dbs)";
     case MDB_READERS_FULL:
       return " (raise EnvOptions::max_readers or end idle read transactions)";
+    case EIO:
+    case ENOSPC: {  // LMDB reports a short write as EIO: say when the disk is the reason
+      struct statvfs v {};
+      if (::statvfs(s.path.c_str(), &v) == 0) {
+        const auto free = static_cast<std::uint64_t>(v.f_bavail) * v.f_frsize;
+        if (free < (std::uint64_t{16} << 20))
+          return std::string(" (") + std::strerror(ENOSPC) + ": " + std::to_string(free) +
+                 " bytes free; the last committed transaction is kept, free space and run again)";
+      }
+      return rc == EIO ? " (a write failed: a full disk, or a failing device)" : "";
+    }
     default:
       return "";
   }
+}
+
+// LMDB maps lock.mdb after growing it with ftruncate, which allocates nothing: on a full disk
+// the first touch of the map is a SIGBUS. Its blocks are allocated here first, so a full
+// disk is an error (ResourceError naming the file) instead.
+void reserve_lock_file(const std::string& dir, unsigned max_readers) {
+  const std::string lock = util::join_path(dir, "lock.mdb");
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0664);
+  if (fd < 0) return;  // mdb_env_open says why
+  // The reader table (64 bytes a slot) and its header, rounded up to pages.
+  const off_t want = static_cast<off_t>(((std::uint64_t{max_readers} + 8) * 64 + 4095) / 4096 * 4096);
+  struct stat st {};
+  // Only a new (empty) one: an existing lock file's size is the reader table every process
+  // that has the store open agrees on.
+  int rc = ::fstat(fd, &st) == 0 && st.st_size > 0 ? 0 : ::posix_fallocate(fd, 0, want);
+  ::close(fd);
+  if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL)
+    throw ResourceError(at_file(lock, std::string("cannot reserve the lock file: ") + std::strerror(rc)));
 }
 
 }  // namespace
@@ -308,6 +341,7 @@ Env Env::open(const std::string& path, const EnvOptions& options) {
   }
   if (rc != MDB_SUCCESS) detail::throw_mdb(rc, *s, "configure environment", nullptr, nullptr);
 
+  if (!options.read_only) reserve_lock_file(path, options.max_readers);
   unsigned flags = MDB_NOTLS;
   if (options.read_only) flags |= MDB_RDONLY;
   if (!options.readahead) flags |= MDB_NORDAHEAD;

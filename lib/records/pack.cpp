@@ -186,6 +186,12 @@ PackReport pack_dataset(const PackJob& job) {
   const SplitAssignment assignment = assign_splits(items, job.splits, job.seed);
   phase("assign splits");
 
+  {  // what killed packs to this output left beside it
+    std::string name = util::absolute_path(job.output);
+    while (name.size() > 1 && name.back() == '/') name.pop_back();
+    util::remove_stale_partials(util::parent_directory(name),
+                                name.substr(name.rfind('/') + 1) + ".partial-");
+  }
   PartialDir partial(job.output + ".partial-" + std::to_string(::getpid()));
   const std::size_t labels_count = plan.labels.size();
   json splits = json::object();

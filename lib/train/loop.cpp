@@ -190,7 +190,8 @@ LoopState run_loop(Loop& loop, LoopState state) {
   const auto n = static_cast<std::int64_t>(loop.train.size());
   std::int64_t used = 0;  // without --last-batch keep, the remainder is left out
   for (const auto s : loop.step_sizes) used += s;
-  double lr = learning_rate(job, state.step, loop.total_steps);
+  // The rate of the last step done (what an epoch line resumed right at its end reports).
+  double lr = learning_rate(job, std::max<std::int64_t>(0, state.step - 1), loop.total_steps);
   while (state.status.empty() && state.epoch < job.epochs) {
     const int epoch = state.epoch;
     auto order = epoch_order(job.seed, epoch, n).narrow(0, 0, used);

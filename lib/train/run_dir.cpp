@@ -85,6 +85,24 @@ std::optional<json> RunDir::read_manifest() const {
   return io::read_manifest(file, "train-run");
 }
 
+// Only an empty checkpoints/ (or one of partial writes), an empty metrics.jsonl and a
+// partial run.json.
+bool started_only(const std::string& dir) {
+  for (const auto& name : entries(dir)) {
+    const std::string path = util::join_path(dir, name);
+    if (name == "metrics.jsonl" && !util::is_directory(path) && util::file_size(path) == 0)
+      continue;
+    if (name.rfind(std::string(kRunManifestFile) + ".partial-", 0) == 0) continue;  // run.json's
+    if (name == "checkpoints" && util::is_directory(path)) {
+      for (const auto& inner : entries(path))
+        if (inner.find(".partial-") == std::string::npos) return false;
+      continue;
+    }
+    return false;
+  }
+  return true;
+}
+
 bool prepare_run_dir(const std::string& dir, bool resume, bool overwrite) {
   if (util::exists(dir) && !util::is_directory(dir))
     throw UsageError(at_file(dir, "exists and is not a directory"));
@@ -92,8 +110,14 @@ bool prepare_run_dir(const std::string& dir, bool resume, bool overwrite) {
   if (resume) {
     if (!has_run) throw UsageError(at_file(dir, "--resume: there is no run here (no run.json)"));
     util::make_directories(util::join_path(dir, "checkpoints"));
+    util::remove_stale_partials(dir);  // the temporaries of a killed run
+    util::remove_stale_partials(util::join_path(dir, "checkpoints"));
     return util::exists(util::join_path(util::join_path(dir, "checkpoints"), "last.pt"));
   }
+  // What a run killed before its run.json leaves (checkpoints/ without a checkpoint, an
+  // empty metrics.jsonl): no run, so the same command starts it again.
+  if (!has_run && util::exists(dir) && started_only(dir))
+    for (const auto& name : entries(dir)) util::remove_tree(util::join_path(dir, name));
   if (util::exists(dir) && !entries(dir).empty()) {
     if (!overwrite)
       throw UsageError(at_file(

@@ -1,6 +1,8 @@
 #include "mltool/util/file.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <climits>
 #include <cstdlib>
 #include <ftw.h>
+#include <vector>
 
 #include "mltool/util/error.hpp"
 
@@ -211,6 +214,32 @@ std::uint64_t file_size(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw InputError(sys_message(path, "cannot stat", errno));
   return static_cast<std::uint64_t>(st.st_size);
+}
+
+std::size_t remove_stale_partials(const std::string& dir, const std::string& prefix) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return 0;
+  std::vector<std::string> stale;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    const auto at = name.rfind(".partial-");
+    if (at == std::string::npos || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string tail = name.substr(at + 9);  // PID or PID-N
+    const auto dash = tail.find('-');
+    const std::string pid_text = tail.substr(0, dash);
+    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos ||
+        (dash != std::string::npos &&
+         (dash + 1 == tail.size() ||
+          tail.find_first_not_of("0123456789", dash + 1) != std::string::npos)))
+      continue;
+    const long pid = std::strtol(pid_text.c_str(), nullptr, 10);
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours)
+    stale.push_back(join_path(dir, name));
+  }
+  ::closedir(d);
+  for (const auto& path : stale) remove_tree(path);
+  return stale.size();
 }
 
 }  // namespace mltool::util

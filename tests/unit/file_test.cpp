@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "mltool/util/error.hpp"
 #include "support/temp_dir.hpp"
@@ -33,6 +35,30 @@ TEST(Files, MakeDirectoriesAndRemoveTree) {
   util::remove_tree(tmp / "x");  // absent: no error
   util::write_file_atomic(tmp / "plain", "p");
   EXPECT_THROW(util::make_directories(tmp / "plain/sub"), mltool::ResourceError);
+}
+
+TEST(Files, RemoveStalePartialsTakesOnlyDeadWritersLeftovers) {
+  TempDir tmp;
+  // A pid that exited: a child reaped before we look.
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(dead, &status, 0);
+  const std::string d = std::to_string(dead), me = std::to_string(::getpid());
+  util::write_file_atomic(tmp / ("last.pt.partial-" + d + "-3"), "x");  // dead writer's temp
+  util::make_directories(tmp / ("ds.partial-" + d + "/sub"));           // dead pack's directory
+  util::write_file_atomic(tmp / ("mine.partial-" + me + "-0"), "x");    // ours: kept
+  util::write_file_atomic(tmp / "run.json", "{}");                      // not a partial
+  util::write_file_atomic(tmp / ("odd.partial-" + d + "-x"), "x");      // not our pattern
+  util::write_file_atomic(tmp / "one.partial-1", "x");                  // pid 1 lives: kept
+  EXPECT_EQ(util::remove_stale_partials(tmp / "", "ds."), 1u);          // the prefix limits it
+  EXPECT_FALSE(util::exists(tmp / ("ds.partial-" + d)));
+  EXPECT_EQ(util::remove_stale_partials(tmp / ""), 1u);
+  EXPECT_FALSE(util::exists(tmp / ("last.pt.partial-" + d + "-3")));
+  for (const auto* kept : {"run.json", "one.partial-1"}) EXPECT_TRUE(util::exists(tmp / kept));
+  EXPECT_TRUE(util::exists(tmp / ("mine.partial-" + me + "-0")));
+  EXPECT_TRUE(util::exists(tmp / ("odd.partial-" + d + "-x")));
+  EXPECT_EQ(util::remove_stale_partials(tmp / "absent"), 0u);
 }
 
 TEST(AtomicFile, NothingPublishedWithoutCommit) {

@@ -82,6 +82,12 @@ std::string parent_directory(const std::string& path);
 /// Removes `path` and, for a directory, everything below it; no error if it is absent.
 void remove_tree(const std::string& path);
 
+/// Removes, in `dir`, the leftovers of writers that were killed: entries named
+/// `NAME.partial-PID` or `NAME.partial-PID-N` (write_file_atomic's temporaries, pack's partial
+/// directories) whose NAME starts with `prefix` and whose PID is no running process on this
+/// machine (nor this one). Returns how many it removed; a missing `dir` is none.
+std::size_t remove_stale_partials(const std::string& dir, const std::string& prefix = "");
+
 /// True if `path` exists (any type).
 bool exists(const std::string& path);
 /// True if `path` is a directory.

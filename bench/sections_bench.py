@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+import zlib
 
 import numpy as np
 
@@ -45,7 +46,7 @@ def log(*a):
 def blob(key, size):
     """A disc (class 0) or a ring (class 1) of grey, at a random place, with noise."""
     slide = int(key[1:key.index("/")])
-    rng = np.random.default_rng(abs(hash(key)) % (2 ** 32))
+    rng = np.random.default_rng(zlib.crc32(key.encode()))  # hash() changes between processes
     yy, xx = np.mgrid[0:size, 0:size]
     cy, cx = rng.uniform(9, size - 9, 2)
     r = np.hypot(yy - cy, xx - cx)

@@ -146,7 +146,6 @@ struct GradientReducer::Impl {
   std::vector<int> passes_left;        // per parameter, this step
   std::mutex mutex;
   bool active = false;
-  int passes = 1;
   double scale = 1;
   std::size_t next = 0;  // the next bucket to launch
   std::string failure;   // a launch that failed in a hook, thrown by finish()
@@ -228,7 +227,6 @@ void GradientReducer::prepare(int passes, double scale) {
   Impl& m = *impl_;
   const std::lock_guard<std::mutex> lock(m.mutex);
   m.active = true;
-  m.passes = passes;
   m.scale = scale;
   m.next = 0;
   std::fill(m.passes_left.begin(), m.passes_left.end(), passes);

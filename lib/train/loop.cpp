@@ -70,14 +70,19 @@ class LossBook {
   double bad_value_ = 0;
 };
 
+// SplitMix64's finaliser: nearby inputs give unrelated seeds.
+std::uint64_t mix(std::uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 // Data parallel: dropout's generators (the CPU's, and the device's on CUDA) seeded from
 // (seed, step, rank) before each step, so ranks draw other masks and a resumed run the same.
 void reseed_step(std::uint64_t seed, std::int64_t step, int rank, const torch::Device& device) {
-  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(step) * 0xD6E8FEB86659FD93ull +
-                    static_cast<std::uint64_t>(rank) + 0x2545F4914F6CDD1Dull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  x ^= x >> 31;
+  const std::uint64_t x =
+      mix(seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(step) * 0xD6E8FEB86659FD93ull +
+          static_cast<std::uint64_t>(rank) + 0x2545F4914F6CDD1Dull);
   auto set = [x](at::Generator gen) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_current_seed(x);
@@ -99,11 +104,8 @@ double learning_rate(const TrainJob& job, std::int64_t step, std::int64_t total)
 
 torch::Tensor epoch_order(std::uint64_t seed, int epoch, std::int64_t n) {
   // SplitMix64 of (seed, epoch): nearby seeds and epochs give unrelated streams.
-  std::uint64_t x =
-      seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(epoch) + 0x632BE59BD9B4E019ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(x ^ (x >> 31));
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(
+      mix(seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(epoch) + 0x632BE59BD9B4E019ull));
   return torch::randperm(n, gen, torch::TensorOptions().dtype(torch::kInt64));
 }
 
@@ -192,6 +194,17 @@ LoopState run_loop(Loop& loop, LoopState state) {
   for (const auto s : loop.step_sizes) used += s;
   // The rate of the last step done (what an epoch line resumed right at its end reports).
   double lr = learning_rate(job, std::max<std::int64_t>(0, state.step - 1), loop.total_steps);
+  auto progress_at = [&](int epoch, std::int64_t epoch_step) {  // of epoch (0-based)
+    TrainProgress p;
+    p.epoch = epoch + 1;
+    p.epochs = job.epochs;
+    p.step = state.step;
+    p.total_steps = loop.total_steps;
+    p.epoch_step = epoch_step;
+    p.steps_per_epoch = loop.steps_per_epoch;
+    p.lr = lr;
+    return p;
+  };
   while (state.status.empty() && state.epoch < job.epochs) {
     const int epoch = state.epoch;
     auto order = epoch_order(job.seed, epoch, n).narrow(0, 0, used);
@@ -252,14 +265,7 @@ LoopState run_loop(Loop& loop, LoopState state) {
       ++state.epoch_step;
       samples_since_log += loop.step_sizes[static_cast<std::size_t>(state.epoch_step - 1)];
 
-      TrainProgress p;
-      p.epoch = epoch + 1;
-      p.epochs = job.epochs;
-      p.step = state.step;
-      p.total_steps = loop.total_steps;
-      p.epoch_step = state.epoch_step;
-      p.steps_per_epoch = loop.steps_per_epoch;
-      p.lr = lr;
+      TrainProgress p = progress_at(epoch, state.epoch_step);
       if (state.step % job.log_every == 0) {
         book.drain();
         const double seconds = seconds_since(last_log);
@@ -318,15 +324,8 @@ LoopState run_loop(Loop& loop, LoopState state) {
     }
     checkpoint("last.pt");
     if (loop.progress) {
-      TrainProgress p;
+      TrainProgress p = progress_at(epoch, loop.steps_per_epoch);
       p.epoch_end = true;
-      p.epoch = epoch + 1;
-      p.epochs = job.epochs;
-      p.step = state.step;
-      p.total_steps = loop.total_steps;
-      p.epoch_step = loop.steps_per_epoch;
-      p.steps_per_epoch = loop.steps_per_epoch;
-      p.lr = lr;
       p.loss = train_loss;
       p.validation = metrics;
       p.improved = improved;

@@ -144,6 +144,7 @@ fi
 
 # 4. The extract benchmark, with as many tiles as the time left allows.
 benches=${DEVICE_BENCH:-extract train sections}
+wants() { [[ " $benches " == *" $1 "* ]]; }
 if (( built )); then
   bench_limit=$(min $(( $(left) - 60 )) 330)
   n=${EXTRACT_BENCH_N:-}
@@ -153,21 +154,22 @@ if (( built )); then
     elif (( bench_limit >= 80 )); then n=4000
     else n=0; fi
   fi
-  [[ " $benches " == *" extract "* ]] || n=-1
-  if (( n != 0 )); then
-    (( n > 0 )) && note "bench: $n tiles (limit ${bench_limit}s)"
-    (( n > 0 )) && step "bench/run-extract.sh" "$out/bench.log" "$bench_limit" env MLTOOL_BUILD_DIR=build-device \
-      MLTOOL_PYTHON="$(command -v python3)" EXTRACT_BENCH_N="$n" \
-      EXTRACT_BENCH_WORK=/tmp/mltool-extract-bench bash bench/run-extract.sh "$out/bench"
+  if ! wants extract || (( n > 0 )); then
+    if wants extract; then
+      note "bench: $n tiles (limit ${bench_limit}s)"
+      step "bench/run-extract.sh" "$out/bench.log" "$bench_limit" env MLTOOL_BUILD_DIR=build-device \
+        MLTOOL_PYTHON="$(command -v python3)" EXTRACT_BENCH_N="$n" \
+        EXTRACT_BENCH_WORK=/tmp/mltool-extract-bench bash bench/run-extract.sh "$out/bench"
+    fi
     # The train benchmark (pinned vs host vs sync feeds vs PyTorch loops) with what is left.
-    if [[ " $benches " == *" train "* ]]; then
+    if wants train; then
       train_limit=$(min $(( $(left) - 60 )) 200)
       step "bench/run-train.sh" "$out/bench.log" "$train_limit" env MLTOOL_BUILD_DIR=build-device \
         MLTOOL_PYTHON="$(command -v python3)" TRAIN_BENCH_WORK=/tmp/mltool-train-bench \
         bash bench/run-train.sh "$out/bench"
     fi
     # Sections vs checkpoint_sequential (seed 003), with what is left.
-    if [[ " $benches " == *" sections "* ]]; then
+    if wants sections; then
       sections_limit=$(min $(( $(left) - 60 )) 400)
       step "bench/run-sections.sh" "$out/bench.log" "$sections_limit" env MLTOOL_BUILD_DIR=build-device \
         MLTOOL_PYTHON="$(command -v python3)" SECTIONS_BENCH_WORK=/tmp/mltool-sections-bench \

@@ -30,6 +30,7 @@
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
+#include "mltool/util/output_lock.hpp"
 #include "mltool/util/parallel.hpp"
 
 namespace mltool::features {
@@ -150,6 +151,7 @@ ExtractReport extract_features(const ExtractJob& job) {
     if (!(s > 0)) throw UsageError("--std values must be positive");
   if (job.dtype != io::DType::float32 && job.dtype != io::DType::float16) throw UsageError("--dtype must be f32 or f16");
   const Amp amp = parse_amp(job.amp);
+  const util::OutputLock lock(job.output, "mltool extract");  // one writer per feature store
 
   auto store = slide::TileStore::open(job.store, false);
   const auto settings = store.settings();

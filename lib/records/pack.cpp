@@ -16,6 +16,7 @@
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
+#include "mltool/util/output_lock.hpp"
 #include "mltool/util/parallel.hpp"
 #include "mltool/util/version.hpp"
 #include "pack_plan.hpp"
@@ -163,6 +164,7 @@ PackReport pack_dataset(const PackJob& job) {
   if (job.shards == 0) throw UsageError("the number of shards must be at least 1");
   validate_splits(job.splits);
   if (job.output.empty()) throw UsageError("no output directory given");
+  const util::OutputLock lock(job.output, "mltool pack");  // before anything looks at it
   if (util::exists(job.output) && !job.overwrite) {
     throw UsageError(at_file(job.output, "already exists; choose another output or overwrite it"));
   }

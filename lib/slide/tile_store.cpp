@@ -83,7 +83,9 @@ TileStore TileStore::open(const std::string& path, bool writable) {
   io::lmdb::EnvOptions options;
   options.read_only = !writable;
   options.create = writable;
+  auto lock = writable ? std::make_shared<util::OutputLock>(path, "mltool tile") : nullptr;
   TileStore store(io::lmdb::Env::open(path, options));
+  store.lock_ = std::move(lock);
   try {
     store.tiles_ = store.env_.db("tiles", writable);
     store.meta_ = store.env_.db("meta", writable);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "distributed.hpp"
@@ -20,6 +21,7 @@
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
+#include "mltool/util/output_lock.hpp"
 #include "mltool/util/parallel.hpp"
 #include "mltool/util/version.hpp"
 #include "run_dir.hpp"
@@ -283,7 +285,11 @@ TrainReport train_model(const TrainJob& job,
                        static_cast<std::size_t>(job.sections));
   }
   bool resumable = false;  // data parallel: rank 0 prepares it, the others wait (or fail)
-  const auto prepare = [&] { resumable = prepare_run_dir(job.output, job.resume, job.overwrite); };
+  std::optional<util::OutputLock> lock;  // held by rank 0 (the writer) for the whole run
+  const auto prepare = [&] {
+    lock.emplace(job.output, "mltool train");
+    resumable = prepare_run_dir(job.output, job.resume, job.overwrite);
+  };
   dp ? dp->on_rank0(prepare) : prepare();
   if (dp) resumable = dp->broadcast_value(resumable ? 1 : 0, device) != 0;
   RunDir run(job.output, !dp || dp->rank() == 0);

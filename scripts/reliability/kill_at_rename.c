@@ -4,7 +4,9 @@
  * SIGKILLs the process just before its N-th rename() (counting only renames whose target
  * contains KILL_RENAME_MATCH, if set): the moment every write-aside-then-rename publication is
  * most exposed — the temporary file is whole and the final name not yet there.
- * KILL_RENAME_LOG=1 prints each counted rename to stderr (to enumerate the kill points). */
+ * KILL_RENAME_LOG=1 prints each counted rename to stderr (to enumerate the kill points).
+ * KILL_SIGNAL=STOP sends SIGSTOP instead: the process stops there (holding whatever it holds)
+ * until a SIGCONT lets the rename go on — the tests' way to pause a writer mid-run. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <signal.h>
@@ -22,7 +24,10 @@ static void maybe_kill(const char* from, const char* to) {
   const int n = atomic_fetch_add(&counted, 1) + 1;
   if (getenv("KILL_RENAME_LOG")) fprintf(stderr, "rename %d: %s -> %s\n", n, from, to);
   const char* at = getenv("KILL_AT_RENAME");
-  if (at && atoi(at) == n) kill(getpid(), SIGKILL);
+  if (at && atoi(at) == n) {
+    const char* sig = getenv("KILL_SIGNAL");
+    kill(getpid(), sig && strcmp(sig, "STOP") == 0 ? SIGSTOP : SIGKILL);
+  }
 }
 
 int rename(const char* from, const char* to) {

@@ -103,3 +103,55 @@ def run_checks(title, checks, only, fixtures=None, timed=True):
         print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
         sys.exit(1)
     print(f"ok: {title} ({time.time() - start:.1f} s)" if timed else f"ok: {title}")
+
+
+_SHIM = {}
+
+
+def rename_shim():
+    """scripts/reliability/kill_at_rename.c built once per run_checks directory: an LD_PRELOAD
+    library that SIGKILLs (or SIGSTOPs) a process just before its N-th rename."""
+    if TMP not in _SHIM:
+        so = tmp("kill_at_rename.so")
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                           "reliability", "kill_at_rename.c")
+        code, _, err = run(["cc", "-shared", "-fPIC", "-O2", "-o", so, src, "-ldl"])
+        expect(code == 0, f"building the rename shim: {err}")
+        _SHIM[TMP] = so
+    return _SHIM[TMP]
+
+
+def second_writer_refused(first, second, output, timeout=120):
+    """Starts the command `first` with the rename shim stopping it (SIGSTOP) just before its
+    first rename — after it has taken `output`'s lock, before it has published anything —,
+    runs `second` on the same output, lets the first go on (SIGCONT) and waits for it. The
+    second must exit 3 at once (a run that waited would wait forever) naming the output and
+    the first's pid and host. Returns (first's exit code, its stderr)."""
+    import signal
+    import socket
+    env = dict(os.environ, LD_PRELOAD=rename_shim(), KILL_AT_RENAME="1", KILL_SIGNAL="STOP")
+    p = subprocess.Popen(first, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env=env)
+    try:
+        deadline = time.time() + timeout
+        while time.time() < deadline and p.poll() is None:
+            with open(f"/proc/{p.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                    break
+            time.sleep(0.005)
+        if p.poll() is not None:
+            raise Failure(f"the first run ended ({p.returncode}) before it stopped at a rename: "
+                          f"{p.stderr.read()[-1000:]}")
+        try:
+            code, _, err = run(second)
+        finally:
+            os.kill(p.pid, signal.SIGCONT)
+        _, first_err = p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    expect(code == 3, f"a second run on {output} exits 3 (got {code}): {err[-1000:]}")
+    expect(output.rstrip("/") in err and f"pid {p.pid}" in err and socket.gethostname() in err,
+           f"the refusal names {output}, pid {p.pid} and this host: {err[-1000:]}")
+    return p.returncode, first_err

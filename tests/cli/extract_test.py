@@ -24,7 +24,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from PIL import Image
 
-from cli_common import Failure, expect, run, run_checks, run_json, tmp
+from cli_common import (Failure, expect, run, run_checks, run_json, second_writer_refused,
+                        tmp)
 from torch_models import Small
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -561,6 +562,21 @@ def check_resume():
     expect(not os.path.exists(partial), "a skipped run leaves no .extract-partial")
 
 
+def check_one_writer():
+    """Two extracts into one output (a re-queued job): the second exits 3 at once naming the
+    output and the first's pid and host, and the first finishes with a single run's store."""
+    model = tmp("m_script.pt")
+    args = ["--model", model, "--input-size", "96", "--device", "cpu", "--batch", "7",
+            "--chunk-rows", "12", "--threads", "2"]
+    out, ref = tmp("f_writers"), tmp("f_writers_ref")
+    code, _, err = run([mltool, "extract", STORE, "-o", ref, *args])
+    expect(code == 0, f"the single run exits 0 ({code}): {err}")
+    code, err = second_writer_refused([mltool, "extract", STORE, "-o", out, *args],
+                                      [mltool, "extract", STORE, "-o", out, *args], out)
+    expect(code == 0, f"the first run exits 0 ({code}): {err}")
+    expect(files_of(out) == files_of(ref), "the first run's store differs from a single run's")
+
+
 def check_changed_inputs():
     """A model file replaced by another model at the same path: a complete store is
     extracted again (not "skipped" with the old model's features), a partial run refused;
@@ -797,7 +813,8 @@ def check_bad_options():
     expect(not problems, "; ".join(problems))
 
 
-CHECKS = [check_torchscript, check_f16, check_color_texture, check_resume, check_changed_inputs,
+CHECKS = [check_torchscript, check_f16, check_color_texture, check_resume, check_one_writer,
+          check_changed_inputs,
           check_corrupt_tile,
           check_bad_model, check_bad_options, check_not_a_store]
 

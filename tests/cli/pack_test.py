@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-from cli_common import expect, run_checks, run_json, tmp
+from cli_common import expect, run_checks, run_json, second_writer_refused, tmp
 from tfrecord_codec import decode_example, frames
 
 mltool = os.path.abspath(sys.argv[1])
@@ -377,7 +377,26 @@ def check_invalid_rows_and_gather():
     expect(bags == {"S1": s1, "S0": sorted(s0[:2])}, f"bags {bags}")
 
 
+def check_one_writer():
+    """Two packs to one output: the second exits 3 at once naming the output and the first's
+    pid and host; the first publishes what a single run does."""
+    args = [tmp("feat"), "--labels", tmp("labels.csv"), "--shards", "3", "--seed", "5"]
+    pack_ok(*args, "-o", tmp("w_ref"))
+    out = tmp("w_out")
+    code, err = second_writer_refused([mltool, "pack", *args, "-o", out],
+                                      [mltool, "pack", *args, "-o", out], out)
+    expect(code == 0, f"the first pack exits 0 ({code}): {err}")
+    m1, m2 = (json.load(open(os.path.join(d, "dataset.json"))) for d in (tmp("w_ref"), out))
+    expect(m1["splits"] == m2["splits"], "the first pack's dataset.json differs from a single run's")
+    expect(sorted(os.listdir(out)) == sorted(os.listdir(tmp("w_ref"))),
+           f"the first pack's files {sorted(os.listdir(out))} differ from a single run's")
+    shards = [f for f in os.listdir(out) if f.endswith((".tfrecord", ".idx"))]
+    for f in shards:
+        expect(open(os.path.join(out, f), "rb").read() == open(tmp("w_ref", f), "rb").read(),
+               f"{f} differs from a single run's")
+
+
 if __name__ == "__main__":
     run_checks("pack", [check_tile, check_group_by_patient, check_bag, check_errors,
                         check_dedupe, check_determinism,
-                        check_invalid_rows_and_gather], only, fixtures)
+                        check_invalid_rows_and_gather, check_one_writer], only, fixtures)

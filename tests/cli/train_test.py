@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from cli_common import expect, run, run_checks, run_json, tmp
+from cli_common import expect, run, run_checks, run_json, second_writer_refused, tmp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
@@ -500,7 +500,23 @@ def check_sections():
     expect(not os.path.exists(tmp("run_bad_sec")), "a run directory was created for bad sections")
 
 
+def check_one_writer():
+    """Two trains into one run directory: the second exits 3 at once naming it and the first's
+    pid and host, and leaves the first's run to finish with a single run's weights."""
+    args = [tmp("ds"), "--model", tmp("mlp.json"), "--epochs", "2", "--batch", "16", "--seed", "4"]
+    train_ok(*args, "-o", tmp("run_w_ref"))
+    out = tmp("run_w")
+    cmd = [mltool, "train", *args, "-o", out, "-q"]
+    code, err = second_writer_refused(cmd, cmd, out)
+    expect(code == 0, f"the first train exits 0 ({code}): {err}")
+    expect(open(os.path.join(out, "model.safetensors"), "rb").read() ==
+           open(tmp("run_w_ref", "model.safetensors"), "rb").read(),
+           "the first run's weights differ from a single run's")
+    expect(metrics(out) == metrics(tmp("run_w_ref")), "the first run's metrics differ from a single run's")
+
+
 if __name__ == "__main__":
     run_checks("train", [check_mlp_learns, check_feeds_agree, check_resume, check_kill_and_resume,
                          check_pytorch_loads, check_abmil_learns, check_image, check_bad_input,
-                         check_nan_loss, check_micro_batches, check_sections], only, fixtures)
+                         check_nan_loss, check_micro_batches, check_sections, check_one_writer],
+              only, fixtures)

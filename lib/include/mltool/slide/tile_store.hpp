@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mltool/io/lmdb.hpp"
+#include "mltool/util/output_lock.hpp"
 
 namespace mltool::slide {
 
@@ -52,7 +54,9 @@ std::string slide_id_for(const std::string& path);
 /// An open tile store.
 class TileStore {
  public:
-  /// Opens (writable: creating) the LMDB directory `path` with its two databases.
+  /// Opens (writable: creating) the LMDB directory `path` with its two databases. Writable,
+  /// it also takes the store's output lock (util::OutputLock): one writer per store, a second
+  /// is a ResourceError naming the process that holds it.
   static TileStore open(const std::string& path, bool writable);
 
   const std::string& path() const { return env_.path(); }
@@ -81,6 +85,7 @@ class TileStore {
 
  private:
   TileStore(io::lmdb::Env env) : env_(std::move(env)) {}
+  std::shared_ptr<util::OutputLock> lock_;  // writable stores only; taken before the env opens
   io::lmdb::Env env_;
   io::lmdb::Dbi tiles_;
   io::lmdb::Dbi meta_;

@@ -57,6 +57,7 @@ int run_extract(ExtractOptions& o, const CommonOptions& common) {
                                 {"resumed_from", r.resumed_from},
                                 {"invalid", r.invalid},
                                 {"devices", r.devices},
+                                {"math_threads", r.math_threads},
                                 {"model", r.model},
                                 {"seconds", r.seconds},
                                 {"tiles_per_second", r.tiles_per_second}}
@@ -93,6 +94,7 @@ Command extract_command() {
                 ->capture_default_str();
             app.add_option("--chunk-rows", j.chunk_rows, "Rows per committed chunk: what a killed run keeps")
                 ->capture_default_str();
+            add_math_threads_option(app, j.math_threads);
             app.add_flag("--keep-going", j.keep_going,
                          "Undecodable tiles become invalid rows (NaN, listed in features.json); exit 4");
             return [o, &common] { return run_extract(*o, common); };

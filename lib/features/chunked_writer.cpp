@@ -24,9 +24,17 @@ json read_json(const std::string& path) {
 
 }  // namespace
 
+json ChunkedFeatureWriter::partial_config(const std::string& dir) {
+  const std::string config = util::join_path(util::join_path(dir, ".extract-partial"), kConfig);
+  return util::exists(config) ? read_json(config) : json();
+}
+
 ChunkedFeatureWriter::ChunkedFeatureWriter(std::string dir, std::uint64_t dims, json fingerprint,
-                                           std::uint64_t chunk_rows)
-    : dir_(std::move(dir)), partial_(util::join_path(dir_, ".extract-partial")), dims_(dims), chunk_rows_(chunk_rows) {
+                                           std::uint64_t chunk_rows, json note)
+    : dir_(std::move(dir)),
+      partial_(util::join_path(dir_, ".extract-partial")),
+      dims_(dims),
+      chunk_rows_(chunk_rows) {
   if (dims_ == 0 || chunk_rows_ == 0) throw UsageError(at_file(dir_, "dims and chunk rows must be at least 1"));
   util::make_directories(partial_);
   util::remove_stale_partials(dir_);  // the temporaries of a killed run
@@ -35,11 +43,14 @@ ChunkedFeatureWriter::ChunkedFeatureWriter(std::string dir, std::uint64_t dims, 
   const json wanted = {{"dims", dims_}, {"run", fingerprint}};
   if (util::exists(config)) {
     const json found = read_json(config);
-    if (found != wanted)
+    if (found.value("dims", json()) != wanted["dims"] ||
+        found.value("run", json()) != wanted["run"])
       throw UsageError(at_file(dir_, "holds a partial extraction made with other settings (" + config +
                                          "); repeat them, or remove " + partial_ + " to start over"));
   } else {
-    util::write_file_atomic(config, wanted.dump(2) + "\n");
+    json doc = wanted;
+    doc["note"] = std::move(note);
+    util::write_file_atomic(config, doc.dump(2) + "\n");
   }
   // The committed chunks: contiguous from 0, each ending with its manifest.
   while (util::exists(chunk_path(chunks_, ".json"))) {
@@ -83,7 +94,8 @@ void ChunkedFeatureWriter::commit_chunk() {
   pending_ = 0;
 }
 
-void ChunkedFeatureWriter::finish(io::DType dtype, const json& model, const json& source) {
+std::uint64_t ChunkedFeatureWriter::finish(io::DType dtype, const json& model, const json& source) {
+  std::uint64_t invalid = 0;
   commit_chunk();
   io::FeatureStoreWriter out(dir_, dims_, dtype, model, source);
   std::uint64_t base = 0;
@@ -106,10 +118,12 @@ void ChunkedFeatureWriter::finish(io::DType dtype, const json& model, const json
       pos = end + 1;
     }
     for (const auto& i : manifest.at("invalid")) out.mark_invalid(base + i.get<std::uint64_t>());
+    invalid += manifest.at("invalid").size();
     base += rows;
   }
   out.finish();
   util::remove_tree(partial_);
+  return invalid;
 }
 
 }  // namespace mltool::features

@@ -6,13 +6,13 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -140,6 +140,86 @@ bool already_complete(const std::string& dir, const json& source, const json& mo
   }
 }
 
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      std::string name = line.substr(line.find(':') + 1);
+      name.erase(0, name.find_first_not_of(' '));
+      return name;
+    }
+  return "unknown CPU";
+}
+
+// What a partial run's fingerprint field is set by, for a refusal that names the option.
+std::string option_of(const std::string& field) {
+  static const std::map<std::string, std::string> options = {{"batch", "--batch"},
+                                                             {"dtype", "--dtype"},
+                                                             {"device", "--device"},
+                                                             {"math_threads", "--math-threads"},
+                                                             {"input_size", "--input-size"},
+                                                             {"mean", "--mean"},
+                                                             {"std", "--std"},
+                                                             {"amp", "--amp"}};
+  const auto it = options.find(field);
+  return it != options.end() ? it->second : "--model";
+}
+
+std::string value_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+// "--batch 7 (now 8)".
+std::string option_value(const std::string& field, const json& before, const json& now) {
+  return option_of(field) + " " + (before.is_null() ? "unset" : value_text(before)) + " (now " +
+         value_text(now) + ")";
+}
+
+// Refuses a resume whose settings would give other bits than the partial run's, naming the
+// first setting that differs and its recorded value.
+void check_resume(const std::string& dir, const json& stored, const json& now) {
+  if (stored.is_null() || stored == now) return;
+  const std::string partial = util::join_path(dir, ".extract-partial");
+  const auto refuse = [&](const std::string& what) {
+    throw UsageError(at_file(
+        dir, "holds a partial extraction made with " + what +
+                 "; a resume must repeat it to give the rows of an uninterrupted run: repeat it, "
+                 "or remove " +
+                 partial + " to start over"));
+  };
+  if (!stored.is_object())
+    refuse("other settings (" + util::join_path(partial, "config.json") + ")");
+  if (const json before = stored.value("source", json()); before != now.at("source"))
+    refuse("another tile store, or before the tile store changed (then: " +
+           (before.is_object() ? value_text(before.value("tiles", json())) + " tiles in " +
+                                     value_text(before.value("tile_store", json()))
+                               : std::string("unknown")) +
+           ")");
+  for (const auto& [field, value] : now.items()) {
+    if (field == "source" || field == "model") continue;
+    const json before = stored.value(field, json());
+    if (before != value) refuse(option_value(field, before, value));
+  }
+  const json model_before = stored.value("model", json::object());
+  for (const auto& [field, value] : now.at("model").items()) {
+    const json before = model_before.is_object() ? model_before.value(field, json()) : json();
+    if (before != value) refuse(option_value(field, before, value));
+  }
+  refuse("other settings (" + util::join_path(partial, "config.json") + ")");
+}
+
+// The math threads of a CPU extraction: asked for, else the partial run's, else LibTorch's
+// default (OMP_NUM_THREADS, or the cores). Applied here; each device thread applies the same.
+int resolve_math_threads(int asked, const json& stored) {
+  int threads = asked;
+  if (threads == 0 && stored.is_object() && stored.contains("math_threads")) {
+    threads = stored["math_threads"].get<int>();
+    log::info("resuming with --math-threads " + std::to_string(threads) + ", the partial run's");
+  }
+  if (threads == 0) threads = at::get_num_threads();
+  at::set_num_threads(threads);
+  return threads;
+}
+
 }  // namespace
 
 ExtractReport extract_features(const ExtractJob& job) {
@@ -150,6 +230,7 @@ ExtractReport extract_features(const ExtractJob& job) {
   for (float s : job.std)
     if (!(s > 0)) throw UsageError("--std values must be positive");
   if (job.dtype != io::DType::float32 && job.dtype != io::DType::float16) throw UsageError("--dtype must be f32 or f16");
+  if (job.math_threads < 0) throw UsageError("--math-threads must be 0 (the default) or more");
   const Amp amp = parse_amp(job.amp);
   const util::OutputLock lock(job.output, "mltool extract");  // one writer per feature store
 
@@ -161,6 +242,11 @@ ExtractReport extract_features(const ExtractJob& job) {
   if (keys.empty()) throw InputError(at_file(job.store, "holds no complete slide with tiles"));
 
   const auto devices = resolve_devices(job.device);
+  const bool on_cpu = devices.front().is_cpu();
+  const json partial = ChunkedFeatureWriter::partial_config(job.output);  // null when none
+  const json stored = partial.is_object() ? partial.value("run", json()) : json();
+  const json stored_note = partial.is_object() ? partial.value("note", json()) : json();
+  const int math_threads = on_cpu ? resolve_math_threads(job.math_threads, stored) : 0;
   Preprocess preprocess;
   preprocess.input_size = job.input_size;
   preprocess.mean = job.mean;
@@ -174,6 +260,7 @@ ExtractReport extract_features(const ExtractJob& job) {
   report.dims = dims;
   report.model = replicas.front()->describe();
   for (const auto& d : devices) report.devices.push_back(d.str());
+  report.math_threads = math_threads;
   const json source = source_json(store, keys, tile);
   if (already_complete(job.output, source, report.model, job.dtype)) {
     report.skipped = true;
@@ -182,8 +269,25 @@ ExtractReport extract_features(const ExtractJob& job) {
     return report;
   }
 
-  const json fingerprint = {{"source", source}, {"model", report.model}, {"dtype", io::name(job.dtype)}};
-  ChunkedFeatureWriter writer(job.output, static_cast<std::uint64_t>(dims), fingerprint, job.chunk_rows);
+  // Everything that decides a row's bits. Batches start at multiples of --batch counted from
+  // row 0, so a resumed run forms exactly the batches an uninterrupted one does; on the CPU
+  // the math library splits a batch over the math threads, so their count is part of it too.
+  json fingerprint = {{"source", source},
+                      {"model", report.model},
+                      {"dtype", io::name(job.dtype)},
+                      {"batch", job.batch},
+                      {"device", on_cpu ? "cpu" : "cuda"}};
+  if (on_cpu) fingerprint["math_threads"] = math_threads;
+  check_resume(job.output, stored, fingerprint);
+  const json note = {{"cpu", cpu_model()}};
+  if (on_cpu && stored_note.is_object() && stored_note.value("cpu", json()) != note["cpu"])
+    log::warn(
+        "resuming on another CPU (" + note["cpu"].get<std::string>() +
+        ") than the partial run's (" + value_text(stored_note.value("cpu", json())) +
+        "): the math library may take another code path there, so rows computed here can differ in "
+        "their last bits from an uninterrupted run on either");
+  ChunkedFeatureWriter writer(job.output, static_cast<std::uint64_t>(dims), fingerprint,
+                              job.chunk_rows, note);
   const std::uint64_t first = writer.committed_rows();
   report.resumed_from = first;
   if (first > keys.size()) throw FormatError(at_file(writer.partial_dir(), "holds more rows than the tile store has tiles"));
@@ -199,7 +303,10 @@ ExtractReport extract_features(const ExtractJob& job) {
   Failure failure;
   std::atomic<int> live_workers{static_cast<int>(devices.size())};
   const std::uint64_t total = keys.size() - first;
-  const std::uint64_t batches = (total + job.batch - 1) / job.batch;
+  const std::uint64_t batch = static_cast<std::uint64_t>(job.batch);
+  const std::uint64_t first_batch =
+      first / batch;  // rows below `first` in it are recomputed, not written
+  const std::uint64_t batches = (keys.size() + batch - 1) / batch - first_batch;
 
   // Reader + decoders: batches in store order into pool buffers.
   std::thread reader([&] {
@@ -210,7 +317,7 @@ ExtractReport extract_features(const ExtractJob& job) {
         if (!buffer) break;
         HostBatch hb;
         hb.index = b;
-        hb.first_row = first + b * job.batch;
+        hb.first_row = (first_batch + b) * batch;
         hb.size = static_cast<std::int64_t>(std::min<std::uint64_t>(job.batch, keys.size() - hb.first_row));
         hb.pixels = *buffer;
         hb.invalid.assign(hb.size, 0);
@@ -234,8 +341,10 @@ ExtractReport extract_features(const ExtractJob& job) {
                                 ", the store's tiles are " + std::to_string(tile) + "x" + std::to_string(tile));
             std::memcpy(slot, image.pixels.data(), tile_bytes);
           } catch (const Error& e) {
-            if (!job.keep_going) throw;
-            log::warn(std::string(e.what()) + "; its row is marked invalid (NaN)");
+            const bool recomputed =
+                hb.first_row + i < first;  // committed already, not written again
+            if (!job.keep_going && !recomputed) throw;
+            if (!recomputed) log::warn(std::string(e.what()) + "; its row is marked invalid (NaN)");
             std::memset(slot, 0, tile_bytes);
             hb.invalid[i] = 1;
           }
@@ -252,6 +361,7 @@ ExtractReport extract_features(const ExtractJob& job) {
   // One thread per device: copy (side stream) → preprocess + forward → features to host.
   auto work = [&](Extractor& model) {
     try {
+      at::init_num_threads();  // this thread's OpenMP team: the math threads set above
       const torch::Device device = model.device();
       std::optional<c10::cuda::CUDAStream> copy_stream;
       std::optional<c10::cuda::CUDAGuard> device_guard;
@@ -323,12 +433,13 @@ ExtractReport extract_features(const ExtractJob& job) {
       auto r = results.take(b, [&] { return failure.stopped || live_workers == 0; });
       if (!r) break;
       const float* rows = r->features.data_ptr<float>();
-      for (std::int64_t i = 0; i < r->size; ++i) {
+      const std::int64_t skip =
+          r->first_row < first ? static_cast<std::int64_t>(first - r->first_row) : 0;
+      for (std::int64_t i = skip; i < r->size; ++i) {
         const bool invalid = r->invalid[i] != 0;
         writer.append(keys[r->first_row + i], invalid ? nan_row.data() : rows + i * dims, invalid);
-        report.invalid += invalid;
       }
-      written += r->size;
+      written += static_cast<std::uint64_t>(r->size - skip);
       if (std::chrono::duration<double>(Clock::now() - last_report).count() >= 10) {
         last_report = Clock::now();
         const double s = std::chrono::duration<double>(Clock::now() - run_start).count();
@@ -350,7 +461,7 @@ ExtractReport extract_features(const ExtractJob& job) {
   }
   if (written != total) throw ResourceError("extraction stopped after " + std::to_string(written) + " of " + std::to_string(total) + " tiles");
 
-  writer.finish(job.dtype, report.model, source);
+  report.invalid = writer.finish(job.dtype, report.model, source);
   report.rows = keys.size();
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const double run_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();

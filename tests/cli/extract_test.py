@@ -24,8 +24,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from PIL import Image
 
-from cli_common import (Failure, expect, run, run_checks, run_json, second_writer_refused,
-                        tmp)
+from cli_common import (Failure, expect, rename_shim, run, run_checks, run_json,
+                        second_writer_refused, tmp)
 from torch_models import Small
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -466,58 +466,59 @@ def check_color_texture():
     expect(X[:, 6:54].std() > 0 and X[:, 0:3].std() > 0, "features vary across tiles")
 
 
-def kill_mid_run(store, out, args, min_chunks=2):
-    """Starts extract, SIGKILLs it once min_chunks chunks are committed. Returns the number
-    of committed chunks, or None when the run ended before it could be killed."""
-    partial = os.path.join(out, ".extract-partial")
-    p = subprocess.Popen([mltool, "extract", store, "-o", out, "--threads", "2", *args],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 120
-    try:
-        while p.poll() is None and time.time() < deadline:
-            if len(glob.glob(os.path.join(partial, "chunk-*.json"))) >= min_chunks:
-                os.kill(p.pid, signal.SIGKILL)
-                break
-            time.sleep(0.002)
-    finally:
-        if p.poll() is None and time.time() >= deadline:
-            p.kill()
-        _, err = p.communicate()
-    if p.returncode != -signal.SIGKILL:
-        expect(p.returncode == 0, f"the run to be killed failed ({p.returncode}): {err[-1000:]}")
-        return None
+def kill_at_chunk(store, out, args, chunks, env=None):
+    """Runs extract with the rename shim (scripts/reliability/kill_at_rename.c) so that it is
+    SIGKILLed just before it commits chunk number `chunks`: exactly `chunks` chunks (of
+    --chunk-rows rows) are committed, wherever the batches end. Renames counted: config.json,
+    then each chunk's manifest."""
+    e = dict(os.environ, **(env or {}), LD_PRELOAD=rename_shim(), KILL_RENAME_MATCH=".json",
+             KILL_AT_RENAME=str(chunks + 2))
+    p = subprocess.run([mltool, "extract", store, "-o", out, "--threads", "2", *args],
+                       env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    expect(p.returncode == -signal.SIGKILL,
+           f"the run to be killed before chunk {chunks} exits by SIGKILL ({p.returncode}): "
+           f"{p.stderr[-1000:]}")
     expect(not os.path.exists(os.path.join(out, "features.json")),
            "a killed run left features.json")
-    return len(glob.glob(os.path.join(partial, "chunk-*.json")))
+    got = len(glob.glob(os.path.join(out, ".extract-partial", "chunk-*.json")))
+    expect(got == chunks, f"killed with {got} committed chunks, not {chunks}")
+    return got
+
+
+def differing_rows(out, ref_out):
+    """None if the two stores' files are identical, else what differs."""
+    got, want = files_of(out), files_of(ref_out)
+    for n in ("features.npy", "keys.txt"):
+        if got[n] != want[n]:
+            detail = ""
+            if n == "features.npy":
+                a, b = np.load(os.path.join(out, n)), np.load(os.path.join(ref_out, n))
+                rows = np.where((a != b).any(1))[0] if a.shape == b.shape else []
+                detail = f" (rows differing: {list(rows)[:10]}, max {max_diff(a, b):.3g})" \
+                    if a.shape == b.shape else f" (shapes {a.shape} {b.shape})"
+            return f"{n} differs{detail}"
+    if json.loads(got["features.json"]) != json.loads(want["features.json"]):
+        return "features.json differs"
+    return None
 
 
 def check_resume():
     """d. SIGKILL after some chunks, re-run: resumes (resumed_from > 0) and the store equals
     an uninterrupted run's byte for byte; complete → skipped; other settings → exit 1."""
     layers = 4
-    for attempt in range(3):
-        model = tmp(f"slow{layers}.pt")
-        torch.jit.script(seeded(Slow, layers)).save(model)
-        args = ["--model", model, "--input-size", str(TS), "--device", "cpu", "--batch", "7",
-                "--chunk-rows", "8"]
-        out = tmp(f"f_resume{layers}")
-        t0 = time.time()
-        chunks = kill_mid_run(STORE, out, args)
-        if chunks is not None:
-            break
-        print(f"  {layers} layers: the run ended ({time.time() - t0:.1f} s) before 2 chunks "
-              f"were seen; heavier model")
-        layers *= 3
-    expect(chunks is not None, "could not kill a run in the middle (every run ended first)")
+    model = tmp(f"slow{layers}.pt")
+    torch.jit.script(seeded(Slow, layers)).save(model)
+    args = ["--model", model, "--input-size", str(TS), "--device", "cpu", "--batch", "7",
+            "--chunk-rows", "8"]
+    out = tmp(f"f_resume{layers}")
+    chunks = kill_at_chunk(STORE, out, args, 3)
     partial = os.path.join(out, ".extract-partial")
-    expect(chunks < len(KEYS) // 8, f"killed after {chunks} chunks of {len(KEYS) // 8 + 1}: "
-                                    f"not mid-run")
-    print(f"  killed after {chunks} committed chunks ({chunks * 8} of {len(KEYS)} rows, "
-          f"{time.time() - t0:.1f} s)")
 
     # Other settings while the partial run exists: refused, naming the directory, untouched.
     before = sorted(os.listdir(partial))
-    for other in (["--input-size", "96"], ["--dtype", "f16"]):
+    threads = json.load(open(os.path.join(partial, "config.json")))["run"]["math_threads"]
+    for other in (["--input-size", "96"], ["--dtype", "f16"], ["--batch", "8"],
+                  ["--math-threads", str(threads + 1)], ["--amp", "bf16"]):
         changed = list(args)
         if other[0] in changed:
             changed[changed.index(other[0]) + 1] = other[1]
@@ -525,7 +526,7 @@ def check_resume():
             changed += other
         code, s, err = extract(STORE, out, *changed)
         expect(code == 1, f"{' '.join(other)} over a partial run exits 1 (got {code}): {err}")
-        expect(out in err, f"the error names {out}: {err}")
+        expect(out in err and other[0] in err, f"the error names {out} and {other[0]}: {err}")
         expect(sorted(os.listdir(partial)) == before,
                f"a refused run changed {partial}: {before} -> {sorted(os.listdir(partial))}")
 
@@ -536,18 +537,10 @@ def check_resume():
     expect(not os.path.exists(partial), ".extract-partial is removed")
     ref_out = tmp(f"f_resume{layers}_ref")
     extract_ok(STORE, ref_out, *args)
-    got, want = files_of(out), files_of(ref_out)
-    for n in ("features.npy", "keys.txt"):
-        if got[n] != want[n]:
-            detail = ""
-            if n == "features.npy":
-                a, b = np.load(os.path.join(out, n)), np.load(os.path.join(ref_out, n))
-                rows = np.where((a != b).any(1))[0] if a.shape == b.shape else []
-                detail = f" (rows differing: {list(rows)[:10]}, max {max_diff(a, b):.3g})" \
-                    if a.shape == b.shape else f" (shapes {a.shape} {b.shape})"
-            raise Failure(f"resumed {n} differs from an uninterrupted run's{detail}")
-    expect(json.loads(got["features.json"]) == json.loads(want["features.json"]),
-           "resumed features.json = uninterrupted")
+    diff = differing_rows(out, ref_out)
+    if diff:
+        raise Failure(f"resumed store vs an uninterrupted run's: {diff}")
+    got = files_of(out)
     X, keys, _ = load_features(out)
     d = max_diff(X, reference(seeded(Slow, layers), TS))
     expect(keys == KEYS and d <= 1e-4, f"resumed features vs torch: max |diff| {d:.3g}")
@@ -562,11 +555,107 @@ def check_resume():
     expect(not os.path.exists(partial), "a skipped run leaves no .extract-partial")
 
 
+class Linear1(nn.Module):
+    """A convolution, then a Linear layer: MKL's sgemm, whose bits for a row can depend on
+    the batch it is in, the row's place in it and the threads."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Conv2d(3, 24, 3, padding=1)
+        self.fc = nn.Linear(24, 40)
+
+    def forward(self, x):
+        return self.fc(F.relu(self.inp(x)).mean((2, 3)))
+
+
+# The math library's other code paths, forced the way a different machine would choose them.
+MATH_PATHS = [("default", {}), ("MKL_CBWR=COMPATIBLE", {"MKL_CBWR": "COMPATIBLE"}),
+              ("ONEDNN_MAX_CPU_ISA=SSE41", {"ONEDNN_MAX_CPU_ISA": "SSE41"}),
+              ("OMP_NUM_THREADS=1", {"OMP_NUM_THREADS": "1"})]
+
+
+def check_resume_anywhere():
+    """A kill at any row count, resumed, gives the uninterrupted run's bytes on every math code
+    path: batches start at multiples of --batch (7, not dividing --chunk-rows), so a resume
+    re-forms the same batches, including kills that would leave a 1-row batch if batches
+    started at the resume point. The math threads are the partial run's unless given. Same
+    for --keep-going and the built-in extractor."""
+    model = tmp("linear1.pt")
+    torch.jit.script(seeded(Linear1)).save(model)
+    n, batch = len(KEYS), 7
+    base = ["--model", model, "--input-size", "64", "--device", "cpu", "--batch", str(batch)]
+    # (chunk rows, chunks committed at the kill): mid-batch resume points, one leaving a
+    # single row after it (N - 1), one whose rest would start with a 1-row batch.
+    one_left = next(k for k in range(1, n // 12) if (n - 12 * k) % batch == 1) \
+        if any((n - 12 * k) % batch == 1 for k in range(1, n // 12)) else 2
+    kills = [(12, 1), (12, one_left), (n - 1, 1), (5, 3)]
+    problems = []
+    for name, env in MATH_PATHS:
+        ref = tmp(f"f_any_ref_{len(problems)}_{name}")
+        code, _, err = run_env([mltool, "extract", STORE, "-o", ref, "--threads", "2", *base,
+                                "--chunk-rows", "12"], env)
+        expect(code == 0, f"{name}: the uninterrupted run exits 0 ({code}): {err}")
+        for chunk_rows, k in kills:
+            out = tmp(f"f_any_{name}_{chunk_rows}_{k}")
+            args = base + ["--chunk-rows", str(chunk_rows)]
+            kill_at_chunk(STORE, out, args, k, env)
+            code, _, err = run_env([mltool, "extract", STORE, "-o", out, "--threads", "2", *args],
+                                   env)
+            expect(code == 0, f"{name}: the resumed run exits 0 ({code}): {err}")
+            diff = differing_rows(out, ref)
+            if diff:
+                problems.append(f"{name}, killed after {k * chunk_rows} of {n} rows: {diff}")
+        shutil.rmtree(ref)
+    # Killed with one math-thread count, resumed where OMP_NUM_THREADS says another: the
+    # partial run's count is used, and the result is the first count's uninterrupted one.
+    args = base + ["--chunk-rows", "12"]
+    for first, second in (("1", "2"), ("2", "1")):
+        ref, out = tmp(f"f_thr_ref{first}"), tmp(f"f_thr{first}")
+        code, _, err = run_env([mltool, "extract", STORE, "-o", ref, "--threads", "2", *args],
+                               {"OMP_NUM_THREADS": first})
+        expect(code == 0, f"OMP_NUM_THREADS={first}: exits 0 ({code}): {err}")
+        kill_at_chunk(STORE, out, args, 2, {"OMP_NUM_THREADS": first})
+        code, _, err = run_env([mltool, "extract", STORE, "-o", out, "--threads", "2", *args],
+                               {"OMP_NUM_THREADS": second})
+        expect(code == 0 and f"--math-threads {first}" in err,
+               f"resumed under OMP_NUM_THREADS={second}: exits 0 and says it uses the partial "
+               f"run's --math-threads {first} ({code}): {err}")
+        diff = differing_rows(out, ref)
+        if diff:
+            problems.append(f"killed with {first} math threads, resumed under "
+                            f"OMP_NUM_THREADS={second}: {diff}")
+    # --keep-going over an undecodable tile, and the built-in extractor.
+    store = corrupt_store("bad_any.lmdb", {KEYS[9]: b"not an image"})
+    for label, st, extra, wanted in (("--keep-going", store, ["--keep-going"], 4),
+                                     ("builtin:color-texture", STORE,
+                                      ["--model", "builtin:color-texture"], 0)):
+        args = (base if extra[0] != "--model" else base[2:]) + ["--chunk-rows", "12"] + extra
+        ref, out = tmp(f"f_kg_ref{wanted}"), tmp(f"f_kg{wanted}")
+        code, _, err = run_env([mltool, "extract", st, "-o", ref, "--threads", "2", *args], {})
+        expect(code == wanted, f"{label}: exits {wanted} ({code}): {err}")
+        kill_at_chunk(st, out, args, one_left)
+        code, _, err = run_env([mltool, "extract", st, "-o", out, "--threads", "2", *args], {})
+        expect(code == wanted, f"{label}, resumed: exits {wanted} ({code}): {err}")
+        diff = differing_rows(out, ref)
+        if diff:
+            problems.append(f"{label}, killed after {one_left * 12} rows: {diff}")
+    # How much batching matters on this machine (information: the test above must pass either way).
+    outs = []
+    for b in ("1", "7"):
+        outs.append(tmp(f"f_batch{b}"))
+        run_env([mltool, "extract", STORE, "-o", outs[-1], "--threads", "2", "--model", model,
+                 "--input-size", "64", "--device", "cpu", "--batch", b], {})
+    a, b = np.load(os.path.join(outs[0], "features.npy")), np.load(os.path.join(outs[1], "features.npy"))
+    print(f"  here, --batch 1 and --batch 7 differ in {int((a != b).any(1).sum())} of {n} rows")
+    expect(not problems, "; ".join(problems))
+
+
 def check_one_writer():
     """Two extracts into one output (a re-queued job): the second exits 3 at once naming the
     output and the first's pid and host, and the first finishes with a single run's store."""
-    model = tmp("m_script.pt")
-    args = ["--model", model, "--input-size", "96", "--device", "cpu", "--batch", "7",
+    model = tmp("linear1_w.pt")
+    torch.jit.script(seeded(Linear1)).save(model)
+    args = ["--model", model, "--input-size", "64", "--device", "cpu", "--batch", "7",
             "--chunk-rows", "12", "--threads", "2"]
     out, ref = tmp("f_writers"), tmp("f_writers_ref")
     code, _, err = run([mltool, "extract", STORE, "-o", ref, *args])
@@ -574,7 +663,14 @@ def check_one_writer():
     code, err = second_writer_refused([mltool, "extract", STORE, "-o", out, *args],
                                       [mltool, "extract", STORE, "-o", out, *args], out)
     expect(code == 0, f"the first run exits 0 ({code}): {err}")
-    expect(files_of(out) == files_of(ref), "the first run's store differs from a single run's")
+    diff = differing_rows(out, ref)
+    expect(diff is None, f"the first run's store vs a single run's: {diff}")
+
+
+def run_env(cmd, env):
+    """run() with `env` added to the environment."""
+    p = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
 
 
 def check_changed_inputs():
@@ -813,8 +909,8 @@ def check_bad_options():
     expect(not problems, "; ".join(problems))
 
 
-CHECKS = [check_torchscript, check_f16, check_color_texture, check_resume, check_one_writer,
-          check_changed_inputs,
+CHECKS = [check_torchscript, check_f16, check_color_texture, check_resume, check_resume_anywhere,
+          check_one_writer, check_changed_inputs,
           check_corrupt_tile,
           check_bad_model, check_bad_options, check_not_a_store]
 

@@ -21,8 +21,13 @@ class ChunkedFeatureWriter {
   /// source, the model, preprocessing, dtype). A partial run with the same fingerprint is
   /// resumed; one with another fingerprint is a UsageError naming the directory (the user
   /// either repeats the settings or removes DIR/.extract-partial). `chunk_rows` >= 1.
+  /// `note` is recorded beside the fingerprint but not compared (e.g. the machine).
   ChunkedFeatureWriter(std::string dir, std::uint64_t dims, nlohmann::json fingerprint,
-                       std::uint64_t chunk_rows = 8192);
+                       std::uint64_t chunk_rows = 8192, nlohmann::json note = nullptr);
+
+  /// The configuration a partial run in DIR was started with ({"dims", "run": fingerprint,
+  /// "note"}), or null when DIR holds no partial run.
+  static nlohmann::json partial_config(const std::string& dir);
 
   /// Rows already committed by earlier runs (and by this one): where to resume.
   std::uint64_t committed_rows() const { return committed_; }
@@ -36,7 +41,8 @@ class ChunkedFeatureWriter {
 
   /// Commits what is pending and publishes the feature store in `dtype` (float32 or
   /// float16), `model` and `source` as in io::FeatureStoreWriter; then removes the chunks.
-  void finish(io::DType dtype, const nlohmann::json& model, const nlohmann::json& source);
+  /// Returns the number of invalid rows in the store (this run's and earlier runs').
+  std::uint64_t finish(io::DType dtype, const nlohmann::json& model, const nlohmann::json& source);
 
   /// DIR/.extract-partial
   const std::string& partial_dir() const { return partial_; }

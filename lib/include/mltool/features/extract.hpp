@@ -32,6 +32,9 @@ struct ExtractJob {
   std::string amp = "none";     ///< none, f16, bf16
   io::DType dtype = io::DType::float32;
   int threads = 0;              ///< decode threads; 0 = one per core
+  /// LibTorch's intra-op (math) threads on the CPU; 0 = a partial run's when resuming, else
+  /// LibTorch's default (OMP_NUM_THREADS, or the cores). Part of the resume fingerprint.
+  int math_threads = 0;
   bool keep_going = false;      ///< undecodable tiles become invalid (NaN) rows
   std::uint64_t chunk_rows = 8192;  ///< rows per committed chunk (the resume granularity)
 };
@@ -41,11 +44,12 @@ struct ExtractReport {
   std::uint64_t rows = 0;
   std::int64_t dims = 0;
   std::uint64_t resumed_from = 0;  ///< rows found committed by an earlier run
-  std::uint64_t invalid = 0;       ///< rows whose tile failed to decode (--keep-going)
+  std::uint64_t invalid = 0;       ///< rows of the store whose tile failed to decode (--keep-going)
   bool skipped = false;            ///< the store was complete already, with these settings
   double seconds = 0;
   double tiles_per_second = 0;     ///< tiles extracted by this run / seconds
   std::vector<std::string> devices;
+  int math_threads = 0;            ///< LibTorch's math threads (CPU extraction), else 0
   nlohmann::json model;
 };
 

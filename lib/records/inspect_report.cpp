@@ -208,6 +208,7 @@ json to_json(const InspectReport& report, const Thresholds* limits,
           g.oversampled_shard < 0 ? json(nullptr) : json(g.shards[g.oversampled_shard].file)},
          {"decile_drift", number(g.decile_drift)},
          {"worst_decile", g.worst_decile < 0 ? json(nullptr) : json(g.worst_decile)},
+         {"decile_p", number(g.decile_p)},
          {"deciles", deciles},
          {"shards", shards}});
   }
@@ -302,7 +303,8 @@ std::string format_text(const InspectReport& report) {
     }
     if (g.worst_decile >= 0) {
       out += "; label shares drift up to " + fixed(g.decile_drift, 3) + " (decile " +
-             std::to_string(g.worst_decile) + ")";
+             std::to_string(g.worst_decile) + ", p " + general(g.decile_p) +
+             " under a random record order)";
     }
     out += "\n";
     if (labels == 0 || g.worst_decile < 0) continue;

@@ -50,6 +50,24 @@ double max_min_ratio(const std::vector<std::uint64_t>& counts);
 /// Population standard deviation over mean of `counts`; NaN if their sum is 0.
 double coefficient_of_variation(const std::vector<std::uint64_t>& counts);
 
+/// Two-sided p-value of `x` successes in `draws` draws without replacement from a population
+/// of `population` holding `successes`: min(1, 2 min(P(X <= x), P(X >= x))), X hypergeometric.
+/// Exact: the tail away from the mode is summed term by term (each from the previous by the
+/// pmf ratio) until the terms no longer change the sum, so it costs a few standard deviations
+/// of terms at most, whatever the population. Requires successes, draws <= population and x
+/// in the support.
+double hypergeometric_p(std::uint64_t population, std::uint64_t successes, std::uint64_t draws,
+                        std::uint64_t x);
+
+/// How likely label shares as far from the group's as those of `decile_labels` ([decile][label])
+/// are when the group's labeled records are read in a uniformly random order: for each cell
+/// (decile d with records, label l with records), the hypergeometric_p of its count (population:
+/// the labeled records, successes: label l's, draws: decile d's); the smallest, times the
+/// number of cells (Bonferroni: valid however the cells depend on each other), at most 1.
+/// NaN when there is no such cell.
+double decile_drift_p(const std::vector<std::uint64_t>& label_histogram,
+                      const std::array<std::vector<std::uint64_t>, kDeciles>& decile_labels);
+
 // ---------------------------------------------------------------- interleave
 
 /// The order in which a uniform interleave reads shards: every shard open at once, one record
@@ -148,6 +166,9 @@ struct GroupReport {
   std::array<double, kDeciles> decile_deviation{};
   double decile_drift = std::numeric_limits<double>::quiet_NaN();  ///< max of the above
   int worst_decile = -1;
+  /// decile_drift_p of the decile label counts: the chance of a drift as unlikely as this one
+  /// under a random record order (sampling noise alone). NaN without labels.
+  double decile_p = std::numeric_limits<double>::quiet_NaN();
   /// The largest shard `oversample`, and its shard (-1: none).
   double max_oversample = std::numeric_limits<double>::quiet_NaN();
   int oversampled_shard = -1;

@@ -351,6 +351,23 @@ TEST_F(InspectFiles, BadInputs) {
   EXPECT_THROW(inspect(o), UsageError);
 }
 
+TEST_F(InspectFiles, SizeChecksPassShardsWithinOneRecordOfEachOther) {
+  // 3 records in 4 shards: 1, 1, 1, 0 is the best any writer can do; max/min is infinite
+  write_shard(files[0], {0});
+  write_shard(files[1], {1});
+  write_shard(files[2], {0});
+  files.push_back(tmp / "d.tfrecord");
+  write_shard(files[3], {});
+  InspectReport r = run();
+  EXPECT_TRUE(std::isinf(r.groups[0].max_min_ratio));
+  EXPECT_TRUE(check_thresholds(r, parse_thresholds("")).empty());
+  write_shard(files[0], {0, 1});  // 2, 1, 1, 0: a writer could have done better
+  r = run();
+  std::set<std::string> names;
+  for (const auto& v : check_thresholds(r, parse_thresholds(""))) names.insert(v.check);
+  EXPECT_EQ(names, (std::set<std::string>{"max-ratio", "cv", "oversample"}));
+}
+
 // ---------------------------------------------------------------- thresholds and outputs
 
 TEST(InspectThresholds, ParseDefaultsOverridesAndOff) {
@@ -366,15 +383,29 @@ TEST(InspectThresholds, ParseDefaultsOverridesAndOff) {
                        "unknown threshold 'ratio'"));
   EXPECT_THROW(parse_thresholds("cv=x"), UsageError);
   EXPECT_THROW(parse_thresholds("chi2-p=2"), UsageError);
+  EXPECT_THROW(parse_thresholds("decile-p=1.5"), UsageError);
+  EXPECT_EQ(d.decile_p, 1e-4);
+  EXPECT_FALSE(parse_thresholds("decile-p=off").decile_p);
+  EXPECT_EQ(format_thresholds(d),
+            "max-ratio=1.1,cv=0.05,oversample=1.1,decile-drift=0.05,decile-p=0.0001,chi2-p=0.01");
+  EXPECT_EQ(format_thresholds(parse_thresholds("cv=off,decile-p=1e-6")),
+            "max-ratio=1.1,cv=off,oversample=1.1,decile-drift=0.05,decile-p=1e-06,chi2-p=0.01");
   EXPECT_THROW(parse_thresholds("dataset/"), UsageError);
 }
 
 TEST_F(InspectFiles, ChecksJsonTextAndPlot) {
   const InspectReport r = run();
+  const auto names_of = [](const std::vector<Violation>& violations) {
+    std::set<std::string> names;
+    for (const auto& v : violations) names.insert(v.check);
+    return names;
+  };
+  // The drift of 0.41 is large, but 22 records drift as far by chance (decile_p 1): it fails
+  // only as a bare effect size, with decile-p off.
   const auto violations = check_thresholds(r, parse_thresholds(""));
-  std::set<std::string> names;
-  for (const auto& v : violations) names.insert(v.check);
-  EXPECT_EQ(names,
+  EXPECT_EQ(names_of(violations),
+            (std::set<std::string>{"max-ratio", "cv", "oversample", "chi2-p"}));
+  EXPECT_EQ(names_of(check_thresholds(r, parse_thresholds("decile-p=off"))),
             (std::set<std::string>{"max-ratio", "cv", "oversample", "decile-drift", "chi2-p"}));
   EXPECT_TRUE(
       check_thresholds(
@@ -384,6 +415,8 @@ TEST_F(InspectFiles, ChecksJsonTextAndPlot) {
   const auto doc = to_json(r, &limits, &violations);
   EXPECT_EQ(doc["groups"][0]["shards"][2]["decile_factors"][0], 0.0);
   EXPECT_EQ(doc["groups"][0]["worst_decile"], 1);
+  EXPECT_EQ(doc["groups"][0]["decile_p"], 1.0);
+  EXPECT_EQ(doc["checks"]["thresholds"]["decile-p"], 1e-4);
   EXPECT_EQ(doc["checks"]["violations"].size(), violations.size());
   EXPECT_TRUE(to_json(run()).dump().find("NaN") == std::string::npos);
   EXPECT_TRUE(contains(format_text(r), "c.tfrecord"));

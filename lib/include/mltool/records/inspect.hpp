@@ -194,18 +194,27 @@ InspectReport inspect(const InspectOptions& options);
 
 // ---------------------------------------------------------------- thresholds
 
-/// Limits for `--check`; an empty optional is a check not made.
+/// Limits for `--check`; an empty optional is a check not made. The size checks (max-ratio,
+/// cv, oversample) pass a group whose shard sizes differ by at most one record: no writer can
+/// do better. A decile drift fails only when it is both large (decile_drift above
+/// `decile_drift`) and not sampling noise (decile_p below `decile_p`; `decile_p` off: large
+/// is enough).
 struct Thresholds {
   std::optional<double> max_ratio = 1.1;      ///< "max-ratio": max_min_ratio <= this
   std::optional<double> cv = 0.05;            ///< "cv": cv <= this
   std::optional<double> oversample = 1.1;     ///< "oversample": max_oversample <= this
-  std::optional<double> decile_drift = 0.05;  ///< "decile-drift": decile_drift <= this
+  std::optional<double> decile_drift = 0.05;  ///< "decile-drift": decile_drift <= this, or ...
+  std::optional<double> decile_p = 1e-4;      ///< "decile-p": ... decile_p >= this
   std::optional<double> chi2_p = 0.01;        ///< "chi2-p": chi-square p-value >= this
 };
 
 /// Parses "NAME=VALUE,..." over the defaults; VALUE "off" drops a check; "" keeps the
 /// defaults. UsageError naming the item for unknown names or bad values.
 Thresholds parse_thresholds(std::string_view text);
+
+/// "NAME=VALUE,..." of every threshold ("off" for a check not made), in parse_thresholds'
+/// syntax: format_thresholds(Thresholds{}) is the defaults, as --help shows them.
+std::string format_thresholds(const Thresholds& limits);
 
 struct Violation {
   std::string check;  ///< e.g. "max-ratio"

@@ -76,9 +76,9 @@ Command inspect_command() {
                      "dataset.json figure");
         o->check_option =
             app.add_option("--check", o->check,
-                           "Exit 4 if a threshold is exceeded: NAME=VALUE,... over the defaults "
-                           "max-ratio=1.1,cv=0.05,oversample=1.1,decile-drift=0.05,chi2-p=0.01 "
-                           "(VALUE 'off' drops one; no value: the defaults)")
+                           "Exit 4 if a threshold is exceeded: NAME=VALUE,... over the defaults " +
+                               records::format_thresholds(records::Thresholds{}) +
+                               " (VALUE 'off' drops one; no value: the defaults)")
                 ->expected(0, 1);
         app.add_option("--plot", o->plot,
                        "Write a PNG chart of shard sizes and label mix by decile");

@@ -150,6 +150,7 @@ void summarize(GroupReport& g, const RoundRobin& schedule, std::size_t labels) {
       g.worst_decile = d;
     }
   }
+  if (labels > 0 && labeled > 0) g.decile_p = decile_drift_p(g.label_histogram, g.decile_labels);
 }
 
 InspectReport finish(const detail::ScanSpec& spec, detail::ScanResult&& scan,

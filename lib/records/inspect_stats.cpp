@@ -110,6 +110,78 @@ double coefficient_of_variation(const std::vector<std::uint64_t>& counts) {
   return std::sqrt(squares / static_cast<double>(counts.size())) / mean;
 }
 
+// ---------------------------------------------------------------- hypergeometric
+
+namespace {
+
+double log_choose(double n, double k) {
+  return std::lgamma(n + 1) - std::lgamma(k + 1) - std::lgamma(n - k + 1);
+}
+
+// P(X >= x) (up) or P(X <= x) (down) over P(X = x), for X hypergeometric(population,
+// successes, draws), where the terms shrink away from x (x at or past the mode on that side).
+// Each term comes from the previous by the pmf ratio; the sum stops once a term no longer
+// changes it (log-concavity bounds what is left by term * ratio / (1 - ratio)).
+double tail_over_pmf(double population, double successes, double draws, double x, bool up,
+                     double first, double last) {
+  const double failures = population - successes;
+  double term = 1, sum = 1;
+  for (double k = x; up ? k < last : k > first; k += up ? 1 : -1) {
+    term *= up ? (successes - k) * (draws - k) / ((k + 1) * (failures - draws + k + 1))
+               : k * (failures - draws + k) / ((successes - k + 1) * (draws - k + 1));
+    sum += term;
+    if (term < sum * 1e-17) break;
+  }
+  return sum;
+}
+
+}  // namespace
+
+double hypergeometric_p(std::uint64_t population, std::uint64_t successes, std::uint64_t draws,
+                        std::uint64_t x) {
+  if (successes > population || draws > population)
+    throw UsageError("hypergeometric_p: needs successes and draws <= population");
+  const std::uint64_t first = draws > population - successes ? draws - (population - successes) : 0;
+  const std::uint64_t last = std::min(draws, successes);
+  if (x < first || x > last) throw UsageError("hypergeometric_p: x outside the support");
+  if (first == last) return 1;
+  // The pmf rises up to the mode and falls after it (it is log-concave): sum the tail that
+  // falls from x, and take the other from it and the pmf at x.
+  const auto mode = static_cast<std::uint64_t>(
+      std::floor(static_cast<long double>(draws + 1) * static_cast<long double>(successes + 1) /
+                 static_cast<long double>(population + 2)));
+  const auto n = static_cast<double>(population), k = static_cast<double>(successes),
+             m = static_cast<double>(draws), at = static_cast<double>(x);
+  const double lo = static_cast<double>(first), hi = static_cast<double>(last);
+  const double log_pmf = log_choose(k, at) + log_choose(n - k, m - at) - log_choose(n, m);
+  const double pmf = std::exp(log_pmf);
+  const double tail =
+      std::min(1.0, std::exp(log_pmf + std::log(tail_over_pmf(n, k, m, at, x >= mode, lo, hi))));
+  const double other = std::clamp(1 - tail + pmf, 0.0, 1.0);
+  return std::min(1.0, 2 * std::min(tail, other));
+}
+
+double decile_drift_p(const std::vector<std::uint64_t>& label_histogram,
+                      const std::array<std::vector<std::uint64_t>, kDeciles>& decile_labels) {
+  std::uint64_t labeled = 0;
+  for (auto c : label_histogram) labeled += c;
+  double smallest = 1;
+  std::uint64_t cells = 0;
+  for (const auto& in_decile : decile_labels) {
+    std::uint64_t draws = 0;
+    for (auto c : in_decile) draws += c;
+    if (draws == 0) continue;
+    for (std::size_t l = 0; l < label_histogram.size(); ++l) {
+      if (label_histogram[l] == 0) continue;
+      smallest = std::min(smallest, hypergeometric_p(labeled, label_histogram[l], draws,
+                                                     l < in_decile.size() ? in_decile[l] : 0));
+      ++cells;
+    }
+  }
+  if (cells == 0) return kNaN;
+  return std::min(1.0, smallest * static_cast<double>(cells));
+}
+
 // ---------------------------------------------------------------- RoundRobin
 
 RoundRobin::RoundRobin(std::vector<std::uint64_t> counts) : counts_(std::move(counts)) {

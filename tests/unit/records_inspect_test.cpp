@@ -89,6 +89,71 @@ TEST(InspectStats, ChiSquareIndependence) {
   EXPECT_EQ(chi_square_independence({{4, 5}}).dof, 0u);  // one shard: nothing to test
 }
 
+// Binomial coefficients up to 60, exact in long double (C(60, 30) < 2^64).
+long double choose(int n, int k) {
+  static const auto table = [] {
+    std::vector<std::vector<long double>> t(61, std::vector<long double>(61, 0));
+    for (int i = 0; i <= 60; ++i) {
+      t[i][0] = 1;
+      for (int j = 1; j <= i; ++j) t[i][j] = t[i - 1][j - 1] + t[i - 1][j];
+    }
+    return t;
+  }();
+  return k < 0 || k > n ? 0 : table[n][k];
+}
+
+TEST(InspectStats, HypergeometricPMatchesExactSums) {
+  for (int n = 1; n <= 40; n += 3) {
+    for (int k = 0; k <= n; ++k) {
+      for (int m = 0; m <= n; m += 2) {
+        const int lo = std::max(0, m - (n - k)), hi = std::min(m, k);
+        for (int x = lo; x <= hi; ++x) {
+          long double lower = 0, upper = 0;
+          for (int j = lo; j <= hi; ++j) {
+            const long double t = choose(k, j) * choose(n - k, m - j);
+            if (j <= x) lower += t;
+            if (j >= x) upper += t;
+          }
+          const double want = lo == hi ? 1.0
+                                       : static_cast<double>(std::min<long double>(
+                                             1, 2 * std::min(lower, upper) / choose(n, m)));
+          ASSERT_NEAR(hypergeometric_p(n, k, m, x), want, 1e-12 + 1e-9 * want)
+              << "N " << n << " K " << k << " m " << m << " x " << x;
+        }
+      }
+    }
+  }
+  EXPECT_NEAR(hypergeometric_p(3, 1, 1, 1), 2.0 / 3, 1e-15);
+  // all 100 draws from the 100 successes of 200: 2 / C(200, 100), relative precision kept
+  EXPECT_NEAR(hypergeometric_p(200, 100, 100, 100) * 9.054851465610328e58 / 2, 1.0, 1e-9);
+  EXPECT_THROW(hypergeometric_p(10, 3, 5, 4), UsageError);
+}
+
+TEST(InspectStats, HypergeometricPIsCheapForHugePopulations) {
+  // 10^9 records, a decile of 10^8: the standard deviation is 4,743 records; the sums stop
+  // after some tens of them.
+  const std::uint64_t n = 1000000000, k = n / 2, m = n / 10;
+  EXPECT_NEAR(hypergeometric_p(n, k, m, m / 2), 1.0, 1e-9);
+  const double far = hypergeometric_p(n, k, m, m / 2 + 10 * 4743);  // 10 sd: about 1.5e-23
+  EXPECT_GT(far, 1e-24);
+  EXPECT_LT(far, 1e-22);
+  EXPECT_NEAR(hypergeometric_p(n, n - k, m, m / 2 - 10 * 4743) / far, 1.0, 1e-9);  // symmetry
+}
+
+TEST(InspectStats, DecileDriftPIsBonferroniOverCells) {
+  // 10 records of each label, all of label 0 in decile 0 and of label 1 in decile 1: each of
+  // the 4 cells (2 deciles with records x 2 labels with records) has p = 2 / C(20, 10).
+  std::array<std::vector<std::uint64_t>, kDeciles> deciles;
+  for (auto& d : deciles) d = {0, 0, 0};
+  deciles[0] = {10, 0, 0};
+  deciles[1] = {0, 10, 0};
+  EXPECT_NEAR(decile_drift_p({10, 10, 0}, deciles), 4 * 2 / 184756.0, 1e-18);
+  deciles[1] = {0, 0, 0};  // decile 1 without records is no cell: 2 cells left
+  EXPECT_NEAR(decile_drift_p({10, 10, 0}, deciles), 2 * 2 / 184756.0, 1e-18);
+  for (auto& d : deciles) d = {0, 0, 0};
+  EXPECT_TRUE(std::isnan(decile_drift_p({10, 10, 0}, deciles)));  // no decile with records
+}
+
 // ---------------------------------------------------------------- round robin
 
 TEST(RoundRobin, HandWorkedTenTenTwo) {
@@ -207,6 +272,9 @@ TEST_F(InspectFiles, CountsLabelsAndTheLabelMixOfEachDecile) {
   EXPECT_NEAR(g.decile_deviation[0], 2.0 / 22, 1e-12);
   EXPECT_NEAR(g.decile_drift, 0.5 - 2.0 / 22, 1e-12);
   EXPECT_EQ(g.worst_decile, 1);
+  // but 1 of 2 records of label 1 (2 of 22) is p 2 (1 - C(20, 2) / C(22, 2)) = 0.355 for a
+  // random order, times 20 cells: sampling noise explains it
+  EXPECT_EQ(g.decile_p, 1.0);
   EXPECT_NEAR(g.shards[2].exhausted_at, 6.0 / 22, 1e-12);
 }
 
@@ -283,6 +351,23 @@ TEST_F(InspectFiles, BadInputs) {
   EXPECT_THROW(inspect(o), UsageError);
 }
 
+TEST_F(InspectFiles, SizeChecksPassShardsWithinOneRecordOfEachOther) {
+  // 3 records in 4 shards: 1, 1, 1, 0 is the best any writer can do; max/min is infinite
+  write_shard(files[0], {0});
+  write_shard(files[1], {1});
+  write_shard(files[2], {0});
+  files.push_back(tmp / "d.tfrecord");
+  write_shard(files[3], {});
+  InspectReport r = run();
+  EXPECT_TRUE(std::isinf(r.groups[0].max_min_ratio));
+  EXPECT_TRUE(check_thresholds(r, parse_thresholds("")).empty());
+  write_shard(files[0], {0, 1});  // 2, 1, 1, 0: a writer could have done better
+  r = run();
+  std::set<std::string> names;
+  for (const auto& v : check_thresholds(r, parse_thresholds(""))) names.insert(v.check);
+  EXPECT_EQ(names, (std::set<std::string>{"max-ratio", "cv", "oversample"}));
+}
+
 // ---------------------------------------------------------------- thresholds and outputs
 
 TEST(InspectThresholds, ParseDefaultsOverridesAndOff) {
@@ -298,15 +383,29 @@ TEST(InspectThresholds, ParseDefaultsOverridesAndOff) {
                        "unknown threshold 'ratio'"));
   EXPECT_THROW(parse_thresholds("cv=x"), UsageError);
   EXPECT_THROW(parse_thresholds("chi2-p=2"), UsageError);
+  EXPECT_THROW(parse_thresholds("decile-p=1.5"), UsageError);
+  EXPECT_EQ(d.decile_p, 1e-4);
+  EXPECT_FALSE(parse_thresholds("decile-p=off").decile_p);
+  EXPECT_EQ(format_thresholds(d),
+            "max-ratio=1.1,cv=0.05,oversample=1.1,decile-drift=0.05,decile-p=0.0001,chi2-p=0.01");
+  EXPECT_EQ(format_thresholds(parse_thresholds("cv=off,decile-p=1e-6")),
+            "max-ratio=1.1,cv=off,oversample=1.1,decile-drift=0.05,decile-p=1e-06,chi2-p=0.01");
   EXPECT_THROW(parse_thresholds("dataset/"), UsageError);
 }
 
 TEST_F(InspectFiles, ChecksJsonTextAndPlot) {
   const InspectReport r = run();
+  const auto names_of = [](const std::vector<Violation>& violations) {
+    std::set<std::string> names;
+    for (const auto& v : violations) names.insert(v.check);
+    return names;
+  };
+  // The drift of 0.41 is large, but 22 records drift as far by chance (decile_p 1): it fails
+  // only as a bare effect size, with decile-p off.
   const auto violations = check_thresholds(r, parse_thresholds(""));
-  std::set<std::string> names;
-  for (const auto& v : violations) names.insert(v.check);
-  EXPECT_EQ(names,
+  EXPECT_EQ(names_of(violations),
+            (std::set<std::string>{"max-ratio", "cv", "oversample", "chi2-p"}));
+  EXPECT_EQ(names_of(check_thresholds(r, parse_thresholds("decile-p=off"))),
             (std::set<std::string>{"max-ratio", "cv", "oversample", "decile-drift", "chi2-p"}));
   EXPECT_TRUE(
       check_thresholds(
@@ -316,6 +415,8 @@ TEST_F(InspectFiles, ChecksJsonTextAndPlot) {
   const auto doc = to_json(r, &limits, &violations);
   EXPECT_EQ(doc["groups"][0]["shards"][2]["decile_factors"][0], 0.0);
   EXPECT_EQ(doc["groups"][0]["worst_decile"], 1);
+  EXPECT_EQ(doc["groups"][0]["decile_p"], 1.0);
+  EXPECT_EQ(doc["checks"]["thresholds"]["decile-p"], 1e-4);
   EXPECT_EQ(doc["checks"]["violations"].size(), violations.size());
   EXPECT_TRUE(to_json(run()).dump().find("NaN") == std::string::npos);
   EXPECT_TRUE(contains(format_text(r), "c.tfrecord"));

@@ -50,6 +50,24 @@ double max_min_ratio(const std::vector<std::uint64_t>& counts);
 /// Population standard deviation over mean of `counts`; NaN if their sum is 0.
 double coefficient_of_variation(const std::vector<std::uint64_t>& counts);
 
+/// Two-sided p-value of `x` successes in `draws` draws without replacement from a population
+/// of `population` holding `successes`: min(1, 2 min(P(X <= x), P(X >= x))), X hypergeometric.
+/// Exact: the tail away from the mode is summed term by term (each from the previous by the
+/// pmf ratio) until the terms no longer change the sum, so it costs a few standard deviations
+/// of terms at most, whatever the population. Requires successes, draws <= population and x
+/// in the support.
+double hypergeometric_p(std::uint64_t population, std::uint64_t successes, std::uint64_t draws,
+                        std::uint64_t x);
+
+/// How likely label shares as far from the group's as those of `decile_labels` ([decile][label])
+/// are when the group's labeled records are read in a uniformly random order: for each cell
+/// (decile d with records, label l with records), the hypergeometric_p of its count (population:
+/// the labeled records, successes: label l's, draws: decile d's); the smallest, times the
+/// number of cells (Bonferroni: valid however the cells depend on each other), at most 1.
+/// NaN when there is no such cell.
+double decile_drift_p(const std::vector<std::uint64_t>& label_histogram,
+                      const std::array<std::vector<std::uint64_t>, kDeciles>& decile_labels);
+
 // ---------------------------------------------------------------- interleave
 
 /// The order in which a uniform interleave reads shards: every shard open at once, one record
@@ -148,6 +166,9 @@ struct GroupReport {
   std::array<double, kDeciles> decile_deviation{};
   double decile_drift = std::numeric_limits<double>::quiet_NaN();  ///< max of the above
   int worst_decile = -1;
+  /// decile_drift_p of the decile label counts: the chance of a drift as unlikely as this one
+  /// under a random record order (sampling noise alone). NaN without labels.
+  double decile_p = std::numeric_limits<double>::quiet_NaN();
   /// The largest shard `oversample`, and its shard (-1: none).
   double max_oversample = std::numeric_limits<double>::quiet_NaN();
   int oversampled_shard = -1;
@@ -173,18 +194,27 @@ InspectReport inspect(const InspectOptions& options);
 
 // ---------------------------------------------------------------- thresholds
 
-/// Limits for `--check`; an empty optional is a check not made.
+/// Limits for `--check`; an empty optional is a check not made. The size checks (max-ratio,
+/// cv, oversample) pass a group whose shard sizes differ by at most one record: no writer can
+/// do better. A decile drift fails only when it is both large (decile_drift above
+/// `decile_drift`) and not sampling noise (decile_p below `decile_p`; `decile_p` off: large
+/// is enough).
 struct Thresholds {
   std::optional<double> max_ratio = 1.1;      ///< "max-ratio": max_min_ratio <= this
   std::optional<double> cv = 0.05;            ///< "cv": cv <= this
   std::optional<double> oversample = 1.1;     ///< "oversample": max_oversample <= this
-  std::optional<double> decile_drift = 0.05;  ///< "decile-drift": decile_drift <= this
+  std::optional<double> decile_drift = 0.05;  ///< "decile-drift": decile_drift <= this, or ...
+  std::optional<double> decile_p = 1e-4;      ///< "decile-p": ... decile_p >= this
   std::optional<double> chi2_p = 0.01;        ///< "chi2-p": chi-square p-value >= this
 };
 
 /// Parses "NAME=VALUE,..." over the defaults; VALUE "off" drops a check; "" keeps the
 /// defaults. UsageError naming the item for unknown names or bad values.
 Thresholds parse_thresholds(std::string_view text);
+
+/// "NAME=VALUE,..." of every threshold ("off" for a check not made), in parse_thresholds'
+/// syntax: format_thresholds(Thresholds{}) is the defaults, as --help shows them.
+std::string format_thresholds(const Thresholds& limits);
 
 struct Violation {
   std::string check;  ///< e.g. "max-ratio"

@@ -243,7 +243,7 @@ stage_done pack "$("$python" -c 'import json,sys; print(json.load(open(sys.argv[
 
 echo "== mltool inspect --deep --check (shard balance; exit 4 would mean a threshold is exceeded)"
 set +e
-"$mltool" inspect "$work/dataset" --deep --check max-ratio=1.1,oversample=1.25,decile-drift=off,chi2-p=off --plot "$work/balance.png"
+"$mltool" inspect "$work/dataset" --deep --check --plot "$work/balance.png"
 inspect_code=$?
 set -e
 (( inspect_code == 0 || inspect_code == 4 )) || exit "$inspect_code"

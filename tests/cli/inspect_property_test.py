@@ -30,7 +30,7 @@ only = set(rest)
 
 COHORTS = int(os.environ.get("COHORTS", "150"))
 SEED = int(os.environ.get("SEED", "14"))
-DEFAULT_DECILE_P = 1e-4  # docs/inspect.md#--check
+DEFAULT_DECILE_P = 1e-6  # docs/inspect.md#--check
 
 
 # ---------------------------------------------------------------- the reference
@@ -260,7 +260,7 @@ def check_biased_sets_fail():
     found = {v["check"] for v in doc["checks"]["violations"]}
     expect(found == {"decile-drift"}, f"sorted shards: violations {found}")
     msg = doc["checks"]["violations"][0]["message"]
-    expect("decile-p" in msg and "is below 0.0001" in msg, f"message: {msg}")
+    expect("decile-p" in msg and "is below 1e-06" in msg, f"message: {msg}")
 
 
 def check_decile_p_against_the_reference():

@@ -384,12 +384,12 @@ TEST(InspectThresholds, ParseDefaultsOverridesAndOff) {
   EXPECT_THROW(parse_thresholds("cv=x"), UsageError);
   EXPECT_THROW(parse_thresholds("chi2-p=2"), UsageError);
   EXPECT_THROW(parse_thresholds("decile-p=1.5"), UsageError);
-  EXPECT_EQ(d.decile_p, 1e-4);
+  EXPECT_EQ(d.decile_p, 1e-6);
   EXPECT_FALSE(parse_thresholds("decile-p=off").decile_p);
   EXPECT_EQ(format_thresholds(d),
-            "max-ratio=1.1,cv=0.05,oversample=1.1,decile-drift=0.05,decile-p=0.0001,chi2-p=0.01");
-  EXPECT_EQ(format_thresholds(parse_thresholds("cv=off,decile-p=1e-6")),
-            "max-ratio=1.1,cv=off,oversample=1.1,decile-drift=0.05,decile-p=1e-06,chi2-p=0.01");
+            "max-ratio=1.1,cv=0.05,oversample=1.1,decile-drift=0.05,decile-p=1e-06,chi2-p=0.01");
+  EXPECT_EQ(format_thresholds(parse_thresholds("cv=off,decile-p=1e-4")),
+            "max-ratio=1.1,cv=off,oversample=1.1,decile-drift=0.05,decile-p=0.0001,chi2-p=0.01");
   EXPECT_THROW(parse_thresholds("dataset/"), UsageError);
 }
 
@@ -416,7 +416,7 @@ TEST_F(InspectFiles, ChecksJsonTextAndPlot) {
   EXPECT_EQ(doc["groups"][0]["shards"][2]["decile_factors"][0], 0.0);
   EXPECT_EQ(doc["groups"][0]["worst_decile"], 1);
   EXPECT_EQ(doc["groups"][0]["decile_p"], 1.0);
-  EXPECT_EQ(doc["checks"]["thresholds"]["decile-p"], 1e-4);
+  EXPECT_EQ(doc["checks"]["thresholds"]["decile-p"], 1e-6);
   EXPECT_EQ(doc["checks"]["violations"].size(), violations.size());
   EXPECT_TRUE(to_json(run()).dump().find("NaN") == std::string::npos);
   EXPECT_TRUE(contains(format_text(r), "c.tfrecord"));

@@ -204,7 +204,7 @@ struct Thresholds {
   std::optional<double> cv = 0.05;            ///< "cv": cv <= this
   std::optional<double> oversample = 1.1;     ///< "oversample": max_oversample <= this
   std::optional<double> decile_drift = 0.05;  ///< "decile-drift": decile_drift <= this, or ...
-  std::optional<double> decile_p = 1e-4;      ///< "decile-p": ... decile_p >= this
+  std::optional<double> decile_p = 1e-6;      ///< "decile-p": ... decile_p >= this
   std::optional<double> chi2_p = 0.01;        ///< "chi2-p": chi-square p-value >= this
 };
 

@@ -155,3 +155,28 @@ def second_writer_refused(first, second, output, timeout=120):
     expect(output.rstrip("/") in err and f"pid {p.pid}" in err and socket.gethostname() in err,
            f"the refusal names {output}, pid {p.pid} and this host: {err[-1000:]}")
     return p.returncode, first_err
+
+
+def write_feature_store(d, matrix, keys, dtype="float32", invalid=None, source=None):
+    """A feature store exactly as docs/formats.md#feature-store describes it, written with
+    numpy (npy 1.0, little-endian, C order): `matrix` rows × dims as `dtype` (float32 or
+    float16), `keys` one per row, `invalid` row numbers, `source` the features.json field."""
+    import numpy as np
+    os.makedirs(d, exist_ok=True)
+    matrix = np.ascontiguousarray(matrix, dtype="<f4" if dtype == "float32" else "<f2")
+    np.save(os.path.join(d, "features.npy"), matrix)
+    with open(os.path.join(d, "keys.txt"), "w", newline="\n") as f:
+        f.writelines(k + "\n" for k in keys)
+    meta = {"created_by": os.path.basename(sys.argv[0]), "dims": int(matrix.shape[1]),
+            "dtype": dtype, "files": {"keys": "keys.txt", "matrix": "features.npy"},
+            "format": "mltool.features", "format_version": 1,
+            "model": {"name": "synthetic"}, "rows": int(matrix.shape[0])}
+    if invalid:
+        meta["invalid_rows"] = sorted(invalid)
+    if source:
+        meta["source"] = source
+    schema = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                         "schemas", "features.schema.json")))
+    expect(all(k in meta for k in schema["required"]), "store manifest misses a field")
+    with open(os.path.join(d, "features.json"), "w") as f:
+        json.dump(meta, f, indent=2, sort_keys=True)

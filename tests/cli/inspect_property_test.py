@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from cli_common import expect, run, run_checks, run_json, tmp
+from cli_common import expect, run, run_checks, run_json, tmp, write_feature_store
 from tfrecord_codec import decode_example, example, frames, write_tfrecord
 
 mltool = os.path.abspath(sys.argv[1])
@@ -98,18 +98,6 @@ def inspect(*args):
 
 # ---------------------------------------------------------------- cohorts
 
-def write_store(d, keys, rng):
-    os.makedirs(d)
-    np.save(os.path.join(d, "features.npy"),
-            rng.standard_normal((len(keys), 2)).astype("<f4"))
-    with open(os.path.join(d, "keys.txt"), "w", newline="\n") as f:
-        f.writelines(k + "\n" for k in keys)
-    with open(os.path.join(d, "features.json"), "w") as f:
-        json.dump({"created_by": "inspect_property_test.py", "dims": 2, "dtype": "float32",
-                   "files": {"keys": "keys.txt", "matrix": "features.npy"},
-                   "format": "mltool.features", "format_version": 1,
-                   "model": {"name": "numpy-random"}, "rows": len(keys)}, f)
-
 
 def make_cohort(name, rng, patients, slides, tiles, labels, weights, level):
     """A feature store and a labels table: `patients` patients of 1..`slides` slides of
@@ -131,7 +119,7 @@ def make_cohort(name, rng, patients, slides, tiles, labels, weights, level):
             if level != "tile":
                 rows.append((slide, f"L{slide_label}", f"P{p}"))
     store = tmp(name + "-features")
-    write_store(store, keys, nprng)
+    write_feature_store(store, nprng.standard_normal((len(keys), 2)), keys)
     table = tmp(name + "-labels.csv")
     with open(table, "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
@@ -185,7 +173,7 @@ def check_fresh_packs_pass():
     store, table = make_cohort("bags3", random.Random(3), 3, 1, 5, 2, [1, 1], "slide")
     fresh_pack_passes("bags3", store, table, ["--unit", "bag", "--shards", "4", "--split", "train=1"])
     store, table = make_cohort("five", random.Random(5), 12, 1, 5, 2, [1, 1], "slide")
-    doc = fresh_pack_passes("five", store, table, ["--shards", "4"])
+    fresh_pack_passes("five", store, table, ["--shards", "4"])
     packs = 3
     for c in range(COHORTS):
         labels = rng.randint(2, 5)

@@ -17,7 +17,7 @@ import zlib
 
 import numpy as np
 
-from cli_common import expect, run, run_checks, run_json, tmp
+from cli_common import expect, run, run_checks, run_json, tmp, write_feature_store
 from tfrecord_codec import example, frame, frames, read_varint, write_tfrecord
 
 mltool = os.path.abspath(sys.argv[1])
@@ -115,17 +115,10 @@ NAMES = ["normal", "stroma", "tumor"]
 
 def fixtures():
     store = tmp("feat")
-    os.makedirs(store)
     rng = np.random.default_rng(3)
-    np.save(os.path.join(store, "features.npy"), rng.standard_normal((ROWS, 4)).astype("<f4"))
+    matrix = rng.standard_normal((ROWS, 4))
     keys = [f"S{i % 40}/{i // 100:06d}_{i % 100:06d}" for i in range(ROWS)]
-    with open(os.path.join(store, "keys.txt"), "w") as f:
-        f.writelines(k + "\n" for k in keys)
-    with open(os.path.join(store, "features.json"), "w") as f:
-        json.dump({"created_by": "inspect_test.py", "dims": 4, "dtype": "float32",
-                   "files": {"keys": "keys.txt", "matrix": "features.npy"},
-                   "format": "mltool.features", "format_version": 1,
-                   "model": {"name": "numpy-random"}, "rows": ROWS}, f)
+    write_feature_store(store, matrix, keys)
     labels = rng.integers(0, 3, ROWS)
     with open(tmp("labels.csv"), "w") as f:
         f.write("key,label\n" + "".join(f"{k},{NAMES[l]}\n" for k, l in zip(keys, labels)))

@@ -20,7 +20,8 @@ import sys
 
 import numpy as np
 
-from cli_common import expect, run_checks, run_json, second_writer_refused, tmp
+from cli_common import (expect, run_checks, run_json, second_writer_refused, tmp,
+                        write_feature_store)
 from tfrecord_codec import decode_example, frames
 
 mltool = os.path.abspath(sys.argv[1])
@@ -96,27 +97,6 @@ def read_dataset(d):
 
 # ---------------------------------------------------------------- fixtures
 
-def write_store(d, matrix, keys, invalid=None):
-    """A feature store exactly as docs/formats.md#feature-store describes it."""
-    os.makedirs(d, exist_ok=True)
-    matrix = np.ascontiguousarray(matrix, dtype="<f4")
-    np.save(os.path.join(d, "features.npy"), matrix)  # npy 1.0, '<f4', C order
-    with open(os.path.join(d, "keys.txt"), "w", newline="\n") as f:
-        f.writelines(k + "\n" for k in keys)
-    meta = {"created_by": "pack_test.py", "dims": int(matrix.shape[1]), "dtype": "float32",
-            "files": {"keys": "keys.txt", "matrix": "features.npy"},
-            "format": "mltool.features", "format_version": 1,
-            "model": {"name": "numpy-random"}, "rows": int(matrix.shape[0])}
-    if invalid:
-        meta["invalid_rows"] = sorted(invalid)
-    # the schema's required fields (schemas/features.schema.json)
-    schema = json.load(open(os.path.join(os.path.dirname(__file__), "..", "..", "schemas",
-                                         "features.schema.json")))
-    expect(all(k in meta for k in schema["required"]), "store manifest misses a field")
-    with open(os.path.join(d, "features.json"), "w") as f:
-        json.dump(meta, f, indent=2, sort_keys=True)
-
-
 def write_csv(path, header, rows):
     with open(path, "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
@@ -135,7 +115,7 @@ def fixtures():
             keys.append(f"S{i}/{t // 5:06d}_{t % 5:06d}")
     rng.shuffle(keys)  # rows of one slide are not contiguous: indices must be looked up
     mat = np.random.default_rng(1).standard_normal((len(keys), DIMS)).astype(np.float32)
-    write_store(tmp("feat"), mat, keys)
+    write_feature_store(tmp("feat"), mat, keys)
     row_of = {k: i for i, k in enumerate(keys)}
     slide_rows = collections.defaultdict(list)
     for k, i in row_of.items():
@@ -159,7 +139,7 @@ def fixtures():
     dmat = mat.copy()
     dmat[7] = dmat[3]
     dmat[11] = dmat[3]
-    write_store(tmp("dfeat"), dmat, keys)
+    write_feature_store(tmp("dfeat"), dmat, keys)
     write_csv(tmp("dlabels.csv"), ["key", "label"], [(k, "a") for k in keys])
     STORE.update(keys=keys, row_of=row_of, slide_rows=slide_rows, rows=rows, slides=slides)
     return f"{len(keys)} rows, {len(rows)} tile labels, {SLIDES} slides"
@@ -355,7 +335,7 @@ def check_invalid_rows_and_gather():
     keys, s0 = STORE["keys"], sorted(STORE["slide_rows"]["S0"])
     s1 = sorted(STORE["slide_rows"]["S1"])
     mat = np.load(tmp("feat", "features.npy"))
-    write_store(tmp("ifeat"), mat, keys, invalid=s0)  # every row of S0 invalid
+    write_feature_store(tmp("ifeat"), mat, keys, invalid=s0)  # every row of S0 invalid
     write_csv(tmp("il.csv"), ["key", "label"], [("S0", "a"), ("S1", "b"), (keys[s0[0]], "c")])
     s = pack_ok(tmp("ifeat"), "--labels", tmp("il.csv"), "-o", tmp("ds_ib"), "--unit", "bag",
                 "--split", "all=1")

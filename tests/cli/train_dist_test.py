@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from cli_common import Failure, expect, run, run_checks, tmp
+from cli_common import Failure, expect, run, run_checks, tmp, write_feature_store
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -41,15 +41,7 @@ def fixtures():
             rows.append(centers[c] + rng.standard_normal(16))
             labels.append((keys[-1], ["normal", "tumor"][c]))
     d = tmp("feat")
-    os.makedirs(d)
-    np.save(os.path.join(d, "features.npy"), np.array(rows, dtype="<f4"))
-    with open(os.path.join(d, "keys.txt"), "w", newline="\n") as f:
-        f.writelines(k + "\n" for k in keys)
-    with open(os.path.join(d, "features.json"), "w") as f:
-        json.dump({"created_by": "train_dist_test.py", "dims": 16, "dtype": "float32",
-                   "files": {"keys": "keys.txt", "matrix": "features.npy"},
-                   "format": "mltool.features", "format_version": 1,
-                   "model": {"name": "synthetic"}, "rows": len(rows)}, f)
+    write_feature_store(d, np.array(rows), keys)
     with open(tmp("labels.csv"), "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(["key", "label"])

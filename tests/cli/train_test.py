@@ -21,7 +21,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from cli_common import expect, run, run_checks, run_json, second_writer_refused, tmp
+from cli_common import (expect, run, run_checks, run_json, second_writer_refused, tmp,
+                        write_feature_store)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
@@ -33,21 +34,6 @@ TIMING = {"seconds", "samples_per_second"}  # the only fields that may differ be
 
 
 # ---------------------------------------------------------------- fixtures
-
-def write_store(d, matrix, keys, dtype="float32", source=None):
-    """A feature store as docs/formats.md#feature-store describes it."""
-    os.makedirs(d, exist_ok=True)
-    np.save(os.path.join(d, "features.npy"), np.ascontiguousarray(matrix, dtype="<f4" if dtype == "float32" else "<f2"))
-    with open(os.path.join(d, "keys.txt"), "w", newline="\n") as f:
-        f.writelines(k + "\n" for k in keys)
-    meta = {"created_by": "train_test.py", "dims": int(matrix.shape[1]), "dtype": dtype,
-            "files": {"keys": "keys.txt", "matrix": "features.npy"}, "format": "mltool.features",
-            "format_version": 1, "model": {"name": "synthetic"}, "rows": int(matrix.shape[0])}
-    if source:
-        meta["source"] = source
-    with open(os.path.join(d, "features.json"), "w") as f:
-        json.dump(meta, f, indent=2, sort_keys=True)
-
 
 def write_labels(path, rows):
     with open(path, "w", newline="") as f:
@@ -78,7 +64,7 @@ def fixtures():
             keys.append(f"S{s:02d}/{t:06d}_000000")
             rows.append(centers[c] + rng.standard_normal(32))
             labels.append((keys[-1], ["normal", "stroma", "tumor"][c]))
-    write_store(tmp("feat"), np.array(rows), keys, "float16")
+    write_feature_store(tmp("feat"), np.array(rows), keys, "float16")
     write_labels(tmp("tiles.csv"), labels)
     pack(tmp("feat"), tmp("tiles.csv"), tmp("ds"), "--split", "train=0.7,val=0.3")
     write_json(tmp("mlp.json"), {"family": "mlp", "hidden": [32], "batch_norm": True, "dropout": 0.1})
@@ -97,7 +83,7 @@ def fixtures():
         keys += [f"B{s:02d}/{t:06d}_000000" for t in range(n)]
         rows += list(x)
         slides.append((f"B{s:02d}", "pos" if positive else "neg"))
-    write_store(tmp("bagfeat"), np.array(rows), keys)
+    write_feature_store(tmp("bagfeat"), np.array(rows), keys)
     write_labels(tmp("bags.csv"), slides)
     pack(tmp("bagfeat"), tmp("bags.csv"), tmp("bagds"), "--unit", "bag", "--split", "train=0.6,val=0.4")
     write_json(tmp("abmil.json"), {"family": "abmil", "hidden": [16], "attention": 8})
@@ -317,7 +303,7 @@ def check_image():
     tile_store.tile_pixels = pixels
     slides = [{"id": f"T{i:02d}", "rows": 3, "cols": 4} for i in range(12)]
     keys = tile_store.write_store(tmp("tiles.lmdb"), slides, 16, encoding="png")
-    write_store(tmp("imgfeat"), np.zeros((len(keys), 2)), keys, source={"tile_store": tmp("tiles.lmdb")})
+    write_feature_store(tmp("imgfeat"), np.zeros((len(keys), 2)), keys, source={"tile_store": tmp("tiles.lmdb")})
     write_labels(tmp("imgs.csv"), [(f"T{i:02d}", "red" if i % 2 == 0 else "blue") for i in range(12)])
     pack(tmp("imgfeat"), tmp("imgs.csv"), tmp("imgds"), "--unit", "image", "--split", "train=0.5,val=0.5")
     write_json(tmp("cnn.json"), {"family": "rescnn", "channels": [8, 16]})
@@ -355,7 +341,7 @@ def check_bad_input():
     expect(not os.path.exists(tmp("run_bad")), "a run directory was created for bad input")
     # An empty split: three slides cannot fill three splits of these fractions.
     keys = [f"E{s}/{t:06d}_000000" for s in range(3) for t in range(4)]
-    write_store(tmp("efeat"), np.random.default_rng(0).standard_normal((12, 32)), keys)
+    write_feature_store(tmp("efeat"), np.random.default_rng(0).standard_normal((12, 32)), keys)
     write_labels(tmp("e.csv"), [(k, "ab"[i % 2]) for i, k in enumerate(keys)])
     pack(tmp("efeat"), tmp("e.csv"), tmp("eds"), "--split", "train=0.9,val=0.05,test=0.05")
     empty = [n for n, s in json.load(open(tmp("eds", "dataset.json")))["splits"].items() if s["records"] == 0]
@@ -373,7 +359,7 @@ def check_bad_input():
     # A feature store changed after packing.
     shutil.copytree(tmp("ds"), tmp("ds_moved"))
     shutil.copytree(tmp("feat"), tmp("feat_changed"))
-    write_store(tmp("feat_changed"), np.zeros((299, 32)), [f"k{i}" for i in range(299)], "float16")
+    write_feature_store(tmp("feat_changed"), np.zeros((299, 32)), [f"k{i}" for i in range(299)], "float16")
     m = json.load(open(tmp("ds_moved", "dataset.json")))
     m["features"]["path"] = tmp("feat_changed")
     write_json(tmp("ds_moved", "dataset.json"), m)
@@ -410,7 +396,7 @@ def check_nan_loss():
     X = np.load(tmp("feat", "features.npy")).astype(np.float32)
     X[:, 0] = np.inf
     keys = open(tmp("feat", "keys.txt")).read().split()
-    write_store(tmp("inffeat"), X, keys)
+    write_feature_store(tmp("inffeat"), X, keys)
     pack(tmp("inffeat"), tmp("tiles.csv"), tmp("infds"), "--split", "train=0.7,val=0.3")
     expect_error([tmp("infds"), "--model", tmp("mlp.json"), "-o", tmp("run_inf")], 3,
                  "step 1: the loss is NaN", "inf/NaN features", "no checkpoint was written")

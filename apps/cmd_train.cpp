@@ -165,6 +165,7 @@ Command train_command() {
             ->capture_default_str();
         app.add_option("--device", j.device, "auto (the first GPU, else CPU), cpu, cuda or cuda:N")
             ->capture_default_str();
+        add_math_threads_option(app, j.math_threads);
         app.add_option("--epochs", j.epochs, "Passes over the training split")
             ->capture_default_str();
         app.add_option("--batch", j.batch, "Samples (tiles, bags, images) per step")

@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstdlib>
 
+#include "mltool/util/math_env.hpp"
 #include "torch_module.hpp"
 
 namespace mltool::cli {
@@ -34,6 +35,7 @@ const TorchModule* load_torch_module(std::string& why) {
       failure = "this build has no LibTorch (configured with MLTOOL_WITH_TORCH=OFF)";
       return nullptr;
     }
+    util::set_reproducible_math_env();  // read by MKL when it starts, so before LibTorch loads
     // RTLD_LOCAL: LibTorch's symbols (it exports its own std::filesystem) stay out of the
     // program's global scope.
     void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);

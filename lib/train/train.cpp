@@ -29,6 +29,24 @@
 namespace mltool::train {
 namespace {
 
+// The math threads of a CPU run, whose bits depend on them (the math library splits each
+// product over them): asked for, else a resumed run's, else LibTorch's default
+// (OMP_NUM_THREADS, or the cores). Set for this process; 0 on a GPU.
+int cpu_math_threads(int asked, const std::optional<nlohmann::json>& resumed) {
+  const int before = resumed ? resumed->at("runtime").value("math_threads", 0) : 0;
+  int threads = asked;
+  if (threads == 0 && before > 0) {
+    threads = before;
+    log::info("resuming with --math-threads " + std::to_string(threads) + ", the run's");
+  } else if (threads > 0 && before > 0 && threads != before) {
+    log::warn("--math-threads is now " + std::to_string(threads) + " (the run had " +
+              std::to_string(before) + "): the result will differ from an uninterrupted run");
+  }
+  if (threads == 0) threads = at::get_num_threads();
+  at::set_num_threads(threads);
+  return threads;
+}
+
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
@@ -293,6 +311,10 @@ TrainReport train_model(const TrainJob& job,
   dp ? dp->on_rank0(prepare) : prepare();
   if (dp) resumable = dp->broadcast_value(resumable ? 1 : 0, device) != 0;
   RunDir run(job.output, !dp || dp->rank() == 0);
+  const int math_threads =
+      device.is_cpu()
+          ? cpu_math_threads(job.math_threads, resumable ? run.read_manifest() : std::nullopt)
+          : 0;
 
   // The feed: pinned if asked for, or (auto) if the matrix fits where it has to be copied to.
   std::string feed = job.feed;
@@ -416,6 +438,7 @@ TrainReport train_model(const TrainJob& job,
                     {{"device", device.str()},
                      {"feed", feed},
                      {"threads", threads},
+                     {"math_threads", math_threads},
                      {"log_every", job.log_every},
                      {"checkpoint_every", job.checkpoint_every},
                      {"max_steps", job.max_steps},

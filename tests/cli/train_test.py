@@ -486,6 +486,66 @@ def check_sections():
     expect(not os.path.exists(tmp("run_bad_sec")), "a run directory was created for bad sections")
 
 
+# The math library's other code paths, forced the way a different machine would choose them.
+MATH_PATHS = [("default", {}), ("MKL_CBWR=COMPATIBLE", {"MKL_CBWR": "COMPATIBLE"}),
+              ("ONEDNN_MAX_CPU_ISA=SSE41", {"ONEDNN_MAX_CPU_ISA": "SSE41"}),
+              ("OMP_NUM_THREADS=1", {"OMP_NUM_THREADS": "1"})]
+
+
+def train_env(env, *args):
+    """mltool train ARGS --json -q with `env` added; (code, summary or None, stderr)."""
+    p = subprocess.run([mltool, "train", *args, "--json", "-q"], env=dict(os.environ, **env),
+                       capture_output=True, text=True, timeout=300)
+    return p.returncode, (json.loads(p.stdout) if p.stdout.strip() else None), p.stderr
+
+
+def check_reproducible():
+    """The same command gives the same bits run to run on every math code path, a run stopped
+    and resumed included; the math threads are recorded, and a resume where OMP_NUM_THREADS
+    says another count uses the run's."""
+    args = [tmp("ds"), "--model", tmp("mlp.json"), "--epochs", "3", "--batch", "16",
+            "--seed", "9"]
+    weights = lambda d: open(os.path.join(d, "model.safetensors"), "rb").read()
+    problems = []
+    for name, env in MATH_PATHS:
+        runs = []
+        for i in range(2):
+            out = tmp(f"run_rep_{name}_{i}")
+            code, s, err = train_env(env, *args, "-o", out)
+            expect(code == 0, f"{name}: exit {code}: {err.strip()}")
+            runs.append(out)
+        code, s, err = train_env(env, *args, "-o", tmp(f"run_rep_{name}_part"), "--max-steps", "11")
+        expect(code == 0 and s["status"] == "stopped", f"{name}, stopped run: exit {code}: {err.strip()}")
+        code, s, err = train_env(env, *args, "-o", tmp(f"run_rep_{name}_part"), "--resume")
+        expect(code == 0 and s["resumed_from"] == 11, f"{name}, resumed run: exit {code}: {err.strip()}")
+        runs.append(tmp(f"run_rep_{name}_part"))
+        if len({weights(d) for d in runs}) != 1 or any(metrics(d) != metrics(runs[0]) for d in runs):
+            problems.append(f"{name}: two runs and a resumed one do not give the same weights and "
+                            f"metrics")
+    # MKL runs in its reproducible mode (AUTO, branch 2) unless the environment says otherwise.
+    probe = tmp("mkl_cbwr_probe.so")
+    code, _, err = run(["cc", "-shared", "-fPIC", "-o", probe, os.path.join(HERE, "mkl_cbwr_probe.c"), "-ldl"])
+    expect(code == 0, f"building the MKL probe: {err}")
+    for env, want in (({}, "2"), ({"MKL_CBWR": "COMPATIBLE"}, "3")):
+        code, _, err = train_env({**env, "LD_PRELOAD": probe}, tmp("ds"), "--model", tmp("mlp.json"),
+                                 "--epochs", "1", "-o", tmp("run_rep_probe"), "--overwrite")
+        expect(code == 0 and f"cbwr branch {want}" in err,
+               f"train with {env or 'the default environment'}: MKL's CNR branch is {want} ({code}): "
+               f"{err.strip()[-500:]}")
+    threads = json.load(open(os.path.join(tmp("run_rep_default_0"), "run.json")))["runtime"]
+    expect(threads.get("math_threads", 0) >= 1, f"run.json records the math threads: {threads}")
+    for first, second in (("1", "2"), ("2", "1")):
+        ref, part = tmp(f"run_thr_ref{first}"), tmp(f"run_thr{first}")
+        train_env({"OMP_NUM_THREADS": first}, *args, "-o", ref)
+        train_env({"OMP_NUM_THREADS": first}, *args, "-o", part, "--max-steps", "11")
+        code, s, err = train_env({"OMP_NUM_THREADS": second}, *args, "-o", part, "--resume")
+        expect(code == 0, f"resume under OMP_NUM_THREADS={second}: exit {code}: {err.strip()}")
+        if weights(part) != weights(ref):
+            problems.append(f"run with {first} math threads, resumed where OMP_NUM_THREADS={second}: "
+                            f"weights differ from the uninterrupted run's")
+    expect(not problems, "; ".join(problems))
+
+
 def check_one_writer():
     """Two trains into one run directory: the second exits 3 at once naming it and the first's
     pid and host, and leaves the first's run to finish with a single run's weights."""
@@ -504,5 +564,6 @@ def check_one_writer():
 if __name__ == "__main__":
     run_checks("train", [check_mlp_learns, check_feeds_agree, check_resume, check_kill_and_resume,
                          check_pytorch_loads, check_abmil_learns, check_image, check_bad_input,
-                         check_nan_loss, check_micro_batches, check_sections, check_one_writer],
+                         check_nan_loss, check_micro_batches, check_sections, check_reproducible,
+                         check_one_writer],
               only, fixtures)

@@ -57,6 +57,9 @@ struct TrainJob {
   std::int64_t max_steps = 0;  ///< stop after this many steps in all (resumable); 0 = no limit
   std::string tiles;           ///< image unit: the tile store; empty = the dataset's
   int threads = 0;             ///< host feed and tile decoding threads; 0 = one per core
+  /// LibTorch's intra-op (math) threads on the CPU; 0 = a resumed run's, else LibTorch's
+  /// default (OMP_NUM_THREADS, or the cores). The bits of a CPU run depend on it.
+  int math_threads = 0;
   bool resume = false;         ///< continue the run in `output` from checkpoints/last.pt
   bool overwrite = false;      ///< replace an existing run directory
   // Data parallel (docs/train.md#data-parallel): world_size > 1 joins a c10d group at

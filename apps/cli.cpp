@@ -20,7 +20,8 @@ constexpr const char* kDescription =
 std::string version_text(const TorchModule* module, const std::string& why) {
   auto versions = component_versions();
   auto torch = module ? module->versions()
-                      : std::vector<std::pair<std::string, std::string>>{{"LibTorch", "unavailable (" + why + ")"}};
+                      : std::vector<std::pair<std::string, std::string>>{
+                            {"LibTorch", "unavailable (" + why + ")"}};
   versions.insert(versions.begin() + 1, torch.begin(), torch.end());
   std::string out;
   for (const auto& [name, value] : versions) out += name + " " + value + "\n";
@@ -42,8 +43,10 @@ std::string command_help(const CLI::App& sub) { return sub.help("mltool"); }
 
 void apply_logging(const std::string& name, const CommonOptions& common) {
   log::set_prefix("mltool " + name);
-  if (common.quiet) log::set_level(log::Level::error);
-  else if (common.verbose > 0) log::set_level(log::Level::debug);
+  if (common.quiet)
+    log::set_level(log::Level::error);
+  else if (common.verbose > 0)
+    log::set_level(log::Level::debug);
 }
 
 }  // namespace
@@ -55,7 +58,8 @@ int run(int argc, char** argv) {
   app.add_flag("--version", show_version, "Print the versions of mltool and its components");
 
   std::string module_failure;
-  const TorchModule* module = names_builtin_command(argc, argv) ? nullptr : load_torch_module(module_failure);
+  const TorchModule* module =
+      names_builtin_command(argc, argv) ? nullptr : load_torch_module(module_failure);
   auto common = std::make_shared<CommonOptions>();
   std::vector<std::pair<CLI::App*, Action>> actions;
   for (const auto& command : all_commands(module ? module->commands : std::vector<Command>{})) {
@@ -94,7 +98,8 @@ int run(int argc, char** argv) {
     return exit_code::ok;
   } catch (const CLI::ParseError& e) {
     std::string hint = " (see mltool --help)";
-    if (!module && !module_failure.empty()) hint += "; the LibTorch commands are unavailable: " + module_failure;
+    if (!module && !module_failure.empty())
+      hint += "; the LibTorch commands are unavailable: " + module_failure;
     throw UsageError(e.what() + hint);
   }
 

@@ -7,7 +7,8 @@
 namespace mltool::cli {
 
 void add_common_options(CLI::App& app, CommonOptions& o) {
-  app.add_option("--threads", o.threads, "Worker threads (0 = one per core)")->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", o.threads, "Worker threads (0 = one per core)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--json", o.json, "Print one machine-readable JSON summary on stdout");
   app.add_flag("-v,--verbose", o.verbose, "More logging on stderr");
   app.add_flag("-q,--quiet", o.quiet, "Only errors on stderr");

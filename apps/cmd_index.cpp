@@ -52,7 +52,8 @@ int run_index(const IndexOptions& o, const CommonOptions& common) {
   if (shards.empty()) throw UsageError("no TFRecord files given");
   // Files are independent; results keep the input order.
   std::vector<FileResult> results(shards.size());
-  util::parallel_for(shards.size(), common.threads, [&](std::size_t i) { results[i] = index_one(shards[i]); });
+  util::parallel_for(shards.size(), common.threads,
+                     [&](std::size_t i) { results[i] = index_one(shards[i]); });
 
   nlohmann::json files = nlohmann::json::array();
   std::uint64_t records = 0;
@@ -71,7 +72,11 @@ int run_index(const IndexOptions& o, const CommonOptions& common) {
     log::info(shards[i] + ": " + std::to_string(r.records) + " records -> " + r.index);
   }
   if (common.json)
-    std::cout << nlohmann::json{{"command", "index"}, {"files", files}, {"records", records}, {"failed", failed}}.dump(2)
+    std::cout << nlohmann::json{{"command", "index"},
+                                {"files", files},
+                                {"records", records},
+                                {"failed", failed}}
+                     .dump(2)
               << "\n";
   return failed == 0 ? exit_code::ok : exit_code::partial;
 }
@@ -82,8 +87,10 @@ Command index_command() {
   return {"index", "Verify TFRecord files and write their DALI index files",
           [](CLI::App& app, const CommonOptions& common) -> Action {
             auto o = std::make_shared<IndexOptions>();
-            app.add_option("shards", o->shards, "TFRecord files ('-' reads paths from stdin)")->required();
-            app.add_flag("--keep-going", o->keep_going, "Continue past bad files; exit 4 if any failed");
+            app.add_option("shards", o->shards, "TFRecord files ('-' reads paths from stdin)")
+                ->required();
+            app.add_flag("--keep-going", o->keep_going,
+                         "Continue past bad files; exit 4 if any failed");
             return [o, &common] { return run_index(*o, common); };
           }};
 }

@@ -46,8 +46,7 @@ void join_from_environment(train::TrainJob& j) {
   if (const char* a = std::getenv("MASTER_ADDR"); a && *a) j.master_addr = a;
   j.master_port = env_int("MASTER_PORT", 0);
   j.join_group = true;  // a group even of one (torchrun --nproc-per-node 1), as DDP makes
-  if (j.master_port == 0)
-    throw UsageError("RANK and WORLD_SIZE are set, but MASTER_PORT is not");
+  if (j.master_port == 0) throw UsageError("RANK and WORLD_SIZE are set, but MASTER_PORT is not");
 }
 
 std::string metric(const nlohmann::json& v, const char* key) {
@@ -133,11 +132,10 @@ int run_train(TrainOptions& o, const CommonOptions& common) {
                                                             ? nlohmann::json(r.device_peak_bytes)
                                                             : nlohmann::json()}}},
                                 {"data_parallel",
-                                 r.dist_buckets > 0
-                                     ? nlohmann::json{{"buckets", r.dist_buckets},
-                                                      {"launched_in_backward",
-                                                       r.dist_launched_in_backward}}
-                                     : nlohmann::json()},
+                                 r.dist_buckets > 0 ? nlohmann::json{{"buckets", r.dist_buckets},
+                                                                     {"launched_in_backward",
+                                                                      r.dist_launched_in_backward}}
+                                                    : nlohmann::json()},
                                 {"seconds", r.seconds},
                                 {"samples_per_second", r.samples_per_second}}
                      .dump(2)

@@ -10,7 +10,8 @@ Command train_command();
 
 }  // namespace mltool::cli
 
-extern "C" __attribute__((visibility("default"))) const mltool::cli::TorchModule* mltool_torch_module() {
+extern "C" __attribute__((visibility("default"))) const mltool::cli::TorchModule*
+mltool_torch_module() {
   static const mltool::cli::TorchModule module{
       {mltool::cli::extract_command(), mltool::cli::train_command()},
       &mltool::torch_component_versions,

@@ -29,7 +29,7 @@ std::string module_path() {
 
 const TorchModule* load_torch_module(std::string& why) {
   static std::string failure;
-  static const TorchModule* module = [] () -> const TorchModule* {
+  static const TorchModule* module = []() -> const TorchModule* {
     const std::string path = module_path();
     if (path.empty()) {
       failure = "this build has no LibTorch (configured with MLTOOL_WITH_TORCH=OFF)";

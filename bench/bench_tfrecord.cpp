@@ -84,7 +84,8 @@ void BM_RawWrite(benchmark::State& state) {
     const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     for (std::size_t left = total; left > 0;) {
       const std::size_t n = std::min(left, chunk.size());
-      if (::write(fd, chunk.data(), n) != static_cast<ssize_t>(n)) state.SkipWithError("write failed");
+      if (::write(fd, chunk.data(), n) != static_cast<ssize_t>(n))
+        state.SkipWithError("write failed");
       left -= n;
     }
     ::fsync(fd);
@@ -126,11 +127,7 @@ BENCHMARK(BM_TFRecordWrite)
     ->Arg(100 << 10)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-BENCHMARK(BM_RawWrite)
-    ->Arg(1 << 10)
-    ->Arg(100 << 10)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK(BM_RawWrite)->Arg(1 << 10)->Arg(100 << 10)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_TFRecordRead)
     ->ArgNames({"record", "verify_data"})
     ->Args({1 << 10, 1})

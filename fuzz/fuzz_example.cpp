@@ -84,8 +84,8 @@ void compare(const std::optional<Example>& truth, ExampleScanner& scanner, bool 
     ++found;
     const FeatureKind kind = truth->kind(name);
     if (scanner.kind(i) != kind) finding("kind differs for", name);
-    if (scanner.int64s(i) != (kind == FeatureKind::int64_list ? truth->int64s(name)
-                                                               : std::vector<std::int64_t>{}))
+    if (scanner.int64s(i) !=
+        (kind == FeatureKind::int64_list ? truth->int64s(name) : std::vector<std::int64_t>{}))
       finding("int64 values differ for", name);
     if (!same_floats(scanner.floats(i),
                      kind == FeatureKind::float_list ? truth->floats(name) : std::vector<float>{}))

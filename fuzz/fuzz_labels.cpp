@@ -84,9 +84,9 @@ void check_labels(const Table& table, const LabelColumns& columns) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  for (const auto& format : {std::pair{TableFormat::csv, "labels.csv"},
-                             std::pair{TableFormat::tsv, "labels.tsv"},
-                             std::pair{TableFormat::jsonl, "labels.jsonl"}}) {
+  for (const auto& format :
+       {std::pair{TableFormat::csv, "labels.csv"}, std::pair{TableFormat::tsv, "labels.tsv"},
+        std::pair{TableFormat::jsonl, "labels.jsonl"}}) {
     Table table;
     bool parsed = false;
     expect_clean("parse_table", [&] {
@@ -98,10 +98,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // Column choices the seeds and the fuzzer can both meet: the defaults, with a group
     // column, and the first two columns whatever they are called.
     expect_clean("select_labels", [&] { check_labels(table, LabelColumns{}); });
-    expect_clean("select_labels", [&] { check_labels(table, LabelColumns{"key", "label", "group"}); });
+    expect_clean("select_labels", [&] {
+      check_labels(table, LabelColumns{"key", "label", "group"});
+    });
     if (table.columns.size() >= 2)
-      expect_clean("select_labels",
-                   [&] { check_labels(table, LabelColumns{table.columns[0], table.columns[1], ""}); });
+      expect_clean("select_labels", [&] {
+        check_labels(table, LabelColumns{table.columns[0], table.columns[1], ""});
+      });
   }
   return 0;
 }

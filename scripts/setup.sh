@@ -24,7 +24,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git python3 python3-venv python3-pip
   libcli11-dev nlohmann-json3-dev liblmdb-dev lmdb-utils libprotobuf-dev protobuf-compiler
   libopenslide-dev libvips-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev clang-format
 )
 missing=()
 for p in "${packages[@]}"; do

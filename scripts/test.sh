@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${MLTOOL_BUILD_DIR:-build}
 scripts/setup.sh
+scripts/check-format.sh
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(-L 'unit|cli')
 cd "$build"

@@ -11,8 +11,9 @@ namespace mltool::cuda {
 namespace {
 
 template <typename Word>
-__global__ void gather_rows_kernel(const Word* __restrict__ src, const std::int64_t* __restrict__ index,
-                                   Word* __restrict__ dst, std::int64_t n, std::int64_t row_words) {
+__global__ void gather_rows_kernel(const Word* __restrict__ src,
+                                   const std::int64_t* __restrict__ index, Word* __restrict__ dst,
+                                   std::int64_t n, std::int64_t row_words) {
   for (std::int64_t row = blockIdx.x; row < n; row += gridDim.x) {
     const Word* from = src + index[row] * row_words;
     Word* to = dst + row * row_words;
@@ -33,7 +34,8 @@ cudaError_t launch(const void* src, const std::int64_t* index, void* dst, std::i
 }
 
 bool aligned(const void* p, std::int64_t row_bytes, std::size_t word) {
-  return reinterpret_cast<std::uintptr_t>(p) % word == 0 && row_bytes % static_cast<std::int64_t>(word) == 0;
+  return reinterpret_cast<std::uintptr_t>(p) % word == 0 &&
+         row_bytes % static_cast<std::int64_t>(word) == 0;
 }
 
 }  // namespace

@@ -35,7 +35,8 @@ ChunkedFeatureWriter::ChunkedFeatureWriter(std::string dir, std::uint64_t dims, 
       partial_(util::join_path(dir_, ".extract-partial")),
       dims_(dims),
       chunk_rows_(chunk_rows) {
-  if (dims_ == 0 || chunk_rows_ == 0) throw UsageError(at_file(dir_, "dims and chunk rows must be at least 1"));
+  if (dims_ == 0 || chunk_rows_ == 0)
+    throw UsageError(at_file(dir_, "dims and chunk rows must be at least 1"));
   util::make_directories(partial_);
   util::remove_stale_partials(dir_);  // the temporaries of a killed run
   util::remove_stale_partials(partial_);
@@ -45,8 +46,9 @@ ChunkedFeatureWriter::ChunkedFeatureWriter(std::string dir, std::uint64_t dims, 
     const json found = read_json(config);
     if (found.value("dims", json()) != wanted["dims"] ||
         found.value("run", json()) != wanted["run"])
-      throw UsageError(at_file(dir_, "holds a partial extraction made with other settings (" + config +
-                                         "); repeat them, or remove " + partial_ + " to start over"));
+      throw UsageError(at_file(dir_, "holds a partial extraction made with other settings (" +
+                                         config + "); repeat them, or remove " + partial_ +
+                                         " to start over"));
   } else {
     json doc = wanted;
     doc["note"] = std::move(note);
@@ -85,7 +87,8 @@ void ChunkedFeatureWriter::commit_chunk() {
     npy.commit();
   }
   util::write_file_atomic(chunk_path(chunks_, ".keys"), keys_);
-  util::write_file_atomic(chunk_path(chunks_, ".json"), json{{"rows", pending_}, {"invalid", invalid_}}.dump() + "\n");
+  util::write_file_atomic(chunk_path(chunks_, ".json"),
+                          json{{"rows", pending_}, {"invalid", invalid_}}.dump() + "\n");
   ++chunks_;
   committed_ += pending_;
   rows_.clear();
@@ -103,17 +106,19 @@ std::uint64_t ChunkedFeatureWriter::finish(io::DType dtype, const json& model, c
     const json manifest = read_json(chunk_path(c, ".json"));
     const auto rows = manifest.at("rows").get<std::uint64_t>();
     const io::MappedNpy npy = io::map_npy(chunk_path(c, ".npy"));
-    if (npy.header.dtype != io::DType::float32 || npy.header.shape.size() != 2 || npy.header.shape[0] != rows ||
-        npy.header.shape[1] != dims_)
-      throw FormatError(at_file(chunk_path(c, ".npy"), "does not hold " + std::to_string(rows) + " x " +
-                                                           std::to_string(dims_) + " float32 rows"));
+    if (npy.header.dtype != io::DType::float32 || npy.header.shape.size() != 2 ||
+        npy.header.shape[0] != rows || npy.header.shape[1] != dims_)
+      throw FormatError(at_file(chunk_path(c, ".npy"), "does not hold " + std::to_string(rows) +
+                                                           " x " + std::to_string(dims_) +
+                                                           " float32 rows"));
     const std::string keys = util::read_file(chunk_path(c, ".keys"));
     const auto* data = reinterpret_cast<const float*>(npy.data());
     std::size_t pos = 0;
     for (std::uint64_t r = 0; r < rows; ++r) {
       const std::size_t end = keys.find('\n', pos);
       if (end == std::string::npos)
-        throw FormatError(at_file(chunk_path(c, ".keys"), "has fewer than " + std::to_string(rows) + " keys"));
+        throw FormatError(
+            at_file(chunk_path(c, ".keys"), "has fewer than " + std::to_string(rows) + " keys"));
       out.append(std::string_view(keys).substr(pos, end - pos), data + r * dims_);
       pos = end + 1;
     }

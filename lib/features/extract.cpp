@@ -46,15 +46,18 @@ std::vector<torch::Device> resolve_devices(const std::string& spec) {
   if (spec == "cpu" || (spec == "auto" && !cuda)) return {torch::Device(torch::kCPU)};
   if (spec == "auto" || spec == "cuda") {
     if (!cuda) throw ResourceError("--device cuda: no CUDA GPU is visible");
-    for (int i = 0; i < count; ++i) out.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+    for (int i = 0; i < count; ++i)
+      out.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
     return out;
   }
   if (spec.rfind("cuda:", 0) == 0) {
     char* end = nullptr;
     const long index = std::strtol(spec.c_str() + 5, &end, 10);
-    if (*end != '\0' || end == spec.c_str() + 5 || index < 0) throw UsageError("--device must be auto, cpu, cuda or cuda:N");
+    if (*end != '\0' || end == spec.c_str() + 5 || index < 0)
+      throw UsageError("--device must be auto, cpu, cuda or cuda:N");
     if (index >= count)
-      throw ResourceError("--device " + spec + ": " + std::to_string(count) + " CUDA GPU(s) visible");
+      throw ResourceError("--device " + spec + ": " + std::to_string(count) +
+                          " CUDA GPU(s) visible");
     return {torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index))};
   }
   throw UsageError("--device must be auto, cpu, cuda or cuda:N, not '" + spec + "'");
@@ -72,7 +75,7 @@ struct HostBatch {
   std::uint64_t index = 0;      // batch number in this run
   std::uint64_t first_row = 0;  // row of its first tile
   std::int64_t size = 0;
-  torch::Tensor pixels;          // pool buffer, batch × T × T × 3 uint8
+  torch::Tensor pixels;  // pool buffer, batch × T × T × 3 uint8
   std::vector<std::uint8_t> invalid;
 };
 
@@ -121,7 +124,8 @@ struct Failure {
   }
 };
 
-json source_json(const slide::TileStore& store, const std::vector<std::string>& keys, int tile_size) {
+json source_json(const slide::TileStore& store, const std::vector<std::string>& keys,
+                 int tile_size) {
   return {{"tile_store", util::absolute_path(store.path())},
           {"tiles", keys.size()},
           {"first_key", keys.front()},
@@ -129,12 +133,15 @@ json source_json(const slide::TileStore& store, const std::vector<std::string>& 
           {"tile_size", tile_size}};
 }
 
-bool already_complete(const std::string& dir, const json& source, const json& model, io::DType dtype) {
+bool already_complete(const std::string& dir, const json& source, const json& model,
+                      io::DType dtype) {
   const std::string manifest = util::join_path(dir, io::kFeaturesManifestFile);
-  if (!util::exists(manifest) || util::exists(util::join_path(dir, ".extract-partial"))) return false;
+  if (!util::exists(manifest) || util::exists(util::join_path(dir, ".extract-partial")))
+    return false;
   try {
     const json doc = io::read_manifest(manifest, "features");
-    return doc.value("source", json()) == source && doc.at("model") == model && doc.at("dtype") == io::name(dtype);
+    return doc.value("source", json()) == source && doc.at("model") == model &&
+           doc.at("dtype") == io::name(dtype);
   } catch (const Error&) {
     return false;  // unreadable or old: extract again, which replaces it
   }
@@ -225,11 +232,14 @@ int resolve_math_threads(int asked, const json& stored) {
 ExtractReport extract_features(const ExtractJob& job) {
   const auto start = Clock::now();
   if (job.batch < 1) throw UsageError("--batch must be at least 1");
-  if (job.chunk_rows < 1 || job.chunk_rows > (std::uint64_t{1} << 32)) throw UsageError("--chunk-rows must be between 1 and 2^32");
-  if (job.input_size < 1 || job.input_size > 8192) throw UsageError("--input-size must be between 1 and 8192");
+  if (job.chunk_rows < 1 || job.chunk_rows > (std::uint64_t{1} << 32))
+    throw UsageError("--chunk-rows must be between 1 and 2^32");
+  if (job.input_size < 1 || job.input_size > 8192)
+    throw UsageError("--input-size must be between 1 and 8192");
   for (float s : job.std)
     if (!(s > 0)) throw UsageError("--std values must be positive");
-  if (job.dtype != io::DType::float32 && job.dtype != io::DType::float16) throw UsageError("--dtype must be f32 or f16");
+  if (job.dtype != io::DType::float32 && job.dtype != io::DType::float16)
+    throw UsageError("--dtype must be f32 or f16");
   if (job.math_threads < 0) throw UsageError("--math-threads must be 0 (the default) or more");
   const Amp amp = parse_amp(job.amp);
   const util::OutputLock lock(job.output, "mltool extract");  // one writer per feature store
@@ -252,7 +262,8 @@ ExtractReport extract_features(const ExtractJob& job) {
   preprocess.mean = job.mean;
   preprocess.std = job.std;
   std::vector<std::unique_ptr<Extractor>> replicas;
-  for (const auto& d : devices) replicas.push_back(load_extractor(job.model, d, tile, preprocess, amp));
+  for (const auto& d : devices)
+    replicas.push_back(load_extractor(job.model, d, tile, preprocess, amp));
   const std::int64_t dims = replicas.front()->dims();
 
   ExtractReport report;
@@ -290,14 +301,20 @@ ExtractReport extract_features(const ExtractJob& job) {
                               job.chunk_rows, note);
   const std::uint64_t first = writer.committed_rows();
   report.resumed_from = first;
-  if (first > keys.size()) throw FormatError(at_file(writer.partial_dir(), "holds more rows than the tile store has tiles"));
-  if (first > 0) log::info("resuming after " + std::to_string(first) + " of " + std::to_string(keys.size()) + " tiles");
+  if (first > keys.size())
+    throw FormatError(
+        at_file(writer.partial_dir(), "holds more rows than the tile store has tiles"));
+  if (first > 0)
+    log::info("resuming after " + std::to_string(first) + " of " + std::to_string(keys.size()) +
+              " tiles");
 
-  const bool pinned = std::any_of(devices.begin(), devices.end(), [](const torch::Device& d) { return d.is_cuda(); });
+  const bool pinned = std::any_of(devices.begin(), devices.end(),
+                                  [](const torch::Device& d) { return d.is_cuda(); });
   const std::size_t pool_size = 2 + 2 * devices.size();
   util::BoundedQueue<torch::Tensor> pool(pool_size);
   for (std::size_t i = 0; i < pool_size; ++i)
-    pool.push(torch::empty({job.batch, tile, tile, 3}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pinned)));
+    pool.push(torch::empty({job.batch, tile, tile, 3},
+                           torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pinned)));
   util::BoundedQueue<HostBatch> ready(pool_size);
   Reorder results;
   Failure failure;
@@ -318,7 +335,8 @@ ExtractReport extract_features(const ExtractJob& job) {
         HostBatch hb;
         hb.index = b;
         hb.first_row = (first_batch + b) * batch;
-        hb.size = static_cast<std::int64_t>(std::min<std::uint64_t>(job.batch, keys.size() - hb.first_row));
+        hb.size = static_cast<std::int64_t>(
+            std::min<std::uint64_t>(job.batch, keys.size() - hb.first_row));
         hb.pixels = *buffer;
         hb.invalid.assign(hb.size, 0);
         auto* base = hb.pixels.data_ptr<std::uint8_t>();
@@ -326,7 +344,8 @@ ExtractReport extract_features(const ExtractJob& job) {
         // values point into the map, valid while the transaction lives, and decode in parallel.
         auto txn = store.env().begin_read();
         std::vector<std::optional<std::string_view>> values(static_cast<std::size_t>(hb.size));
-        for (std::int64_t i = 0; i < hb.size; ++i) values[i] = txn.get(store.tiles(), keys[hb.first_row + i]);
+        for (std::int64_t i = 0; i < hb.size; ++i)
+          values[i] = txn.get(store.tiles(), keys[hb.first_row + i]);
         util::parallel_for(static_cast<std::size_t>(hb.size), job.threads, [&](std::size_t i) {
           const std::string& key = keys[hb.first_row + i];
           const std::string what = store.path() + ": tile '" + key + "'";
@@ -337,8 +356,9 @@ ExtractReport extract_features(const ExtractJob& job) {
             thread_local slide::RgbImage image;
             slide::decode_image(value->data(), value->size(), image, what);
             if (image.width != tile || image.height != tile)
-              throw FormatError(what + ": is " + std::to_string(image.width) + "x" + std::to_string(image.height) +
-                                ", the store's tiles are " + std::to_string(tile) + "x" + std::to_string(tile));
+              throw FormatError(what + ": is " + std::to_string(image.width) + "x" +
+                                std::to_string(image.height) + ", the store's tiles are " +
+                                std::to_string(tile) + "x" + std::to_string(tile));
             std::memcpy(slot, image.pixels.data(), tile_bytes);
           } catch (const Error& e) {
             const bool recomputed =
@@ -409,8 +429,9 @@ ExtractReport extract_features(const ExtractJob& job) {
         }
         pending = InFlight{std::move(*hb), model.forward(input)};
         if (pending->features.size(1) != dims)
-          throw UsageError("the model produced " + std::to_string(pending->features.size(1)) + " features for a batch of " +
-                           std::to_string(pending->batch.size) + " tiles, not " + std::to_string(dims));
+          throw UsageError("the model produced " + std::to_string(pending->features.size(1)) +
+                           " features for a batch of " + std::to_string(pending->batch.size) +
+                           " tiles, not " + std::to_string(dims));
       }
       if (pending) finish_pending();
     } catch (...) {
@@ -428,7 +449,8 @@ ExtractReport extract_features(const ExtractJob& job) {
   const auto run_start = Clock::now();
   std::uint64_t written = 0;
   try {
-    std::vector<float> nan_row(static_cast<std::size_t>(dims), std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> nan_row(static_cast<std::size_t>(dims),
+                               std::numeric_limits<float>::quiet_NaN());
     for (std::uint64_t b = 0; b < batches; ++b) {
       auto r = results.take(b, [&] { return failure.stopped || live_workers == 0; });
       if (!r) break;
@@ -459,7 +481,9 @@ ExtractReport extract_features(const ExtractJob& job) {
     writer.commit_chunk();  // keep what is complete: the next run resumes after it
     std::rethrow_exception(failure.error);
   }
-  if (written != total) throw ResourceError("extraction stopped after " + std::to_string(written) + " of " + std::to_string(total) + " tiles");
+  if (written != total)
+    throw ResourceError("extraction stopped after " + std::to_string(written) + " of " +
+                        std::to_string(total) + " tiles");
 
   report.invalid = writer.finish(job.dtype, report.model, source);
   report.rows = keys.size();

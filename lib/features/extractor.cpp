@@ -41,13 +41,17 @@ class AutocastGuard {
   at::ScalarType was_dtype_ = at::kFloat;
 };
 
-const char* amp_name(Amp amp) { return amp == Amp::f16 ? "f16" : amp == Amp::bf16 ? "bf16" : "none"; }
+const char* amp_name(Amp amp) {
+  return amp == Amp::f16 ? "f16" : amp == Amp::bf16 ? "bf16" : "none";
+}
 
 class TorchScriptExtractor final : public Extractor {
  public:
-  TorchScriptExtractor(std::string path, torch::Device device, int tile_size, const Preprocess& p, Amp amp)
+  TorchScriptExtractor(std::string path, torch::Device device, int tile_size, const Preprocess& p,
+                       Amp amp)
       : path_(util::absolute_path(path)), device_(device), preprocess_(p), amp_(amp) {
-    if (!std::ifstream(path_).good()) throw InputError(at_file(path_, "cannot open the TorchScript model"));
+    if (!std::ifstream(path_).good())
+      throw InputError(at_file(path_, "cannot open the TorchScript model"));
     {
       // The file's identity goes into features.json, so a replaced model is never mistaken
       // for the one that made a store (a size and a CRC-32C of the bytes: cheap, and enough).
@@ -58,18 +62,22 @@ class TorchScriptExtractor final : public Extractor {
     try {
       module_ = torch::jit::load(path_, device_);
     } catch (const c10::Error& e) {
-      throw InputError(at_file(path_, std::string("not a TorchScript model: ") + e.what_without_backtrace()));
+      throw InputError(
+          at_file(path_, std::string("not a TorchScript model: ") + e.what_without_backtrace()));
     }
     module_.eval();
     // Probe: two tiles, so a batch dimension that is squeezed away or mixed up shows.
-    const auto probe = torch::zeros({2, tile_size, tile_size, 3}, torch::TensorOptions().dtype(torch::kUInt8).device(device_));
+    const auto probe = torch::zeros({2, tile_size, tile_size, 3},
+                                    torch::TensorOptions().dtype(torch::kUInt8).device(device_));
     torch::Tensor out;
     try {
       out = run(probe);
     } catch (const Error&) {
       throw;
-    } catch (const std::exception& e) {  // c10::Error, and torch::jit::JITException for script errors
-      throw UsageError(at_file(path_, "the model fails on a batch of 2 tiles of " + std::to_string(preprocess_.input_size) +
+    } catch (
+        const std::exception& e) {  // c10::Error, and torch::jit::JITException for script errors
+      throw UsageError(at_file(path_, "the model fails on a batch of 2 tiles of " +
+                                          std::to_string(preprocess_.input_size) +
                                           " px: " + first_line(e)));
     }
     dims_ = out.size(1);
@@ -81,7 +89,8 @@ class TorchScriptExtractor final : public Extractor {
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {  // e.g. out of device memory on a larger batch
-      throw ResourceError(at_file(path_, "the forward pass of a batch of " + std::to_string(nhwc.size(0)) +
+      throw ResourceError(at_file(path_, "the forward pass of a batch of " +
+                                             std::to_string(nhwc.size(0)) +
                                              " tiles failed: " + first_line(e)));
     }
   }
@@ -108,12 +117,14 @@ class TorchScriptExtractor final : public Extractor {
       result = module_.forward({x});
     }
     if (!result.isTensor())
-      throw UsageError(at_file(path_, std::string("the model returns a ") + result.tagKind() +
-                                          ", not one tensor; export a module whose forward returns the features"));
+      throw UsageError(at_file(
+          path_, std::string("the model returns a ") + result.tagKind() +
+                     ", not one tensor; export a module whose forward returns the features"));
     const torch::Tensor out = result.toTensor();
     if (out.dim() < 1 || out.size(0) != nhwc.size(0) || out.numel() == 0)
-      throw UsageError(at_file(path_, "the model's output " + shape_text(out) + " does not have the batch (" +
-                                          std::to_string(nhwc.size(0)) + ") as its first dimension"));
+      throw UsageError(
+          at_file(path_, "the model's output " + shape_text(out) + " does not have the batch (" +
+                             std::to_string(nhwc.size(0)) + ") as its first dimension"));
     return out.reshape({out.size(0), -1}).to(torch::kFloat32);
   }
 
@@ -153,7 +164,8 @@ class ColorTextureExtractor final : public Extractor {
     // A few tiles at a time: the float intermediates of a whole batch of 256 would take
     // gigabytes, for no gain in speed.
     std::vector<torch::Tensor> out;
-    for (std::int64_t i = 0; i < nhwc.size(0); i += kChunk) out.push_back(features(nhwc.narrow(0, i, std::min(kChunk, nhwc.size(0) - i))));
+    for (std::int64_t i = 0; i < nhwc.size(0); i += kChunk)
+      out.push_back(features(nhwc.narrow(0, i, std::min(kChunk, nhwc.size(0) - i))));
     return torch::cat(out, 0);
   }
 
@@ -163,28 +175,33 @@ class ColorTextureExtractor final : public Extractor {
   torch::Tensor features(const torch::Tensor& nhwc) {
     const auto n = nhwc.size(0);
     const torch::Tensor rgb = nhwc.permute({0, 3, 1, 2}).to(torch::kFloat32).div(255.0);  // N×3×H×W
-    const torch::Tensor flat = rgb.flatten(2);                                              // N×3×P
+    const torch::Tensor flat = rgb.flatten(2);                                            // N×3×P
     std::vector<torch::Tensor> parts;
-    parts.push_back(flat.mean(2));                   // 3: mean R, G, B
+    parts.push_back(flat.mean(2));                     // 3: mean R, G, B
     parts.push_back(flat.std(2, /*unbiased=*/false));  // 3: std R, G, B
     // 48: per-channel histograms, 16 bins over [0, 1], as fractions of the tile.
     const torch::Tensor bins = (flat * kBins).floor().clamp(0, kBins - 1).to(torch::kLong);
-    const torch::Tensor hist = torch::zeros({n, 3, kBins}, flat.options()).scatter_add_(2, bins, torch::ones_like(flat));
+    const torch::Tensor hist =
+        torch::zeros({n, 3, kBins}, flat.options()).scatter_add_(2, bins, torch::ones_like(flat));
     parts.push_back((hist / static_cast<double>(flat.size(2))).flatten(1));
     // 3: mean optical density per channel, -log10((I + 1/255) / (1 + 1/255)): stain amount.
     parts.push_back((-torch::log10((flat + 1.0 / 255) / (1.0 + 1.0 / 255))).mean(2));
     // 2: HSV saturation mean and std.
     const torch::Tensor mx = std::get<0>(rgb.max(1)), mn = std::get<0>(rgb.min(1));
-    const torch::Tensor sat = torch::where(mx > 0, (mx - mn) / mx.clamp_min(1e-12), torch::zeros_like(mx)).flatten(1);
+    const torch::Tensor sat =
+        torch::where(mx > 0, (mx - mn) / mx.clamp_min(1e-12), torch::zeros_like(mx)).flatten(1);
     parts.push_back(sat.mean(1, /*keepdim=*/true));
     parts.push_back(sat.std(1, /*unbiased=*/false, /*keepdim=*/true));
     // 3: texture on luma (BT.601): Sobel gradient magnitude mean and std, |Laplacian| mean.
-    const torch::Tensor weights = torch::tensor({0.299f, 0.587f, 0.114f}, flat.options()).view({1, 3, 1, 1});
+    const torch::Tensor weights =
+        torch::tensor({0.299f, 0.587f, 0.114f}, flat.options()).view({1, 3, 1, 1});
     const torch::Tensor luma = (rgb * weights).sum(1, true);  // N×1×H×W
     const auto opts = flat.options();
-    const torch::Tensor sobel_x = torch::tensor({-1.f, 0.f, 1.f, -2.f, 0.f, 2.f, -1.f, 0.f, 1.f}, opts).view({1, 1, 3, 3});
+    const torch::Tensor sobel_x =
+        torch::tensor({-1.f, 0.f, 1.f, -2.f, 0.f, 2.f, -1.f, 0.f, 1.f}, opts).view({1, 1, 3, 3});
     const torch::Tensor sobel_y = sobel_x.transpose(2, 3).contiguous();
-    const torch::Tensor lap = torch::tensor({0.f, 1.f, 0.f, 1.f, -4.f, 1.f, 0.f, 1.f, 0.f}, opts).view({1, 1, 3, 3});
+    const torch::Tensor lap =
+        torch::tensor({0.f, 1.f, 0.f, 1.f, -4.f, 1.f, 0.f, 1.f, 0.f}, opts).view({1, 1, 3, 3});
     const torch::Tensor gx = F::conv2d(luma, sobel_x), gy = F::conv2d(luma, sobel_y);
     const torch::Tensor magnitude = (gx * gx + gy * gy).sqrt().flatten(1);
     parts.push_back(magnitude.mean(1, true));
@@ -230,13 +247,14 @@ torch::Tensor preprocess(const torch::Tensor& nhwc, const Preprocess& p) {
                               .antialias(shrink));
   }
   const auto opts = x.options();
-  const torch::Tensor mean = torch::tensor({p.mean[0], p.mean[1], p.mean[2]}, opts).view({1, 3, 1, 1});
+  const torch::Tensor mean =
+      torch::tensor({p.mean[0], p.mean[1], p.mean[2]}, opts).view({1, 3, 1, 1});
   const torch::Tensor std = torch::tensor({p.std[0], p.std[1], p.std[2]}, opts).view({1, 3, 1, 1});
   return ((x - mean) / std).contiguous();
 }
 
-std::unique_ptr<Extractor> load_extractor(const std::string& spec, torch::Device device, int tile_size,
-                                          const Preprocess& preprocess, Amp amp) {
+std::unique_ptr<Extractor> load_extractor(const std::string& spec, torch::Device device,
+                                          int tile_size, const Preprocess& preprocess, Amp amp) {
   const std::string prefix = "builtin:";
   if (spec.rfind(prefix, 0) == 0) {
     const std::string name = spec.substr(prefix.size());

@@ -98,7 +98,8 @@ ExampleBuilder& ExampleBuilder::add_int64(const std::string& name, std::int64_t 
   return *this;
 }
 
-ExampleBuilder& ExampleBuilder::add_int64s(const std::string& name, const std::vector<std::int64_t>& values) {
+ExampleBuilder& ExampleBuilder::add_int64s(const std::string& name,
+                                           const std::vector<std::int64_t>& values) {
   auto& ints = impl_->feature_for(name, FeatureKind::int64_list).ints;
   ints.insert(ints.end(), values.begin(), values.end());
   return *this;
@@ -109,7 +110,8 @@ ExampleBuilder& ExampleBuilder::add_float(const std::string& name, float value) 
   return *this;
 }
 
-ExampleBuilder& ExampleBuilder::add_floats(const std::string& name, const std::vector<float>& values) {
+ExampleBuilder& ExampleBuilder::add_floats(const std::string& name,
+                                           const std::vector<float>& values) {
   auto& floats = impl_->feature_for(name, FeatureKind::float_list).floats;
   floats.insert(floats.end(), values.begin(), values.end());
   return *this;
@@ -122,7 +124,8 @@ ExampleBuilder& ExampleBuilder::add_bytes(const std::string& name, std::string_v
   return *this;
 }
 
-ExampleBuilder& ExampleBuilder::add_bytes_list(const std::string& name, const std::vector<std::string>& values) {
+ExampleBuilder& ExampleBuilder::add_bytes_list(const std::string& name,
+                                               const std::vector<std::string>& values) {
   for (const std::string& v : values) add_bytes(name, v);
   if (values.empty()) impl_->feature_for(name, FeatureKind::bytes_list);
   return *this;
@@ -149,7 +152,8 @@ void ExampleBuilder::serialize(std::string& out) const {
       f.list_size = f.payload > 0 ? len_field_size(f.payload) : 0;
     } else {
       f.list_size = 0;
-      for (std::size_t b = 0; b < f.bytes_used; ++b) f.list_size += len_field_size(f.bytes[b].size());
+      for (std::size_t b = 0; b < f.bytes_used; ++b)
+        f.list_size += len_field_size(f.bytes[b].size());
     }
     f.feature_size = len_field_size(f.list_size);
     f.entry_size = len_field_size(f.name.size()) + len_field_size(f.feature_size);

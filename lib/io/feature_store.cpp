@@ -19,9 +19,7 @@ using nlohmann::json;
 
 constexpr const char* kSchema = "features";
 
-std::string join(const std::string& dir, const char* name) {
-  return util::join_path(dir, name);
-}
+std::string join(const std::string& dir, const char* name) { return util::join_path(dir, name); }
 
 // Creates the directory before the writer's members open files inside it.
 std::string prepared_dir(std::string dir) {
@@ -268,7 +266,9 @@ namespace {
 constexpr int kRowBits = 40;
 constexpr std::uint64_t kRowMask = (std::uint64_t{1} << kRowBits) - 1;
 
-std::uint64_t tag_of(std::size_t hash) { return static_cast<std::uint64_t>(hash) >> kRowBits << kRowBits; }
+std::uint64_t tag_of(std::size_t hash) {
+  return static_cast<std::uint64_t>(hash) >> kRowBits << kRowBits;
+}
 
 }  // namespace
 

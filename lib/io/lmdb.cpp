@@ -95,30 +95,24 @@ ErrorKind kind_of(int rc) {
     case MDB_BAD_VALSIZE:
     case ENOENT:
     case EACCES:
-    case EROFS:
-      return ErrorKind::input;
+    case EROFS: return ErrorKind::input;
     case MDB_INVALID:
     case MDB_CORRUPTED:
     case MDB_PAGE_NOTFOUND:
     case MDB_VERSION_MISMATCH:
-    case MDB_INCOMPATIBLE:
-      return ErrorKind::format;
-    default:
-      return ErrorKind::resource;
+    case MDB_INCOMPATIBLE: return ErrorKind::format;
+    default: return ErrorKind::resource;
   }
 }
 
 // A short hint for the errors whose LMDB text does not say what to do.
 std::string hint_for(int rc, const detail::EnvShared& s) {
   switch (rc) {
-    case MDB_MAP_FULL:
-      return " (map size " + mib(current_map_size(s)) + ")";
+    case MDB_MAP_FULL: return " (map size " + mib(current_map_size(s)) + ")";
     case MDB_TXN_FULL:
       return " (too many pages changed in one transaction: commit smaller batches)";
-    case MDB_DBS_FULL:
-      return " (raise EnvOptions::max_dbs)";
-    case MDB_READERS_FULL:
-      return " (raise EnvOptions::max_readers or end idle read transactions)";
+    case MDB_DBS_FULL: return " (raise EnvOptions::max_dbs)";
+    case MDB_READERS_FULL: return " (raise EnvOptions::max_readers or end idle read transactions)";
     case EIO:
     case ENOSPC: {  // LMDB reports a short write as EIO: say when the disk is the reason
       struct statvfs v {};
@@ -130,8 +124,7 @@ std::string hint_for(int rc, const detail::EnvShared& s) {
       }
       return rc == EIO ? " (a write failed: a full disk, or a failing device)" : "";
     }
-    default:
-      return "";
+    default: return "";
   }
 }
 
@@ -143,14 +136,16 @@ void reserve_lock_file(const std::string& dir, unsigned max_readers) {
   const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0664);
   if (fd < 0) return;  // mdb_env_open says why
   // The reader table (64 bytes a slot) and its header, rounded up to pages.
-  const off_t want = static_cast<off_t>(((std::uint64_t{max_readers} + 8) * 64 + 4095) / 4096 * 4096);
+  const off_t want =
+      static_cast<off_t>(((std::uint64_t{max_readers} + 8) * 64 + 4095) / 4096 * 4096);
   struct stat st {};
   // Only a new (empty) one: an existing lock file's size is the reader table every process
   // that has the store open agrees on.
   int rc = ::fstat(fd, &st) == 0 && st.st_size > 0 ? 0 : ::posix_fallocate(fd, 0, want);
   ::close(fd);
   if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL)
-    throw ResourceError(at_file(lock, std::string("cannot reserve the lock file: ") + std::strerror(rc)));
+    throw ResourceError(
+        at_file(lock, std::string("cannot reserve the lock file: ") + std::strerror(rc)));
 }
 
 }  // namespace
@@ -196,12 +191,9 @@ void throw_mdb(int rc, const EnvShared& s, std::string_view op, const Dbi* dbi,
   }
   if (rc == MDB_MAP_FULL) throw MapFullError(m);
   switch (kind_of(rc)) {
-    case ErrorKind::input:
-      throw InputError(m);
-    case ErrorKind::format:
-      throw FormatError(m);
-    default:
-      throw ResourceError(m);
+    case ErrorKind::input: throw InputError(m);
+    case ErrorKind::format: throw FormatError(m);
+    default: throw ResourceError(m);
   }
 }
 

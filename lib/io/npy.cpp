@@ -176,42 +176,30 @@ std::size_t round_up_64(std::size_t n) { return (n + 63) / 64 * 64; }
 
 std::size_t itemsize(DType dtype) noexcept {
   switch (dtype) {
-    case DType::float32:
-      return 4;
-    case DType::float16:
-      return 2;
-    case DType::uint8:
-      return 1;
-    case DType::int64:
-      return 8;
+    case DType::float32: return 4;
+    case DType::float16: return 2;
+    case DType::uint8: return 1;
+    case DType::int64: return 8;
   }
   return 1;
 }
 
 std::string_view name(DType dtype) noexcept {
   switch (dtype) {
-    case DType::float32:
-      return "float32";
-    case DType::float16:
-      return "float16";
-    case DType::uint8:
-      return "uint8";
-    case DType::int64:
-      return "int64";
+    case DType::float32: return "float32";
+    case DType::float16: return "float16";
+    case DType::uint8: return "uint8";
+    case DType::int64: return "int64";
   }
   return "?";
 }
 
 std::string_view npy_descr(DType dtype) noexcept {
   switch (dtype) {
-    case DType::float32:
-      return "<f4";
-    case DType::float16:
-      return "<f2";
-    case DType::uint8:
-      return "|u1";
-    case DType::int64:
-      return "<i8";
+    case DType::float32: return "<f4";
+    case DType::float16: return "<f2";
+    case DType::uint8: return "|u1";
+    case DType::int64: return "<i8";
   }
   return "?";
 }

@@ -110,8 +110,10 @@ class ChunkReader {
     const std::uint64_t left = framing_.map->size() - offset;
     if (left >= io::kTFRecordOverhead) {
       const std::uint64_t length = util::load_le64(p);
-      if (length <= left - io::kTFRecordOverhead && io::mask_crc(io::crc32c(p, 8)) == util::load_le32(p + 8) &&
-          (!spec_.deep || io::mask_crc(io::crc32c(p + 12, length)) == util::load_le32(p + 12 + length)))
+      if (length <= left - io::kTFRecordOverhead &&
+          io::mask_crc(io::crc32c(p, 8)) == util::load_le32(p + 8) &&
+          (!spec_.deep ||
+           io::mask_crc(io::crc32c(p + 12, length)) == util::load_le32(p + 12 + length)))
         return {reinterpret_cast<const char*>(p + 12), static_cast<std::size_t>(length)};
     }
     reader.read_at(offset);  // throws

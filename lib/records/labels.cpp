@@ -333,7 +333,8 @@ Labels select_labels(Table&& table, const LabelColumns& columns) {
     // The table's strings move into the records (the group is the key's copy without a
     // group column).
     std::string group = row[group_col];
-    out.records.push_back(LabelRecord{std::move(row[key_col]), std::move(row[label_col]), std::move(group), line});
+    out.records.push_back(
+        LabelRecord{std::move(row[key_col]), std::move(row[label_col]), std::move(group), line});
   }
   if (grouped) {
     for (std::size_t i = 0; i < out.records.size(); ++i) {

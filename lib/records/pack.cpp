@@ -213,8 +213,10 @@ PackReport pack_dataset(const PackJob& job) {
     // Shards are independent: written side by side, then recorded in order.
     std::vector<WrittenShard> written(job.shards);
     util::parallel_for(job.shards, job.threads, [&](std::size_t j) {
-      written[j] = write_shard(util::join_path(partial.path(), shard_file_name(name, static_cast<std::uint32_t>(j), job.shards)),
-                               shards[j], members, plan, store, job.unit, labels_count);
+      written[j] = write_shard(
+          util::join_path(partial.path(),
+                          shard_file_name(name, static_cast<std::uint32_t>(j), job.shards)),
+          shards[j], members, plan, store, job.unit, labels_count);
     });
     for (std::uint32_t j = 0; j < job.shards; ++j) {
       const std::string file = shard_file_name(name, j, job.shards);
@@ -283,7 +285,8 @@ PackReport pack_dataset(const PackJob& job) {
   // Publication: one rename; an old dataset is moved aside first and removed after.
   if (util::exists(job.output)) {
     if (!job.overwrite) {
-      throw UsageError(at_file(job.output, "appeared while packing; choose another output or overwrite it"));
+      throw UsageError(
+          at_file(job.output, "appeared while packing; choose another output or overwrite it"));
     }
     const std::string old = job.output + ".old-" + std::to_string(::getpid());
     util::remove_tree(old);

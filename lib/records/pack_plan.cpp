@@ -38,7 +38,9 @@ class Interner {
     last_id_ = it->second;
     return it->second;
   }
-  std::vector<std::string> take() { return {std::make_move_iterator(names_.begin()), std::make_move_iterator(names_.end())}; }
+  std::vector<std::string> take() {
+    return {std::make_move_iterator(names_.begin()), std::make_move_iterator(names_.end())};
+  }
 
  private:
   std::unordered_map<std::string_view, std::uint32_t> ids_;
@@ -78,7 +80,8 @@ PackPlan plan_records(const io::FeatureStore& store, const Labels& labels, const
   // tile/image: (row, label, group); bag: (slide, label) -> rows, and slide -> group.
   std::vector<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t>> pairs;
   std::map<std::pair<std::string, std::uint32_t>, std::vector<std::uint64_t>> bags;
-  std::unordered_map<std::string, std::pair<std::uint32_t, std::uint64_t>> bag_group;  // group, line
+  std::unordered_map<std::string, std::pair<std::uint32_t, std::uint64_t>>
+      bag_group;  // group, line
   std::vector<std::string> missing;
   const bool bag = job.unit == PackUnit::bag;
 
@@ -98,7 +101,8 @@ PackPlan plan_records(const io::FeatureStore& store, const Labels& labels, const
       row_count = slide_rows_of_key->size();
       slide = rec.key;
     } else {
-      if (missing.size() < 5) missing.push_back(in_quotes(rec.key) + " (line " + std::to_string(rec.line) + ")");
+      if (missing.size() < 5)
+        missing.push_back(in_quotes(rec.key) + " (line " + std::to_string(rec.line) + ")");
       ++report.missing_keys;
       continue;
     }
@@ -138,12 +142,13 @@ PackPlan plan_records(const io::FeatureStore& store, const Labels& labels, const
   if (report.missing_keys > 0 && !job.skip_missing) {
     std::string list;
     for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
-    throw InputError(at_file(labels.path, std::to_string(report.missing_keys) +
-                                              " labels rows name keys that are neither tile keys "
-                                              "nor slides of the feature store " +
-                                              store.dir() + ": " + list +
-                                              (report.missing_keys > missing.size() ? ", ..." : "") +
-                                              " (skip them with --skip-missing)"));
+    throw InputError(
+        at_file(labels.path, std::to_string(report.missing_keys) +
+                                 " labels rows name keys that are neither tile keys "
+                                 "nor slides of the feature store " +
+                                 store.dir() + ": " + list +
+                                 (report.missing_keys > missing.size() ? ", ..." : "") +
+                                 " (skip them with --skip-missing)"));
   }
 
   if (bag) {
@@ -198,7 +203,9 @@ std::uint64_t dedupe_rows(const io::FeatureStore& store, PackPlan& plan) {
   used.erase(std::unique(used.begin(), used.end()), used.end());
   const std::size_t width = store.row_bytes();
   const auto* base = static_cast<const std::uint8_t*>(store.data());
-  auto bytes = [&](std::uint64_t row) { return std::string_view(reinterpret_cast<const char*>(base + row * width), width); };
+  auto bytes = [&](std::uint64_t row) {
+    return std::string_view(reinterpret_cast<const char*>(base + row * width), width);
+  };
 
   // CRC-32C (hardware) -> first rows with that checksum (more than one only on a collision
   // of different bytes, which the byte compare below tells apart).
@@ -272,7 +279,8 @@ void find_coordinates(const io::FeatureStore& store, PackPlan& plan) {
   for (const auto row : plan.rows) {
     const std::string_view key = store.key(row);
     const auto slash = key.rfind('/');
-    const auto cell = slash == std::string_view::npos ? std::nullopt : parse_grid(key.substr(slash + 1));
+    const auto cell =
+        slash == std::string_view::npos ? std::nullopt : parse_grid(key.substr(slash + 1));
     if (!cell) {
       log::info("tile key " + in_quotes(key) + " is not <slide>/<row>_<col>; records get no x, y");
       return;
@@ -299,7 +307,8 @@ void find_coordinates(const io::FeatureStore& store, PackPlan& plan) {
     }
     const auto found = it->second.find(*cell);
     if (found == it->second.end()) {
-      log::info("tile " + in_quotes(key) + " is not in the tile store " + path + "; records get no x, y");
+      log::info("tile " + in_quotes(key) + " is not in the tile store " + path +
+                "; records get no x, y");
       return;
     }
     coords.push_back(found->second);

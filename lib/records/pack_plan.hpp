@@ -26,8 +26,9 @@ struct PackPlan {
   LabelMap labels;
   std::vector<std::string> slides;
   std::vector<std::string> groups;
-  std::vector<std::uint64_t> rows;   ///< the rows records name (keys, coordinates)
-  std::vector<std::uint64_t> index;  ///< rows as written: rows, or after dedupe the first identical row
+  std::vector<std::uint64_t> rows;  ///< the rows records name (keys, coordinates)
+  std::vector<std::uint64_t>
+      index;  ///< rows as written: rows, or after dedupe the first identical row
   std::vector<PlannedRecord> records;
   /// x, y of each entry of `rows`, when known for all (tile and image units only).
   std::optional<std::vector<std::pair<std::int64_t, std::int64_t>>> coordinates;

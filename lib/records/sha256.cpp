@@ -39,7 +39,8 @@ void portable_block(std::uint32_t* h_, const std::uint8_t* p) {
   for (int t = 0; t < 64; ++t) {
     const std::uint32_t t1 =
         h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRound[t] + w[t];
-    const std::uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+    const std::uint32_t t2 =
+        (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
     h = g;
     g = f;
     f = e;
@@ -85,7 +86,8 @@ __attribute__((target("sha,sse4.1,ssse3"))) void hardware_blocks(std::uint32_t* 
                                         _mm_alignr_epi8(w[g - 1], w[g - 2], 4));
         w[g] = _mm_sha256msg2_epu32(s, w[g - 1]);
       }
-      __m128i wk = _mm_add_epi32(w[g], _mm_loadu_si128(reinterpret_cast<const __m128i*>(kRound + 4 * g)));
+      __m128i wk =
+          _mm_add_epi32(w[g], _mm_loadu_si128(reinterpret_cast<const __m128i*>(kRound + 4 * g)));
       cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);
       wk = _mm_shuffle_epi32(wk, 0x0E);
       abef = _mm_sha256rnds2_epu32(abef, cdgh, wk);
@@ -114,9 +116,10 @@ bool Sha256::hardware_available() {
 }
 
 Sha256::Sha256(Engine engine)
-    : hardware_(engine == Engine::automatic && hardware_available()),
-      h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
-         0x5be0cd19} {}
+    : hardware_(engine == Engine::automatic && hardware_available()), h_{0x6a09e667, 0xbb67ae85,
+                                                                         0x3c6ef372, 0xa54ff53a,
+                                                                         0x510e527f, 0x9b05688c,
+                                                                         0x1f83d9ab, 0x5be0cd19} {}
 
 void Sha256::blocks(const std::uint8_t* p, std::size_t count) {
   if (hardware_) {

@@ -186,7 +186,8 @@ SplitAssignment assign_splits(const std::vector<SplitItem>& items,
       for (std::size_t k = g.offsets[group]; k < g.offsets[group + 1]; ++k) {
         const std::size_t sl = s * K + g.labels[k];
         const double c = static_cast<double>(g.counts[k]);
-        delta += (2.0 * (label_placed[sl] - label_target[sl]) * c + c * c) / std::max(label_target[sl], 1.0);
+        delta += (2.0 * (label_placed[sl] - label_target[sl]) * c + c * c) /
+                 std::max(label_target[sl], 1.0);
       }
       if (delta < best_delta) {
         best_delta = delta;

@@ -26,8 +26,8 @@ std::string encode_jpeg(const std::uint8_t* rgb, int width, int height, int qual
   buffer.resize(std::max<std::size_t>(buffer.size(), tjBufSize(width, height, subsampling)));
   unsigned char* data = buffer.data();
   unsigned long size = buffer.size();
-  if (tjCompress2(compressor.handle, rgb, width, width * 3, height, TJPF_RGB, &data, &size, subsampling, quality,
-                  TJFLAG_NOREALLOC) != 0)
+  if (tjCompress2(compressor.handle, rgb, width, width * 3, height, TJPF_RGB, &data, &size,
+                  subsampling, quality, TJFLAG_NOREALLOC) != 0)
     throw ResourceError(std::string("libjpeg-turbo: ") + tjGetErrorStr2(compressor.handle));
   return std::string(reinterpret_cast<const char*>(data), size);
 }
@@ -50,7 +50,8 @@ std::string encode_png(const std::uint8_t* rgb, int width, int height) {
 
 namespace {
 
-void decode_jpeg(const unsigned char* data, std::size_t size, RgbImage& out, const std::string& what) {
+void decode_jpeg(const unsigned char* data, std::size_t size, RgbImage& out,
+                 const std::string& what) {
   struct Decompressor {
     tjhandle handle = tjInitDecompress();
     ~Decompressor() {
@@ -60,15 +61,15 @@ void decode_jpeg(const unsigned char* data, std::size_t size, RgbImage& out, con
   thread_local Decompressor d;
   if (!d.handle) throw ResourceError("libjpeg-turbo: cannot create a decompressor");
   int width = 0, height = 0, subsampling = 0, colourspace = 0;
-  if (tjDecompressHeader3(d.handle, data, static_cast<unsigned long>(size), &width, &height, &subsampling,
-                          &colourspace) != 0)
+  if (tjDecompressHeader3(d.handle, data, static_cast<unsigned long>(size), &width, &height,
+                          &subsampling, &colourspace) != 0)
     throw FormatError(what + ": not a readable JPEG: " + tjGetErrorStr2(d.handle));
   out.width = width;
   out.height = height;
   out.pixels.resize(static_cast<std::size_t>(width) * height * 3);
   // TJFLAG_STOPONWARNING: a truncated or damaged stream is an error, not a grey bottom half.
-  if (tjDecompress2(d.handle, data, static_cast<unsigned long>(size), out.pixels.data(), width, width * 3, height,
-                    TJPF_RGB, TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING) != 0)
+  if (tjDecompress2(d.handle, data, static_cast<unsigned long>(size), out.pixels.data(), width,
+                    width * 3, height, TJPF_RGB, TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING) != 0)
     throw FormatError(what + ": corrupt JPEG: " + tjGetErrorStr2(d.handle));
 }
 
@@ -92,8 +93,10 @@ void decode_png(const void* data, std::size_t size, RgbImage& out, const std::st
 
 void decode_image(const void* data, std::size_t size, RgbImage& out, const std::string& what) {
   const auto* bytes = static_cast<const unsigned char*>(data);
-  if (size >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF) return decode_jpeg(bytes, size, out, what);
-  if (size >= 8 && std::memcmp(bytes, "\x89PNG\r\n\x1a\n", 8) == 0) return decode_png(data, size, out, what);
+  if (size >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF)
+    return decode_jpeg(bytes, size, out, what);
+  if (size >= 8 && std::memcmp(bytes, "\x89PNG\r\n\x1a\n", 8) == 0)
+    return decode_png(data, size, out, what);
   throw FormatError(what + ": neither JPEG nor PNG (" + std::to_string(size) + " bytes)");
 }
 

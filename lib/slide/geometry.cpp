@@ -87,9 +87,10 @@ ReadPlan plan_read(const SlideGeometry& geometry, std::optional<double> target_m
     throw UsageError("--mpp must be a positive number of µm per pixel, got " + num(*target_mpp));
   }
   if (!plan.mpp) {
-    throw InputError(at_file(slide_name,
-                             "no µm/px metadata (openslide.mpp-x or TIFF resolution); pass --level N "
-                             "to tile at a pyramid level instead"));
+    throw InputError(
+        at_file(slide_name,
+                "no µm/px metadata (openslide.mpp-x or TIFF resolution); pass --level N "
+                "to tile at a pyramid level instead"));
   }
   const double target = *target_mpp / *plan.mpp;
   // Level 0 is the finest there is; a finer target would need upsampling, which

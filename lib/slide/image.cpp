@@ -18,16 +18,18 @@ using detail::ImagePtr;
 using detail::vips_message;
 
 ImagePtr wrap_rgb(const std::uint8_t* rgb, int width, int height) {
-  VipsImage* image = vips_image_new_from_memory(rgb, static_cast<std::size_t>(width) * height * 3, width,
-                                                height, 3, VIPS_FORMAT_UCHAR);
-  if (!image) throw ResourceError("libvips: wrapping a " + std::to_string(width) + "x" + std::to_string(height) +
-                                  " image: " + vips_message());
+  VipsImage* image = vips_image_new_from_memory(rgb, static_cast<std::size_t>(width) * height * 3,
+                                                width, height, 3, VIPS_FORMAT_UCHAR);
+  if (!image)
+    throw ResourceError("libvips: wrapping a " + std::to_string(width) + "x" +
+                        std::to_string(height) + " image: " + vips_message());
   return ImagePtr(image);
 }
 
 RgbImage to_memory(VipsImage* image, const std::string& what) {
   if (image->Bands != 3 || image->BandFmt != VIPS_FORMAT_UCHAR)
-    throw ResourceError(what + ": libvips produced " + std::to_string(image->Bands) + " bands, not 8-bit RGB");
+    throw ResourceError(what + ": libvips produced " + std::to_string(image->Bands) +
+                        " bands, not 8-bit RGB");
   RgbImage out;
   out.width = image->Xsize;
   out.height = image->Ysize;
@@ -62,14 +64,16 @@ RgbImage resize(const std::uint8_t* rgb, int width, int height, int out_width, i
   VipsImage* raw = nullptr;
   const double hscale = static_cast<double>(out_width) / width;
   const double vscale = static_cast<double>(out_height) / height;
-  if (vips_resize(in.get(), &raw, hscale, "vscale", vscale, "kernel", VIPS_KERNEL_LANCZOS3, nullptr) != 0)
-    throw ResourceError("libvips resize " + std::to_string(width) + " -> " + std::to_string(out_width) + ": " +
-                        vips_message());
+  if (vips_resize(in.get(), &raw, hscale, "vscale", vscale, "kernel", VIPS_KERNEL_LANCZOS3,
+                  nullptr) != 0)
+    throw ResourceError("libvips resize " + std::to_string(width) + " -> " +
+                        std::to_string(out_width) + ": " + vips_message());
   ImagePtr out(raw);
   if (out->Xsize != out_width || out->Ysize != out_height) {
     // vips rounds the output size; pad by copying the edge (or crop) to the exact size.
     VipsImage* fixed = nullptr;
-    if (vips_embed(out.get(), &fixed, 0, 0, out_width, out_height, "extend", VIPS_EXTEND_COPY, nullptr) != 0)
+    if (vips_embed(out.get(), &fixed, 0, 0, out_width, out_height, "extend", VIPS_EXTEND_COPY,
+                   nullptr) != 0)
       throw ResourceError("libvips embed: " + vips_message());
     out.reset(fixed);
   }
@@ -80,7 +84,8 @@ RgbImage read_thumbnail(const std::string& path, int level, double scale) {
   init_vips();
   VipsImage* raw = nullptr;
   if (vips_openslideload(path.c_str(), &raw, "level", level, nullptr) != 0)
-    throw InputError(at_file(path, "libvips cannot read level " + std::to_string(level) + ": " + vips_message()));
+    throw InputError(at_file(
+        path, "libvips cannot read level " + std::to_string(level) + ": " + vips_message()));
   ImagePtr image(raw);
   VipsArrayDouble* white = vips_array_double_newv(3, 255.0, 255.0, 255.0);
   const int flattened = vips_flatten(image.get(), &raw, "background", white, nullptr);

@@ -54,7 +54,8 @@ void argb_to_rgb_on_white(const std::uint32_t* argb, std::size_t pixels, std::ui
 }
 
 Slide Slide::open(const std::string& path) {
-  if (::access(path.c_str(), R_OK) != 0) throw InputError(sys_message(path, "cannot open slide", errno));
+  if (::access(path.c_str(), R_OK) != 0)
+    throw InputError(sys_message(path, "cannot open slide", errno));
   const char* vendor = openslide_detect_vendor(path.c_str());
   if (!vendor) throw InputError(at_file(path, "not a slide format OpenSlide reads"));
   Slide s;
@@ -62,7 +63,8 @@ Slide Slide::open(const std::string& path) {
   s.vendor_ = vendor;
   s.handle_ = std::make_unique<Handle>();
   s.handle_->osr = openslide_open(path.c_str());
-  if (!s.handle_->osr) throw InputError(at_file(path, "OpenSlide cannot open this " + s.vendor_ + " file"));
+  if (!s.handle_->osr)
+    throw InputError(at_file(path, "OpenSlide cannot open this " + s.vendor_ + " file"));
   if (const char* err = openslide_get_error(s.handle_->osr))
     throw InputError(at_file(path, std::string("OpenSlide: ") + err));
 
@@ -104,9 +106,10 @@ void Slide::read_rgb(std::int64_t x, std::int64_t y, int level, std::int64_t w, 
   argb.resize(pixels);
   openslide_read_region(handle_->osr, argb.data(), x, y, level, w, h);
   if (const char* err = openslide_get_error(handle_->osr))
-    throw InputError(at_file(path_, "reading " + std::to_string(w) + "x" + std::to_string(h) + " at (" +
-                                        std::to_string(x) + ", " + std::to_string(y) + ") level " +
-                                        std::to_string(level) + ": OpenSlide: " + err));
+    throw InputError(at_file(path_, "reading " + std::to_string(w) + "x" + std::to_string(h) +
+                                        " at (" + std::to_string(x) + ", " + std::to_string(y) +
+                                        ") level " + std::to_string(level) +
+                                        ": OpenSlide: " + err));
   argb_to_rgb_on_white(argb.data(), pixels, rgb);
 }
 

@@ -8,14 +8,17 @@ namespace mltool::slide {
 RgbImage qc_picture(const RgbImage& thumbnail, const Mask* mask, const std::vector<Box>& kept) {
   RgbImage out = thumbnail;
   const int w = out.width, h = out.height;
-  auto px = [&](int x, int y) { return out.pixels.data() + (static_cast<std::size_t>(y) * w + x) * 3; };
+  auto px = [&](int x, int y) {
+    return out.pixels.data() + (static_cast<std::size_t>(y) * w + x) * 3;
+  };
   if (mask && mask->width == w && mask->height == h) {
     constexpr int kTint[3] = {0, 170, 0};
     for (int y = 0; y < h; ++y)
       for (int x = 0; x < w; ++x)
         if (mask->data[static_cast<std::size_t>(y) * w + x]) {
           std::uint8_t* p = px(x, y);
-          for (int c = 0; c < 3; ++c) p[c] = static_cast<std::uint8_t>((p[c] * 65 + kTint[c] * 35 + 50) / 100);
+          for (int c = 0; c < 3; ++c)
+            p[c] = static_cast<std::uint8_t>((p[c] * 65 + kTint[c] * 35 + 50) / 100);
         }
   }
   auto set = [&](int x, int y) {

@@ -19,7 +19,8 @@ using detail::vips_message;
 class OpenSlideReader final : public RegionReader {
  public:
   OpenSlideReader(const Slide& slide, int level) : slide_(slide), level_(level) {}
-  void read_rgb(std::int64_t x, std::int64_t y, std::int64_t w, std::int64_t h, std::uint8_t* rgb) override {
+  void read_rgb(std::int64_t x, std::int64_t y, std::int64_t w, std::int64_t h,
+                std::uint8_t* rgb) override {
     slide_.read_rgb(x, y, level_, w, h, rgb);
   }
   const char* name() const override { return "openslide"; }
@@ -33,9 +34,13 @@ class OpenSlideReader final : public RegionReader {
 class VipsTiffReader final : public RegionReader {
  public:
   VipsTiffReader(const Slide& slide, int level, ImagePtr page)
-      : slide_(slide), level_(level), downsample_(slide.geometry().levels[level].downsample), page_(std::move(page)) {}
+      : slide_(slide),
+        level_(level),
+        downsample_(slide.geometry().levels[level].downsample),
+        page_(std::move(page)) {}
 
-  void read_rgb(std::int64_t x, std::int64_t y, std::int64_t w, std::int64_t h, std::uint8_t* rgb) override {
+  void read_rgb(std::int64_t x, std::int64_t y, std::int64_t w, std::int64_t h,
+                std::uint8_t* rgb) override {
     std::call_once(checked_, [&] { verify(x, y, w, h); });
     if (fallback_) return slide_.read_rgb(x, y, level_, w, h, rgb);
     decode(x, y, w, h, rgb);
@@ -62,25 +67,30 @@ class VipsTiffReader final : public RegionReader {
     if (ok && !vips_rect_isempty(&valid)) {
       const int bands = page_->Bands;
       for (int row = 0; row < valid.height; ++row) {
-        const auto* src = reinterpret_cast<const std::uint8_t*>(VIPS_REGION_ADDR(region, valid.left, valid.top + row));
-        std::uint8_t* dst = rgb + (static_cast<std::size_t>(valid.top - rect.top + row) * rect.width +
-                                   (valid.left - rect.left)) * 3;
+        const auto* src = reinterpret_cast<const std::uint8_t*>(
+            VIPS_REGION_ADDR(region, valid.left, valid.top + row));
+        std::uint8_t* dst =
+            rgb + (static_cast<std::size_t>(valid.top - rect.top + row) * rect.width +
+                   (valid.left - rect.left)) *
+                      3;
         if (bands == 3) {
           std::memcpy(dst, src, static_cast<std::size_t>(valid.width) * 3);
         } else {  // RGBA, straight alpha: composite on white
           for (int i = 0; i < valid.width; ++i) {
             const unsigned a = src[4 * i + 3];
             for (int c = 0; c < 3; ++c)
-              dst[3 * i + c] = static_cast<std::uint8_t>((src[4 * i + c] * a + 255 * (255 - a) + 127) / 255);
+              dst[3 * i + c] =
+                  static_cast<std::uint8_t>((src[4 * i + c] * a + 255 * (255 - a) + 127) / 255);
           }
         }
       }
     }
     g_object_unref(region);
     if (!ok)
-      throw InputError(at_file(slide_.path(), "reading " + std::to_string(w) + "x" + std::to_string(h) + " at (" +
-                                                  std::to_string(x) + ", " + std::to_string(y) + ") level " +
-                                                  std::to_string(level_) + ": libvips: " + message));
+      throw InputError(at_file(slide_.path(),
+                               "reading " + std::to_string(w) + "x" + std::to_string(h) + " at (" +
+                                   std::to_string(x) + ", " + std::to_string(y) + ") level " +
+                                   std::to_string(level_) + ": libvips: " + message));
   }
 
   // The first region is read both ways; any disagreement beyond JPEG decoder rounding sends
@@ -92,7 +102,8 @@ class VipsTiffReader final : public RegionReader {
     try {
       decode(x, y, w, h, ours.data());
     } catch (const Error& e) {
-      log::debug(slide_.path() + ": libvips cannot decode level " + std::to_string(level_) + ", using OpenSlide: " + e.what());
+      log::debug(slide_.path() + ": libvips cannot decode level " + std::to_string(level_) +
+                 ", using OpenSlide: " + e.what());
       fallback_ = true;
       return;
     }
@@ -104,8 +115,9 @@ class VipsTiffReader final : public RegionReader {
       worst = std::max(worst, d);
     }
     if (static_cast<double>(diff) / n > 0.5 || worst > 32) {
-      log::debug(slide_.path() + ": libvips and OpenSlide disagree on level " + std::to_string(level_) +
-                 " (mean difference " + std::to_string(static_cast<double>(diff) / n) + "), using OpenSlide");
+      log::debug(slide_.path() + ": libvips and OpenSlide disagree on level " +
+                 std::to_string(level_) + " (mean difference " +
+                 std::to_string(static_cast<double>(diff) / n) + "), using OpenSlide");
       fallback_ = true;
     }
   }
@@ -128,12 +140,14 @@ ImagePtr find_page(const Slide& slide, int level) {
   }
   ImagePtr first(raw);
   int pages = 1;
-  if (vips_image_get_typeof(first.get(), VIPS_META_N_PAGES)) vips_image_get_int(first.get(), VIPS_META_N_PAGES, &pages);
+  if (vips_image_get_typeof(first.get(), VIPS_META_N_PAGES))
+    vips_image_get_int(first.get(), VIPS_META_N_PAGES, &pages);
   for (int p = 0; p < pages; ++p) {
     ImagePtr page;
     if (p == 0) {
       page = std::move(first);
-    } else if (vips_tiffload(slide.path().c_str(), &raw, "page", p, "access", VIPS_ACCESS_RANDOM, nullptr) == 0) {
+    } else if (vips_tiffload(slide.path().c_str(), &raw, "page", p, "access", VIPS_ACCESS_RANDOM,
+                             nullptr) == 0) {
       page.reset(raw);
     } else {
       vips_error_clear();
@@ -148,14 +162,16 @@ ImagePtr find_page(const Slide& slide, int level) {
 
 }  // namespace
 
-std::unique_ptr<RegionReader> make_region_reader(const Slide& slide, int level, ReaderChoice choice) {
+std::unique_ptr<RegionReader> make_region_reader(const Slide& slide, int level,
+                                                 ReaderChoice choice) {
   const bool tiff_levels = slide.vendor() == "generic-tiff" || slide.vendor() == "aperio";
   if (choice == ReaderChoice::automatic && tiff_levels) {
     init_vips();
     const double ds = slide.geometry().levels[level].downsample;
     // 1:1 only where level-0 positions map to whole level pixels (integral downsamples).
     if (ds == static_cast<double>(static_cast<std::int64_t>(ds)))
-      if (ImagePtr page = find_page(slide, level)) return std::make_unique<VipsTiffReader>(slide, level, std::move(page));
+      if (ImagePtr page = find_page(slide, level))
+        return std::make_unique<VipsTiffReader>(slide, level, std::move(page));
   }
   return std::make_unique<OpenSlideReader>(slide, level);
 }

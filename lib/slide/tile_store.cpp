@@ -13,7 +13,9 @@ constexpr const char* kStoreKey = "store";
 constexpr const char* kSchema = "tile-store";
 
 template <typename T>
-nlohmann::json optional_json(const std::optional<T>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
+nlohmann::json optional_json(const std::optional<T>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
 
 std::string describe(const nlohmann::json& v) { return v.is_null() ? "none" : v.dump(); }
 
@@ -56,14 +58,16 @@ void TileSettings::require_same(const TileSettings& other, const std::string& st
   for (auto it = mine.begin(); it != mine.end(); ++it) {
     const auto& b = theirs.at(it.key());
     if (it.value() != b)
-      throw UsageError(at_file(store, "the store was made with " + it.key() + " " + describe(it.value()) +
-                                          ", not " + describe(b) + "; use another store or the same settings"));
+      throw UsageError(at_file(store, "the store was made with " + it.key() + " " +
+                                          describe(it.value()) + ", not " + describe(b) +
+                                          "; use another store or the same settings"));
   }
 }
 
 std::string tile_key(const std::string& slide_id, std::int64_t row, std::int64_t col) {
   char position[48];
-  std::snprintf(position, sizeof position, "/%06lld_%06lld", static_cast<long long>(row), static_cast<long long>(col));
+  std::snprintf(position, sizeof position, "/%06lld_%06lld", static_cast<long long>(row),
+                static_cast<long long>(col));
   return slide_id + position;
 }
 
@@ -71,11 +75,13 @@ std::string slide_id_for(const std::string& path) {
   std::string name = path;
   while (name.size() > 1 && name.back() == '/') name.pop_back();
   if (const auto slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
-  if (const auto dot = name.rfind('.'); dot != std::string::npos && dot > 0) name = name.substr(0, dot);
+  if (const auto dot = name.rfind('.'); dot != std::string::npos && dot > 0)
+    name = name.substr(0, dot);
   if (name.empty() || name == "." || name == "..")
     throw InputError(at_file(path, "cannot make a slide id from this path"));
   for (const unsigned char c : name)
-    if (c < 0x20 || c == 0x7f) throw InputError(at_file(path, "the file name holds a control character"));
+    if (c < 0x20 || c == 0x7f)
+      throw InputError(at_file(path, "the file name holds a control character"));
   return name;
 }
 
@@ -90,7 +96,8 @@ TileStore TileStore::open(const std::string& path, bool writable) {
     store.tiles_ = store.env_.db("tiles", writable);
     store.meta_ = store.env_.db("meta", writable);
   } catch (const InputError&) {
-    throw InputError(at_file(path, "not a tile store: an LMDB without the 'tiles' and 'meta' databases"));
+    throw InputError(
+        at_file(path, "not a tile store: an LMDB without the 'tiles' and 'meta' databases"));
   }
   return store;
 }
@@ -124,7 +131,8 @@ std::vector<std::string> TileStore::completed_slides() const {
 std::vector<std::string> TileStore::complete_tile_keys() const {
   // Key order is by "<id>/", which differs from id order ("a-b/" < "a/" though "a" < "a-b").
   auto ids = completed_slides();
-  std::sort(ids.begin(), ids.end(), [](const std::string& a, const std::string& b) { return a + "/" < b + "/"; });
+  std::sort(ids.begin(), ids.end(),
+            [](const std::string& a, const std::string& b) { return a + "/" < b + "/"; });
   std::vector<std::string> keys;
   auto txn = env_.begin_read();
   for (const auto& id : ids) {
@@ -133,8 +141,9 @@ std::vector<std::string> TileStore::complete_tile_keys() const {
     const auto done = nlohmann::json::parse(txn.at(meta_, meta_key("done", id)), nullptr, false);
     const std::int64_t expected = done.is_object() ? done.value("tiles", std::int64_t{-1}) : -1;
     if (expected != static_cast<std::int64_t>(keys.size() - before))
-      throw FormatError(path() + ": slide '" + id + "' has " + std::to_string(keys.size() - before) +
-                        " tiles, its done marker says " + std::to_string(expected));
+      throw FormatError(path() + ": slide '" + id + "' has " +
+                        std::to_string(keys.size() - before) + " tiles, its done marker says " +
+                        std::to_string(expected));
   }
   return keys;
 }
@@ -144,7 +153,8 @@ bool TileStore::is_complete(const std::string& id) const {
   return txn.get(meta_, meta_key("done", id)).has_value();
 }
 
-std::optional<nlohmann::json> TileStore::record(const std::string& kind, const std::string& id) const {
+std::optional<nlohmann::json> TileStore::record(const std::string& kind,
+                                                const std::string& id) const {
   auto txn = env_.begin_read();
   const std::string key = meta_key(kind, id);
   const auto value = txn.get(meta_, key);

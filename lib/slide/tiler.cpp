@@ -49,18 +49,20 @@ bool covers_its_tiles(const Slide& slide, int level) {
   const Level& l = slide.geometry().levels[level];
   const std::string prefix = "openslide.level[" + std::to_string(level) + "].tile-";
   const auto tile_w = slide.property(prefix + "width"), tile_h = slide.property(prefix + "height");
-  return !tile_w || !tile_h || (l.width >= std::atoll(tile_w->c_str()) && l.height >= std::atoll(tile_h->c_str()));
+  return !tile_w || !tile_h ||
+         (l.width >= std::atoll(tile_w->c_str()) && l.height >= std::atoll(tile_h->c_str()));
 }
 
 // Each tile covers about 8 × 8 thumbnail pixels, and no thumbnail side exceeds 4096.
 Thumbnail make_thumbnail(const Slide& slide, double tile_level0) {
   const auto& levels = slide.geometry().levels;
   const Level& l0 = levels[0];
-  const double target =
-      std::max({tile_level0 / 8.0, static_cast<double>(std::max(l0.width, l0.height)) / 4096.0, 1.0});
+  const double target = std::max(
+      {tile_level0 / 8.0, static_cast<double>(std::max(l0.width, l0.height)) / 4096.0, 1.0});
   Thumbnail t;
   for (std::size_t l = 0; l < levels.size(); ++l)
-    if (levels[l].downsample <= target * (1 + kLevelTolerance) && levels[l].downsample >= levels[t.level].downsample &&
+    if (levels[l].downsample <= target * (1 + kLevelTolerance) &&
+        levels[l].downsample >= levels[t.level].downsample &&
         covers_its_tiles(slide, static_cast<int>(l)))
       t.level = static_cast<int>(l);
   t.image = read_thumbnail(slide.path(), t.level, levels[t.level].downsample / target);
@@ -71,12 +73,14 @@ Thumbnail make_thumbnail(const Slide& slide, double tile_level0) {
 
 json levels_json(const SlideGeometry& g) {
   json out = json::array();
-  for (const auto& l : g.levels) out.push_back({{"width", l.width}, {"height", l.height}, {"downsample", l.downsample}});
+  for (const auto& l : g.levels)
+    out.push_back({{"width", l.width}, {"height", l.height}, {"downsample", l.downsample}});
   return out;
 }
 
 json kept_json(const std::vector<KeptTile>& kept) {
-  json row = json::array(), col = json::array(), x = json::array(), y = json::array(), tissue = json::array();
+  json row = json::array(), col = json::array(), x = json::array(), y = json::array(),
+       tissue = json::array();
   for (const auto& k : kept) {
     row.push_back(k.row), col.push_back(k.col), x.push_back(k.x), y.push_back(k.y);
     tissue.push_back(std::round(k.tissue * 1e4) / 1e4);
@@ -86,12 +90,14 @@ json kept_json(const std::vector<KeptTile>& kept) {
 
 // Reads, resamples and encodes `kept` on worker threads; the calling thread commits them.
 // Returns normally only when every tile is in a (committed or pending) batch.
-void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job, const std::string& id,
-                 const std::vector<KeptTile>& kept, io::lmdb::BatchWriter& batch) {
+void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
+                 const std::string& id, const std::vector<KeptTile>& kept,
+                 io::lmdb::BatchWriter& batch) {
   const int tile = job.settings.tile_size;
   const auto read = plan.read_size_level;
   const bool png = job.settings.encoding == "png";
-  const int workers = std::max(1, std::min<int>(util::thread_count(job.threads), static_cast<int>(kept.size())));
+  const int workers =
+      std::max(1, std::min<int>(util::thread_count(job.threads), static_cast<int>(kept.size())));
 
   struct Encoded {
     std::size_t index;
@@ -124,7 +130,8 @@ void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
           resized = resize(rgb.data(), static_cast<int>(read), static_cast<int>(read), tile, tile);
           pixels = resized.pixels.data();
         }
-        std::string bytes = png ? encode_png(pixels, tile, tile) : encode_jpeg(pixels, tile, tile, job.settings.quality);
+        std::string bytes = png ? encode_png(pixels, tile, tile)
+                                : encode_jpeg(pixels, tile, tile, job.settings.quality);
         if (!queue.push({i, std::move(bytes)})) break;
       }
     } catch (...) {
@@ -145,8 +152,9 @@ void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
       batch.put(tile_key(id, k.row, k.col), item->bytes);
       if (++written % 256 == 0 && seconds_since(last_report) >= 10) {
         last_report = Clock::now();
-        log::info(id + ": " + std::to_string(written) + "/" + std::to_string(kept.size()) + " tiles, " +
-                  std::to_string(static_cast<int>(written / seconds_since(start))) + " tiles/s");
+        log::info(id + ": " + std::to_string(written) + "/" + std::to_string(kept.size()) +
+                  " tiles, " + std::to_string(static_cast<int>(written / seconds_since(start))) +
+                  " tiles/s");
       }
     }
   } catch (...) {
@@ -160,15 +168,20 @@ void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
 
 void validate(const TileJob& job) {
   const auto& s = job.settings;
-  if (s.tile_size < 1 || s.tile_size > 16384) throw UsageError("--tile-size must be between 1 and 16384");
-  if (s.overlap < 0 || s.overlap >= s.tile_size) throw UsageError("--overlap must be at least 0 and less than --tile-size");
-  if (s.mpp.has_value() == s.level.has_value()) throw UsageError("give exactly one of --mpp and --level");
-  if (s.mpp && !(*s.mpp > 0 && std::isfinite(*s.mpp))) throw UsageError("--mpp must be a positive number");
+  if (s.tile_size < 1 || s.tile_size > 16384)
+    throw UsageError("--tile-size must be between 1 and 16384");
+  if (s.overlap < 0 || s.overlap >= s.tile_size)
+    throw UsageError("--overlap must be at least 0 and less than --tile-size");
+  if (s.mpp.has_value() == s.level.has_value())
+    throw UsageError("give exactly one of --mpp and --level");
+  if (s.mpp && !(*s.mpp > 0 && std::isfinite(*s.mpp)))
+    throw UsageError("--mpp must be a positive number");
   if (s.level && *s.level < 0) throw UsageError("--level must be at least 0");
   if (s.encoding != "jpeg" && s.encoding != "png") throw UsageError("--format must be jpeg or png");
   if (s.quality < 1 || s.quality > 100) throw UsageError("--quality must be between 1 and 100");
   if (s.tissue != "otsu" && s.tissue != "none") throw UsageError("--tissue must be otsu or none");
-  if (!(s.min_tissue >= 0 && s.min_tissue <= 1)) throw UsageError("--min-tissue must be between 0 and 1");
+  if (!(s.min_tissue >= 0 && s.min_tissue <= 1))
+    throw UsageError("--min-tissue must be between 0 and 1");
   if (job.commit_every < 1) throw UsageError("--commit-every must be at least 1");
 }
 
@@ -186,12 +199,14 @@ SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob&
     const std::string other_hash = existing->value("quickhash", "");
     const std::string other_path = existing->value("path", "");
     if (other_hash != quickhash || (quickhash.empty() && other_path != abs_path))
-      throw InputError(at_file(path, "slide id '" + id + "' is already used in " + store.path() + " by " + other_path +
-                                         ", a different slide (OpenSlide quickhash differs); rename one of the files"));
+      throw InputError(at_file(
+          path, "slide id '" + id + "' is already used in " + store.path() + " by " + other_path +
+                    ", a different slide (OpenSlide quickhash differs); rename one of the files"));
     if (const auto done = store.record("done", id)) {
       report.status = "skipped";
       report.tiles = done->value("tiles", std::int64_t{0});
-      report.grid_tiles = existing->at("grid").value("cols", std::int64_t{0}) * existing->at("grid").value("rows", std::int64_t{0});
+      report.grid_tiles = existing->at("grid").value("cols", std::int64_t{0}) *
+                          existing->at("grid").value("rows", std::int64_t{0});
       if (done->contains("tissue_fraction") && done->at("tissue_fraction").is_number())
         report.tissue_fraction = done->at("tissue_fraction").get<double>();
       report.seconds = seconds_since(start);
@@ -217,14 +232,17 @@ SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob&
     const double tile_area = (grid.size_level0 / thumb->dx) * (grid.size_level0 / thumb->dy);
     options.min_object_px = std::max<std::int64_t>(4, std::llround(tile_area / 4));
     options.max_hole_px = options.min_object_px;
-    mask = tissue_mask(thumb->image.pixels.data(), thumb->image.width, thumb->image.height, options);
+    mask =
+        tissue_mask(thumb->image.pixels.data(), thumb->image.width, thumb->image.height, options);
     std::int64_t tissue_px = 0;
     for (auto v : mask->data) tissue_px += v != 0;
-    report.tissue_fraction = mask->data.empty() ? 0.0 : static_cast<double>(tissue_px) / mask->data.size();
+    report.tissue_fraction =
+        mask->data.empty() ? 0.0 : static_cast<double>(tissue_px) / mask->data.size();
     const IntegralMask integral(*mask);
     for (const TileRect& t : tile_grid(geometry.levels[0], plan, s.tile_size, s.overlap)) {
-      const double f = integral.fraction(t.x / thumb->dx, t.y / thumb->dy, (t.x + grid.size_level0) / thumb->dx,
-                                         (t.y + grid.size_level0) / thumb->dy);
+      const double f =
+          integral.fraction(t.x / thumb->dx, t.y / thumb->dy, (t.x + grid.size_level0) / thumb->dx,
+                            (t.y + grid.size_level0) / thumb->dy);
       if (f >= s.min_tissue - 1e-9) kept.push_back({t.row, t.col, t.x, t.y, f});
     }
   } else {
@@ -251,15 +269,16 @@ SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob&
       {"size_level0", grid.size_level0},
       {"grid", {{"cols", grid.cols}, {"rows", grid.rows}}},
       {"thumbnail", thumb ? json{{"width", thumb->image.width},
-                                  {"height", thumb->image.height},
-                                  {"level", thumb->level},
-                                  {"downsample", (thumb->dx + thumb->dy) / 2}}
+                                 {"height", thumb->image.height},
+                                 {"level", thumb->level},
+                                 {"downsample", (thumb->dx + thumb->dy) / 2}}
                           : json(nullptr)},
       {"tissue_threshold", mask ? json(mask->threshold) : json(nullptr)},
   };
   const std::string slide_text = slide_record.dump();
-  store.env().write(
-      [&](io::lmdb::Txn& txn) { txn.put(store.meta(), TileStore::meta_key("slides", id), slide_text); });
+  store.env().write([&](io::lmdb::Txn& txn) {
+    txn.put(store.meta(), TileStore::meta_key("slides", id), slide_text);
+  });
 
   io::lmdb::BatchOptions batch_options;
   batch_options.max_puts = job.commit_every;
@@ -274,23 +293,24 @@ SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob&
         boxes.push_back({k.x / thumb->dx, k.y / thumb->dy, (k.x + grid.size_level0) / thumb->dx,
                          (k.y + grid.size_level0) / thumb->dy});
       util::make_directories(job.qc_dir);
-      write_png(util::join_path(job.qc_dir, id + ".png"), qc_picture(thumb->image, mask ? &*mask : nullptr, boxes));
+      write_png(util::join_path(job.qc_dir, id + ".png"),
+                qc_picture(thumb->image, mask ? &*mask : nullptr, boxes));
     }
     report.tiles = static_cast<std::int64_t>(kept.size());
     report.seconds = seconds_since(start);
     const std::string tiles_text = kept_json(kept).dump();
-    const std::string done_text =
-        json{{"tiles", report.tiles},
-             {"tissue_fraction", report.tissue_fraction ? json(*report.tissue_fraction) : json(nullptr)},
-             {"seconds", std::round(report.seconds * 1000) / 1000},
-             {"reader", report.reader}}
-            .dump();
+    const std::string done_text = json{
+        {"tiles", report.tiles},
+        {"tissue_fraction", report.tissue_fraction ? json(*report.tissue_fraction) : json(nullptr)},
+        {"seconds", std::round(report.seconds * 1000) / 1000},
+        {"reader", report.reader}}.dump();
     batch.flush([&](io::lmdb::Txn& txn) {
       txn.put(store.meta(), TileStore::meta_key("tiles", id), tiles_text);
       txn.put(store.meta(), TileStore::meta_key("done", id), done_text);
     });
   } catch (...) {
-    batch = io::lmdb::BatchWriter(store.env(), store.tiles(), batch_options);  // drop the pending batch
+    batch =
+        io::lmdb::BatchWriter(store.env(), store.tiles(), batch_options);  // drop the pending batch
     try {
       store.discard_incomplete(id);
     } catch (const std::exception& e) {
@@ -315,11 +335,12 @@ MergeReport merge_store(TileStore& out, const std::string& input, std::size_t co
   batch_options.max_puts = commit_every;
   for (const std::string& id : in.completed_slides()) {
     const auto record = in.record("slides", id);
-    if (!record) throw FormatError(at_file(input, "meta 'done/" + id + "' has no 'slides/" + id + "' record"));
+    if (!record)
+      throw FormatError(at_file(input, "meta 'done/" + id + "' has no 'slides/" + id + "' record"));
     if (const auto existing = out.record("slides", id)) {
       if (existing->value("quickhash", "") != record->value("quickhash", ""))
-        throw InputError(at_file(input, "slide id '" + id + "' is in " + out.path() + " for another slide, " +
-                                            existing->value("path", "")));
+        throw InputError(at_file(input, "slide id '" + id + "' is in " + out.path() +
+                                            " for another slide, " + existing->value("path", "")));
       if (out.is_complete(id)) {
         ++report.skipped;
         continue;

@@ -151,7 +151,8 @@ Mask tissue_mask(const std::uint8_t* rgb, int width, int height, const TissueOpt
   // tissue itself, pale stroma from dense nuclei. Glass is unsaturated, so when even the lower
   // class is saturated on average, there is no background class: the floor alone decides.
   std::uint64_t low_count = 0, low_sum = 0;
-  for (int v = 0; v <= threshold; ++v) low_count += hist[v], low_sum += hist[v] * static_cast<std::uint64_t>(v);
+  for (int v = 0; v <= threshold; ++v)
+    low_count += hist[v], low_sum += hist[v] * static_cast<std::uint64_t>(v);
   if (low_count > 0 && static_cast<double>(low_sum) / low_count > options.min_saturation)
     threshold = options.min_saturation;
 

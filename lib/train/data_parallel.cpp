@@ -6,7 +6,8 @@
 namespace mltool::train {
 
 std::vector<std::int64_t> step_sizes(std::int64_t samples, std::int64_t batch, bool keep_last) {
-  if (samples < 1 || batch < 1) throw std::invalid_argument("step_sizes: needs samples, batch >= 1");
+  if (samples < 1 || batch < 1)
+    throw std::invalid_argument("step_sizes: needs samples, batch >= 1");
   if (samples <= batch) return {samples};
   std::vector<std::int64_t> out(static_cast<std::size_t>(samples / batch), batch);
   if (keep_last && samples % batch) out.push_back(samples % batch);
@@ -20,8 +21,8 @@ RankSlice rank_slice(std::int64_t batch, std::int64_t world, std::int64_t rank) 
   return {rank * base + std::min(rank, extra), base + (rank < extra ? 1 : 0)};
 }
 
-std::vector<std::int64_t> rank_positions(const std::vector<std::int64_t>& steps,
-                                         std::int64_t world, std::int64_t rank) {
+std::vector<std::int64_t> rank_positions(const std::vector<std::int64_t>& steps, std::int64_t world,
+                                         std::int64_t rank) {
   std::vector<std::int64_t> out;
   std::int64_t start = 0;
   for (const auto global : steps) {

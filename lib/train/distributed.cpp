@@ -41,7 +41,7 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master
 struct DataParallel::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Backend> group;
-  std::string where;  // "rank R of W"
+  std::string where;    // "rank R of W"
   int rank0_calls = 0;  // on_rank0: each call's outcome under its own store key
 
   // A collective that failed (a rank died, or waited past --dist-timeout) as a ResourceError.
@@ -139,7 +139,8 @@ class AccumulatedHook : public torch::autograd::FunctionPostHook {
 struct GradientReducer::Impl {
   DataParallel& dp;
   std::vector<torch::Tensor> parameters;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive: hooks live on them
+  std::vector<std::shared_ptr<torch::autograd::Node>>
+      accumulators;  // kept alive: hooks live on them
   std::vector<std::uintptr_t> keys;
   std::vector<Bucket> buckets;
   std::vector<std::size_t> bucket_of;  // per parameter

@@ -47,8 +47,7 @@ class DataParallel {
 /// share of the global batch's sum of class weights (its sample count / the batch's when
 /// `class_weights` is undefined), so the summed gradients are the global batch's.
 torch::Tensor rank_order(const torch::Tensor& order, const std::vector<std::int64_t>& steps,
-                         const DataParallel& dp,
-                         const std::vector<std::int64_t>& labels,
+                         const DataParallel& dp, const std::vector<std::int64_t>& labels,
                          const torch::Tensor& class_weights, std::vector<double>& scales);
 
 /// Sums the gradients of `parameters` over the ranks while backward runs (DDP's reducer):

@@ -18,7 +18,8 @@ namespace {
 
 void check_arguments(const torch::Tensor& matrix, const torch::Tensor& index, bool check_bounds) {
   if (matrix.dim() != 2)
-    throw InputError("gather_rows: expected a 2-D matrix, got " + std::to_string(matrix.dim()) + " dimensions");
+    throw InputError("gather_rows: expected a 2-D matrix, got " + std::to_string(matrix.dim()) +
+                     " dimensions");
   if (index.dim() != 1 || index.scalar_type() != torch::kInt64)
     throw InputError("gather_rows: expected a 1-D int64 index tensor");
   if (index.device() != matrix.device())
@@ -30,8 +31,9 @@ void check_arguments(const torch::Tensor& matrix, const torch::Tensor& index, bo
   const auto lo = bounds[0].item<std::int64_t>();
   const auto hi = bounds[1].item<std::int64_t>();
   if (lo < 0 || hi >= matrix.size(0))
-    throw InputError("gather_rows: index out of range: [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                     "] for a matrix of " + std::to_string(matrix.size(0)) + " rows");
+    throw InputError("gather_rows: index out of range: [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "] for a matrix of " + std::to_string(matrix.size(0)) +
+                     " rows");
 }
 
 torch::Tensor gather_cpu(const torch::Tensor& src, const torch::Tensor& index) {
@@ -41,7 +43,8 @@ torch::Tensor gather_cpu(const torch::Tensor& src, const torch::Tensor& index) {
   const auto* from = static_cast<const char*>(src.data_ptr());
   auto* to = static_cast<char*>(out.data_ptr());
   const auto* idx = index.data_ptr<std::int64_t>();
-  for (std::int64_t i = 0; i < n; ++i) std::memcpy(to + i * row_bytes, from + idx[i] * row_bytes, row_bytes);
+  for (std::int64_t i = 0; i < n; ++i)
+    std::memcpy(to + i * row_bytes, from + idx[i] * row_bytes, row_bytes);
   return out;
 }
 
@@ -49,9 +52,9 @@ torch::Tensor gather_cpu(const torch::Tensor& src, const torch::Tensor& index) {
 torch::Tensor gather_cuda(const torch::Tensor& src, const torch::Tensor& index) {
   const c10::cuda::CUDAGuard guard(src.device());
   auto out = torch::empty({index.size(0), src.size(1)}, src.options());
-  const int rc = cuda::launch_gather_rows(src.data_ptr(), index.data_ptr<std::int64_t>(), out.data_ptr(),
-                                          index.size(0), src.size(1) * src.element_size(),
-                                          c10::cuda::getCurrentCUDAStream().stream());
+  const int rc = cuda::launch_gather_rows(
+      src.data_ptr(), index.data_ptr<std::int64_t>(), out.data_ptr(), index.size(0),
+      src.size(1) * src.element_size(), c10::cuda::getCurrentCUDAStream().stream());
   if (rc != 0)
     throw ResourceError(std::string("gather_rows: CUDA kernel launch failed: ") +
                         cudaGetErrorString(static_cast<cudaError_t>(rc)));
@@ -61,7 +64,8 @@ torch::Tensor gather_cuda(const torch::Tensor& src, const torch::Tensor& index) 
 
 }  // namespace
 
-torch::Tensor gather_rows(const torch::Tensor& matrix, const torch::Tensor& index, bool check_bounds) {
+torch::Tensor gather_rows(const torch::Tensor& matrix, const torch::Tensor& index,
+                          bool check_bounds) {
   check_arguments(matrix, index, check_bounds);
   const auto src = matrix.contiguous();
   const auto idx = index.contiguous();

@@ -104,8 +104,8 @@ double learning_rate(const TrainJob& job, std::int64_t step, std::int64_t total)
 
 torch::Tensor epoch_order(std::uint64_t seed, int epoch, std::int64_t n) {
   // SplitMix64 of (seed, epoch): nearby seeds and epochs give unrelated streams.
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(
-      mix(seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(epoch) + 0x632BE59BD9B4E019ull));
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(mix(
+      seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(epoch) + 0x632BE59BD9B4E019ull));
   return torch::randperm(n, gen, torch::TensorOptions().dtype(torch::kInt64));
 }
 
@@ -227,9 +227,9 @@ LoopState run_loop(Loop& loop, LoopState state) {
       }
       auto b = loop.train_feed.next();
       // Data parallel: a last batch smaller than the world leaves this rank nothing in it.
-      const bool idle = loop.dp && state.epoch_step + 1 == loop.steps_per_epoch &&
-                        rank_slice(loop.step_sizes.back(), loop.dp->world(), loop.dp->rank())
-                                .size == 0;
+      const bool idle =
+          loop.dp && state.epoch_step + 1 == loop.steps_per_epoch &&
+          rank_slice(loop.step_sizes.back(), loop.dp->world(), loop.dp->rank()).size == 0;
       if (!b && !idle)
         throw ResourceError("the training feed ended early in epoch " + std::to_string(epoch + 1));
       lr = learning_rate(job, state.step, loop.total_steps);
@@ -237,11 +237,11 @@ LoopState run_loop(Loop& loop, LoopState state) {
       loop.optimizer.zero_grad(true);
       if (loop.dp) {  // dropout: other masks on each rank, the same ones on a resume
         reseed_step(job.seed, state.step, loop.dp->rank(), loop.device);
-        loop.reducer->prepare(idle ? 0
-                                   : static_cast<int>(std::min<std::int64_t>(
-                                         loop.section_bounds.empty() ? job.micro_batches : 1,
-                                         b->size)),
-                              scales[static_cast<std::size_t>(state.epoch_step)]);
+        loop.reducer->prepare(
+            idle ? 0
+                 : static_cast<int>(std::min<std::int64_t>(
+                       loop.section_bounds.empty() ? job.micro_batches : 1, b->size)),
+            scales[static_cast<std::size_t>(state.epoch_step)]);
       }
       std::int64_t activation_bytes = 0;
       torch::Tensor local_loss;

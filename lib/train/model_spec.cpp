@@ -24,7 +24,7 @@ const std::map<std::string, std::set<std::string>>& family_fields() {
 }
 
 const std::set<std::string>& common_fields() {
-  static const std::set<std::string> fields = {"format",     "format_version", "family", "name",
+  static const std::set<std::string> fields = {"format",     "format_version", "family",  "name",
                                                "input_dims", "classes",        "sections"};
   return fields;
 }

@@ -121,7 +121,8 @@ std::vector<std::size_t> named_sections(const std::vector<std::string>& blocks,
     const auto it = std::find(blocks.begin(), blocks.end(), starts[i]);
     const std::string at = "/sections/" + std::to_string(i) + ": '" + starts[i] + "' ";
     if (it == blocks.end())
-      throw FormatError(at_file(where, at + "is not a block of the model (its blocks: " + all + ")"));
+      throw FormatError(
+          at_file(where, at + "is not a block of the model (its blocks: " + all + ")"));
     const auto index = static_cast<std::size_t>(it - blocks.begin());
     if (index == 0)
       throw FormatError(at_file(where, at + "is the first block, which starts the first section "

@@ -367,8 +367,8 @@ TrainReport train_model(const TrainJob& job,
   const auto n = static_cast<std::int64_t>(train.size());
   const auto steps = epoch_steps(job, *model, n);
   const auto reducer =
-      dp ? std::make_unique<GradientReducer>(
-               *dp, model->parameters(), static_cast<std::int64_t>(job.bucket_mb * 1048576.0))
+      dp ? std::make_unique<GradientReducer>(*dp, model->parameters(),
+                                             static_cast<std::int64_t>(job.bucket_mb * 1048576.0))
          : nullptr;
   Loop loop{job,
             *model,
@@ -522,8 +522,8 @@ TrainReport train_model(const TrainJob& job,
   report.best_value = state.best.value_or(0);
   report.monitor = job.monitor;
   report.memory_mode = !loop.section_bounds.empty() ? "sections"
-                       : job.micro_batches > 1        ? "micro_batches"
-                                                      : "plain";
+                       : job.micro_batches > 1      ? "micro_batches"
+                                                    : "plain";
   report.sections = section_blocks(*model, loop.section_bounds);
   report.activation_bytes = loop.peak_activation_bytes;
   report.device_peak_bytes = device_peak(device);

@@ -7,11 +7,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <ftw.h>
 #include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
-#include <ftw.h>
 #include <vector>
 
 #include "mltool/util/error.hpp"

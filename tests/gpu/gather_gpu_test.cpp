@@ -15,7 +15,8 @@ TEST(GpuGather, LargeMatrixMatchesIndexSelect) {
   torch::manual_seed(1);
   // Larger than 2 GiB would be the seed-002 limit; 256 MiB is enough to exercise the grid loop.
   auto matrix = torch::randn({65536, 1024}, torch::TensorOptions().device(torch::kCUDA));
-  auto index = torch::randint(65536, {600000}, torch::TensorOptions().dtype(torch::kInt64).device(torch::kCUDA));
+  auto index = torch::randint(65536, {600000},
+                              torch::TensorOptions().dtype(torch::kInt64).device(torch::kCUDA));
   auto got = mltool::train::gather_rows(matrix, index);
   EXPECT_TRUE(torch::equal(got, matrix.index_select(0, index)));
   auto half = matrix.to(torch::kFloat16);

@@ -26,7 +26,8 @@ inline InteropRecord interop_record(std::int64_t i) {
   // Negative and > 32-bit values exercise the varint encoding.
   r.indices = {i, -i, (std::int64_t{1} << 40) + i};
   r.label = i % 3;
-  r.weights = {static_cast<float>(i * 0.25), -1.5f, static_cast<float>(1e-3 * static_cast<double>(i))};
+  r.weights = {static_cast<float>(i * 0.25), -1.5f,
+               static_cast<float>(1e-3 * static_cast<double>(i))};
   char slide[32];
   std::snprintf(slide, sizeof slide, "slide-%03d", static_cast<int>(i / 5));
   r.slide = slide;

@@ -141,7 +141,8 @@ TEST(BoundedQueue, CloseWakesBlockedConsumers) {
   ASSERT_TRUE(q.push(5));
   EXPECT_TRUE(eventually([&] { return got_item.load() == 1; })) << "a push wakes one consumer";
   q.close();
-  EXPECT_TRUE(eventually([&] { return got_nothing.load() == kConsumers - 1; })) << "close wakes the others";
+  EXPECT_TRUE(eventually([&] { return got_nothing.load() == kConsumers - 1; }))
+      << "close wakes the others";
   for (auto& t : consumers) t.join();
   EXPECT_EQ(got_item.load(), 1);
 }

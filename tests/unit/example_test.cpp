@@ -112,7 +112,8 @@ TEST(Example, ReusedBuilderRoundTripsRandomRecords) {
     std::map<std::string, std::vector<std::string>> strings;
     const int features = static_cast<int>(rng() % 5);
     for (int f = 0; f < features; ++f) {
-      const std::string name = std::string(1, static_cast<char>('a' + rng() % 6)) + std::to_string(f);
+      const std::string name =
+          std::string(1, static_cast<char>('a' + rng() % 6)) + std::to_string(f);
       if (rng() % 2) {
         auto& v = ints[name];
         for (int k = static_cast<int>(rng() % 4); k-- > 0;) {
@@ -121,7 +122,8 @@ TEST(Example, ReusedBuilderRoundTripsRandomRecords) {
         builder.add_int64s(name, v);
       } else {
         auto& v = strings[name];
-        for (int k = static_cast<int>(rng() % 3); k-- > 0;) v.push_back(std::string(rng() % 200, 'x'));
+        for (int k = static_cast<int>(rng() % 3); k-- > 0;)
+          v.push_back(std::string(rng() % 200, 'x'));
         builder.add_bytes_list(name, v);
       }
     }

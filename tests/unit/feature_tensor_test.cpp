@@ -45,7 +45,8 @@ TEST(FeatureTensor, Float16StoreGivesHalfTensorEqualToTheStoreRows) {
 }
 
 TEST(FeatureTensor, CopiesToTheGpuWhenThereIsOne) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU on this machine (covered by the gpu label run)";
+  if (!torch::cuda::is_available())
+    GTEST_SKIP() << "no GPU on this machine (covered by the gpu label run)";
   TempDir tmp;
   write_formula_store(tmp.path(), 128, 32, DType::float32);
   auto store = FeatureStore::open(tmp.path());

@@ -45,8 +45,10 @@ TEST(GatherRows, RejectsOutOfRangeIndices) {
 
 TEST(GatherRows, RejectsWrongShapesAndTypes) {
   auto matrix = torch::zeros({4, 2});
-  EXPECT_THROW(mltool::train::gather_rows(matrix, torch::zeros({2}, torch::kInt32)), mltool::InputError);
-  EXPECT_THROW(mltool::train::gather_rows(torch::zeros({4}), torch::zeros({2}, torch::kInt64)), mltool::InputError);
+  EXPECT_THROW(mltool::train::gather_rows(matrix, torch::zeros({2}, torch::kInt32)),
+               mltool::InputError);
+  EXPECT_THROW(mltool::train::gather_rows(torch::zeros({4}), torch::zeros({2}, torch::kInt64)),
+               mltool::InputError);
 }
 
 }  // namespace

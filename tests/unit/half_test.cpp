@@ -119,15 +119,9 @@ TEST(Half, RandomFloatsMatchReference) {
   for (int i = 0; i < 200000; ++i) {
     float f;
     switch (i % 3) {
-      case 0:
-        f = float_of(any_bits(rng));
-        break;
-      case 1:
-        f = in_range(rng);
-        break;
-      default:
-        f = std::exp2(exponent(rng)) * (i % 2 ? 1.0f : -1.0f);
-        break;
+      case 0: f = float_of(any_bits(rng)); break;
+      case 1: f = in_range(rng); break;
+      default: f = std::exp2(exponent(rng)) * (i % 2 ? 1.0f : -1.0f); break;
     }
     if (std::isnan(f)) continue;
     ASSERT_EQ(float_to_half(f), reference_to_half(f)) << std::hexfloat << f;

@@ -172,8 +172,8 @@ TEST(ExampleScan, EmptyFloatLists) {
   expect_same(example(entry("f", empty_packed)));
   expect_same(example(entry("f", empty_packed + empty_packed)));
   expect_same(example(len_field(1, len_field(2, empty_packed) + len_field(1, "f"))));
-  expect_same(example(entry("f", len_field(2, len_field(1, std::string("\0\0\x80?", 4)) +
-                                                  len_field(1, "")))));
+  expect_same(example(
+      entry("f", len_field(2, len_field(1, std::string("\0\0\x80?", 4)) + len_field(1, "")))));
   ExampleScanner s({"f"});
   ASSERT_TRUE(s.scan(example(entry("f", empty_packed)))) << s.error();
   EXPECT_EQ(s.kind(0), FeatureKind::float_list);

@@ -54,7 +54,8 @@ TEST(Manifest, FeaturesSchemaIsEmbedded) {
 
 TEST(Manifest, EmbeddedSchemaMatchesTheSourceFile) {
   // The build compiles schemas/*.schema.json in; the docs link to the same files.
-  const std::string file = std::string(MLTOOL_TEST_DATA_DIR) + "/../../schemas/features.schema.json";
+  const std::string file =
+      std::string(MLTOOL_TEST_DATA_DIR) + "/../../schemas/features.schema.json";
   EXPECT_EQ(mltool::util::read_file(file), mltool::io::schema_text("features"));
 }
 

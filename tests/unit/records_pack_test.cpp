@@ -36,10 +36,10 @@ std::string tile_key(int slide, int i) {
 }
 
 /// A store of `slides` x `tiles` rows; row r holds the value `value(r)` in every column.
-void write_store(const std::string& dir, int slides, int tiles,
-                 const std::function<float(int)>& value = [](int r) { return float(r); },
-                 const std::vector<std::uint64_t>& invalid = {},
-                 const nlohmann::json& source = nullptr) {
+void write_store(
+    const std::string& dir, int slides, int tiles,
+    const std::function<float(int)>& value = [](int r) { return float(r); },
+    const std::vector<std::uint64_t>& invalid = {}, const nlohmann::json& source = nullptr) {
   io::FeatureStoreWriter writer(dir, 4, io::DType::float32, {{"name", "test"}}, source);
   int row = 0;
   for (int s = 0; s < slides; ++s) {
@@ -67,7 +67,8 @@ std::vector<Read> read_dataset(const std::string& dir) {
       const std::string file = shard.at("file").get<std::string>();
       io::TFRecordReader reader(util::join_path(dir, file));
       std::string_view record;
-      while (reader.next(record)) out.push_back({split, file, io::parse_example(record, reader.where())});
+      while (reader.next(record))
+        out.push_back({split, file, io::parse_example(record, reader.where())});
     }
   }
   return out;
@@ -203,10 +204,12 @@ TEST_F(PackTest, TileRecordsCoverEveryKeyLabelPairOnceWithBalancedLeakFreeShards
       EXPECT_EQ(file.rfind(split + "-", 0), 0u);
       const std::uint64_t n = shard.at("records");
       EXPECT_EQ(n, per_shard[file]) << file;
-      EXPECT_EQ(shard.at("bytes").get<std::uint64_t>(), util::file_size(util::join_path(output, file)));
+      EXPECT_EQ(shard.at("bytes").get<std::uint64_t>(),
+                util::file_size(util::join_path(output, file)));
       EXPECT_EQ(io::read_index(util::join_path(output, shard.at("index"))).size(), n);
       if (n > 0) {
-        EXPECT_EQ(shard.at("label_histogram").get<std::vector<std::uint64_t>>(), histogram_of_shard[file]);
+        EXPECT_EQ(shard.at("label_histogram").get<std::vector<std::uint64_t>>(),
+                  histogram_of_shard[file]);
       }
       lo = std::min(lo, n);
       hi = std::max(hi, n);
@@ -218,7 +221,8 @@ TEST_F(PackTest, TileRecordsCoverEveryKeyLabelPairOnceWithBalancedLeakFreeShards
   }
   EXPECT_EQ(total, doc.at("records").get<std::uint64_t>());
   EXPECT_EQ(doc.at("group_split").size(), 12u);
-  for (const auto& [slide, split] : split_of_slide) EXPECT_EQ(doc.at("group_split").at(slide), split);
+  for (const auto& [slide, split] : split_of_slide)
+    EXPECT_EQ(doc.at("group_split").at(slide), split);
   EXPECT_EQ(doc.at("features").at("matrix_sha256"),
             sha256_hex(util::read_file(util::join_path(features, "features.npy"))));
   EXPECT_EQ(doc.at("features").at("matrix_bytes").get<std::uint64_t>(),
@@ -385,8 +389,10 @@ TEST_F(PackTest, CoordinatesComeFromTheTileStoreWhenEveryTileIsThere) {
     const auto meta = store.meta();
     store.env().write([&](io::lmdb::Txn& txn) {
       for (int s = 0; s < 2; ++s) {
-        nlohmann::json doc = {{"row", nlohmann::json::array()}, {"col", nlohmann::json::array()},
-                              {"x", nlohmann::json::array()}, {"y", nlohmann::json::array()},
+        nlohmann::json doc = {{"row", nlohmann::json::array()},
+                              {"col", nlohmann::json::array()},
+                              {"x", nlohmann::json::array()},
+                              {"y", nlohmann::json::array()},
                               {"tissue", nlohmann::json::array()}};
         for (int i = 0; i < listed; ++i) {
           doc["row"].push_back(0);

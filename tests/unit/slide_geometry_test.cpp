@@ -81,9 +81,10 @@ TEST(SlideGeometry, MissingMppNamesTheSlideAndSuggestsLevel) {
   g.mpp_y.reset();
   const std::string m =
       error_of<mltool::InputError>([&] { plan_read(g, 0.5, std::nullopt, 256, "b.ndpi"); });
-  EXPECT_EQ(m,
-            "b.ndpi: no µm/px metadata (openslide.mpp-x or TIFF resolution); pass --level N to tile "
-            "at a pyramid level instead");
+  EXPECT_EQ(
+      m,
+      "b.ndpi: no µm/px metadata (openslide.mpp-x or TIFF resolution); pass --level N to tile "
+      "at a pyramid level instead");
   // --level needs no metadata.
   const ReadPlan p = plan_read(g, std::nullopt, 2, 256, "b.ndpi");
   EXPECT_EQ(p.level, 2);

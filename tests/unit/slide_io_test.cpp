@@ -65,7 +65,8 @@ const std::uint8_t* pixel(const RgbImage& img, int x, int y) {
 
 std::uint32_t be32(const std::string& s, std::size_t at) {
   const auto* b = reinterpret_cast<const unsigned char*>(s.data()) + at;
-  return (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) | (std::uint32_t{b[2]} << 8) | b[3];
+  return (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) | (std::uint32_t{b[2]} << 8) |
+         b[3];
 }
 
 // The frame header of a JPEG, read by walking its marker segments up to the scan.
@@ -92,7 +93,8 @@ JpegFrame parse_jpeg_frame(const std::string& jpeg) {
     const std::size_t len = (std::size_t{d[i + 2]} << 8) | d[i + 3];
     if (len < 2 || i + 2 + len > n) return f;
     const unsigned char* seg = d + i + 4;
-    const bool is_sof = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+    const bool is_sof =
+        marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
     if (is_sof) {
       f.sof = marker;
       f.height = (seg[1] << 8) | seg[2];
@@ -118,7 +120,8 @@ RgbImage decode_jpeg(const std::string& jpeg) {
     out.width = w;
     out.height = hgt;
     out.pixels.resize(static_cast<std::size_t>(w) * hgt * 3);
-    if (tjDecompress2(h, buf, jpeg.size(), out.pixels.data(), w, w * 3, hgt, TJPF_RGB, 0) != 0) out = {};
+    if (tjDecompress2(h, buf, jpeg.size(), out.pixels.data(), w, w * 3, hgt, TJPF_RGB, 0) != 0)
+      out = {};
   }
   tjDestroy(h);
   return out;
@@ -305,7 +308,8 @@ TEST(SlideIoResize, ReturnsExactlyTheRequestedSize) {
 }
 
 TEST(SlideIoResize, ConstantColourStaysThatColour) {
-  for (const auto& [w, ow] : {std::pair{307, 256}, std::pair{512, 256}, std::pair{100, 37}, std::pair{10, 16}}) {
+  for (const auto& [w, ow] :
+       {std::pair{307, 256}, std::pair{512, 256}, std::pair{100, 37}, std::pair{10, 16}}) {
     const RgbImage src = constant(w, w, 200, 100, 50);
     const RgbImage out = mltool::slide::resize(src.pixels.data(), w, w, ow, ow);
     ASSERT_EQ(out.pixels.size(), static_cast<std::size_t>(ow) * ow * 3);
@@ -345,9 +349,10 @@ TEST(SlideIoResize, KeepsTheLayout) {
   for (int y = 0; y < 128; ++y)
     for (int x = 0; x < 128; ++x)
       for (int c = 0; c < 3; ++c) {
-        const int s = pixel(pic, 2 * x, 2 * y)[c] + pixel(pic, 2 * x + 1, 2 * y)[c] + pixel(pic, 2 * x, 2 * y + 1)[c] +
-                      pixel(pic, 2 * x + 1, 2 * y + 1)[c];
-        box.pixels[(static_cast<std::size_t>(y) * 128 + x) * 3 + c] = static_cast<std::uint8_t>((s + 2) / 4);
+        const int s = pixel(pic, 2 * x, 2 * y)[c] + pixel(pic, 2 * x + 1, 2 * y)[c] +
+                      pixel(pic, 2 * x, 2 * y + 1)[c] + pixel(pic, 2 * x + 1, 2 * y + 1)[c];
+        box.pixels[(static_cast<std::size_t>(y) * 128 + x) * 3 + c] =
+            static_cast<std::uint8_t>((s + 2) / 4);
       }
   EXPECT_LT(mean_abs_diff(half, box), 2.0);
 }
@@ -386,13 +391,13 @@ class SlideIoTiff : public ::testing::Test {
   void SetUp() override {
     mltool::slide::init_vips();
     picture_ = test_picture(kWidth, kHeight);
-    VipsImage* image = vips_image_new_from_memory_copy(picture_.pixels.data(), picture_.pixels.size(), kWidth,
-                                                       kHeight, 3, VIPS_FORMAT_UCHAR);
+    VipsImage* image = vips_image_new_from_memory_copy(
+        picture_.pixels.data(), picture_.pixels.size(), kWidth, kHeight, 3, VIPS_FORMAT_UCHAR);
     ASSERT_NE(image, nullptr) << vips_error_buffer();
     // 4000 px/mm = 40000 px/cm: 0.25 µm/px, written as XResolution with unit centimeter.
-    const int rc = vips_tiffsave(image, path_.c_str(), "tile", TRUE, "tile_width", 256, "tile_height", 256,
-                                 "pyramid", TRUE, "compression", VIPS_FOREIGN_TIFF_COMPRESSION_NONE, "xres",
-                                 4000.0, "yres", 4000.0, nullptr);
+    const int rc = vips_tiffsave(
+        image, path_.c_str(), "tile", TRUE, "tile_width", 256, "tile_height", 256, "pyramid", TRUE,
+        "compression", VIPS_FOREIGN_TIFF_COMPRESSION_NONE, "xres", 4000.0, "yres", 4000.0, nullptr);
     g_object_unref(image);
     ASSERT_EQ(rc, 0) << vips_error_buffer();
   }
@@ -437,7 +442,8 @@ TEST_F(SlideIoTiff, ReadRgbReturnsThePixelsAndWhiteOutside) {
   const Slide slide = Slide::open(path_);
   std::vector<std::uint8_t> rgb(64 * 40 * 3);
   slide.read_rgb(300, 200, 0, 64, 40, rgb.data());
-  EXPECT_TRUE(rgb == crop(picture_, 300, 200, 64, 40).pixels) << "uncompressed level 0 reads back exactly";
+  EXPECT_TRUE(rgb == crop(picture_, 300, 200, 64, 40).pixels)
+      << "uncompressed level 0 reads back exactly";
 
   // Half outside the right edge: the outside is white.
   slide.read_rgb(kWidth - 8, 0, 0, 16, 4, rgb.data());
@@ -452,8 +458,10 @@ TEST_F(SlideIoTiff, ReadRgbReturnsThePixelsAndWhiteOutside) {
 TEST_F(SlideIoTiff, RegionReadersAgreeWithOpenSlide) {
   const Slide slide = Slide::open(path_);
   for (int level : {0, 1}) {
-    auto fast = mltool::slide::make_region_reader(slide, level, mltool::slide::ReaderChoice::automatic);
-    auto plain = mltool::slide::make_region_reader(slide, level, mltool::slide::ReaderChoice::openslide);
+    auto fast =
+        mltool::slide::make_region_reader(slide, level, mltool::slide::ReaderChoice::automatic);
+    auto plain =
+        mltool::slide::make_region_reader(slide, level, mltool::slide::ReaderChoice::openslide);
     std::vector<std::uint8_t> a(100 * 60 * 3), b(100 * 60 * 3), c(100 * 60 * 3);
     // The last two reach past the level's right and bottom edges: white there, as OpenSlide.
     const int w0 = static_cast<int>(kWidth), h0 = static_cast<int>(kHeight);
@@ -475,9 +483,11 @@ TEST_F(SlideIoTiff, ThumbnailIsTheShrunkLevel) {
   const RgbImage thumb = mltool::slide::read_thumbnail(path_, 0, 0.25);
   EXPECT_EQ(thumb.width, kWidth / 4);
   EXPECT_EQ(thumb.height, kHeight / 4);
-  const RgbImage ref = mltool::slide::resize(picture_.pixels.data(), kWidth, kHeight, kWidth / 4, kHeight / 4);
+  const RgbImage ref =
+      mltool::slide::resize(picture_.pixels.data(), kWidth, kHeight, kWidth / 4, kHeight / 4);
   EXPECT_LT(mean_abs_diff(thumb, ref), 2.0);
-  const std::string msg = error_of<InputError>([&] { mltool::slide::read_thumbnail(tmp_ / "none.tiff", 0, 0.5); });
+  const std::string msg =
+      error_of<InputError>([&] { mltool::slide::read_thumbnail(tmp_ / "none.tiff", 0, 0.5); });
   EXPECT_TRUE(contains(msg, tmp_ / "none.tiff")) << msg;
 }
 
@@ -496,7 +506,8 @@ TEST(SlideIoQc, TintsTissueOutlinesBoxesAndLeavesTheRest) {
   ASSERT_EQ(out.pixels.size(), thumb.pixels.size());
 
   auto on_outline = [](int x, int y, int x0, int y0, int x1, int y1) {
-    return (x >= x0 && x <= x1 && (y == y0 || y == y1)) || (y >= y0 && y <= y1 && (x == x0 || x == x1));
+    return (x >= x0 && x <= x1 && (y == y0 || y == y1)) ||
+           (y >= y0 && y <= y1 && (x == x0 || x == x1));
   };
   int tinted = 0;
   for (int y = 0; y < 30; ++y)
@@ -517,7 +528,8 @@ TEST(SlideIoQc, TintsTissueOutlinesBoxesAndLeavesTheRest) {
         EXPECT_GT(o[1] - o[0], in[1] - in[0]) << x << "," << y;
         ++tinted;
       } else {
-        EXPECT_TRUE(o[0] == in[0] && o[1] == in[1] && o[2] == in[2]) << "changed outside at " << x << "," << y;
+        EXPECT_TRUE(o[0] == in[0] && o[1] == in[1] && o[2] == in[2])
+            << "changed outside at " << x << "," << y;
       }
     }
   EXPECT_EQ(tinted, 150);
@@ -546,7 +558,9 @@ TEST(SlideIoQc, MaskOfAnotherSizeIsIgnoredAndBoxesAreClipped) {
   // A box running off the picture outlines only what is inside.
   const RgbImage out = qc_picture(thumb, nullptr, {Box{-5, -5, 4, 4}, Box{12, 8, 30, 30}});
   const std::vector<std::uint8_t> blue = {30, 60, 255};
-  auto at = [](const RgbImage& img, int x, int y) { return std::vector<std::uint8_t>(pixel(img, x, y), pixel(img, x, y) + 3); };
+  auto at = [](const RgbImage& img, int x, int y) {
+    return std::vector<std::uint8_t>(pixel(img, x, y), pixel(img, x, y) + 3);
+  };
   EXPECT_EQ(at(out, 3, 0), blue) << "right edge of the first box, x = 3";
   EXPECT_EQ(at(out, 0, 3), blue) << "its bottom edge, y = 3";
   EXPECT_EQ(at(out, 12, 8), blue) << "top-left corner of the second box";

@@ -66,7 +66,6 @@ class TFRecordTest : public ::testing::Test {
     util::write_file_atomic(path(name), bytes);
     return path(name);
   }
-
 };
 
 TEST_F(TFRecordTest, RoundTripIncludingEmptyAndBigRecords) {

@@ -89,14 +89,17 @@ TEST(TileStoreKey, KeysOfOneSlideAreContiguousAndSortByRowThenCol) {
     if (!first_seen.count(tile.id)) first_seen[tile.id] = i;
     last_seen[tile.id] = i;
     if (previous && previous->id == tile.id) {
-      const bool ordered = previous->row < tile.row || (previous->row == tile.row && previous->col < tile.col);
-      EXPECT_TRUE(ordered) << key << " after " << tile_key(previous->id, previous->row, previous->col);
+      const bool ordered =
+          previous->row < tile.row || (previous->row == tile.row && previous->col < tile.col);
+      EXPECT_TRUE(ordered) << key << " after "
+                           << tile_key(previous->id, previous->row, previous->col);
     }
     previous = &tile;
     ++i;
   }
   const int per_slide = 7 * 6;
-  for (const auto& id : ids) EXPECT_EQ(last_seen[id] - first_seen[id] + 1, per_slide) << "slide " << id;
+  for (const auto& id : ids)
+    EXPECT_EQ(last_seen[id] - first_seen[id] + 1, per_slide) << "slide " << id;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -115,7 +118,7 @@ TEST(TileStoreSlideId, BasenameWithoutLastExtension) {
 
 TEST(TileStoreSlideId, RejectsControlCharactersAndEmptyIds) {
   for (const std::string& path : {std::string("bad\nname.svs"), std::string("/d/tab\there.tif"),
-                                 std::string("del\x7f.svs"), std::string("/d/esc\x1b.svs")}) {
+                                  std::string("del\x7f.svs"), std::string("/d/esc\x1b.svs")}) {
     const std::string msg = error_of<InputError>([&] { slide_id_for(path); });
     EXPECT_TRUE(contains(msg, "control character")) << msg;
   }
@@ -323,7 +326,8 @@ TEST_F(TileStoreTest, InvalidStoreRecordIsAFormatErrorNamingTheStore) {
 
 TEST_F(TileStoreTest, CompletedSlidesIsCompleteAndRecord) {
   TileStore store = TileStore::open(path_, true);
-  for (const std::string id : {"zz", "a", "a-b", "m"}) put_meta(store, TileStore::meta_key("done", id), "{}");
+  for (const std::string id : {"zz", "a", "a-b", "m"})
+    put_meta(store, TileStore::meta_key("done", id), "{}");
   put_meta(store, TileStore::meta_key("slides", "m"), R"({"path": "/d/m.svs", "levels": 3})");
   put_meta(store, TileStore::meta_key("slides", "q"), R"({"path": "/d/q.svs"})");  // not done
   put_meta(store, TileStore::meta_key("tiles", "bad"), "[1, 2");
@@ -350,10 +354,10 @@ TEST_F(TileStoreTest, CompletedSlidesIsCompleteAndRecord) {
 
 TEST_F(TileStoreTest, DiscardIncompleteRemovesOnlyThatSlide) {
   TileStore store = TileStore::open(path_, true);
-  put_tiles(store, "a", 20, 17);    // 340 tiles, interrupted
-  put_tiles(store, "a-b", 3, 4);    // neighbours in key order, on both sides of "a/"
+  put_tiles(store, "a", 20, 17);  // 340 tiles, interrupted
+  put_tiles(store, "a-b", 3, 4);  // neighbours in key order, on both sides of "a/"
   put_tiles(store, "a0", 2, 5);
-  put_tiles(store, "b", 4, 4);      // complete
+  put_tiles(store, "b", 4, 4);  // complete
   for (const std::string id : {"a", "a0", "b"}) {
     put_meta(store, TileStore::meta_key("slides", id), R"({"id": ")" + id + R"("})");
     put_meta(store, TileStore::meta_key("tiles", id), "[]");
@@ -400,7 +404,9 @@ TEST_F(TileStoreTest, ReadOnlyOpenOfAMissingPathNamesIt) {
 
 TEST_F(TileStoreTest, ReadOnlyStoreWithoutTileDatabasesIsAnError) {
   // An LMDB directory that is not a tile store (no "tiles"/"meta" databases).
-  { lmdb::Env::open(path_).write([](lmdb::Txn&) {}); }
+  {
+    lmdb::Env::open(path_).write([](lmdb::Txn&) {});
+  }
   const std::string msg = error_of<Error>([&] { TileStore::open(path_, false); });
   EXPECT_TRUE(contains(msg, path_)) << msg;
 }

@@ -176,7 +176,8 @@ void paint_tissue(Rgb& img, int x0, int y0, int x1, int y1, std::mt19937& rng) {
       if (x % 12 < 5 && y % 12 < 5)
         img.set(x, y, 120 + jitter(rng), 60 + jitter(rng), 160 + jitter(rng));  // nuclei, S ~ 159
       else
-        img.set(x, y, 235 + jitter(rng) / 2, 182 + jitter(rng), 210 + jitter(rng));  // stroma, S ~ 58
+        img.set(x, y, 235 + jitter(rng) / 2, 182 + jitter(rng),
+                210 + jitter(rng));  // stroma, S ~ 58
     }
 }
 

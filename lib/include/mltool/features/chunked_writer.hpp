@@ -54,10 +54,10 @@ class ChunkedFeatureWriter {
   std::string partial_;
   std::uint64_t dims_;
   std::uint64_t chunk_rows_;
-  std::uint64_t chunks_ = 0;     // committed chunk files
-  std::uint64_t committed_ = 0;  // rows in them
-  std::vector<float> rows_;      // pending
-  std::string keys_;             // pending, one per line
+  std::uint64_t chunks_ = 0;            // committed chunk files
+  std::uint64_t committed_ = 0;         // rows in them
+  std::vector<float> rows_;             // pending
+  std::string keys_;                    // pending, one per line
   std::vector<std::uint64_t> invalid_;  // pending, chunk-local row numbers
   std::uint64_t pending_ = 0;
 };

@@ -21,8 +21,8 @@
 namespace mltool::features {
 
 struct ExtractJob {
-  std::string store;   ///< the tile store (mltool tile)
-  std::string output;  ///< the feature store directory
+  std::string store;                            ///< the tile store (mltool tile)
+  std::string output;                           ///< the feature store directory
   std::string model = "builtin:color-texture";  ///< "builtin:NAME" or a TorchScript file
   int input_size = 224;
   std::array<float, 3> mean{0.485f, 0.456f, 0.406f};
@@ -31,11 +31,11 @@ struct ExtractJob {
   std::string device = "auto";  ///< auto (every GPU, else CPU), cpu, cuda (every GPU), cuda:N
   std::string amp = "none";     ///< none, f16, bf16
   io::DType dtype = io::DType::float32;
-  int threads = 0;              ///< decode threads; 0 = one per core
+  int threads = 0;  ///< decode threads; 0 = one per core
   /// LibTorch's intra-op (math) threads on the CPU; 0 = a partial run's when resuming, else
   /// LibTorch's default (OMP_NUM_THREADS, or the cores). Part of the resume fingerprint.
   int math_threads = 0;
-  bool keep_going = false;      ///< undecodable tiles become invalid (NaN) rows
+  bool keep_going = false;          ///< undecodable tiles become invalid (NaN) rows
   std::uint64_t chunk_rows = 8192;  ///< rows per committed chunk (the resume granularity)
 };
 
@@ -47,9 +47,9 @@ struct ExtractReport {
   std::uint64_t invalid = 0;       ///< rows of the store whose tile failed to decode (--keep-going)
   bool skipped = false;            ///< the store was complete already, with these settings
   double seconds = 0;
-  double tiles_per_second = 0;     ///< tiles extracted by this run / seconds
+  double tiles_per_second = 0;  ///< tiles extracted by this run / seconds
   std::vector<std::string> devices;
-  int math_threads = 0;            ///< LibTorch's math threads (CPU extraction), else 0
+  int math_threads = 0;  ///< LibTorch's math threads (CPU extraction), else 0
   nlohmann::json model;
 };
 

@@ -51,7 +51,7 @@ class Extractor {
 /// two tiles: an output that is not one tensor with the batch as its first dimension is a
 /// UsageError naming the file, before any tile is read. InputError for a missing or
 /// unloadable file.
-std::unique_ptr<Extractor> load_extractor(const std::string& spec, torch::Device device, int tile_size,
-                                          const Preprocess& preprocess, Amp amp);
+std::unique_ptr<Extractor> load_extractor(const std::string& spec, torch::Device device,
+                                          int tile_size, const Preprocess& preprocess, Amp amp);
 
 }  // namespace mltool::features

@@ -14,6 +14,7 @@ namespace mltool::io {
 /// is backed by read-only memory — clone() before writing to it.
 /// Other devices: one host→device copy. A device that cannot hold the matrix gets a
 /// ResourceError saying how many bytes were needed.
-torch::Tensor load_feature_tensor(const FeatureStore& store, const torch::Device& device = torch::kCPU);
+torch::Tensor load_feature_tensor(const FeatureStore& store,
+                                  const torch::Device& device = torch::kCPU);
 
 }  // namespace mltool::io

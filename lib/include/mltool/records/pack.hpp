@@ -90,8 +90,8 @@ struct PackJob {
 };
 
 struct PackReport {
-  std::string output;            ///< the published directory
-  std::uint64_t records = 0;     ///< records written, all splits
+  std::string output;                  ///< the published directory
+  std::uint64_t records = 0;           ///< records written, all splits
   std::uint64_t missing_keys = 0;      ///< labels rows whose key is not in the store (skipped)
   std::uint64_t invalid_rows = 0;      ///< (row, label) pairs dropped for an invalid row
   std::uint64_t duplicate_labels = 0;  ///< (row, label) pairs reached more than once

@@ -20,7 +20,8 @@ class RegionReader {
  public:
   virtual ~RegionReader() = default;
   /// w × h pixels of the level at level-0 position (x, y), interleaved RGB on white.
-  virtual void read_rgb(std::int64_t x, std::int64_t y, std::int64_t w, std::int64_t h, std::uint8_t* rgb) = 0;
+  virtual void read_rgb(std::int64_t x, std::int64_t y, std::int64_t w, std::int64_t h,
+                        std::uint8_t* rgb) = 0;
   /// "openslide" or "libvips-tiff", for logs and the slide record.
   virtual const char* name() const = 0;
 };
@@ -32,6 +33,7 @@ enum class ReaderChoice {
 };
 
 /// A reader of `level` of `slide`; `slide` must outlive it.
-std::unique_ptr<RegionReader> make_region_reader(const Slide& slide, int level, ReaderChoice choice);
+std::unique_ptr<RegionReader> make_region_reader(const Slide& slide, int level,
+                                                 ReaderChoice choice);
 
 }  // namespace mltool::slide

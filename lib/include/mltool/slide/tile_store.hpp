@@ -29,8 +29,8 @@ namespace mltool::slide {
 struct TileSettings {
   int tile_size = 256;
   int overlap = 0;
-  std::optional<double> mpp;  ///< target µm/px (exclusive with level)
-  std::optional<int> level;   ///< pyramid level read as is (exclusive with mpp)
+  std::optional<double> mpp;      ///< target µm/px (exclusive with level)
+  std::optional<int> level;       ///< pyramid level read as is (exclusive with mpp)
   std::string encoding = "jpeg";  ///< "jpeg" or "png"
   int quality = 90;               ///< JPEG quality
   std::string tissue = "otsu";    ///< "otsu" or "none"
@@ -81,7 +81,9 @@ class TileStore {
   /// of tiles deleted.
   std::uint64_t discard_incomplete(const std::string& id);
 
-  static std::string meta_key(const std::string& kind, const std::string& id) { return kind + "/" + id; }
+  static std::string meta_key(const std::string& kind, const std::string& id) {
+    return kind + "/" + id;
+  }
 
  private:
   TileStore(io::lmdb::Env env) : env_(std::move(env)) {}

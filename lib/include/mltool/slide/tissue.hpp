@@ -53,8 +53,8 @@ struct Mask {
 /// saturation > max(otsu_threshold over non-dark pixels, min_saturation), dark
 /// pixels excluded; if the pixels at or below that threshold are on average more
 /// saturated than min_saturation, there is no glass in view (Otsu split the tissue
-/// itself) and the threshold is min_saturation; then remove_small_objects and fill_small_holes, in that order
-/// (a speck inside a hole first goes, so the hole can be filled whole).
+/// itself) and the threshold is min_saturation; then remove_small_objects and fill_small_holes, in
+/// that order (a speck inside a hole first goes, so the hole can be filled whole).
 Mask tissue_mask(const std::uint8_t* rgb, int width, int height, const TissueOptions& options);
 
 /// Clears 8-connected foreground components of fewer than `min_px` pixels.

@@ -25,8 +25,8 @@ RankSlice rank_slice(std::int64_t batch, std::int64_t world, std::int64_t rank);
 
 /// The positions (into an epoch's order, cut into consecutive steps of `steps` sizes) that
 /// rank `rank` trains on, step after step: its slice of each step.
-std::vector<std::int64_t> rank_positions(const std::vector<std::int64_t>& steps,
-                                         std::int64_t world, std::int64_t rank);
+std::vector<std::int64_t> rank_positions(const std::vector<std::int64_t>& steps, std::int64_t world,
+                                         std::int64_t rank);
 
 /// Groups tensors of `bytes` (in order) into buckets of consecutive tensors of at most
 /// `cap` bytes each; a tensor larger than `cap` is a bucket of its own. Returns each bucket's

@@ -13,7 +13,8 @@ namespace mltool::train {
 /// indices throw mltool::InputError (checked before any kernel runs). `check_bounds` false
 /// skips that check, and with it the one host–device synchronization of the call: for
 /// indices the caller validated already (the training feeds check every row once).
-torch::Tensor gather_rows(const torch::Tensor& matrix, const torch::Tensor& index, bool check_bounds = true);
+torch::Tensor gather_rows(const torch::Tensor& matrix, const torch::Tensor& index,
+                          bool check_bounds = true);
 
 /// True when this build compiled mltool's CUDA kernels (nvcc was found at build time).
 bool built_with_cuda_kernels() noexcept;

@@ -60,14 +60,14 @@ struct TrainJob {
   /// LibTorch's intra-op (math) threads on the CPU; 0 = a resumed run's, else LibTorch's
   /// default (OMP_NUM_THREADS, or the cores). The bits of a CPU run depend on it.
   int math_threads = 0;
-  bool resume = false;         ///< continue the run in `output` from checkpoints/last.pt
-  bool overwrite = false;      ///< replace an existing run directory
+  bool resume = false;     ///< continue the run in `output` from checkpoints/last.pt
+  bool overwrite = false;  ///< replace an existing run directory
   // Data parallel (docs/train.md#data-parallel): world_size > 1 joins a c10d group at
   // master_addr:master_port as `rank`; only rank 0 writes the run directory.
   int rank = 0;
   int world_size = 1;
   bool join_group = false;  ///< a group even when world_size is 1 (RANK/WORLD_SIZE were set)
-  int local_rank = 0;  ///< the GPU index for --device auto/cuda
+  int local_rank = 0;       ///< the GPU index for --device auto/cuda
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
   int dist_timeout = 300;  ///< seconds a collective or the rendezvous may wait

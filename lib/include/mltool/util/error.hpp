@@ -20,8 +20,7 @@ enum class ErrorKind {
 /// user-facing sentence that names the file and the key or byte offset.
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, const std::string& message)
-      : std::runtime_error(message), kind_(kind) {}
+  Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
   ErrorKind kind() const noexcept { return kind_; }
 
  private:

@@ -27,6 +27,7 @@
 #include "mltool/slide/codec.hpp"
 #include "mltool/slide/tile_store.hpp"
 #include "mltool/util/bounded_queue.hpp"
+#include "mltool/util/device.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
@@ -38,30 +39,6 @@ namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-std::vector<torch::Device> resolve_devices(const std::string& spec) {
-  const bool cuda = torch::cuda::is_available();
-  const int count = cuda ? static_cast<int>(torch::cuda::device_count()) : 0;
-  std::vector<torch::Device> out;
-  if (spec == "cpu" || (spec == "auto" && !cuda)) return {torch::Device(torch::kCPU)};
-  if (spec == "auto" || spec == "cuda") {
-    if (!cuda) throw ResourceError("--device cuda: no CUDA GPU is visible");
-    for (int i = 0; i < count; ++i)
-      out.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
-    return out;
-  }
-  if (spec.rfind("cuda:", 0) == 0) {
-    char* end = nullptr;
-    const long index = std::strtol(spec.c_str() + 5, &end, 10);
-    if (*end != '\0' || end == spec.c_str() + 5 || index < 0)
-      throw UsageError("--device must be auto, cpu, cuda or cuda:N");
-    if (index >= count)
-      throw ResourceError("--device " + spec + ": " + std::to_string(count) +
-                          " CUDA GPU(s) visible");
-    return {torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index))};
-  }
-  throw UsageError("--device must be auto, cpu, cuda or cuda:N, not '" + spec + "'");
-}
 
 Amp parse_amp(const std::string& s) {
   if (s == "none") return Amp::none;
@@ -251,7 +228,7 @@ ExtractReport extract_features(const ExtractJob& job) {
   const std::vector<std::string> keys = store.complete_tile_keys();
   if (keys.empty()) throw InputError(at_file(job.store, "holds no complete slide with tiles"));
 
-  const auto devices = resolve_devices(job.device);
+  const auto devices = util::resolve_devices(job.device);
   const bool on_cpu = devices.front().is_cpu();
   const json partial = ChunkedFeatureWriter::partial_config(job.output);  // null when none
   const json stored = partial.is_object() ? partial.value("run", json()) : json();

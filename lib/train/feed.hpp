@@ -85,9 +85,6 @@ std::unique_ptr<Feed> host_feed(std::shared_ptr<const RowSource> source,
 /// Bytes the pinned feed puts on the device for `source`.
 std::uint64_t pinned_bytes(const RowSource& source);
 
-/// Free memory on `device` in bytes (CUDA), or the memory available to the process (CPU).
-std::uint64_t free_memory(const torch::Device& device);
-
 // Shared by the feeds, so their batches are identical.
 namespace detail {
 

@@ -1,11 +1,8 @@
 // Row sources of the feeds: the memory-mapped feature matrix, and tiles decoded from the
 // tile store.
-#include <c10/cuda/CUDAGuard.h>
-#include <cuda_runtime_api.h>
 #include <torch/torch.h>
 
 #include <cstring>
-#include <fstream>
 
 #include "feed.hpp"
 #include "mltool/io/feature_store.hpp"
@@ -95,16 +92,6 @@ class TileSource : public RowSource {
   std::int64_t tile_ = 0;
 };
 
-std::uint64_t cpu_available_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string name;
-  std::uint64_t kib = 0;
-  std::string unit;
-  while (in >> name >> kib >> unit)
-    if (name == "MemAvailable:") return kib * 1024;
-  return ~std::uint64_t{0};
-}
-
 }  // namespace
 
 std::int64_t RowSource::row_bytes() const {
@@ -124,15 +111,6 @@ std::shared_ptr<const RowSource> tile_source(const std::string& store,
 
 std::uint64_t pinned_bytes(const RowSource& source) {
   return static_cast<std::uint64_t>(source.rows()) * static_cast<std::uint64_t>(source.row_bytes());
-}
-
-std::uint64_t free_memory(const torch::Device& device) {
-  if (!device.is_cuda()) return cpu_available_bytes();
-  const c10::cuda::CUDAGuard guard(device.index());
-  std::size_t free = 0, total = 0;
-  if (cudaMemGetInfo(&free, &total) != cudaSuccess)
-    throw ResourceError("cannot query the free memory of " + device.str());
-  return free;
 }
 
 }  // namespace mltool::train

@@ -18,6 +18,7 @@
 #include "mltool/train/model_spec.hpp"
 #include "mltool/train/sections.hpp"
 #include "mltool/train/step.hpp"
+#include "mltool/util/device.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
@@ -91,26 +92,6 @@ void check_job(const TrainJob& j) {
   require<UsageError>(std::isfinite(j.bucket_mb) && j.bucket_mb > 0,
                       "--dist-bucket-mb must be a positive number");
   check_data_parallel(j);
-}
-
-torch::Device resolve_device(const std::string& spec) {
-  const bool cuda = torch::cuda::is_available();
-  if (spec == "cpu" || (spec == "auto" && !cuda)) return torch::kCPU;
-  int index = 0;
-  if (spec.rfind("cuda:", 0) == 0) {
-    char* end = nullptr;
-    index = static_cast<int>(std::strtol(spec.c_str() + 5, &end, 10));
-    require<UsageError>(*end == '\0' && end != spec.c_str() + 5 && index >= 0,
-                        "--device must be auto, cpu, cuda or cuda:N");
-  } else {
-    require<UsageError>(spec == "auto" || spec == "cuda",
-                        "--device must be auto, cpu, cuda or cuda:N, not '" + spec + "'");
-  }
-  require<ResourceError>(cuda, "--device " + spec + ": no CUDA GPU is visible");
-  require<ResourceError>(index < static_cast<int>(torch::cuda::device_count()),
-                         "--device " + spec + ": " + std::to_string(torch::cuda::device_count()) +
-                             " CUDA GPU(s) visible");
-  return {torch::kCUDA, static_cast<c10::DeviceIndex>(index)};
 }
 
 // Per label id, or empty for none.
@@ -274,7 +255,7 @@ TrainReport train_model(const TrainJob& job,
   SplitSamples train = read_split(data, job.train_split);
   SplitSamples val = read_split(data, job.val_split);
   const auto weights = class_weights(job.class_weights, train, static_cast<std::size_t>(classes));
-  torch::Device device = resolve_device(job.device);
+  torch::Device device = util::resolve_devices(job.device).front();  // the first GPU
   const bool group = job.world_size > 1 || job.join_group;
   if (group && device.is_cuda() && (job.device == "auto" || job.device == "cuda"))
     device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(job.local_rank));
@@ -323,7 +304,7 @@ TrainReport train_model(const TrainJob& job,
     const bool copies =
         device.is_cuda() || data.unit == "image";  // features on the CPU: the memory map itself
     const std::uint64_t need = pinned_bytes(*source), margin = std::uint64_t{256} << 20;
-    const std::uint64_t free = copies ? free_memory(device) : need + margin;
+    const std::uint64_t free = copies ? util::free_memory(device) : need + margin;
     std::string why;
     if (need + margin > free)
       why = "the pinned feed needs " + std::to_string(need) + " bytes (" + gib(need) + ") on " +

@@ -1,0 +1,23 @@
+// Devices for the LibTorch half of the library: what a --device value names, and how much
+// memory a device has free. One home for both, used by extract and train.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mltool::util {
+
+/// The devices `spec` names: "cpu"; "cuda:N" (that GPU); "cuda" (every visible GPU, exit 3
+/// without one); "auto" (every visible GPU, else the CPU). A command that runs on one device
+/// takes the first. UsageError for anything else, naming --device; ResourceError for a GPU
+/// that is not there.
+std::vector<torch::Device> resolve_devices(const std::string& spec);
+
+/// Free memory of `device` in bytes: the GPU's free memory (CUDA), or the memory available
+/// to the process (CPU: /proc/meminfo's MemAvailable; all of it when that is unknown).
+std::uint64_t free_memory(const torch::Device& device);
+
+}  // namespace mltool::util

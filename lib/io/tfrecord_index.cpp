@@ -1,5 +1,6 @@
 // DALI index files: "offset size\n" per record, size being the whole frame.
 #include <charconv>
+#include <cstring>
 
 #include "mltool/io/tfrecord.hpp"
 #include "mltool/util/error.hpp"
@@ -35,26 +36,20 @@ std::string quoted_excerpt(std::string_view line) {
 
 }  // namespace
 
-std::vector<IndexEntry> read_index(const std::string& path) {
-  const std::string text = util::read_file(path);
-  std::vector<IndexEntry> entries;
-  std::uint64_t end_of_previous = 0;
-  std::size_t line_number = 0;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) eol = text.size();
-    const std::string_view raw(text.data() + pos, eol - pos);
-    pos = eol + 1;
-    ++line_number;
-    const auto fail = [&](const std::string& what) {
-      return FormatError(at_file(path + ":" + std::to_string(line_number), what));
-    };
+IndexReader::IndexReader(const std::string& path) : path_(path), map_(path) {}
 
-    // DALI reads the index with `>>`, so blank lines and extra spaces are tolerated.
-    std::string_view line = trim(raw);
+std::string IndexReader::where() const { return path_ + ":" + std::to_string(line_); }
+
+bool IndexReader::next(IndexEntry& entry) {
+  const char* const data = reinterpret_cast<const char*>(map_.data());
+  while (pos_ < map_.size()) {
+    const void* nl = std::memchr(data + pos_, '\n', map_.size() - pos_);
+    const std::size_t eol =
+        nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - data) : map_.size();
+    const std::string_view line = trim(std::string_view(data + pos_, eol - pos_));
+    pos_ = eol + 1;
+    ++line_;
     if (line.empty()) continue;
-    IndexEntry entry;
     std::string_view rest = line;
     bool ok = take_number(rest, entry.offset);
     if (ok) {
@@ -63,9 +58,24 @@ std::vector<IndexEntry> read_index(const std::string& path) {
       ok = rest.size() < before && take_number(rest, entry.size) && rest.empty();
     }
     if (!ok) {
-      throw fail("expected 'offset size' (two unsigned decimal numbers), found " +
-                 quoted_excerpt(line));
+      throw FormatError(at_file(
+          where(),
+          "expected 'offset size' (two unsigned decimal numbers), found " + quoted_excerpt(line)));
     }
+    return true;
+  }
+  return false;
+}
+
+std::vector<IndexEntry> read_index(const std::string& path) {
+  IndexReader reader(path);
+  std::vector<IndexEntry> entries;
+  std::uint64_t end_of_previous = 0;
+  IndexEntry entry;
+  while (reader.next(entry)) {
+    const auto fail = [&](const std::string& what) {
+      return FormatError(at_file(reader.where(), what));
+    };
     if (entry.size < kTFRecordOverhead) {
       throw fail("frame size " + std::to_string(entry.size) + " is smaller than the " +
                  std::to_string(kTFRecordOverhead) + " bytes of TFRecord framing");

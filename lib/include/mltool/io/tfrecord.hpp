@@ -148,7 +148,26 @@ class TFRecordReader {
   bool numbered_ = false;  // false after read_at: the record's number is unknown
 };
 
-/// Reads a DALI index; FormatError naming the file and line for a malformed line, a
+/// A DALI index read entry by entry from its memory mapping, so memory stays bounded
+/// whatever its size, with DALI's tolerance (it reads with `>>`: blank lines, extra blanks,
+/// \r). The one parser of the format: read_index and inspect --deep use it.
+class IndexReader {
+ public:
+  /// InputError if `path` cannot be opened.
+  explicit IndexReader(const std::string& path);
+  /// The next entry; false at the end. FormatError "PATH:LINE: ..." for a malformed line.
+  bool next(IndexEntry& entry);
+  /// "PATH:LINE" of the line last read, for messages.
+  std::string where() const;
+
+ private:
+  std::string path_;
+  util::MappedFile map_;
+  std::size_t pos_ = 0;
+  std::size_t line_ = 0;
+};
+
+/// Reads a whole DALI index; FormatError naming the file and line for a malformed line, a
 /// frame smaller than the framing, or offsets that overlap or go backwards.
 std::vector<IndexEntry> read_index(const std::string& path);
 

@@ -24,6 +24,7 @@
 
 namespace {
 
+using namespace mltool::io;
 using namespace mltool::records;
 
 [[noreturn]] void finding(const char* what) {

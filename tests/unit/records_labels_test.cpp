@@ -14,15 +14,15 @@ namespace {
 using mltool::FormatError;
 using mltool::InputError;
 using mltool::UsageError;
+using mltool::io::parse_table;
+using mltool::io::Table;
+using mltool::io::table_format_for;
+using mltool::io::TableFormat;
 using mltool::records::LabelColumns;
 using mltool::records::LabelMap;
 using mltool::records::Labels;
-using mltool::records::parse_table;
 using mltool::records::read_labels;
 using mltool::records::select_labels;
-using mltool::records::Table;
-using mltool::records::table_format_for;
-using mltool::records::TableFormat;
 using mltool::testing::error_of;
 using Rows = std::vector<std::vector<std::string>>;
 

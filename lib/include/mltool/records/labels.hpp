@@ -11,49 +11,9 @@
 #include <string_view>
 #include <vector>
 
+#include "mltool/io/table.hpp"
+
 namespace mltool::records {
-
-enum class TableFormat { csv, tsv, jsonl };
-
-/// The format of a labels file from its extension, case-insensitively: .csv, .tsv,
-/// .jsonl. Throws InputError naming the path for any other extension.
-TableFormat table_format_for(const std::string& path);
-
-/// A table as read: column names and rows of text, every row as wide as the header.
-struct Table {
-  std::string path;                            ///< the file, for messages
-  std::vector<std::string> columns;            ///< distinct, non-empty
-  std::vector<std::vector<std::string>> rows;  ///< rows[i][c] is column c of row i
-  std::vector<std::uint64_t> lines;            ///< 1-based line on which row i starts
-
-  /// Index of column `name`; InputError "PATH: no column "x" (the columns are: a, b)".
-  std::size_t column(const std::string& name) const;
-};
-
-/// Parses the text of a table; `path` only names the file in messages. Common to all
-/// formats: a UTF-8 byte-order mark at the start is skipped; lines end in LF or CRLF;
-/// empty lines are skipped wherever they are (so a blank trailing line is harmless);
-/// at least a header is required (an empty file is a FormatError); the header's
-/// names must be non-empty and distinct.
-/// - csv: RFC 4180. A field that starts with '"' is quoted: it runs to the next lone
-///   '"', may hold commas, line breaks (kept as they are) and '""' (one quote), and
-///   must be followed by a comma or the end of the line. A quote inside an unquoted
-///   field, text after a closing quote, an unterminated quote and a lone CR are errors.
-///   Every row must have as many fields as the header.
-/// - tsv: fields separated by tabs; no quoting (quotes are ordinary characters), so a
-///   field cannot hold a tab or a line break. Every row as wide as the header.
-/// - jsonl: one JSON object per line. The columns are the objects' member names in
-///   order of first appearance; a value is a string or an integer (written in
-///   decimal); null or a missing member reads as "" (which select_labels refuses
-///   where a value is needed); any other value is an error. A member repeated within
-///   one object keeps its last value, as most JSON readers do.
-/// Errors are FormatError "PATH: line N: ..." with the physical line, e.g.
-/// "labels.csv: line 17: 3 fields, the header has 4".
-Table parse_table(std::string_view text, TableFormat format, const std::string& path);
-
-/// Reads `path` (InputError if it cannot be read) and parses it in the format its
-/// extension names (table_format_for).
-Table read_table(const std::string& path);
 
 /// Which columns hold what. An empty `group` means no group column: every key is its
 /// own group.
@@ -86,9 +46,9 @@ struct Labels {
 /// - there is at least one row.
 /// A missing column is an InputError listing the columns present; the key and label
 /// columns must differ (UsageError).
-Labels select_labels(const Table& table, const LabelColumns& columns);
+Labels select_labels(const io::Table& table, const LabelColumns& columns);
 /// The same, moving the strings out of `table`.
-Labels select_labels(Table&& table, const LabelColumns& columns);
+Labels select_labels(io::Table&& table, const LabelColumns& columns);
 
 /// select_labels(read_table(path), columns).
 Labels read_labels(const std::string& path, const LabelColumns& columns);

@@ -63,9 +63,7 @@ ReadPlan plan_read(const SlideGeometry& geometry, std::optional<double> target_m
   if (target_mpp.has_value() == level.has_value()) {
     throw UsageError(slide_name + ": give exactly one of --mpp and --level");
   }
-  if (tile_size < 1) {
-    throw UsageError("--tile-size must be at least 1, got " + std::to_string(tile_size));
-  }
+  check_tile_size(tile_size);
   check_levels(geometry, slide_name);
   ReadPlan plan;
   plan.mpp = slide_mpp(geometry);
@@ -151,14 +149,19 @@ std::int64_t count_along(std::int64_t length, const TileGrid& grid) {
 
 }  // namespace
 
-TileGrid make_grid(const Level& level0, const ReadPlan& plan, int tile_size, int overlap) {
-  if (tile_size < 1) {
-    throw UsageError("--tile-size must be at least 1, got " + std::to_string(tile_size));
+void check_tile_size(int tile_size, int overlap) {
+  if (tile_size < 1 || tile_size > kMaxTileSize) {
+    throw UsageError("--tile-size must be between 1 and " + std::to_string(kMaxTileSize) +
+                     ", got " + std::to_string(tile_size));
   }
   if (overlap < 0 || overlap >= tile_size) {
     throw UsageError("--overlap must be at least 0 and less than --tile-size (" +
                      std::to_string(tile_size) + "), got " + std::to_string(overlap));
   }
+}
+
+TileGrid make_grid(const Level& level0, const ReadPlan& plan, int tile_size, int overlap) {
+  check_tile_size(tile_size, overlap);
   TileGrid grid;
   grid.stride_level0 = static_cast<double>(tile_size - overlap) * plan.target_downsample;
   grid.size_level0 = static_cast<double>(tile_size) * plan.target_downsample;

@@ -168,10 +168,7 @@ void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
 
 void validate(const TileJob& job) {
   const auto& s = job.settings;
-  if (s.tile_size < 1 || s.tile_size > 16384)
-    throw UsageError("--tile-size must be between 1 and 16384");
-  if (s.overlap < 0 || s.overlap >= s.tile_size)
-    throw UsageError("--overlap must be at least 0 and less than --tile-size");
+  check_tile_size(s.tile_size, s.overlap);
   if (s.mpp.has_value() == s.level.has_value())
     throw UsageError("give exactly one of --mpp and --level");
   if (s.mpp && !(*s.mpp > 0 && std::isfinite(*s.mpp)))

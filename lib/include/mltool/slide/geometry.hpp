@@ -95,6 +95,11 @@ struct TileGrid {
 /// the slide. Throws UsageError unless 0 <= overlap < tile_size and tile_size >= 1.
 TileGrid make_grid(const Level& level0, const ReadPlan& plan, int tile_size, int overlap);
 
+/// The one check of a tile size and overlap: UsageError naming --tile-size (1 to
+/// kMaxTileSize) or --overlap (0 to tile_size - 1).
+void check_tile_size(int tile_size, int overlap = 0);
+inline constexpr int kMaxTileSize = 16384;
+
 /// Every tile of make_grid(), row-major (y, then x): the key order of the tile store.
 std::vector<TileRect> tile_grid(const Level& level0, const ReadPlan& plan, int tile_size,
                                 int overlap);

@@ -1,5 +1,5 @@
 // mltool: whole-slide images to trained models. The one place where errors become exit
-// codes (docs/exit-codes.md); everything else throws.
+// codes (docs/cli.md#exit-codes); everything else throws.
 #include <cstdio>
 #include <exception>
 #include <new>

@@ -3,44 +3,10 @@
 // (schemas/dataset.schema.json). Records carry row indices into features.npy, never
 // vectors or pixels, so one row shared by many labels is stored once.
 //
-// Record features, by unit (all int64 unless noted):
-//   tile   index (row of features.npy), label (id in the label map), slide (bytes),
-//          x, y (level-0 corner; only when coordinates are known, see below)
-//   image  as tile, plus key (bytes: the tile-store key, for training on pixels)
-//   bag    indices (int64 list: the rows of the bag), label, slide (bytes)
-//
-// Decisions (docs/formats.md should say the same when the command lands):
-// - A labels key is first looked up as a tile key (keys.txt). If it is none, but some
-//   keys start with "<key>/", it is a slide-level label: it applies to every row of that
-//   slide. The slide of a tile key is the part before its last '/' (the key itself if
-//   it has none). Anything else is a missing key.
-// - tile/image: one record per distinct (row, label); a slide-level label expands to one
-//   record per row. bag: one record per distinct (slide, label), holding every row that
-//   label reaches in that slide (tile-level labels gather, a slide-level label brings all
-//   rows), in row order. A (row, label) pair reached twice (a repeated labels row, or a
-//   tile label that its slide's label repeats) makes one record; the extra ones are
-//   counted in duplicate_labels.
-// - Rows listed in features.json invalid_rows are never packed: a tile-level label on one
-//   is counted in invalid_rows; a slide-level expansion skips them (also counted); a bag
-//   left empty is dropped (counted in empty_bags).
-// - Groups: the group column if given, else the slide; no group is in two splits. In bag
-//   mode a slide's bags must all lie in one group (InputError otherwise).
-// - The label map (records::LabelMap) is built from every label of the table, so ids do
-//   not depend on which keys the store happens to hold.
-// - --dedupe: rows that packed records use are hashed (and byte-compared, so a hash
-//   collision can never merge different rows); a record points at the lowest-numbered
-//   row with the same bytes. duplicate_rows counts rows replaced so. Bags keep their
-//   length (a duplicated row appears twice in the bag's indices).
-// - x, y: written iff features.json has source.tile_store naming a directory that is a
-//   tile store, and every packed tile key is "<slide>/<row:06d>_<col:06d>" with that tile
-//   listed in the store's meta "tiles/<slide>". Otherwise no record has them
-//   (dataset.json "coordinates": false) — all or none, so a reader's parse spec holds for
-//   every record.
-// - Publication: everything is written into "<output>.partial-<pid>/" beside the output
-//   and renamed to the output at the end, dataset.json being written last inside it. An
-//   existing output is refused (UsageError) unless `overwrite`; then the old directory is
-//   renamed aside, the new one renamed in, and the old one removed. A failed pack removes
-//   its partial directory, so nothing appears under the output name.
+// What the records hold, how labels reach rows (tile- and slide-level keys, bags, duplicates,
+// invalid rows, groups, the label map, --dedupe, x/y) and how the dataset is published are
+// specified once, in docs/pack.md (units, labels, dedupe, publication) and docs/formats.md
+// (dataset.json, record features); pack_plan.cpp and pack.cpp implement them.
 #pragma once
 
 #include <cstdint>

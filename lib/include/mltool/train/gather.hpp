@@ -1,5 +1,5 @@
 // Gathering mini-batch rows by index from a matrix that already lives on the device
-// (the pinned feed of DESIGN.md: the dataset goes to the GPU once and batches are cut
+// (the pinned feed, docs/memory-modes.md: the dataset goes to the GPU once and batches are cut
 // there, so no mini-batch crosses the PCIe bus).
 #pragma once
 

@@ -8,7 +8,7 @@
 
 namespace mltool {
 
-/// What went wrong, which decides the exit code (see docs/exit-codes.md).
+/// What went wrong, which decides the exit code (docs/cli.md#exit-codes).
 enum class ErrorKind {
   usage,     ///< the caller asked for something malformed (exit 1)
   input,     ///< an input file or value is missing, unreadable or invalid (exit 2)
@@ -56,7 +56,7 @@ std::string at_offset(const std::string& path, std::uint64_t offset, const std::
 /// Message for a failed system call: "path: what: strerror(errno)".
 std::string sys_message(const std::string& path, const std::string& what, int err);
 
-/// Exit codes of DESIGN.md. `partial` is a result, not an error.
+/// Exit codes (docs/cli.md#exit-codes). `partial` is a result, not an error.
 namespace exit_code {
 inline constexpr int ok = 0;
 inline constexpr int usage = 1;

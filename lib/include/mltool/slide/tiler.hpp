@@ -31,13 +31,15 @@ struct TileJob {
 struct SlideReport {
   std::string path;
   std::string id;
-  /// "tiled", "empty" (complete with zero tiles), "skipped" (already complete in the store)
+  /// "tiled", "empty" (complete with zero tiles), "skipped" (already complete in the store),
+  /// or "failed" (only in tile_slides' reports under keep_going; see `error`)
   std::string status;
   std::int64_t tiles = 0;                 ///< tiles kept and written
   std::int64_t grid_tiles = 0;            ///< tiles of the full grid
   std::optional<double> tissue_fraction;  ///< share of the slide that is tissue (otsu only)
   double seconds = 0;
   std::string reader;  ///< what decoded the tiles: "openslide" or "libvips-tiff"
+  std::string error;   ///< status "failed" (tile_slides with keep_going): the message
 };
 
 /// Checks a job before any slide is opened: UsageError for a bad setting.

@@ -1,0 +1,105 @@
+#include "mltool/slide/cohort.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "mltool/slide/tile_store.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/log.hpp"
+
+namespace mltool::slide {
+namespace {
+
+std::string fixed1(double v) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.1f", v);
+  return text;
+}
+
+std::string percent(double f) { return std::to_string(static_cast<int>(f * 100 + 0.5)) + "%"; }
+
+void log_slide(const SlideReport& r, const CohortJob& job) {
+  if (r.status == "skipped") {
+    log::info(r.id + ": already complete in " + job.store + " (" + std::to_string(r.tiles) +
+              " tiles), skipped");
+  } else if (r.status == "empty") {
+    log::warn(r.id + ": no tiles: no tile of " + std::to_string(r.grid_tiles) +
+              " has tissue fraction >= " + nlohmann::json(job.tile.settings.min_tissue).dump() +
+              " (" + r.path + ")");
+  } else {
+    log::info(r.id + ": " + std::to_string(r.tiles) + " of " + std::to_string(r.grid_tiles) +
+              " tiles" + (r.tissue_fraction ? ", " + percent(*r.tissue_fraction) + " tissue" : "") +
+              ", " + fixed1(r.seconds) + " s, " + fixed1(r.tiles / std::max(r.seconds, 1e-9)) +
+              " tiles/s");
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> shard_slides(const std::vector<std::string>& slides,
+                                      const std::string& shard) {
+  if (shard.empty()) return slides;
+  std::size_t index = 0, count = 0;
+  char slash = 0;
+  std::istringstream in(shard);
+  if (!(in >> index >> slash >> count) || slash != '/' || !in.eof() || count == 0 || index >= count)
+    throw UsageError("--shard must be I/N with 0 <= I < N (e.g. 0/4), not '" + shard + "'");
+  std::vector<std::string> out;
+  for (std::size_t i = index; i < slides.size(); i += count) out.push_back(slides[i]);
+  log::info("shard " + shard + ": " + std::to_string(out.size()) + " of " +
+            std::to_string(slides.size()) + " slides");
+  return out;
+}
+
+CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob& job) {
+  validate(job.tile);
+  const std::vector<std::string> mine = shard_slides(slides, job.shard);
+  auto store = TileStore::open(job.store, true);
+  store.adopt_settings(job.tile.settings);
+  CohortReport report;
+  for (const auto& path : mine) {
+    try {
+      SlideReport r = tile_slide(store, path, job.tile);
+      log_slide(r, job);
+      report.tiles += r.tiles;
+      report.empty += r.status == "empty";
+      report.slides.push_back(std::move(r));
+    } catch (const Error& e) {
+      if (!job.keep_going) throw;
+      ++report.failed;
+      log::error(e.what());
+      SlideReport r;
+      r.path = path;
+      r.status = "failed";
+      r.error = e.what();
+      try {
+        r.id = slide_id_for(path);
+      } catch (const Error&) {  // no id to give: the report says so with ""
+      }
+      report.slides.push_back(std::move(r));
+    }
+  }
+  if (report.failed || report.empty)
+    log::warn(std::to_string(report.failed) + " slide(s) failed, " + std::to_string(report.empty) +
+              " yielded no tiles");
+  return report;
+}
+
+std::vector<MergeReport> merge_stores(const std::string& output,
+                                      const std::vector<std::string>& inputs,
+                                      std::size_t commit_every) {
+  auto out = TileStore::open(output, true);
+  std::vector<MergeReport> reports;
+  for (const auto& path : inputs) {
+    reports.push_back(merge_store(out, path, commit_every));
+    const auto& r = reports.back();
+    log::info(path + ": " + std::to_string(r.slides) + " slides (" + std::to_string(r.tiles) +
+              " tiles) merged, " + std::to_string(r.skipped) + " already there");
+  }
+  return reports;
+}
+
+}  // namespace mltool::slide

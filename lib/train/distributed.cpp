@@ -20,7 +20,7 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "mltool/train/data_parallel.hpp"
+#include "mltool/train/batches.hpp"
 #include "mltool/util/error.hpp"
 
 namespace mltool::train {

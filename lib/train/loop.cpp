@@ -9,7 +9,7 @@
 
 #include "distributed.hpp"
 #include "export.hpp"
-#include "mltool/train/data_parallel.hpp"
+#include "mltool/train/batches.hpp"
 #include "mltool/train/sections.hpp"
 #include "mltool/train/step.hpp"
 #include "mltool/util/error.hpp"

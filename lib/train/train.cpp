@@ -14,7 +14,7 @@
 #include "export.hpp"
 #include "loop.hpp"
 #include "mltool/io/feature_store.hpp"
-#include "mltool/train/data_parallel.hpp"
+#include "mltool/train/batches.hpp"
 #include "mltool/train/model_spec.hpp"
 #include "mltool/train/sections.hpp"
 #include "mltool/train/step.hpp"

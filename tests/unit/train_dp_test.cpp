@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "mltool/train/data_parallel.hpp"
+#include "mltool/train/batches.hpp"
 
 namespace mltool::train {
 namespace {

@@ -1,4 +1,4 @@
-#include "mltool/train/data_parallel.hpp"
+#include "mltool/train/batches.hpp"
 
 #include <algorithm>
 #include <stdexcept>

@@ -24,6 +24,7 @@ struct TileOptions {
   CLI::Option* mpp_option = nullptr;
   CLI::Option* level_option = nullptr;
   bool merge = false;
+  std::string format = slide::encoding_info(slide::TileEncoding::jpeg).name;
   std::string reader = "auto";
 };
 
@@ -68,6 +69,7 @@ int run_tile(TileOptions& o, const CommonOptions& common) {
   o.job.store = o.output;
   if (o.merge) return run_merge(o, common, inputs);
 
+  o.job.tile.settings.encoding = *slide::encoding_named(o.format);  // checked by --format
   if (o.level_option->count()) o.job.tile.settings.level = o.level;
   if (o.mpp_option->count() || !o.level_option->count()) o.job.tile.settings.mpp = o.mpp;
   o.job.tile.reader =
@@ -111,8 +113,11 @@ Command tile_command() {
         app.add_option("--min-tissue", s.min_tissue,
                        "Keep tiles with at least this tissue fraction")
             ->capture_default_str();
-        app.add_option("--format", s.encoding, "Tile encoding: jpeg or png")
-            ->check(CLI::IsMember({"jpeg", "png"}))
+        std::vector<std::string> encodings;
+        for (const auto& e : slide::kEncodings) encodings.push_back(e.name);
+        app.add_option("--format", o->format,
+                       "Tile encoding: " + CLI::detail::join(encodings, " or "))
+            ->check(CLI::IsMember(encodings))
             ->capture_default_str();
         app.add_option("--quality", s.quality, "JPEG quality")->capture_default_str();
         app.add_option("--shard", o->job.shard,

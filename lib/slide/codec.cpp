@@ -104,4 +104,24 @@ void write_png(const std::string& path, const RgbImage& image) {
   util::write_file_atomic(path, encode_png(image.pixels.data(), image.width, image.height));
 }
 
+const EncodingInfo kEncodings[2] = {
+    {TileEncoding::jpeg, "jpeg", &encode_jpeg},
+    {TileEncoding::png, "png",
+     [](const std::uint8_t* rgb, int width, int height, int) {
+       return encode_png(rgb, width, height);
+     }},
+};
+
+const EncodingInfo& encoding_info(TileEncoding encoding) {
+  for (const auto& e : kEncodings)
+    if (e.encoding == encoding) return e;
+  throw UsageError("unknown tile encoding");  // unreachable: every enumerator has a row
+}
+
+std::optional<TileEncoding> encoding_named(std::string_view name) {
+  for (const auto& e : kEncodings)
+    if (name == e.name) return e.encoding;
+  return std::nullopt;
+}
+
 }  // namespace mltool::slide

@@ -28,7 +28,7 @@ nlohmann::json TileSettings::to_json() const {
           {"overlap", overlap},
           {"mpp", optional_json(mpp)},
           {"level", optional_json(level)},
-          {"encoding", encoding},
+          {"encoding", encoding_info(encoding).name},
           {"quality", quality},
           {"tissue", tissue},
           {"min_tissue", min_tissue}};
@@ -41,7 +41,7 @@ TileSettings TileSettings::from_json(const nlohmann::json& doc, const std::strin
   s.overlap = doc.at("overlap").get<int>();
   if (!doc.at("mpp").is_null()) s.mpp = doc.at("mpp").get<double>();
   if (!doc.at("level").is_null()) s.level = doc.at("level").get<int>();
-  s.encoding = doc.at("encoding").get<std::string>();
+  s.encoding = *encoding_named(doc.at("encoding").get<std::string>());  // the schema's enum
   s.quality = doc.at("quality").get<int>();
   s.tissue = doc.at("tissue").get<std::string>();
   s.min_tissue = doc.at("min_tissue").get<double>();

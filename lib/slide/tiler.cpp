@@ -95,7 +95,7 @@ void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
                  io::lmdb::BatchWriter& batch) {
   const int tile = job.settings.tile_size;
   const auto read = plan.read_size_level;
-  const bool png = job.settings.encoding == "png";
+  const auto& codec = encoding_info(job.settings.encoding);
   const int workers =
       std::max(1, std::min<int>(util::thread_count(job.threads), static_cast<int>(kept.size())));
 
@@ -130,8 +130,7 @@ void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
           resized = resize(rgb.data(), static_cast<int>(read), static_cast<int>(read), tile, tile);
           pixels = resized.pixels.data();
         }
-        std::string bytes = png ? encode_png(pixels, tile, tile)
-                                : encode_jpeg(pixels, tile, tile, job.settings.quality);
+        std::string bytes = codec.encode(pixels, tile, tile, job.settings.quality);
         if (!queue.push({i, std::move(bytes)})) break;
       }
     } catch (...) {
@@ -174,7 +173,6 @@ void validate(const TileJob& job) {
   if (s.mpp && !(*s.mpp > 0 && std::isfinite(*s.mpp)))
     throw UsageError("--mpp must be a positive number");
   if (s.level && *s.level < 0) throw UsageError("--level must be at least 0");
-  if (s.encoding != "jpeg" && s.encoding != "png") throw UsageError("--format must be jpeg or png");
   if (s.quality < 1 || s.quality > 100) throw UsageError("--quality must be between 1 and 100");
   if (s.tissue != "otsu" && s.tissue != "none") throw UsageError("--tissue must be otsu or none");
   if (!(s.min_tissue >= 0 && s.min_tissue <= 1))

@@ -23,6 +23,7 @@ using mltool::InputError;
 using mltool::UsageError;
 using mltool::slide::slide_id_for;
 using mltool::slide::tile_key;
+using mltool::slide::TileEncoding;
 using mltool::slide::TileSettings;
 using mltool::slide::TileStore;
 using mltool::testing::contains;
@@ -37,7 +38,7 @@ TileSettings unusual_settings() {
   s.overlap = 16;
   s.mpp = 0.5;
   s.level.reset();
-  s.encoding = "png";
+  s.encoding = TileEncoding::png;
   s.quality = 75;
   s.tissue = "none";
   s.min_tissue = 0.25;
@@ -215,7 +216,7 @@ TEST(TileStoreSettings, RequireSameNamesTheSettingAndBothValues) {
   EXPECT_TRUE(contains(msg, "mpp 0.5, not none") || contains(msg, "level none, not 1")) << msg;
 
   b = a;
-  b.encoding = "jpeg";
+  b.encoding = TileEncoding::jpeg;
   msg = error_of<UsageError>([&] { a.require_same(b, "s.lmdb"); });
   EXPECT_TRUE(contains(msg, "encoding")) << msg;
   EXPECT_TRUE(contains(msg, "png")) << msg;

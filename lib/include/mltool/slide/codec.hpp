@@ -5,7 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mltool::slide {
@@ -23,6 +25,25 @@ std::string encode_jpeg(const std::uint8_t* rgb, int width, int height, int qual
 
 /// Lossless PNG (libpng, default zlib level).
 std::string encode_png(const std::uint8_t* rgb, int width, int height);
+
+/// How tiles are encoded, and the table of codecs: adding an encoding adds an enumerator and
+/// a row of kEncodings (decode_image recognises every encoding by its signature).
+enum class TileEncoding { jpeg, png };
+
+struct EncodingInfo {
+  TileEncoding encoding;
+  const char* name;  ///< as in --format and the store's "encoding"
+  /// Encodes width × height RGB; `quality` is used by lossy encodings.
+  std::string (*encode)(const std::uint8_t* rgb, int width, int height, int quality);
+};
+
+/// Every encoding, in the order --format lists them.
+extern const EncodingInfo kEncodings[2];
+
+/// The row of `encoding`.
+const EncodingInfo& encoding_info(TileEncoding encoding);
+/// The encoding named `name`, or nothing.
+std::optional<TileEncoding> encoding_named(std::string_view name);
 
 /// Decodes a JPEG (libjpeg-turbo, accurate DCT, as libjpeg's defaults) or PNG (libpng) tile
 /// into `out` as 8-bit RGB, reusing its buffer. Grey and 16-bit inputs are converted, alpha

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mltool/io/lmdb.hpp"
+#include "mltool/slide/codec.hpp"
 #include "mltool/util/output_lock.hpp"
 
 namespace mltool::slide {
@@ -29,12 +30,12 @@ namespace mltool::slide {
 struct TileSettings {
   int tile_size = 256;
   int overlap = 0;
-  std::optional<double> mpp;      ///< target µm/px (exclusive with level)
-  std::optional<int> level;       ///< pyramid level read as is (exclusive with mpp)
-  std::string encoding = "jpeg";  ///< "jpeg" or "png"
-  int quality = 90;               ///< JPEG quality
-  std::string tissue = "otsu";    ///< "otsu" or "none"
-  double min_tissue = 0.5;        ///< keep tiles whose tissue fraction is at least this
+  std::optional<double> mpp;  ///< target µm/px (exclusive with level)
+  std::optional<int> level;   ///< pyramid level read as is (exclusive with mpp)
+  TileEncoding encoding = TileEncoding::jpeg;
+  int quality = 90;             ///< JPEG quality
+  std::string tissue = "otsu";  ///< "otsu" or "none"
+  double min_tissue = 0.5;      ///< keep tiles whose tissue fraction is at least this
 
   /// The "store" record (format mltool.tile-store, schemas/tile-store.schema.json).
   nlohmann::json to_json() const;

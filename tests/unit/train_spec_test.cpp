@@ -26,8 +26,8 @@ std::string spec_error(const json& doc) {
 TEST(ModelSpec, DefaultsPerFamily) {
   const auto mlp = parse_model_spec(json{{"family", "mlp"}}, "spec.json");
   EXPECT_EQ(mlp.unit(), "tile");
-  EXPECT_TRUE(mlp.hidden.empty());
-  EXPECT_EQ(mlp.activation, "relu");
+  EXPECT_TRUE(mlp.settings["hidden"].empty());
+  EXPECT_EQ(mlp.settings["activation"], "relu");
   EXPECT_EQ(mlp.document, (json{{"family", "mlp"},
                                 {"activation", "relu"},
                                 {"dropout", 0.0},
@@ -35,16 +35,16 @@ TEST(ModelSpec, DefaultsPerFamily) {
                                 {"batch_norm", false}}));
   const auto abmil = parse_model_spec(json{{"family", "abmil"}, {"attention", 32}}, "spec.json");
   EXPECT_EQ(abmil.unit(), "bag");
-  EXPECT_EQ(abmil.hidden, std::vector<std::int64_t>{128});
-  EXPECT_EQ(abmil.attention, 32);
-  EXPECT_TRUE(abmil.gated);
+  EXPECT_EQ(abmil.settings["hidden"], json::array({128}));
+  EXPECT_EQ(abmil.settings["attention"], 32);
+  EXPECT_EQ(abmil.settings["gated"], true);
   const auto cnn = parse_model_spec(
       json{{"family", "rescnn"}, {"channels", {8, 16}}, {"mean", {0.5, 0.5, 0.5}}}, "s");
   EXPECT_EQ(cnn.unit(), "image");
-  EXPECT_EQ(cnn.channels, (std::vector<std::int64_t>{8, 16}));
-  EXPECT_EQ(cnn.mean[1], 0.5);
-  EXPECT_NEAR(cnn.std[2], 0.225, 1e-12);
-  EXPECT_EQ(cnn.stem_stride, 2);
+  EXPECT_EQ(cnn.settings["channels"], json::array({8, 16}));
+  EXPECT_EQ(cnn.settings["mean"][1], 0.5);
+  EXPECT_NEAR(cnn.settings["std"][2].get<double>(), 0.225, 1e-12);
+  EXPECT_EQ(cnn.settings["stem_stride"], 2);
   const auto pinned = parse_model_spec(json{{"family", "mlp"},
                                             {"input_dims", 32},
                                             {"classes", 3},
@@ -93,7 +93,7 @@ TEST(ModelSpec, ReadsFiles) {
   EXPECT_TRUE(contains(error_of<InputError>([&] { read_model_spec(dir / "missing.json"); }),
                        "missing.json"));
   std::ofstream(dir / "ok.json") << R"({"family": "mlp", "hidden": [8]})";
-  EXPECT_EQ(read_model_spec(dir / "ok.json").hidden, std::vector<std::int64_t>{8});
+  EXPECT_EQ(read_model_spec(dir / "ok.json").settings["hidden"], json::array({8}));
 }
 
 std::vector<std::string> state_names(BlockModel& m) {

@@ -12,7 +12,6 @@
 // names of the blocks that start a section (sectioned training, docs/train.md#memory-modes).
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -22,24 +21,16 @@
 namespace mltool::train {
 
 struct ModelSpec {
-  std::string family;  ///< mlp, abmil, rescnn
+  std::string family;  ///< mlp, abmil, rescnn (lib/train/models/: one file each)
   std::string name;
   std::optional<std::int64_t> input_dims;
   std::optional<std::int64_t> classes;
-  std::vector<std::int64_t> hidden;  ///< mlp: hidden widths; abmil: embedding widths
-  std::string activation = "relu";
-  double dropout = 0;
-  bool batch_norm = false;                          ///< mlp
-  std::int64_t attention = 128;                     ///< abmil
-  bool gated = true;                                ///< abmil
-  std::vector<std::int64_t> channels;               ///< rescnn
-  std::int64_t blocks_per_stage = 1;                ///< rescnn
-  std::int64_t stem_stride = 2;                     ///< rescnn
-  std::array<double, 3> mean{0.485, 0.456, 0.406};  ///< rescnn
-  std::array<double, 3> std{0.229, 0.224, 0.225};   ///< rescnn
   /// The blocks that start a section (sectioned training with explicit boundaries); empty:
   /// none (plain, or --sections K).
   std::vector<std::string> section_starts;
+  /// The family's own fields with every default filled in (e.g. mlp: activation, dropout,
+  /// hidden, batch_norm); what its builder reads.
+  nlohmann::json settings;
   nlohmann::json document;  ///< the spec with every default filled in (what run.json records)
 
   /// The dataset unit the family trains on: "tile" (mlp), "bag" (abmil), "image" (rescnn).

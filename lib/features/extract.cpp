@@ -319,23 +319,15 @@ ExtractReport extract_features(const ExtractJob& job) {
         auto* base = hb.pixels.data_ptr<std::uint8_t>();
         // Look-ups on this thread (one read transaction is used by one thread at a time); the
         // values point into the map, valid while the transaction lives, and decode in parallel.
-        auto txn = store.env().begin_read();
+        const auto snapshot = store.snapshot();
         std::vector<std::optional<std::string_view>> values(static_cast<std::size_t>(hb.size));
         for (std::int64_t i = 0; i < hb.size; ++i)
-          values[i] = txn.get(store.tiles(), keys[hb.first_row + i]);
+          values[i] = snapshot.find(keys[hb.first_row + i]);
         util::parallel_for(static_cast<std::size_t>(hb.size), job.threads, [&](std::size_t i) {
-          const std::string& key = keys[hb.first_row + i];
-          const std::string what = store.path() + ": tile '" + key + "'";
           std::uint8_t* slot = base + i * tile_bytes;
           try {
-            const auto& value = values[i];
-            if (!value) throw FormatError(what + ": missing from the tiles database");
             thread_local slide::RgbImage image;
-            slide::decode_image(value->data(), value->size(), image, what);
-            if (image.width != tile || image.height != tile)
-              throw FormatError(what + ": is " + std::to_string(image.width) + "x" +
-                                std::to_string(image.height) + ", the store's tiles are " +
-                                std::to_string(tile) + "x" + std::to_string(tile));
+            store.decode_tile(keys[hb.first_row + i], values[i], tile, image);
             std::memcpy(slot, image.pixels.data(), tile_bytes);
           } catch (const Error& e) {
             const bool recomputed =
@@ -346,7 +338,6 @@ ExtractReport extract_features(const ExtractJob& job) {
             hb.invalid[i] = 1;
           }
         });
-        txn.abort();
         if (!ready.push(std::move(hb))) break;
       }
     } catch (...) {

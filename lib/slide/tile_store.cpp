@@ -102,6 +102,23 @@ TileStore TileStore::open(const std::string& path, bool writable) {
   return store;
 }
 
+TileStore::Snapshot TileStore::snapshot() const { return Snapshot(env_.begin_read(), tiles_); }
+
+std::optional<std::string_view> TileStore::Snapshot::find(const std::string& key) const {
+  return txn_.get(tiles_, key);
+}
+
+void TileStore::decode_tile(const std::string& key, const std::optional<std::string_view>& encoded,
+                            int tile_size, RgbImage& out) const {
+  const std::string what = path() + ": tile '" + key + "'";
+  if (!encoded) throw FormatError(what + ": missing from the tiles database");
+  decode_image(encoded->data(), encoded->size(), out, what);
+  if (out.width != tile_size || out.height != tile_size)
+    throw FormatError(what + ": is " + std::to_string(out.width) + "x" +
+                      std::to_string(out.height) + ", the store's tiles are " +
+                      std::to_string(tile_size) + "x" + std::to_string(tile_size));
+}
+
 std::optional<TileSettings> TileStore::settings() const {
   auto txn = env_.begin_read();
   const auto value = txn.get(meta_, kStoreKey);

@@ -53,21 +53,13 @@ class TileSource : public RowSource {
   torch::ScalarType dtype() const override { return torch::kUInt8; }
   void copy_rows(const std::int64_t* rows, std::size_t n, std::uint8_t* dst) const override {
     const std::size_t bytes = static_cast<std::size_t>(tile_ * tile_ * 3);
-    auto txn = store_.env().begin_read();
+    const auto snapshot = store_.snapshot();
     thread_local slide::RgbImage image;
     for (std::size_t i = 0; i < n; ++i) {
       const std::string& key = keys_.at(static_cast<std::size_t>(rows[i]));
-      const std::string what = store_.path() + ": tile '" + key + "'";
-      const auto value = txn.get(store_.tiles(), key);
-      if (!value) throw FormatError(what + ": missing from the tiles database");
-      slide::decode_image(value->data(), value->size(), image, what);
-      if (image.width != tile_ || image.height != tile_)
-        throw FormatError(what + ": is " + std::to_string(image.width) + "x" +
-                          std::to_string(image.height) + ", the store's tiles are " +
-                          std::to_string(tile_) + "x" + std::to_string(tile_));
+      store_.decode_tile(key, snapshot.find(key), static_cast<int>(tile_), image);
       std::memcpy(dst + i * bytes, image.pixels.data(), bytes);
     }
-    txn.abort();
   }
   torch::Tensor whole(const torch::Device& device, int threads) const override {
     auto host =
@@ -87,7 +79,7 @@ class TileSource : public RowSource {
   }
 
  private:
-  mutable slide::TileStore store_;  // env() is non-const; read transactions do not modify it
+  slide::TileStore store_;
   std::vector<std::string> keys_;
   std::int64_t tile_ = 0;
 };

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -81,6 +82,26 @@ class TileStore {
   /// Deletes the tiles and records of slide `id` unless it is complete; returns the number
   /// of tiles deleted.
   std::uint64_t discard_incomplete(const std::string& id);
+
+  /// A consistent read view of the tiles (one read transaction), for one thread at a time.
+  class Snapshot {
+   public:
+    /// The encoded tile `key`, or nothing; the view stays valid while the snapshot lives.
+    std::optional<std::string_view> find(const std::string& key) const;
+
+   private:
+    friend class TileStore;
+    Snapshot(io::lmdb::Txn txn, io::lmdb::Dbi tiles) : txn_(std::move(txn)), tiles_(tiles) {}
+    io::lmdb::Txn txn_;
+    io::lmdb::Dbi tiles_;
+  };
+  Snapshot snapshot() const;
+
+  /// Decodes tile `key` of this store, as `find` gave it, into `out`: FormatError "STORE: tile
+  /// 'KEY': ..." when it is missing, undecodable, or not `tile_size` square. Needs no
+  /// transaction, so any thread may decode what a snapshot found.
+  void decode_tile(const std::string& key, const std::optional<std::string_view>& encoded,
+                   int tile_size, RgbImage& out) const;
 
   static std::string meta_key(const std::string& kind, const std::string& id) {
     return kind + "/" + id;

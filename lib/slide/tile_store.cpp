@@ -5,6 +5,7 @@
 
 #include "mltool/io/manifest.hpp"
 #include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
 
 namespace mltool::slide {
 namespace {
@@ -206,6 +207,78 @@ std::uint64_t TileStore::discard_incomplete(const std::string& id) {
     deleted += keys.size();
   }
   return deleted;
+}
+
+TileStore::SlideWriter::SlideWriter(TileStore& store, std::string id,
+                                    io::lmdb::BatchOptions options)
+    : store_(&store),
+      id_(std::move(id)),
+      options_(options),
+      batch_(store.env_, store.tiles_, options) {}
+
+void TileStore::SlideWriter::commit(const std::string& tiles_record,
+                                    const std::string& done_record) {
+  batch_.flush([&](io::lmdb::Txn& txn) {
+    txn.put(store_->meta_, meta_key("tiles", id_), tiles_record);
+    txn.put(store_->meta_, meta_key("done", id_), done_record);
+  });
+}
+
+void TileStore::SlideWriter::drop() {
+  batch_ = io::lmdb::BatchWriter(store_->env_, store_->tiles_, options_);
+}
+
+TileStore::SlideWriter TileStore::write_slide(const std::string& id,
+                                              const std::string& slide_record,
+                                              std::size_t commit_every) {
+  env_.write([&](io::lmdb::Txn& txn) { txn.put(meta_, meta_key("slides", id), slide_record); });
+  io::lmdb::BatchOptions options;
+  options.max_puts = commit_every;
+  return SlideWriter(*this, id, options);
+}
+
+MergeReport merge_store(TileStore& out, const std::string& input, std::size_t commit_every) {
+  if (util::absolute_path(input) == util::absolute_path(out.path()))
+    throw UsageError(at_file(input, "cannot merge a store into itself"));
+  MergeReport report;
+  report.path = input;
+  TileStore in = TileStore::open(input, false);
+  const auto settings = in.settings();
+  if (!settings) throw InputError(at_file(input, "not a tile store (no meta 'store' record)"));
+  out.adopt_settings(*settings);
+  io::lmdb::BatchOptions batch_options;
+  batch_options.max_puts = commit_every;
+  for (const std::string& id : in.completed_slides()) {
+    const auto record = in.record("slides", id);
+    if (!record)
+      throw FormatError(at_file(input, "meta 'done/" + id + "' has no 'slides/" + id + "' record"));
+    if (const auto existing = out.record("slides", id)) {
+      if (existing->value("quickhash", "") != record->value("quickhash", ""))
+        throw InputError(at_file(input, "slide id '" + id + "' is in " + out.path() +
+                                            " for another slide, " + existing->value("path", "")));
+      if (out.is_complete(id)) {
+        ++report.skipped;
+        continue;
+      }
+    }
+    out.discard_incomplete(id);
+    io::lmdb::BatchWriter batch(out.env(), out.tiles(), batch_options);
+    auto txn = in.env().begin_read();
+    std::int64_t tiles = 0;
+    for (const auto& e : txn.prefix(in.tiles(), id + "/")) {
+      batch.put(e.key, e.value);
+      ++tiles;
+    }
+    batch.flush([&](io::lmdb::Txn& w) {
+      for (const char* kind : {"slides", "tiles", "done"}) {
+        const std::string key = TileStore::meta_key(kind, id);
+        w.put(out.meta(), key, txn.at(in.meta(), key));
+      }
+    });
+    ++report.slides;
+    report.tiles += tiles;
+  }
+  return report;
 }
 
 }  // namespace mltool::slide

@@ -92,7 +92,7 @@ json kept_json(const std::vector<KeptTile>& kept) {
 // Returns normally only when every tile is in a (committed or pending) batch.
 void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
                  const std::string& id, const std::vector<KeptTile>& kept,
-                 io::lmdb::BatchWriter& batch) {
+                 TileStore::SlideWriter& batch) {
   const int tile = job.settings.tile_size;
   const auto read = plan.read_size_level;
   const auto& codec = encoding_info(job.settings.encoding);
@@ -148,7 +148,7 @@ void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
     while (auto item = queue.pop()) {
       if (stop) continue;  // a worker failed: drain, the slide is discarded
       const KeptTile& k = kept[item->index];
-      batch.put(tile_key(id, k.row, k.col), item->bytes);
+      batch.put_tile(tile_key(id, k.row, k.col), item->bytes);
       if (++written % 256 == 0 && seconds_since(last_report) >= 10) {
         last_report = Clock::now();
         log::info(id + ": " + std::to_string(written) + "/" + std::to_string(kept.size()) +
@@ -271,13 +271,7 @@ SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob&
       {"tissue_threshold", mask ? json(mask->threshold) : json(nullptr)},
   };
   const std::string slide_text = slide_record.dump();
-  store.env().write([&](io::lmdb::Txn& txn) {
-    txn.put(store.meta(), TileStore::meta_key("slides", id), slide_text);
-  });
-
-  io::lmdb::BatchOptions batch_options;
-  batch_options.max_puts = job.commit_every;
-  io::lmdb::BatchWriter batch(store.env(), store.tiles(), batch_options);
+  auto batch = store.write_slide(id, slide_text, job.commit_every);
   try {
     const auto reader = make_region_reader(slide, plan.level, job.reader);
     if (!kept.empty()) write_tiles(*reader, plan, job, id, kept, batch);
@@ -299,13 +293,9 @@ SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob&
         {"tissue_fraction", report.tissue_fraction ? json(*report.tissue_fraction) : json(nullptr)},
         {"seconds", std::round(report.seconds * 1000) / 1000},
         {"reader", report.reader}}.dump();
-    batch.flush([&](io::lmdb::Txn& txn) {
-      txn.put(store.meta(), TileStore::meta_key("tiles", id), tiles_text);
-      txn.put(store.meta(), TileStore::meta_key("done", id), done_text);
-    });
+    batch.commit(tiles_text, done_text);
   } catch (...) {
-    batch =
-        io::lmdb::BatchWriter(store.env(), store.tiles(), batch_options);  // drop the pending batch
+    batch.drop();
     try {
       store.discard_incomplete(id);
     } catch (const std::exception& e) {
@@ -314,50 +304,6 @@ SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob&
     throw;
   }
   report.status = kept.empty() ? "empty" : "tiled";
-  return report;
-}
-
-MergeReport merge_store(TileStore& out, const std::string& input, std::size_t commit_every) {
-  if (util::absolute_path(input) == util::absolute_path(out.path()))
-    throw UsageError(at_file(input, "cannot merge a store into itself"));
-  MergeReport report;
-  report.path = input;
-  TileStore in = TileStore::open(input, false);
-  const auto settings = in.settings();
-  if (!settings) throw InputError(at_file(input, "not a tile store (no meta 'store' record)"));
-  out.adopt_settings(*settings);
-  io::lmdb::BatchOptions batch_options;
-  batch_options.max_puts = commit_every;
-  for (const std::string& id : in.completed_slides()) {
-    const auto record = in.record("slides", id);
-    if (!record)
-      throw FormatError(at_file(input, "meta 'done/" + id + "' has no 'slides/" + id + "' record"));
-    if (const auto existing = out.record("slides", id)) {
-      if (existing->value("quickhash", "") != record->value("quickhash", ""))
-        throw InputError(at_file(input, "slide id '" + id + "' is in " + out.path() +
-                                            " for another slide, " + existing->value("path", "")));
-      if (out.is_complete(id)) {
-        ++report.skipped;
-        continue;
-      }
-    }
-    out.discard_incomplete(id);
-    io::lmdb::BatchWriter batch(out.env(), out.tiles(), batch_options);
-    auto txn = in.env().begin_read();
-    std::int64_t tiles = 0;
-    for (const auto& e : txn.prefix(in.tiles(), id + "/")) {
-      batch.put(e.key, e.value);
-      ++tiles;
-    }
-    batch.flush([&](io::lmdb::Txn& w) {
-      for (const char* kind : {"slides", "tiles", "done"}) {
-        const std::string key = TileStore::meta_key(kind, id);
-        w.put(out.meta(), key, txn.at(in.meta(), key));
-      }
-    });
-    ++report.slides;
-    report.tiles += tiles;
-  }
   return report;
 }
 

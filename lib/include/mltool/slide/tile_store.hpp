@@ -103,6 +103,30 @@ class TileStore {
   void decode_tile(const std::string& key, const std::optional<std::string_view>& encoded,
                    int tile_size, RgbImage& out) const;
 
+  /// Writes one slide: its "slides" record now, then its tiles in transactions of at most
+  /// `commit_every` puts, then commit() writes the last tiles with its "tiles" record and its
+  /// "done" marker in one transaction — a slide is complete exactly when its marker is there.
+  class SlideWriter {
+   public:
+    /// Buffers tile `key` (a tile_key of this slide); commits a batch when it is full.
+    void put_tile(std::string_view key, std::string_view encoded) { batch_.put(key, encoded); }
+    /// Commits the pending tiles, the tiles record and the done marker together.
+    void commit(const std::string& tiles_record, const std::string& done_record);
+    /// Drops the pending tiles (after an error); what was committed stays until
+    /// discard_incomplete removes it.
+    void drop();
+
+   private:
+    friend class TileStore;
+    SlideWriter(TileStore& store, std::string id, io::lmdb::BatchOptions options);
+    TileStore* store_;
+    std::string id_;
+    io::lmdb::BatchOptions options_;
+    io::lmdb::BatchWriter batch_;
+  };
+  SlideWriter write_slide(const std::string& id, const std::string& slide_record,
+                          std::size_t commit_every);
+
   static std::string meta_key(const std::string& kind, const std::string& id) {
     return kind + "/" + id;
   }
@@ -114,5 +138,18 @@ class TileStore {
   io::lmdb::Dbi tiles_;
   io::lmdb::Dbi meta_;
 };
+
+/// What merging one store contributed.
+struct MergeReport {
+  std::string path;
+  std::int64_t slides = 0;   ///< complete slides copied
+  std::int64_t skipped = 0;  ///< complete slides already in the output (same quickhash)
+  std::int64_t tiles = 0;    ///< tiles copied
+};
+
+/// Copies every complete slide of the store at `input` into `out`, each slide's tiles and
+/// records committing with its done marker. The settings must match (UsageError); a slide
+/// id present in `out` with another quickhash is an InputError.
+MergeReport merge_store(TileStore& out, const std::string& input, std::size_t commit_every = 2048);
 
 }  // namespace mltool::slide

@@ -52,17 +52,4 @@ void validate(const TileJob& job);
 /// other slides of the store are untouched.
 SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob& job);
 
-/// What merging one store contributed.
-struct MergeReport {
-  std::string path;
-  std::int64_t slides = 0;   ///< complete slides copied
-  std::int64_t skipped = 0;  ///< complete slides already in the output (same quickhash)
-  std::int64_t tiles = 0;    ///< tiles copied
-};
-
-/// Copies every complete slide of the store at `input` into `out`, each slide's tiles and
-/// records committing with its done marker. The settings must match (UsageError); a slide
-/// id present in `out` with another quickhash is an InputError.
-MergeReport merge_store(TileStore& out, const std::string& input, std::size_t commit_every = 2048);
-
 }  // namespace mltool::slide

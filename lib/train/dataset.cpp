@@ -22,7 +22,7 @@ DatasetInfo read_dataset_info(const std::string& dir) {
   d.manifest_sha256 = records::sha256_hex(util::read_file(d.manifest_path));
   d.manifest = io::read_manifest(d.manifest_path, "dataset");
   const auto& f = d.manifest.at("features");
-  d.unit = d.manifest.at("unit").get<std::string>();
+  d.unit = records::parse_unit(d.manifest.at("unit").get<std::string>());
   d.features = f.at("path").get<std::string>();
   d.rows = f.at("rows").get<std::int64_t>();
   d.dims = f.at("dims").get<std::int64_t>();
@@ -49,8 +49,8 @@ SplitSamples read_split(const DatasetInfo& d, const std::string& split) {
   const auto& info = splits[split];
   SplitSamples s;
   s.name = split;
-  const bool bag = d.unit == "bag";
-  const bool image = d.unit == "image";
+  const bool bag = d.unit == records::PackUnit::bag;
+  const bool image = d.unit == records::PackUnit::image;
   const auto classes = static_cast<std::int64_t>(d.labels.size());
   if (bag) s.offsets.push_back(0);
   for (const auto& shard : info.at("shards")) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mltool/io/npy.hpp"
+#include "mltool/records/pack.hpp"
 
 namespace mltool::train {
 
@@ -32,7 +33,7 @@ struct DatasetInfo {
   std::string manifest_path;
   std::string manifest_sha256;  ///< of dataset.json's bytes
   nlohmann::json manifest;
-  std::string unit;      ///< tile, bag, image
+  records::PackUnit unit = records::PackUnit::tile;
   std::string features;  ///< the feature store directory
   std::int64_t rows = 0;
   std::int64_t dims = 0;

@@ -37,16 +37,16 @@ Layout layout(const SplitSamples& s, const std::int64_t* ids, std::int64_t n, bo
 }
 
 Batch finish(const torch::Tensor& raw, torch::Tensor y, torch::Tensor mask, std::int64_t batch,
-             std::int64_t length, const RowSource& source, const std::string& unit) {
+             std::int64_t length, const RowSource& source, records::PackUnit unit) {
   Batch b;
   b.size = batch;
   b.y = std::move(y);
   const auto shape = source.row_shape();
-  if (unit == "image") {
+  if (unit == records::PackUnit::image) {
     std::vector<std::int64_t> dims{batch};
     dims.insert(dims.end(), shape.begin(), shape.end());
     b.x = raw.view(dims);
-  } else if (unit == "bag") {
+  } else if (unit == records::PackUnit::bag) {
     b.mask = mask.to(torch::kBool);
     b.x = raw.to(torch::kFloat32)
               .view({batch, length, shape[0]})
@@ -76,14 +76,14 @@ torch::Tensor int64_tensor(const std::vector<std::int64_t>& v) {
 class PinnedFeed : public Feed {
  public:
   PinnedFeed(std::shared_ptr<const RowSource> source, torch::Tensor matrix,
-             const SplitSamples& samples, std::string unit, const torch::Device& device)
+             const SplitSamples& samples, records::PackUnit unit, const torch::Device& device)
       : source_(std::move(source)),
         matrix_(std::move(matrix)),
         samples_(samples),
-        unit_(std::move(unit)),
+        unit_(unit),
         device_(device) {
     labels_ = int64_tensor(samples.labels).to(device);
-    if (unit_ != "bag") rows_ = int64_tensor(samples.rows).to(device);
+    if (unit_ != records::PackUnit::bag) rows_ = int64_tensor(samples.rows).to(device);
   }
 
   void start(const torch::Tensor& order, std::int64_t batch, std::int64_t first) override {
@@ -101,7 +101,7 @@ class PinnedFeed : public Feed {
     const auto ids = order_device_.narrow(0, position_, n);
     const auto y = labels_.index_select(0, ids);
     Batch b;
-    if (unit_ == "bag") {
+    if (unit_ == records::PackUnit::bag) {
       // Bag lengths vary: the padded row list is laid out on the host (B·L indices) and
       // gathered on the device like any other batch.
       const auto l = detail::layout(samples_, order_.data_ptr<std::int64_t>() + position_, n, true);
@@ -122,7 +122,7 @@ class PinnedFeed : public Feed {
   std::shared_ptr<const RowSource> source_;
   torch::Tensor matrix_;
   const SplitSamples& samples_;
-  std::string unit_;
+  records::PackUnit unit_;
   torch::Device device_;
   torch::Tensor labels_, rows_;
   torch::Tensor order_, order_device_;
@@ -132,7 +132,7 @@ class PinnedFeed : public Feed {
 }  // namespace
 
 std::unique_ptr<Feed> pinned_feed(std::shared_ptr<const RowSource> source, torch::Tensor matrix,
-                                  const SplitSamples& samples, const std::string& unit,
+                                  const SplitSamples& samples, records::PackUnit unit,
                                   const torch::Device& device) {
   return std::make_unique<PinnedFeed>(std::move(source), std::move(matrix), samples, unit, device);
 }

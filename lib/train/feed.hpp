@@ -74,12 +74,12 @@ class Feed {
 
 /// `matrix`: source.whole(device), shared by the feeds of every split.
 std::unique_ptr<Feed> pinned_feed(std::shared_ptr<const RowSource> source, torch::Tensor matrix,
-                                  const SplitSamples& samples, const std::string& unit,
+                                  const SplitSamples& samples, records::PackUnit unit,
                                   const torch::Device& device);
 
 /// `workers` threads gather ahead; 0 = the sync feed.
 std::unique_ptr<Feed> host_feed(std::shared_ptr<const RowSource> source,
-                                const SplitSamples& samples, const std::string& unit,
+                                const SplitSamples& samples, records::PackUnit unit,
                                 const torch::Device& device, int workers);
 
 /// Bytes the pinned feed puts on the device for `source`.
@@ -101,7 +101,7 @@ Layout layout(const SplitSamples& samples, const std::int64_t* ids, std::int64_t
 
 /// Raw gathered rows ((B·L) × row elements, stored dtype) → the model's input.
 Batch finish(const torch::Tensor& raw, torch::Tensor y, torch::Tensor mask, std::int64_t batch,
-             std::int64_t length, const RowSource& source, const std::string& unit);
+             std::int64_t length, const RowSource& source, records::PackUnit unit);
 
 }  // namespace detail
 }  // namespace mltool::train

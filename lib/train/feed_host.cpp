@@ -20,11 +20,11 @@ namespace {
 
 class HostFeed : public Feed {
  public:
-  HostFeed(std::shared_ptr<const RowSource> source, const SplitSamples& samples, std::string unit,
-           const torch::Device& device, int workers)
+  HostFeed(std::shared_ptr<const RowSource> source, const SplitSamples& samples,
+           records::PackUnit unit, const torch::Device& device, int workers)
       : source_(std::move(source)),
         samples_(samples),
-        unit_(std::move(unit)),
+        unit_(unit),
         device_(device),
         workers_(workers) {
     if (device_.is_cuda() && workers_ > 0)
@@ -72,8 +72,8 @@ class HostFeed : public Feed {
 
   HostBatch build(std::int64_t b) const {
     const std::int64_t n = std::min(batch_, order_.size(0) - b * batch_);
-    const auto l =
-        detail::layout(samples_, order_.data_ptr<std::int64_t>() + b * batch_, n, unit_ == "bag");
+    const auto l = detail::layout(samples_, order_.data_ptr<std::int64_t>() + b * batch_, n,
+                                  unit_ == records::PackUnit::bag);
     const auto pinned = torch::TensorOptions().pinned_memory(device_.is_cuda());
     HostBatch h;
     h.index = b;
@@ -169,7 +169,7 @@ class HostFeed : public Feed {
 
   std::shared_ptr<const RowSource> source_;
   const SplitSamples& samples_;
-  std::string unit_;
+  records::PackUnit unit_;
   torch::Device device_;
   int workers_;
   std::optional<c10::cuda::CUDAStream> copy_stream_;
@@ -188,7 +188,7 @@ class HostFeed : public Feed {
 }  // namespace
 
 std::unique_ptr<Feed> host_feed(std::shared_ptr<const RowSource> source,
-                                const SplitSamples& samples, const std::string& unit,
+                                const SplitSamples& samples, records::PackUnit unit,
                                 const torch::Device& device, int workers) {
   return std::make_unique<HostFeed>(std::move(source), samples, unit, device, workers);
 }

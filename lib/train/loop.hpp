@@ -50,7 +50,7 @@ Evaluation evaluate(BlockModel& model, Feed& feed, const SplitSamples& samples, 
 /// so they do not depend on the data; empty for 1 section.
 std::vector<std::size_t> plan_sections(std::int64_t sections, BlockModel& model,
                                        const RowSource& source, const SplitSamples& train,
-                                       const std::string& unit, const torch::Device& device);
+                                       records::PackUnit unit, const torch::Device& device);
 
 /// Everything the loop works with.
 struct Loop {

@@ -29,7 +29,7 @@ std::string joined(const Names& names) {
 
 }  // namespace
 
-std::string ModelSpec::unit() const { return models::family(family).unit; }
+records::PackUnit ModelSpec::unit() const { return models::family(family).unit; }
 
 ModelSpec parse_model_spec(const json& doc, const std::string& where) {
   io::embedded_schema("model").validate(doc, where);

@@ -259,20 +259,21 @@ std::int64_t device_peak(const torch::Device& device) {
 
 std::vector<std::size_t> plan_sections(std::int64_t sections, BlockModel& model,
                                        const RowSource& source, const SplitSamples& train,
-                                       const std::string& unit, const torch::Device& device) {
+                                       records::PackUnit unit, const torch::Device& device) {
   if (sections <= 1) return {};
   // One sample of the largest shape the run sees: a row, a tile, or the longest bag.
   std::vector<std::int64_t> dims{1};
   std::int64_t longest = 1;
-  if (unit == "bag") {
+  if (unit == records::PackUnit::bag) {
     for (std::size_t i = 0; i < train.size(); ++i) longest = std::max(longest, train.length(i));
     dims.push_back(longest);
   }
   for (const auto d : source.row_shape()) dims.push_back(d);
-  Activation probe{torch::zeros(dims, torch::TensorOptions(device).dtype(
-                                          unit == "image" ? torch::kUInt8 : torch::kFloat32)),
-                   {}};
-  if (unit == "bag")
+  Activation probe{
+      torch::zeros(dims, torch::TensorOptions(device).dtype(
+                             unit == records::PackUnit::image ? torch::kUInt8 : torch::kFloat32)),
+      {}};
+  if (unit == records::PackUnit::bag)
     probe.mask = torch::ones({1, longest}, torch::TensorOptions(device).dtype(torch::kBool));
   return balance_sections(block_output_sizes(model, probe), static_cast<std::size_t>(sections));
 }

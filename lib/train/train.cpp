@@ -234,8 +234,9 @@ TrainReport train_model(const TrainJob& job,
   const auto classes = static_cast<std::int64_t>(data.labels.size());
   require<InputError>(
       spec.unit() == data.unit,
-      at_file(job.spec, "family " + spec.family + " trains on " + spec.unit() + " records, but " +
-                            data.manifest_path + " was packed with --unit " + data.unit));
+      at_file(job.spec, "family " + spec.family + " trains on " + records::to_string(spec.unit()) +
+                            " records, but " + data.manifest_path + " was packed with --unit " +
+                            records::to_string(data.unit)));
   require<InputError>(
       classes >= 2, at_file(data.manifest_path, "has " + std::to_string(classes) +
                                                     " label(s); classification needs at least 2"));
@@ -244,7 +245,7 @@ TrainReport train_model(const TrainJob& job,
       at_file(job.spec, "/classes: " + std::to_string(spec.classes.value_or(0)) + ", but " +
                             data.manifest_path + " has " + std::to_string(classes) + " labels"));
   require<InputError>(
-      !spec.input_dims || data.unit == "image" || *spec.input_dims == data.dims,
+      !spec.input_dims || data.unit == records::PackUnit::image || *spec.input_dims == data.dims,
       at_file(job.spec, "/input_dims: " + std::to_string(spec.input_dims.value_or(0)) +
                             ", but the features of " + data.manifest_path + " have " +
                             std::to_string(data.dims) + " dimensions"));
@@ -263,8 +264,9 @@ TrainReport train_model(const TrainJob& job,
   const int threads = util::thread_count(job.threads);
 
   std::string tile_store;
-  const auto source = data.unit == "image" ? image_source(job, data, *store, train, val, tile_store)
-                                           : feature_source(store);
+  const auto source = data.unit == records::PackUnit::image
+                          ? image_source(job, data, *store, train, val, tile_store)
+                          : feature_source(store);
 
   // Sections: the spec's bounds, or --sections K balanced later; either checked before the run
   // directory is touched.
@@ -302,15 +304,17 @@ TrainReport train_model(const TrainJob& job,
   torch::Tensor matrix;
   if (feed == "auto" || feed == "pinned") {
     const bool copies =
-        device.is_cuda() || data.unit == "image";  // features on the CPU: the memory map itself
+        device.is_cuda() ||
+        data.unit == records::PackUnit::image;  // features on the CPU: the memory map itself
     const std::uint64_t need = pinned_bytes(*source), margin = std::uint64_t{256} << 20;
     const std::uint64_t free = copies ? util::free_memory(device) : need + margin;
     std::string why;
     if (need + margin > free)
       why = "the pinned feed needs " + std::to_string(need) + " bytes (" + gib(need) + ") on " +
             device.str() + " for the " +
-            (data.unit == "image" ? "decoded tiles" : "feature matrix") + " (plus " + gib(margin) +
-            " to train in), which has " + std::to_string(free) + " (" + gib(free) + ") free";
+            (data.unit == records::PackUnit::image ? "decoded tiles" : "feature matrix") +
+            " (plus " + gib(margin) + " to train in), which has " + std::to_string(free) + " (" +
+            gib(free) + ") free";
     if (why.empty()) {
       try {
         matrix = source->whole(device, threads);
@@ -385,7 +389,7 @@ TrainReport train_model(const TrainJob& job,
                     {{"path", util::absolute_path(data.dir)},
                      {"manifest_sha256", data.manifest_sha256},
                      {"matrix_sha256", data.matrix_sha256},
-                     {"unit", data.unit},
+                     {"unit", records::to_string(data.unit)},
                      {"labels", data.labels},
                      {"dims", data.dims},
                      {"train_split", job.train_split},
@@ -472,8 +476,8 @@ TrainReport train_model(const TrainJob& job,
   }
   run.open_metrics(state.metrics_bytes);
   run.write_manifest(manifest);
-  log::info(std::to_string(train.size()) + " " + data.unit + " samples to train on, " +
-            std::to_string(val.size()) + " to validate; " +
+  log::info(std::to_string(train.size()) + " " + records::to_string(data.unit) +
+            " samples to train on, " + std::to_string(val.size()) + " to validate; " +
             std::to_string(model->parameter_count()) + " parameters; " + feed + " feed on " +
             device.str());
 
@@ -494,7 +498,7 @@ TrainReport train_model(const TrainJob& job,
   report.status = state.status.empty() ? "stopped" : state.status;
   report.device = device.str();
   report.feed = feed;
-  report.unit = data.unit;
+  report.unit = records::to_string(data.unit);
   report.blocks = model->names();
   report.parameters = model->parameter_count();
   report.steps = state.step;

@@ -25,7 +25,7 @@ std::string spec_error(const json& doc) {
 
 TEST(ModelSpec, DefaultsPerFamily) {
   const auto mlp = parse_model_spec(json{{"family", "mlp"}}, "spec.json");
-  EXPECT_EQ(mlp.unit(), "tile");
+  EXPECT_EQ(mlp.unit(), mltool::records::PackUnit::tile);
   EXPECT_TRUE(mlp.settings["hidden"].empty());
   EXPECT_EQ(mlp.settings["activation"], "relu");
   EXPECT_EQ(mlp.document, (json{{"family", "mlp"},
@@ -34,13 +34,13 @@ TEST(ModelSpec, DefaultsPerFamily) {
                                 {"hidden", json::array()},
                                 {"batch_norm", false}}));
   const auto abmil = parse_model_spec(json{{"family", "abmil"}, {"attention", 32}}, "spec.json");
-  EXPECT_EQ(abmil.unit(), "bag");
+  EXPECT_EQ(abmil.unit(), mltool::records::PackUnit::bag);
   EXPECT_EQ(abmil.settings["hidden"], json::array({128}));
   EXPECT_EQ(abmil.settings["attention"], 32);
   EXPECT_EQ(abmil.settings["gated"], true);
   const auto cnn = parse_model_spec(
       json{{"family", "rescnn"}, {"channels", {8, 16}}, {"mean", {0.5, 0.5, 0.5}}}, "s");
-  EXPECT_EQ(cnn.unit(), "image");
+  EXPECT_EQ(cnn.unit(), mltool::records::PackUnit::image);
   EXPECT_EQ(cnn.settings["channels"], json::array({8, 16}));
   EXPECT_EQ(cnn.settings["mean"][1], 0.5);
   EXPECT_NEAR(cnn.settings["std"][2].get<double>(), 0.225, 1e-12);

@@ -65,8 +65,11 @@ std::int64_t build(BlockModel& model, const json& s, std::int64_t width) {
 }  // namespace
 
 const Family& abmil() {
-  static const Family family{
-      "abmil", "bag", {"activation", "attention", "dropout", "gated", "hidden"}, &settings, &build};
+  static const Family family{"abmil",
+                             records::PackUnit::bag,
+                             {"activation", "attention", "dropout", "gated", "hidden"},
+                             &settings,
+                             &build};
   return family;
 }
 

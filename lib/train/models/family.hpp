@@ -9,13 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "mltool/records/pack.hpp"
 #include "mltool/train/models.hpp"
 
 namespace mltool::train::models {
 
 struct Family {
   const char* name;
-  const char* unit;                 ///< the dataset unit it trains on: tile, bag or image
+  records::PackUnit unit;           ///< the dataset unit it trains on
   std::vector<std::string> fields;  ///< its spec fields besides the common ones, sorted
   /// The family's fields of a schema-valid spec `doc`, every default filled in (what run.json
   /// records); FormatError "WHERE: /FIELD: ..." for what the schema cannot say.

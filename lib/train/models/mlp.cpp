@@ -29,8 +29,11 @@ std::int64_t build(BlockModel& model, const json& s, std::int64_t width) {
 }  // namespace
 
 const Family& mlp() {
-  static const Family family{
-      "mlp", "tile", {"activation", "batch_norm", "dropout", "hidden"}, &settings, &build};
+  static const Family family{"mlp",
+                             records::PackUnit::tile,
+                             {"activation", "batch_norm", "dropout", "hidden"},
+                             &settings,
+                             &build};
   return family;
 }
 

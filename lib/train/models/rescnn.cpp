@@ -135,7 +135,7 @@ std::int64_t build(BlockModel& model, const json& s, std::int64_t) {
 const Family& rescnn() {
   static const Family family{
       "rescnn",
-      "image",
+      records::PackUnit::image,
       {"activation", "blocks_per_stage", "channels", "dropout", "mean", "std", "stem_stride"},
       &settings,
       &build};

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "mltool/records/pack.hpp"
+
 namespace mltool::train {
 
 struct ModelSpec {
@@ -33,8 +35,8 @@ struct ModelSpec {
   nlohmann::json settings;
   nlohmann::json document;  ///< the spec with every default filled in (what run.json records)
 
-  /// The dataset unit the family trains on: "tile" (mlp), "bag" (abmil), "image" (rescnn).
-  std::string unit() const;
+  /// The dataset unit the family trains on: tile (mlp), bag (abmil), image (rescnn).
+  records::PackUnit unit() const;
 };
 
 /// Validates `doc` (the schema, then the fields of its family) and fills in defaults. Throws

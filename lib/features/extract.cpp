@@ -191,19 +191,6 @@ void check_resume(const std::string& dir, const json& stored, const json& now) {
   refuse("other settings (" + util::join_path(partial, "config.json") + ")");
 }
 
-// The math threads of a CPU extraction: asked for, else the partial run's, else LibTorch's
-// default (OMP_NUM_THREADS, or the cores). Applied here; each device thread applies the same.
-int resolve_math_threads(int asked, const json& stored) {
-  int threads = asked;
-  if (threads == 0 && stored.is_object() && stored.contains("math_threads")) {
-    threads = stored["math_threads"].get<int>();
-    log::info("resuming with --math-threads " + std::to_string(threads) + ", the partial run's");
-  }
-  if (threads == 0) threads = at::get_num_threads();
-  at::set_num_threads(threads);
-  return threads;
-}
-
 }  // namespace
 
 ExtractReport extract_features(const ExtractJob& job) {
@@ -233,7 +220,10 @@ ExtractReport extract_features(const ExtractJob& job) {
   const json partial = ChunkedFeatureWriter::partial_config(job.output);  // null when none
   const json stored = partial.is_object() ? partial.value("run", json()) : json();
   const json stored_note = partial.is_object() ? partial.value("note", json()) : json();
-  const int math_threads = on_cpu ? resolve_math_threads(job.math_threads, stored) : 0;
+  const int math_threads =
+      on_cpu ? util::set_math_threads(job.math_threads,
+                                      stored.is_object() ? stored.value("math_threads", 0) : 0)
+             : 0;
   Preprocess preprocess;
   preprocess.input_size = job.input_size;
   preprocess.mean = job.mean;

@@ -30,22 +30,14 @@
 namespace mltool::train {
 namespace {
 
-// The math threads of a CPU run, whose bits depend on them (the math library splits each
-// product over them): asked for, else a resumed run's, else LibTorch's default
-// (OMP_NUM_THREADS, or the cores). Set for this process; 0 on a GPU.
+// The math threads of a CPU run (util::set_math_threads); a count other than a resumed run's
+// is allowed with a warning. 0 on a GPU.
 int cpu_math_threads(int asked, const std::optional<nlohmann::json>& resumed) {
   const int before = resumed ? resumed->at("runtime").value("math_threads", 0) : 0;
-  int threads = asked;
-  if (threads == 0 && before > 0) {
-    threads = before;
-    log::info("resuming with --math-threads " + std::to_string(threads) + ", the run's");
-  } else if (threads > 0 && before > 0 && threads != before) {
-    log::warn("--math-threads is now " + std::to_string(threads) + " (the run had " +
+  if (asked > 0 && before > 0 && asked != before)
+    log::warn("--math-threads is now " + std::to_string(asked) + " (the run had " +
               std::to_string(before) + "): the result will differ from an uninterrupted run");
-  }
-  if (threads == 0) threads = at::get_num_threads();
-  at::set_num_threads(threads);
-  return threads;
+  return util::set_math_threads(asked, before);
 }
 
 using json = nlohmann::json;

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "mltool/util/error.hpp"
+#include "mltool/util/log.hpp"
 
 namespace mltool::util {
 
@@ -34,6 +35,17 @@ std::vector<torch::Device> resolve_devices(const std::string& spec) {
     return {torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index))};
   }
   throw UsageError("--device must be auto, cpu, cuda or cuda:N, not '" + spec + "'");
+}
+
+int set_math_threads(int asked, int recorded) {
+  int threads = asked;
+  if (threads == 0 && recorded > 0) {
+    threads = recorded;
+    log::info("resuming with --math-threads " + std::to_string(threads) + ", the earlier run's");
+  }
+  if (threads == 0) threads = at::get_num_threads();
+  at::set_num_threads(threads);
+  return threads;
 }
 
 std::uint64_t free_memory(const torch::Device& device) {

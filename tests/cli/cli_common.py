@@ -37,16 +37,18 @@ def _report_failure(kind, value, tb):
 sys.excepthook = _report_failure
 
 
-def run(args, stdin=None):
-    """Runs a command; returns (exit code, stdout, stderr) as text."""
-    p = subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=300)
+def run(args, stdin=None, env=None):
+    """Runs a command, with `env` added to the environment; returns (exit code, stdout,
+    stderr) as text."""
+    p = subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, **env) if env else None)
     return p.returncode, p.stdout, p.stderr
 
 
-def run_json(args, stdin=None):
+def run_json(args, stdin=None, env=None):
     """Runs a command that prints one JSON document (`--json`); returns (exit code, the
     document or None when stdout is empty, stderr). Anything else on stdout is a Failure."""
-    code, out, err = run(args, stdin=stdin)
+    code, out, err = run(args, stdin=stdin, env=env)
     doc = None
     if out.strip():
         try:
@@ -54,6 +56,12 @@ def run_json(args, stdin=None):
         except ValueError:
             raise Failure(f"stdout is not one JSON document: {out[:500]!r}")
     return code, doc, err
+
+
+# For tests of results that must not depend on the machine: the math library's other code paths, forced the way a different machine would choose them.
+MATH_PATHS = [("default", {}), ("MKL_CBWR=COMPATIBLE", {"MKL_CBWR": "COMPATIBLE"}),
+              ("ONEDNN_MAX_CPU_ISA=SSE41", {"ONEDNN_MAX_CPU_ISA": "SSE41"}),
+              ("OMP_NUM_THREADS=1", {"OMP_NUM_THREADS": "1"})]
 
 
 def tmp(*parts):

@@ -24,7 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from PIL import Image
 
-from cli_common import (Failure, expect, rename_shim, run, run_checks, run_json,
+from cli_common import (MATH_PATHS, Failure, expect, rename_shim, run, run_checks, run_json,
                         second_writer_refused, tmp)
 from torch_models import Small
 
@@ -568,12 +568,6 @@ class Linear1(nn.Module):
         return self.fc(F.relu(self.inp(x)).mean((2, 3)))
 
 
-# The math library's other code paths, forced the way a different machine would choose them.
-MATH_PATHS = [("default", {}), ("MKL_CBWR=COMPATIBLE", {"MKL_CBWR": "COMPATIBLE"}),
-              ("ONEDNN_MAX_CPU_ISA=SSE41", {"ONEDNN_MAX_CPU_ISA": "SSE41"}),
-              ("OMP_NUM_THREADS=1", {"OMP_NUM_THREADS": "1"})]
-
-
 def check_resume_anywhere():
     """A kill at any row count, resumed, gives the uninterrupted run's bytes on every math code
     path: batches start at multiples of --batch (7, not dividing --chunk-rows), so a resume
@@ -592,15 +586,15 @@ def check_resume_anywhere():
     problems = []
     for name, env in MATH_PATHS:
         ref = tmp(f"f_any_ref_{len(problems)}_{name}")
-        code, _, err = run_env([mltool, "extract", STORE, "-o", ref, "--threads", "2", *base,
-                                "--chunk-rows", "12"], env)
+        code, _, err = run([mltool, "extract", STORE, "-o", ref, "--threads", "2", *base,
+                            "--chunk-rows", "12"], env=env)
         expect(code == 0, f"{name}: the uninterrupted run exits 0 ({code}): {err}")
         for chunk_rows, k in kills:
             out = tmp(f"f_any_{name}_{chunk_rows}_{k}")
             args = base + ["--chunk-rows", str(chunk_rows)]
             kill_at_chunk(STORE, out, args, k, env)
-            code, _, err = run_env([mltool, "extract", STORE, "-o", out, "--threads", "2", *args],
-                                   env)
+            code, _, err = run([mltool, "extract", STORE, "-o", out, "--threads", "2", *args],
+                               env=env)
             expect(code == 0, f"{name}: the resumed run exits 0 ({code}): {err}")
             diff = differing_rows(out, ref)
             if diff:
@@ -611,12 +605,12 @@ def check_resume_anywhere():
     args = base + ["--chunk-rows", "12"]
     for first, second in (("1", "2"), ("2", "1")):
         ref, out = tmp(f"f_thr_ref{first}"), tmp(f"f_thr{first}")
-        code, _, err = run_env([mltool, "extract", STORE, "-o", ref, "--threads", "2", *args],
-                               {"OMP_NUM_THREADS": first})
+        code, _, err = run([mltool, "extract", STORE, "-o", ref, "--threads", "2", *args],
+                           env={"OMP_NUM_THREADS": first})
         expect(code == 0, f"OMP_NUM_THREADS={first}: exits 0 ({code}): {err}")
         kill_at_chunk(STORE, out, args, 2, {"OMP_NUM_THREADS": first})
-        code, _, err = run_env([mltool, "extract", STORE, "-o", out, "--threads", "2", *args],
-                               {"OMP_NUM_THREADS": second})
+        code, _, err = run([mltool, "extract", STORE, "-o", out, "--threads", "2", *args],
+                           env={"OMP_NUM_THREADS": second})
         expect(code == 0 and f"--math-threads {first}" in err,
                f"resumed under OMP_NUM_THREADS={second}: exits 0 and says it uses the partial "
                f"run's --math-threads {first} ({code}): {err}")
@@ -631,10 +625,10 @@ def check_resume_anywhere():
                                       ["--model", "builtin:color-texture"], 0)):
         args = (base if extra[0] != "--model" else base[2:]) + ["--chunk-rows", "12"] + extra
         ref, out = tmp(f"f_kg_ref{wanted}"), tmp(f"f_kg{wanted}")
-        code, _, err = run_env([mltool, "extract", st, "-o", ref, "--threads", "2", *args], {})
+        code, _, err = run([mltool, "extract", st, "-o", ref, "--threads", "2", *args])
         expect(code == wanted, f"{label}: exits {wanted} ({code}): {err}")
         kill_at_chunk(st, out, args, one_left)
-        code, _, err = run_env([mltool, "extract", st, "-o", out, "--threads", "2", *args], {})
+        code, _, err = run([mltool, "extract", st, "-o", out, "--threads", "2", *args])
         expect(code == wanted, f"{label}, resumed: exits {wanted} ({code}): {err}")
         diff = differing_rows(out, ref)
         if diff:
@@ -643,8 +637,8 @@ def check_resume_anywhere():
     outs = []
     for b in ("1", "7"):
         outs.append(tmp(f"f_batch{b}"))
-        run_env([mltool, "extract", STORE, "-o", outs[-1], "--threads", "2", "--model", model,
-                 "--input-size", "64", "--device", "cpu", "--batch", b], {})
+        run([mltool, "extract", STORE, "-o", outs[-1], "--threads", "2", "--model", model,
+             "--input-size", "64", "--device", "cpu", "--batch", b])
     a, b = np.load(os.path.join(outs[0], "features.npy")), np.load(os.path.join(outs[1], "features.npy"))
     print(f"  here, --batch 1 and --batch 7 differ in {int((a != b).any(1).sum())} of {n} rows")
     expect(not problems, "; ".join(problems))
@@ -665,12 +659,6 @@ def check_one_writer():
     expect(code == 0, f"the first run exits 0 ({code}): {err}")
     diff = differing_rows(out, ref)
     expect(diff is None, f"the first run's store vs a single run's: {diff}")
-
-
-def run_env(cmd, env):
-    """run() with `env` added to the environment."""
-    p = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True)
-    return p.returncode, p.stdout, p.stderr
 
 
 def check_changed_inputs():

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from cli_common import (expect, run, run_checks, run_json, second_writer_refused, tmp,
+from cli_common import (MATH_PATHS, expect, run, run_checks, run_json, second_writer_refused, tmp,
                         write_feature_store)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -486,17 +486,9 @@ def check_sections():
     expect(not os.path.exists(tmp("run_bad_sec")), "a run directory was created for bad sections")
 
 
-# The math library's other code paths, forced the way a different machine would choose them.
-MATH_PATHS = [("default", {}), ("MKL_CBWR=COMPATIBLE", {"MKL_CBWR": "COMPATIBLE"}),
-              ("ONEDNN_MAX_CPU_ISA=SSE41", {"ONEDNN_MAX_CPU_ISA": "SSE41"}),
-              ("OMP_NUM_THREADS=1", {"OMP_NUM_THREADS": "1"})]
-
-
 def train_env(env, *args):
     """mltool train ARGS --json -q with `env` added; (code, summary or None, stderr)."""
-    p = subprocess.run([mltool, "train", *args, "--json", "-q"], env=dict(os.environ, **env),
-                       capture_output=True, text=True, timeout=300)
-    return p.returncode, (json.loads(p.stdout) if p.stdout.strip() else None), p.stderr
+    return run_json([mltool, "train", *args, "--json", "-q"], env=env)
 
 
 def check_reproducible():

@@ -16,6 +16,12 @@ namespace mltool::util {
 /// that is not there.
 std::vector<torch::Device> resolve_devices(const std::string& spec);
 
+/// Sets LibTorch's math (intra-op) threads for a CPU run, whose bits depend on them, and
+/// returns the count: `asked` if given (> 0), else `recorded` (a resumed run's, > 0; logged),
+/// else LibTorch's default (OMP_NUM_THREADS, or the cores). Threads that run math later take
+/// it with at::init_num_threads().
+int set_math_threads(int asked, int recorded);
+
 /// Free memory of `device` in bytes: the GPU's free memory (CUDA), or the memory available
 /// to the process (CPU: /proc/meminfo's MemAvailable; all of it when that is unknown).
 std::uint64_t free_memory(const torch::Device& device);

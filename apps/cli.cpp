@@ -3,6 +3,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "mltool/util/build_info.hpp"
 #include "mltool/util/error.hpp"
@@ -41,6 +42,40 @@ bool names_builtin_command(int argc, char** argv) {
 // The help of a subcommand, identical whether asked as `mltool CMD --help` or `mltool help CMD`.
 std::string command_help(const CLI::App& sub) { return sub.help("mltool"); }
 
+// `mltool help CMD --json`: the options as declared (each command's option table, bound by
+// cli_options.hpp, and the shared ones), for wrappers and for the test that checks the docs.
+nlohmann::json command_options(const CLI::App& sub) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const CLI::Option* o : sub.get_options()) {
+    if (o->get_name() == "--help") continue;
+    std::vector<std::string> names;
+    for (const auto& n : o->get_snames()) names.push_back("-" + n);
+    for (const auto& n : o->get_lnames()) names.push_back("--" + n);
+    if (names.empty()) names.push_back(o->get_name());
+    nlohmann::json d = {{"names", names},
+                        {"positional", o->get_lnames().empty() && o->get_snames().empty()},
+                        {"flag", o->get_type_name().empty()},
+                        {"required", o->get_required()},
+                        {"help", o->get_description()}};
+    std::string type = o->get_type_name();
+    if (const auto brace = type.find(":{"); brace != std::string::npos) {
+      std::vector<std::string> choices;
+      std::string list = type.substr(brace + 2, type.find('}', brace) - brace - 2);
+      for (std::size_t at = 0; at <= list.size();) {
+        const auto comma = std::min(list.find(',', at), list.size());
+        choices.push_back(list.substr(at, comma - at));
+        at = comma + 1;
+      }
+      d["choices"] = choices;
+      type.erase(brace);
+    }
+    if (!type.empty()) d["type"] = type;
+    if (!o->get_default_str().empty()) d["default"] = o->get_default_str();
+    out.push_back(d);
+  }
+  return out;
+}
+
 void apply_logging(const std::string& name, const CommonOptions& common) {
   log::set_prefix("mltool " + name);
   if (common.quiet)
@@ -69,7 +104,10 @@ int run(int argc, char** argv) {
   }
   CLI::App* help = app.add_subcommand("help", "Show the help of a command: mltool help CMD");
   std::string help_topic;
+  bool help_json = false;
   help->add_option("command", help_topic, "Command name");
+  help->add_flag("--json", help_json,
+                 "The command's options as JSON: names, type, default, choices, help");
 
   auto find_sub = [&actions](const std::string& name) -> CLI::App* {
     for (auto& [sub, action] : actions)
@@ -113,7 +151,7 @@ int run(int argc, char** argv) {
       return exit_code::ok;
     }
     if (const CLI::App* sub = find_sub(help_topic)) {
-      std::cout << command_help(*sub);
+      std::cout << (help_json ? command_options(*sub).dump(2) + "\n" : command_help(*sub));
       return exit_code::ok;
     }
     throw UsageError("unknown command '" + help_topic + "' (see mltool --help)");

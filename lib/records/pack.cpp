@@ -25,22 +25,6 @@ namespace mltool::records {
 
 using nlohmann::json;
 
-const char* to_string(PackUnit unit) {
-  switch (unit) {
-    case PackUnit::tile: return "tile";
-    case PackUnit::bag: return "bag";
-    case PackUnit::image: return "image";
-  }
-  return "?";
-}
-
-PackUnit parse_unit(const std::string& text) {
-  if (text == "tile") return PackUnit::tile;
-  if (text == "bag") return PackUnit::bag;
-  if (text == "image") return PackUnit::image;
-  throw UsageError("unit \"" + text + "\": expected tile, bag or image");
-}
-
 std::string shard_file_name(const std::string& split, std::uint32_t index, std::uint32_t count) {
   char digits[32];
   std::snprintf(digits, sizeof digits, "-%05u-of-%05u", index, count);
@@ -161,7 +145,7 @@ PackReport pack_dataset(const PackJob& job) {
                std::to_string(std::chrono::duration<double>(now - phase_start).count()) + " s");
     phase_start = now;
   };
-  if (job.shards == 0) throw UsageError("the number of shards must be at least 1");
+  util::check_options(pack_options(), job);
   validate_splits(job.splits);
   if (job.output.empty()) throw UsageError("no output directory given");
   const util::OutputLock lock(job.output, "mltool pack");  // before anything looks at it

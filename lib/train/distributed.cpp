@@ -341,7 +341,6 @@ void check_data_parallel(const TrainJob& job) {
               std::to_string(job.world_size) + ")");
   require(job.master_port > 0 && job.master_port < 65536,
           "data parallel: MASTER_PORT must be a port number (1-65535)");
-  require(job.dist_timeout >= 1, "--dist-timeout must be at least 1 second");
   require(job.batch >= job.world_size, "data parallel: --batch " + std::to_string(job.batch) +
                                            " must be at least the " +
                                            std::to_string(job.world_size) + " processes");

@@ -28,7 +28,7 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-bool lower_is_better(const std::string& monitor) { return monitor == "val_loss"; }
+bool lower_is_better(Monitor monitor) { return monitor == Monitor::val_loss; }
 
 // Step losses stay on the device until drained (on a GPU, at log steps, checkpoints and epoch
 // ends only, so steps do not wait for each other); draining checks each one is finite and
@@ -96,7 +96,7 @@ void reseed_step(std::uint64_t seed, std::int64_t step, int rank, const torch::D
 double learning_rate(const TrainJob& job, std::int64_t step, std::int64_t total) {
   if (job.warmup > 0 && step < job.warmup)
     return job.lr * static_cast<double>(step + 1) / static_cast<double>(job.warmup);
-  if (job.schedule == "constant") return job.lr;
+  if (job.schedule == Schedule::constant) return job.lr;
   const double span = static_cast<double>(std::max<std::int64_t>(1, total - job.warmup));
   const double t = std::min(1.0, static_cast<double>(step - job.warmup) / span);
   return job.lr * 0.5 * (1.0 + std::cos(kPi * t));
@@ -294,7 +294,7 @@ LoopState run_loop(Loop& loop, LoopState state) {
         state.epoch_loss / static_cast<double>(std::max<std::int64_t>(1, state.epoch_count));
     const auto eval = evaluate(loop.model, loop.val_feed, loop.val, job.batch, loop.classes);
     const auto metrics = eval.to_json();
-    const json& monitored = metrics.at(job.monitor);
+    const json& monitored = metrics.at(util::name_of(kMonitors, job.monitor));
     bool improved = false;
     if (monitored.is_number()) {
       const double v = monitored.get<double>();

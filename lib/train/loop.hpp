@@ -52,8 +52,25 @@ std::vector<std::size_t> plan_sections(std::int64_t sections, BlockModel& model,
                                        const RowSource& source, const SplitSamples& train,
                                        records::PackUnit unit, const torch::Device& device);
 
-/// Everything the loop works with.
+/// A split the loop reads: its feed and its samples.
+struct LoopSplit {
+  Feed& feed;
+  const SplitSamples& samples;
+};
+
+/// Everything the loop works with: the references given on construction, the rest set by name.
 struct Loop {
+  Loop(const TrainJob& job_, BlockModel& model_, torch::optim::Optimizer& optimizer_, RunDir& run_,
+       LoopSplit train_, LoopSplit val_)
+      : job(job_),
+        model(model_),
+        optimizer(optimizer_),
+        train_feed(train_.feed),
+        val_feed(val_.feed),
+        train(train_.samples),
+        val(val_.samples),
+        run(run_) {}
+
   const TrainJob& job;
   BlockModel& model;
   torch::optim::Optimizer& optimizer;
@@ -61,7 +78,7 @@ struct Loop {
   Feed& val_feed;
   const SplitSamples& train;
   const SplitSamples& val;
-  torch::Device device;
+  torch::Device device = torch::kCPU;
   torch::Tensor class_weights;  ///< on the device; undefined = unweighted
   std::int64_t classes = 0;
   std::int64_t steps_per_epoch = 0;

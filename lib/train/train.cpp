@@ -48,41 +48,13 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw T(message);
 }
 
+// The checks between options; each option's own are in its declaration (train_options).
 void check_job(const TrainJob& j) {
-  auto one_of = [](const std::string& v, std::initializer_list<const char*> names) {
-    for (const char* n : names)
-      if (v == n) return true;
-    return false;
-  };
-  require<UsageError>(j.epochs >= 1, "--epochs must be at least 1");
-  require<UsageError>(j.batch >= 1, "--batch must be at least 1");
-  require<UsageError>(j.micro_batches >= 1 && j.micro_batches <= j.batch,
-                      "--micro-batches must be between 1 and --batch");
-  require<UsageError>(j.sections >= 1, "--sections must be at least 1");
+  util::check_options(train_options(), j);
+  require<UsageError>(j.micro_batches <= j.batch, "--micro-batches must be between 1 and --batch");
   require<UsageError>(j.micro_batches == 1 || j.sections == 1,
                       "--micro-batches and --sections exclude each other");
-  require<UsageError>(std::isfinite(j.lr) && j.lr > 0, "--lr must be a positive number");
-  require<UsageError>(one_of(j.optimizer, {"adamw", "sgd"}), "--optimizer must be adamw or sgd");
-  require<UsageError>(one_of(j.schedule, {"cosine", "constant"}),
-                      "--schedule must be cosine or constant");
-  require<UsageError>(one_of(j.feed, {"auto", "pinned", "host", "sync"}),
-                      "--feed must be auto, pinned, host or sync");
-  require<UsageError>(
-      one_of(j.monitor, {"val_loss", "val_accuracy", "val_balanced_accuracy", "val_auc"}),
-      "--monitor must be val_loss, val_accuracy, val_balanced_accuracy or val_auc");
-  require<UsageError>(std::isfinite(j.weight_decay) && j.weight_decay >= 0,
-                      "--weight-decay must be >= 0");
-  require<UsageError>(std::isfinite(j.momentum) && j.momentum >= 0, "--momentum must be >= 0");
-  require<UsageError>(std::isfinite(j.clip_norm) && j.clip_norm >= 0,
-                      "--clip-norm must be >= 0 (0: no clipping)");
-  require<UsageError>(
-      j.warmup >= 0 && j.patience >= 0 && j.checkpoint_every >= 0 && j.max_steps >= 0,
-      "--warmup, --patience, --checkpoint-every and --max-steps must be >= 0");
-  require<UsageError>(j.log_every >= 1, "--log-every must be at least 1");
   require<UsageError>(!(j.resume && j.overwrite), "--resume and --overwrite exclude each other");
-  require<UsageError>(one_of(j.last_batch, {"keep", "drop"}), "--last-batch must be keep or drop");
-  require<UsageError>(std::isfinite(j.bucket_mb) && j.bucket_mb > 0,
-                      "--dist-bucket-mb must be a positive number");
   check_data_parallel(j);
 }
 
@@ -164,7 +136,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainJob& job, Blo
   for (const auto& p : model.parameters()) (p.dim() >= 2 ? decay : plain).push_back(p);
   std::vector<torch::optim::OptimizerParamGroup> groups;
   auto options = [&](double wd) -> std::unique_ptr<torch::optim::OptimizerOptions> {
-    if (job.optimizer == "sgd")
+    if (job.optimizer == Optimizer::sgd)
       return std::make_unique<torch::optim::SGDOptions>(
           torch::optim::SGDOptions(job.lr).momentum(job.momentum).weight_decay(wd));
     return std::make_unique<torch::optim::AdamWOptions>(
@@ -172,7 +144,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainJob& job, Blo
   };
   if (!decay.empty()) groups.emplace_back(decay, options(job.weight_decay));
   if (!plain.empty()) groups.emplace_back(plain, options(0));
-  if (job.optimizer == "sgd")
+  if (job.optimizer == Optimizer::sgd)
     return std::make_unique<torch::optim::SGD>(groups, torch::optim::SGDOptions(job.lr));
   return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(job.lr));
 }
@@ -196,7 +168,7 @@ bool has_batch_norm(torch::nn::Module& model) {
 // its micro-batches) of one sample, which it cannot normalize: that remainder is left out.
 std::vector<std::int64_t> epoch_steps(const TrainJob& job, torch::nn::Module& model,
                                       std::int64_t samples) {
-  auto steps = step_sizes(samples, job.batch, job.last_batch == "keep");
+  auto steps = step_sizes(samples, job.batch, job.last_batch == LastBatch::keep);
   if (steps.size() < 2 || steps.back() == steps.front() || !has_batch_norm(model)) return steps;
   const std::int64_t last = steps.back();
   for (int r = 0; r < job.world_size; ++r) {
@@ -215,314 +187,298 @@ std::vector<std::int64_t> epoch_steps(const TrainJob& job, torch::nn::Module& mo
   return steps;
 }
 
-}  // namespace
+// What the job, the spec and the dataset decide, checked before the run directory is touched.
+struct Plan {
+  ModelSpec spec;
+  DatasetInfo data;
+  std::int64_t classes = 0;
+  SplitSamples train, val;
+  std::vector<double> class_weights;  ///< per label id; empty: unweighted
+  torch::Device device{torch::kCPU};
+  std::unique_ptr<DataParallel> dp;  ///< data parallel: this rank's group; else null
+  int threads = 0;
+  std::shared_ptr<const RowSource> source;
+  std::string tile_store;                 ///< image unit: the tile store read
+  std::vector<std::size_t> named_bounds;  ///< the spec's "sections"; empty: --sections
+};
 
-TrainReport train_model(const TrainJob& job,
-                        const std::function<void(const TrainProgress&)>& progress) {
-  const auto start = Clock::now();
-  check_job(job);
-  const ModelSpec spec = read_model_spec(job.spec);
-  const DatasetInfo data = read_dataset_info(job.dataset);
-  const auto classes = static_cast<std::int64_t>(data.labels.size());
+void check_spec_against_data(const TrainJob& job, const Plan& p) {
+  const auto& data = p.data;
+  require<InputError>(p.spec.unit() == data.unit,
+                      at_file(job.spec, "family " + p.spec.family + " trains on " +
+                                            records::to_string(p.spec.unit()) + " records, but " +
+                                            data.manifest_path + " was packed with --unit " +
+                                            records::to_string(data.unit)));
+  require<InputError>(p.classes >= 2, at_file(data.manifest_path,
+                                              "has " + std::to_string(p.classes) +
+                                                  " label(s); classification needs at least 2"));
   require<InputError>(
-      spec.unit() == data.unit,
-      at_file(job.spec, "family " + spec.family + " trains on " + records::to_string(spec.unit()) +
-                            " records, but " + data.manifest_path + " was packed with --unit " +
-                            records::to_string(data.unit)));
+      !p.spec.classes || *p.spec.classes == p.classes,
+      at_file(job.spec, "/classes: " + std::to_string(p.spec.classes.value_or(0)) + ", but " +
+                            data.manifest_path + " has " + std::to_string(p.classes) + " labels"));
   require<InputError>(
-      classes >= 2, at_file(data.manifest_path, "has " + std::to_string(classes) +
-                                                    " label(s); classification needs at least 2"));
-  require<InputError>(
-      !spec.classes || *spec.classes == classes,
-      at_file(job.spec, "/classes: " + std::to_string(spec.classes.value_or(0)) + ", but " +
-                            data.manifest_path + " has " + std::to_string(classes) + " labels"));
-  require<InputError>(
-      !spec.input_dims || data.unit == records::PackUnit::image || *spec.input_dims == data.dims,
-      at_file(job.spec, "/input_dims: " + std::to_string(spec.input_dims.value_or(0)) +
+      !p.spec.input_dims || data.unit == records::PackUnit::image ||
+          *p.spec.input_dims == data.dims,
+      at_file(job.spec, "/input_dims: " + std::to_string(p.spec.input_dims.value_or(0)) +
                             ", but the features of " + data.manifest_path + " have " +
                             std::to_string(data.dims) + " dimensions"));
   require<UsageError>(
-      job.monitor != "val_auc" || classes == 2,
-      "--monitor val_auc needs two labels, the dataset has " + std::to_string(classes));
-  const auto store = open_store(data);
-  SplitSamples train = read_split(data, job.train_split);
-  SplitSamples val = read_split(data, job.val_split);
-  const auto weights = class_weights(job.class_weights, train, static_cast<std::size_t>(classes));
-  torch::Device device = util::resolve_devices(job.device).front();  // the first GPU
-  const bool group = job.world_size > 1 || job.join_group;
-  if (group && device.is_cuda() && (job.device == "auto" || job.device == "cuda"))
-    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(job.local_rank));
-  const auto dp = group ? std::make_unique<DataParallel>(job, device) : nullptr;
-  const int threads = util::thread_count(job.threads);
+      job.monitor != Monitor::val_auc || p.classes == 2,
+      "--monitor val_auc needs two labels, the dataset has " + std::to_string(p.classes));
+}
 
-  std::string tile_store;
-  const auto source = data.unit == records::PackUnit::image
-                          ? image_source(job, data, *store, train, val, tile_store)
-                          : feature_source(store);
-
-  // Sections: the spec's bounds, or --sections K balanced later; either checked before the run
-  // directory is touched.
-  require<UsageError>(spec.section_starts.empty() || (job.sections == 1 && job.micro_batches == 1),
-                      "the spec's \"sections\" (" + job.spec +
-                          ") and --sections or --micro-batches exclude each other");
-  require<UsageError>(!job.offload_boundaries || job.sections > 1 || !spec.section_starts.empty(),
+// Sections: the spec's bounds, or --sections K balanced later; both checked here.
+std::vector<std::size_t> check_sections(const TrainJob& job, const Plan& p) {
+  require<UsageError>(
+      p.spec.section_starts.empty() || (job.sections == 1 && job.micro_batches == 1),
+      "the spec's \"sections\" (" + job.spec +
+          ") and --sections or --micro-batches exclude each other");
+  require<UsageError>(!job.offload_boundaries || job.sections > 1 || !p.spec.section_starts.empty(),
                       "--offload-boundaries needs sections (--sections K, or the spec's "
                       "\"sections\")");
-  std::vector<std::size_t> named_bounds;
-  {
-    const auto names = build_model(spec, data.dims, classes)->names();
-    if (!spec.section_starts.empty())
-      named_bounds = named_sections(names, spec.section_starts, job.spec);
-    else if (job.sections > 1)
-      balance_sections(std::vector<std::int64_t>(names.size(), 1),
-                       static_cast<std::size_t>(job.sections));
-  }
-  bool resumable = false;  // data parallel: rank 0 prepares it, the others wait (or fail)
-  std::optional<util::OutputLock> lock;  // held by rank 0 (the writer) for the whole run
-  const auto prepare = [&] {
-    lock.emplace(job.output, "mltool train");
-    resumable = prepare_run_dir(job.output, job.resume, job.overwrite);
-  };
-  dp ? dp->on_rank0(prepare) : prepare();
-  if (dp) resumable = dp->broadcast_value(resumable ? 1 : 0, device) != 0;
-  RunDir run(job.output, !dp || dp->rank() == 0);
-  const int math_threads =
-      device.is_cpu()
-          ? cpu_math_threads(job.math_threads, resumable ? run.read_manifest() : std::nullopt)
-          : 0;
+  const auto names = build_model(p.spec, p.data.dims, p.classes)->names();
+  if (!p.spec.section_starts.empty()) return named_sections(names, p.spec.section_starts, job.spec);
+  if (job.sections > 1)
+    balance_sections(std::vector<std::int64_t>(names.size(), 1),
+                     static_cast<std::size_t>(job.sections));
+  return {};
+}
 
-  // The feed: pinned if asked for, or (auto) if the matrix fits where it has to be copied to.
-  std::string feed = job.feed;
+// Phase 1: the job, spec and dataset checked; the splits read; the device chosen and, data
+// parallel, the group joined; the rows' source opened.
+Plan resolve_plan(const TrainJob& job) {
+  check_job(job);
+  Plan p;
+  p.spec = read_model_spec(job.spec);
+  p.data = read_dataset_info(job.dataset);
+  p.classes = static_cast<std::int64_t>(p.data.labels.size());
+  check_spec_against_data(job, p);
+  const auto store = open_store(p.data);
+  p.train = read_split(p.data, job.train_split);
+  p.val = read_split(p.data, job.val_split);
+  p.class_weights = class_weights(job.class_weights, p.train, static_cast<std::size_t>(p.classes));
+  p.device = util::resolve_devices(job.device).front();  // the first GPU
+  const bool group = job.world_size > 1 || job.join_group;
+  if (group && p.device.is_cuda() && (job.device == "auto" || job.device == "cuda"))
+    p.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(job.local_rank));
+  if (group) p.dp = std::make_unique<DataParallel>(job, p.device);
+  p.threads = util::thread_count(job.threads);
+  p.source = p.data.unit == records::PackUnit::image
+                 ? image_source(job, p.data, *store, p.train, p.val, p.tile_store)
+                 : feature_source(store);
+  p.named_bounds = check_sections(job, p);
+  return p;
+}
+
+struct Feeds {
+  FeedKind kind = FeedKind::host;  ///< pinned, host or sync: auto resolved
+  std::unique_ptr<Feed> train, val;
+};
+
+// Why the pinned feed cannot be used ("" if it can; then `matrix` holds the rows).
+std::string try_pinned(const Plan& p, torch::Tensor& matrix) {
+  const bool image = p.data.unit == records::PackUnit::image;
+  const bool copies = p.device.is_cuda() || image;  // features on the CPU: the memory map itself
+  const std::uint64_t need = pinned_bytes(*p.source), margin = std::uint64_t{256} << 20;
+  const std::uint64_t free = copies ? util::free_memory(p.device) : need + margin;
+  if (need + margin > free)
+    return "the pinned feed needs " + std::to_string(need) + " bytes (" + gib(need) + ") on " +
+           p.device.str() + " for the " + (image ? "decoded tiles" : "feature matrix") + " (plus " +
+           gib(margin) + " to train in), which has " + std::to_string(free) + " (" + gib(free) +
+           ") free";
+  try {
+    matrix = p.source->whole(p.device, p.threads);
+  } catch (const c10::OutOfMemoryError&) {
+    return "the pinned feed ran out of memory on " + p.device.str() + " copying " + gib(need);
+  } catch (const ResourceError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Phase 2: the feed. Pinned if asked for, or (auto) if the rows fit where they are copied to;
+// auto falls back to the host feed with a warning.
+Feeds choose_feed(const TrainJob& job, const Plan& p) {
+  Feeds f;
+  f.kind = job.feed;
   torch::Tensor matrix;
-  if (feed == "auto" || feed == "pinned") {
-    const bool copies =
-        device.is_cuda() ||
-        data.unit == records::PackUnit::image;  // features on the CPU: the memory map itself
-    const std::uint64_t need = pinned_bytes(*source), margin = std::uint64_t{256} << 20;
-    const std::uint64_t free = copies ? util::free_memory(device) : need + margin;
-    std::string why;
-    if (need + margin > free)
-      why = "the pinned feed needs " + std::to_string(need) + " bytes (" + gib(need) + ") on " +
-            device.str() + " for the " +
-            (data.unit == records::PackUnit::image ? "decoded tiles" : "feature matrix") +
-            " (plus " + gib(margin) + " to train in), which has " + std::to_string(free) + " (" +
-            gib(free) + ") free";
-    if (why.empty()) {
-      try {
-        matrix = source->whole(device, threads);
-      } catch (const c10::OutOfMemoryError&) {
-        why = "the pinned feed ran out of memory on " + device.str() + " copying " + gib(need);
-      } catch (const ResourceError& e) {
-        why = e.what();
-      }
-    }
-    if (!why.empty()) {
-      if (feed == "pinned") throw ResourceError(why + "; use --feed host");
-      log::warn(why + "; using the host feed");
-      feed = "host";
-    } else {
-      feed = "pinned";
-    }
+  if (f.kind == FeedKind::auto_choice || f.kind == FeedKind::pinned) {
+    const std::string why = try_pinned(p, matrix);
+    if (!why.empty() && f.kind == FeedKind::pinned) throw ResourceError(why + "; use --feed host");
+    if (!why.empty()) log::warn(why + "; using the host feed");
+    f.kind = why.empty() ? FeedKind::pinned : FeedKind::host;
   }
-  const int workers = feed == "host" ? std::min(8, threads) : 0;
-  auto make_feed = [&](const SplitSamples& s) {
-    return feed == "pinned" ? pinned_feed(source, matrix, s, data.unit, device)
-                            : host_feed(source, s, data.unit, device, workers);
+  const int workers = f.kind == FeedKind::host ? std::min(8, p.threads) : 0;
+  auto make = [&](const SplitSamples& s) {
+    return f.kind == FeedKind::pinned ? pinned_feed(p.source, matrix, s, p.data.unit, p.device)
+                                      : host_feed(p.source, s, p.data.unit, p.device, workers);
   };
-  auto train_feed = make_feed(train);
-  auto val_feed = make_feed(val);
+  f.train = make(p.train);
+  f.val = make(p.val);
+  return f;
+}
 
+// The run directory, held by rank 0 (the writer) for the whole run.
+struct OpenRun {
+  std::optional<util::OutputLock> lock;
+  bool resumable = false;  ///< it has a checkpoint to resume from
+  std::unique_ptr<RunDir> dir;
+  int math_threads = 0;  ///< CPU: LibTorch's math threads (0 on a GPU)
+};
+
+// Phase 3: the run directory created or checked for --resume (data parallel: rank 0 prepares
+// it, the others wait, or fail with it), and the CPU's math threads set.
+void open_run(const TrainJob& job, const Plan& p, OpenRun& r) {
+  const auto prepare = [&] {
+    r.lock.emplace(job.output, "mltool train");
+    r.resumable = prepare_run_dir(job.output, job.resume, job.overwrite);
+  };
+  p.dp ? p.dp->on_rank0(prepare) : prepare();
+  if (p.dp) r.resumable = p.dp->broadcast_value(r.resumable ? 1 : 0, p.device) != 0;
+  r.dir = std::make_unique<RunDir>(job.output, !p.dp || p.dp->rank() == 0);
+  if (p.device.is_cpu())
+    r.math_threads =
+        cpu_math_threads(job.math_threads, r.resumable ? r.dir->read_manifest() : std::nullopt);
+}
+
+// run.json as this invocation starts: the dataset, spec, model, options ("options": what
+// decides the result; "runtime": what does not, both from train_options()) and status.
+json run_manifest(const TrainJob& job, const Plan& p, const Feeds& feeds, const OpenRun& run,
+                  const Loop& loop, const json& blocks) {
+  const auto& data = p.data;
+  json dataset = {{"path", util::absolute_path(data.dir)},
+                  {"manifest_sha256", data.manifest_sha256},
+                  {"matrix_sha256", data.matrix_sha256},
+                  {"unit", records::to_string(data.unit)},
+                  {"labels", data.labels},
+                  {"dims", data.dims},
+                  {"train_split", job.train_split},
+                  {"val_split", job.val_split},
+                  {"train_samples", p.train.size()},
+                  {"val_samples", p.val.size()}};
+  if (!p.tile_store.empty()) dataset["tile_store"] = util::absolute_path(p.tile_store);
+  json options = util::recorded(train_options(), job, "options");
+  options["class_weights"] = p.class_weights.empty() ? json() : json(p.class_weights);
+  json runtime = util::recorded(train_options(), job, "runtime");
+  runtime["device"] = p.device.str();
+  runtime["feed"] = util::name_of(kFeeds, feeds.kind);
+  runtime["threads"] = p.threads;
+  runtime["math_threads"] = run.math_threads;
+  runtime["resumed_from"] = 0;
+  if (p.dp)
+    runtime["world_size"] = job.world_size;
+  else
+    runtime.erase("dist_bucket_mb");
+  return {{"format", kRunFormat},
+          {"format_version", kRunFormatVersion},
+          {"created_by", util::tool_version()},
+          {"dataset", dataset},
+          {"spec", p.spec.document},
+          {"model",
+           {{"blocks", blocks},
+            {"parameters", loop.model.parameter_count()},
+            {"input_dims", data.dims},
+            {"classes", p.classes}}},
+          {"options", options},
+          {"runtime", runtime},
+          {"steps_per_epoch", loop.steps_per_epoch},
+          {"total_steps", loop.total_steps},
+          {"status", "running"},
+          {"result", nullptr}};
+}
+
+// The model on the device (data parallel: rank 0's weights and buffers everywhere).
+std::shared_ptr<BlockModel> make_model(const TrainJob& job, const Plan& p) {
   torch::manual_seed(job.seed);
-  auto model = build_model(spec, data.dims, classes);
-  model->to(device);
-  if (dp) {  // rank 0's weights and buffers everywhere
+  auto model = build_model(p.spec, p.data.dims, p.classes);
+  model->to(p.device);
+  if (p.dp) {
     auto tensors = model->parameters();
     for (const auto& b : model->buffers()) tensors.push_back(b);
-    dp->broadcast(tensors);
+    p.dp->broadcast(tensors);
   }
-  auto optimizer = make_optimizer(job, *model);
-  const auto n = static_cast<std::int64_t>(train.size());
-  const auto steps = epoch_steps(job, *model, n);
-  const auto reducer =
-      dp ? std::make_unique<GradientReducer>(*dp, model->parameters(),
-                                             static_cast<std::int64_t>(job.bucket_mb * 1048576.0))
-         : nullptr;
-  Loop loop{job,
-            *model,
-            *optimizer,
-            *train_feed,
-            *val_feed,
-            train,
-            val,
-            device,
-            {},
-            classes,
-            static_cast<std::int64_t>(steps.size()),
-            0,
-            run,
-            progress,
-            named_bounds.empty()
-                ? plan_sections(job.sections, *model, *source, train, data.unit, device)
-                : named_bounds,
-            0,
-            dp.get(),
-            reducer.get(),
-            steps};
-  loop.total_steps = loop.steps_per_epoch * job.epochs;
-  if (!weights.empty()) loop.class_weights = torch::tensor(weights, torch::kFloat32).to(device);
+  return model;
+}
 
-  json blocks = json::array();
-  for (std::size_t i = 0; i < model->size(); ++i)
-    blocks.push_back({{"name", model->names()[i]}, {"parameters", model->parameter_count(i)}});
-  json manifest = {{"format", kRunFormat},
-                   {"format_version", kRunFormatVersion},
-                   {"created_by", util::tool_version()},
-                   {"dataset",
-                    {{"path", util::absolute_path(data.dir)},
-                     {"manifest_sha256", data.manifest_sha256},
-                     {"matrix_sha256", data.matrix_sha256},
-                     {"unit", records::to_string(data.unit)},
-                     {"labels", data.labels},
-                     {"dims", data.dims},
-                     {"train_split", job.train_split},
-                     {"val_split", job.val_split},
-                     {"train_samples", train.size()},
-                     {"val_samples", val.size()}}},
-                   {"spec", spec.document},
-                   {"model",
-                    {{"blocks", blocks},
-                     {"parameters", model->parameter_count()},
-                     {"input_dims", data.dims},
-                     {"classes", classes}}},
-                   {"options",
-                    {{"epochs", job.epochs},
-                     {"batch", job.batch},
-                     {"micro_batches", job.micro_batches},
-                     {"sections", job.sections},
-                     {"lr", job.lr},
-                     {"optimizer", job.optimizer},
-                     {"weight_decay", job.weight_decay},
-                     {"momentum", job.momentum},
-                     {"schedule", job.schedule},
-                     {"warmup", job.warmup},
-                     {"clip_norm", job.clip_norm},
-                     {"class_weights", weights.empty() ? json() : json(weights)},
-                     {"seed", job.seed},
-                     {"monitor", job.monitor},
-                     {"patience", job.patience},
-                     {"last_batch", job.last_batch}}},
-                   {"runtime",
-                    {{"device", device.str()},
-                     {"feed", feed},
-                     {"threads", threads},
-                     {"math_threads", math_threads},
-                     {"log_every", job.log_every},
-                     {"checkpoint_every", job.checkpoint_every},
-                     {"max_steps", job.max_steps},
-                     {"offload_boundaries", job.offload_boundaries},
-                     {"resumed_from", 0}}},
-                   {"steps_per_epoch", loop.steps_per_epoch},
-                   {"total_steps", loop.total_steps},
-                   {"status", "running"},
-                   {"result", nullptr}};
-  if (dp) {
-    manifest["runtime"]["world_size"] = job.world_size;
-    manifest["runtime"]["dist_bucket_mb"] = job.bucket_mb;
-  }
-  if (!tile_store.empty()) manifest["dataset"]["tile_store"] = util::absolute_path(tile_store);
-  run.export_metadata = {{"format", "pt"},
-                         {"mltool.spec", spec.document.dump()},
-                         {"mltool.labels", json(data.labels).dump()},
-                         {"mltool.blocks", blocks.dump()},
-                         {"mltool.created_by", util::tool_version()}};
-
-  TrainReport report;
+// --resume: the run's options compared (a refusal stops every rank) and its last checkpoint
+// loaded. Returns the state to continue from (a fresh one if there is no checkpoint yet).
+LoopState resume_run(const Plan& p, OpenRun& run, Loop& loop, json& manifest) {
   LoopState state;
-  if (job.resume) {
-    const auto compare = [&] {  // a refusal (another --seed, ...) stops every rank
-      const auto before = run.read_manifest();
-      for (const auto& w : compare_runs(*before, manifest, run.path(kRunManifestFile)))
-        log::warn(w);
-    };
-    dp ? dp->on_rank0(compare) : compare();
-    if (resumable) {  // data parallel: every rank reads it, so the run directory is shared
-      const std::string last = run.checkpoint("last.pt");
-      if (dp && dp->rank() != 0 && !util::exists(last))
-        throw ResourceError("data parallel --resume, rank " + std::to_string(dp->rank()) +
-                            ": cannot see " + last +
-                            "; every rank reads the checkpoint, so the run directory must be on "
-                            "a filesystem all ranks share");
-      state = load_checkpoint(last, *model, *optimizer, device);
-      if (dp && dp->broadcast_value(state.step, device) != state.step)
-        throw ResourceError("data parallel --resume, rank " + std::to_string(dp->rank()) + ": " +
-                            last + " is at another step than rank 0's (step " +
-                            std::to_string(state.step) + ")");
-      report.resumed_from = state.step;
-      manifest["runtime"]["resumed_from"] = state.step;
-      log::info("resuming at step " + std::to_string(state.step) + " (epoch " +
-                std::to_string(state.epoch + 1) + ")");
-    } else {
-      log::warn(run.path("checkpoints/last.pt") +
-                " does not exist yet: starting from the beginning");
-    }
+  const auto compare = [&] {
+    const auto before = run.dir->read_manifest();
+    for (const auto& w : compare_runs(*before, manifest, run.dir->path(kRunManifestFile)))
+      log::warn(w);
+  };
+  p.dp ? p.dp->on_rank0(compare) : compare();
+  if (!run.resumable) {
+    log::warn(run.dir->path("checkpoints/last.pt") +
+              " does not exist yet: starting from the beginning");
+    return state;
   }
-  run.open_metrics(state.metrics_bytes);
-  run.write_manifest(manifest);
-  log::info(std::to_string(train.size()) + " " + records::to_string(data.unit) +
-            " samples to train on, " + std::to_string(val.size()) + " to validate; " +
-            std::to_string(model->parameter_count()) + " parameters; " + feed + " feed on " +
-            device.str());
+  // Data parallel: every rank reads it, so the run directory must be shared.
+  const std::string last = run.dir->checkpoint("last.pt");
+  const auto& dp = p.dp;
+  if (dp && dp->rank() != 0 && !util::exists(last))
+    throw ResourceError("data parallel --resume, rank " + std::to_string(dp->rank()) +
+                        ": cannot see " + last +
+                        "; every rank reads the checkpoint, so the run directory must be on "
+                        "a filesystem all ranks share");
+  state = load_checkpoint(last, loop.model, loop.optimizer, p.device);
+  if (dp && dp->broadcast_value(state.step, p.device) != state.step)
+    throw ResourceError("data parallel --resume, rank " + std::to_string(dp->rank()) + ": " + last +
+                        " is at another step than rank 0's (step " + std::to_string(state.step) +
+                        ")");
+  manifest["runtime"]["resumed_from"] = state.step;
+  log::info("resuming at step " + std::to_string(state.step) + " (epoch " +
+            std::to_string(state.epoch + 1) + ")");
+  return state;
+}
 
-  const std::int64_t first_step = state.step;
-  reset_device_peak(device);
-  const auto loop_start = Clock::now();
-  try {
-    state = run_loop(loop, state);
-  } catch (const Error& e) {
-    manifest["status"] = "failed";
-    manifest["result"] = {{"steps", state.step}, {"error", e.what()}};
-    run.write_manifest(manifest);
-    throw;
-  }
-  const double loop_seconds = std::chrono::duration<double>(Clock::now() - loop_start).count();
-
-  report.output = job.output;
-  report.status = state.status.empty() ? "stopped" : state.status;
-  report.device = device.str();
-  report.feed = feed;
-  report.unit = records::to_string(data.unit);
-  report.blocks = model->names();
-  report.parameters = model->parameter_count();
-  report.steps = state.step;
-  report.epochs_done = state.epoch;
-  report.best_epoch = state.best_epoch;
-  report.best_value = state.best.value_or(0);
-  report.monitor = job.monitor;
-  report.memory_mode = !loop.section_bounds.empty() ? "sections"
-                       : job.micro_batches > 1      ? "micro_batches"
-                                                    : "plain";
-  report.sections = section_blocks(*model, loop.section_bounds);
-  report.activation_bytes = loop.peak_activation_bytes;
-  report.device_peak_bytes = device_peak(device);
+// The report of a finished (or stopped) loop.
+TrainReport make_report(const TrainJob& job, const Plan& p, const Feeds& feeds, const Loop& loop,
+                        const LoopState& state, const GradientReducer* reducer) {
+  TrainReport r;
+  r.output = job.output;
+  r.status = state.status.empty() ? "stopped" : state.status;
+  r.device = p.device.str();
+  r.feed = util::name_of(kFeeds, feeds.kind);
+  r.unit = records::to_string(p.data.unit);
+  r.blocks = loop.model.names();
+  r.parameters = loop.model.parameter_count();
+  r.steps = state.step;
+  r.epochs_done = state.epoch;
+  r.best_epoch = state.best_epoch;
+  r.best_value = state.best.value_or(0);
+  r.monitor = util::name_of(kMonitors, job.monitor);
+  r.memory_mode = !loop.section_bounds.empty() ? "sections"
+                  : job.micro_batches > 1      ? "micro_batches"
+                                               : "plain";
+  r.micro_batches = job.micro_batches;
+  r.sections = section_blocks(loop.model, loop.section_bounds);
+  r.activation_bytes = loop.peak_activation_bytes;
+  r.device_peak_bytes = device_peak(p.device);
   if (reducer) {
-    report.dist_buckets = reducer->buckets();
-    report.dist_launched_in_backward = reducer->launched_in_backward();
+    r.dist_buckets = reducer->buckets();
+    r.dist_launched_in_backward = reducer->launched_in_backward();
   }
-  report.samples_per_second =
-      loop_seconds > 0
-          ? static_cast<double>((state.step - first_step) * std::min(n, std::int64_t{job.batch})) /
-                loop_seconds
-          : 0;
+  return r;
+}
+
+// Phase 5: a finished run's exports (model.safetensors, model.pt, predictions.csv), the end
+// line of metrics.jsonl and run.json's result.
+void finish_run(const TrainJob& job, const Plan& p, Loop& loop, const LoopState& state,
+                TrainReport& report, json& manifest) {
+  RunDir& run = loop.run;
   json result = {{"steps", state.step},
                  {"epochs", state.epoch},
                  {"best_epoch", state.best_epoch},
                  {"best_value", state.best ? json(*state.best) : json()},
                  {"validation", nullptr}};
   if (report.status != "stopped" && run.writes()) {
-    export_safetensors(*model, run.path("model.safetensors"), run.export_metadata);
-    export_state_dict(*model, run.path("model.pt"));
-    const auto eval = evaluate(*model, *val_feed, val, job.batch, classes);
-    write_predictions(run.path("predictions.csv"), val, eval.logits, data.labels);
+    export_safetensors(loop.model, run.path("model.safetensors"), run.export_metadata);
+    export_state_dict(loop.model, run.path("model.pt"));
+    const auto eval = evaluate(loop.model, loop.val_feed, p.val, job.batch, p.classes);
+    write_predictions(run.path("predictions.csv"), p.val, eval.logits, p.data.labels);
     report.validation = eval.to_json();
     result["validation"] = report.validation;
   }
@@ -535,6 +491,77 @@ TrainReport train_model(const TrainJob& job,
   manifest["status"] = report.status;
   manifest["result"] = result;
   run.write_manifest(manifest);
+}
+
+}  // namespace
+
+TrainReport train_model(const TrainJob& job,
+                        const std::function<void(const TrainProgress&)>& progress) {
+  const auto start = Clock::now();
+  const Plan p = resolve_plan(job);
+  OpenRun run;  // the output lock cannot move: filled in place
+  open_run(job, p, run);
+  const Feeds feeds = choose_feed(job, p);
+
+  const auto model = make_model(job, p);
+  const auto optimizer = make_optimizer(job, *model);
+  const auto n = static_cast<std::int64_t>(p.train.size());
+  const auto reducer =
+      p.dp ? std::make_unique<GradientReducer>(*p.dp, model->parameters(),
+                                               static_cast<std::int64_t>(job.bucket_mb * 1048576.0))
+           : nullptr;
+  Loop loop(job, *model, *optimizer, *run.dir, {*feeds.train, p.train}, {*feeds.val, p.val});
+  loop.device = p.device;
+  loop.classes = p.classes;
+  loop.step_sizes = epoch_steps(job, *model, n);
+  loop.steps_per_epoch = static_cast<std::int64_t>(loop.step_sizes.size());
+  loop.total_steps = loop.steps_per_epoch * job.epochs;
+  loop.progress = progress;
+  loop.section_bounds = p.named_bounds.empty() ? plan_sections(job.sections, *model, *p.source,
+                                                               p.train, p.data.unit, p.device)
+                                               : p.named_bounds;
+  loop.dp = p.dp.get();
+  loop.reducer = reducer.get();
+  if (!p.class_weights.empty())
+    loop.class_weights = torch::tensor(p.class_weights, torch::kFloat32).to(p.device);
+
+  json blocks = json::array();
+  for (std::size_t i = 0; i < model->size(); ++i)
+    blocks.push_back({{"name", model->names()[i]}, {"parameters", model->parameter_count(i)}});
+  json manifest = run_manifest(job, p, feeds, run, loop, blocks);
+  run.dir->export_metadata = {{"format", "pt"},
+                              {"mltool.spec", p.spec.document.dump()},
+                              {"mltool.labels", json(p.data.labels).dump()},
+                              {"mltool.blocks", blocks.dump()},
+                              {"mltool.created_by", util::tool_version()}};
+  LoopState state = job.resume ? resume_run(p, run, loop, manifest) : LoopState{};
+  const std::int64_t resumed_from = state.step;
+  run.dir->open_metrics(state.metrics_bytes);
+  run.dir->write_manifest(manifest);
+  log::info(std::to_string(n) + " " + records::to_string(p.data.unit) + " samples to train on, " +
+            std::to_string(p.val.size()) + " to validate; " +
+            std::to_string(model->parameter_count()) + " parameters; " +
+            util::name_of(kFeeds, feeds.kind) + " feed on " + p.device.str());
+
+  reset_device_peak(p.device);
+  const auto loop_start = Clock::now();
+  try {
+    state = run_loop(loop, state);
+  } catch (const Error& e) {
+    manifest["status"] = "failed";
+    manifest["result"] = {{"steps", state.step}, {"error", e.what()}};
+    run.dir->write_manifest(manifest);
+    throw;
+  }
+  const double loop_seconds = std::chrono::duration<double>(Clock::now() - loop_start).count();
+  TrainReport report = make_report(job, p, feeds, loop, state, reducer.get());
+  report.resumed_from = resumed_from;
+  report.samples_per_second = loop_seconds > 0
+                                  ? static_cast<double>((state.step - resumed_from) *
+                                                        std::min(n, std::int64_t{job.batch})) /
+                                        loop_seconds
+                                  : 0;
+  finish_run(job, p, loop, state, report, manifest);
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return report;
 }

@@ -17,10 +17,12 @@
 
 #include "mltool/records/labels.hpp"
 #include "mltool/records/split.hpp"
+#include "mltool/util/options.hpp"
 
 namespace mltool::records {
 
 enum class PackUnit { tile, bag, image };
+extern const util::EnumNames<PackUnit> kPackUnits;
 
 /// "tile", "bag", "image".
 const char* to_string(PackUnit unit);
@@ -55,6 +57,9 @@ struct PackJob {
   std::function<void(const PackShard&)> on_shard;
 };
 
+/// The table of PackJob's options (lib/records/pack_options.cpp).
+const util::Options<PackJob>& pack_options();
+
 struct PackReport {
   std::string output;                  ///< the published directory
   std::uint64_t records = 0;           ///< records written, all splits
@@ -67,6 +72,9 @@ struct PackReport {
   std::vector<PackShard> shards;       ///< every shard, split by split
   nlohmann::json manifest;             ///< dataset.json as written
 };
+
+/// The summary `mltool pack --json` prints.
+nlohmann::json to_json(const PackReport& report);
 
 inline constexpr const char* kDatasetManifestFile = "dataset.json";
 inline constexpr const char* kDatasetFormat = "mltool.dataset";

@@ -23,35 +23,54 @@
 #include <string>
 #include <vector>
 
+#include "mltool/util/options.hpp"
+
 namespace mltool::train {
 
+/// Where batches come from (docs/train.md#feeds); auto: pinned if it fits, else host.
+enum class FeedKind { auto_choice, pinned, host, sync };
+enum class Optimizer { adamw, sgd };
+/// The learning rate after --warmup: cosine (to 0 at the last step) or constant.
+enum class Schedule { cosine, constant };
+/// What best.pt and early stopping follow; val_loss is lower-is-better, the others higher.
+enum class Monitor { val_loss, val_accuracy, val_balanced_accuracy, val_auc };
+/// The samples past an epoch's last full batch: a smaller last step, or left out.
+enum class LastBatch { keep, drop };
+
+extern const util::EnumNames<FeedKind> kFeeds;
+extern const util::EnumNames<Optimizer> kOptimizers;
+extern const util::EnumNames<Schedule> kSchedules;
+extern const util::EnumNames<Monitor> kMonitors;
+extern const util::EnumNames<LastBatch> kLastBatches;
+
+/// The options of `mltool train`, declared once (lib/train/train_options.cpp): the
+/// command line, check_options and run.json's "options" and "runtime" come from it.
 struct TrainJob {
-  std::string dataset;          ///< dataset directory (mltool pack)
-  std::string spec;             ///< model spec JSON (schemas/model.schema.json)
-  std::string output;           ///< run directory
-  std::string feed = "auto";    ///< auto (pinned if it fits, else host), pinned, host, sync
+  std::string dataset;  ///< dataset directory (mltool pack)
+  std::string spec;     ///< model spec JSON (schemas/model.schema.json)
+  std::string output;   ///< run directory
+  FeedKind feed = FeedKind::auto_choice;
   std::string device = "auto";  ///< auto (cuda:0 if there is a GPU), cpu, cuda, cuda:N
   int epochs = 10;
   int batch = 64;         ///< samples (tiles, bags or images) per step
   int micro_batches = 1;  ///< forward+backward in this many parts per step (memory modes)
   int sections = 1;       ///< blocks in this many sections, recomputed in backward (memory modes)
   bool offload_boundaries = false;  ///< sections: keep the section inputs in pinned host memory
-  /// The samples past an epoch's last full batch: "keep" (a smaller last step), "drop".
-  std::string last_batch = "keep";
+  LastBatch last_batch = LastBatch::keep;
   double lr = 1e-3;
-  std::string optimizer = "adamw";     ///< adamw, sgd (with momentum)
-  double weight_decay = 0.01;          ///< on weights of dimension >= 2 only
-  double momentum = 0.9;               ///< sgd
-  std::string schedule = "cosine";     ///< cosine (to 0 at the last step), constant
+  Optimizer optimizer = Optimizer::adamw;
+  double weight_decay = 0.01;  ///< on weights of dimension >= 2 only
+  double momentum = 0.9;       ///< sgd
+  Schedule schedule = Schedule::cosine;
   std::int64_t warmup = 0;             ///< steps of linear warmup
   double clip_norm = 0;                ///< gradient clipping by global norm; 0 = off
   std::string class_weights = "none";  ///< none, balanced, or one weight per label "w0,w1,..."
   std::uint64_t seed = 0;
   std::string train_split = "train";
   std::string val_split = "val";
-  std::string monitor = "val_loss";  ///< val_loss, val_accuracy, val_balanced_accuracy, val_auc
-  int patience = 0;                  ///< epochs without improvement before stopping; 0 = never
-  std::int64_t log_every = 10;       ///< steps between metrics.jsonl step lines
+  Monitor monitor = Monitor::val_loss;
+  int patience = 0;             ///< epochs without improvement before stopping; 0 = never
+  std::int64_t log_every = 10;  ///< steps between metrics.jsonl step lines
   std::int64_t checkpoint_every =
       0;                       ///< steps between checkpoints (besides each epoch end); 0 = none
   std::int64_t max_steps = 0;  ///< stop after this many steps in all (resumable); 0 = no limit
@@ -73,6 +92,9 @@ struct TrainJob {
   int dist_timeout = 300;  ///< seconds a collective or the rendezvous may wait
   double bucket_mb = 25;   ///< MiB of gradients per all-reduce bucket
 };
+
+/// The table of TrainJob's options.
+const util::Options<TrainJob>& train_options();
 
 /// What the progress callback gets: after every step, and after every epoch's validation.
 struct TrainProgress {
@@ -111,6 +133,7 @@ struct TrainReport {
   /// bytes (docs/train.md#memory-modes); on CUDA the caching allocator's peak of allocated
   /// bytes during the steps (-1 on the CPU).
   std::string memory_mode = "plain";
+  int micro_batches = 1;
   std::vector<std::vector<std::string>> sections;
   std::int64_t activation_bytes = 0;
   std::int64_t device_peak_bytes = -1;
@@ -119,6 +142,9 @@ struct TrainReport {
   std::int64_t dist_buckets = 0;
   std::int64_t dist_launched_in_backward = 0;
 };
+
+/// The summary `mltool train --json` prints.
+nlohmann::json to_json(const TrainReport& report);
 
 /// Trains (see the layout above). Throws UsageError for bad options, an existing run without
 /// --resume/--overwrite, or options that differ from the run being resumed; InputError for a

@@ -1,0 +1,81 @@
+// The options of `mltool pack`, declared once: apps/cmd_pack.cpp binds this table to the
+// command line and pack_dataset checks a job against it; docs/pack.md's synopsis is checked
+// against it (tests/cli/options_test.py).
+#include "mltool/records/pack.hpp"
+
+namespace mltool::records {
+
+const util::EnumNames<PackUnit> kPackUnits = {
+    {PackUnit::tile, "tile"}, {PackUnit::bag, "bag"}, {PackUnit::image, "image"}};
+
+const char* to_string(PackUnit unit) { return util::name_of(kPackUnits, unit); }
+
+PackUnit parse_unit(const std::string& text) {
+  for (const auto& [unit, name] : kPackUnits)
+    if (text == name) return unit;
+  throw UsageError("unit \"" + text + "\": expected tile, bag or image");
+}
+
+namespace {
+
+// "train=0.8,val=0.1,test=0.1", as parse_splits reads it.
+std::string splits_text(const std::vector<SplitSpec>& splits) {
+  std::string out;
+  for (const auto& s : splits)
+    out += (out.empty() ? "" : ",") + s.name + "=" + nlohmann::json(s.fraction).dump();
+  return out;
+}
+
+}  // namespace
+
+const util::Options<PackJob>& pack_options() {
+  using J = PackJob;
+  using util::choice, util::custom, util::flag, util::option, util::option_at;
+  static const util::Options<PackJob> table = {
+      option("features", &J::features, "The feature store (mltool extract)").required(),
+      option("--labels", &J::labels, "Labels table: .csv, .tsv or .jsonl").required(),
+      option("-o,--output", &J::output, "The dataset directory to create").required(),
+      choice("--unit", &J::unit, kPackUnits,
+             "Records: tile (one per tile and label), bag (one per slide and label) or image "
+             "(tile records with the tile-store key)"),
+      custom<J>(
+          "--split", "TEXT", "Splits and their fractions",
+          [](J& j, const std::string& text) { j.splits = parse_splits(text); },
+          [](const J& j) { return nlohmann::json(splits_text(j.splits)); }),
+      option_at<J>(
+          "--key-column", [](J& j) -> std::string& { return j.columns.key; },
+          "Column of tile keys or slide ids"),
+      option_at<J>(
+          "--label-column", [](J& j) -> std::string& { return j.columns.label; },
+          "Column of labels"),
+      option_at<J>(
+          "--group-by", [](J& j) -> std::string& { return j.columns.group; },
+          "Column of groups (e.g. patient) that never straddle splits (default: the "
+          "slide)"),
+      option("--shards", &J::shards, "Shards per split").at_least(1),
+      option("--seed", &J::seed, "Seed of the split and shard assignment"),
+      flag("--dedupe", &J::dedupe, "Records of identical feature rows share the first such row"),
+      flag("--skip-missing", &J::skip_missing, "Skip labels whose key is not in the feature store"),
+      flag("--overwrite", &J::overwrite, "Replace an existing dataset directory"),
+  };
+  return table;
+}
+
+nlohmann::json to_json(const PackReport& r) {
+  nlohmann::json shards = nlohmann::json::array();
+  for (const auto& s : r.shards)
+    shards.push_back(
+        {{"split", s.split}, {"file", s.file}, {"records", s.records}, {"bytes", s.bytes}});
+  return {{"command", "pack"},
+          {"output", r.output},
+          {"records", r.records},
+          {"shards", shards},
+          {"missing_keys", r.missing_keys},
+          {"invalid_rows", r.invalid_rows},
+          {"duplicate_labels", r.duplicate_labels},
+          {"duplicate_rows", r.duplicate_rows},
+          {"empty_bags", r.empty_bags},
+          {"coordinates", r.coordinates}};
+}
+
+}  // namespace mltool::records

@@ -1,0 +1,117 @@
+// The options of `mltool train`, declared once: the command line (apps/cmd_train.cpp binds
+// this table), check_options in train_model, and run.json's "options" (what decides the
+// result; a resume that changes one is warned or refused) and "runtime" (what does not)
+// come from here. docs/train.md's synopsis is checked against it (tests/cli/options_test.py).
+#include "mltool/train/train.hpp"
+
+namespace mltool::train {
+
+const util::EnumNames<FeedKind> kFeeds = {{FeedKind::auto_choice, "auto"},
+                                          {FeedKind::pinned, "pinned"},
+                                          {FeedKind::host, "host"},
+                                          {FeedKind::sync, "sync"}};
+const util::EnumNames<Optimizer> kOptimizers = {{Optimizer::adamw, "adamw"},
+                                                {Optimizer::sgd, "sgd"}};
+const util::EnumNames<Schedule> kSchedules = {{Schedule::cosine, "cosine"},
+                                              {Schedule::constant, "constant"}};
+const util::EnumNames<Monitor> kMonitors = {
+    {Monitor::val_loss, "val_loss"},
+    {Monitor::val_accuracy, "val_accuracy"},
+    {Monitor::val_balanced_accuracy, "val_balanced_accuracy"},
+    {Monitor::val_auc, "val_auc"}};
+const util::EnumNames<LastBatch> kLastBatches = {{LastBatch::keep, "keep"},
+                                                 {LastBatch::drop, "drop"}};
+
+const util::Options<TrainJob>& train_options() {
+  using J = TrainJob;
+  using util::choice, util::flag, util::option;
+  static const util::Options<TrainJob> table = {
+      option("dataset", &J::dataset, "The dataset directory (mltool pack)").required(),
+      option("--model", &J::spec, "The model spec, JSON (docs/train.md#model-specs)").required(),
+      option("-o,--output", &J::output, "The run directory (created; see --resume, --overwrite)")
+          .required(),
+      choice("--feed", &J::feed, kFeeds,
+             "auto (pinned if it fits), pinned, host, or sync (the benchmark baseline)")
+          .in("runtime"),
+      option("--device", &J::device, "auto (the first GPU, else CPU), cpu, cuda or cuda:N")
+          .in("runtime"),
+      option("--math-threads", &J::math_threads,
+             "LibTorch's math threads on the CPU, on which the result's bits depend; 0: a resumed "
+             "run's, else OMP_NUM_THREADS or the cores")
+          .at_least(0)
+          .in("runtime"),
+      option("--epochs", &J::epochs, "Passes over the training split").at_least(1).in("options"),
+      option("--batch", &J::batch, "Samples (tiles, bags, images) per step")
+          .at_least(1)
+          .in("options"),
+      choice("--last-batch", &J::last_batch, kLastBatches,
+             "The samples past an epoch's last full batch: keep (a smaller last step) or drop")
+          .in("options"),
+      option("--micro-batches", &J::micro_batches,
+             "Run each batch's forward and backward in this many parts, one optimizer step "
+             "(docs/train.md#memory-modes)")
+          .at_least(1)
+          .in("options"),
+      option("--sections", &J::sections,
+             "Cut the blocks into this many sections, keeping only their inputs and recomputing "
+             "each in the backward pass (docs/train.md#memory-modes)")
+          .at_least(1)
+          .in("options"),
+      flag("--offload-boundaries", &J::offload_boundaries,
+           "Sections: keep the section inputs in pinned host memory until their recompute "
+           "(CUDA; no effect on the CPU)")
+          .in("runtime"),
+      option("--lr", &J::lr, "Peak learning rate").positive().in("options"),
+      choice("--optimizer", &J::optimizer, kOptimizers, "adamw or sgd (with momentum)")
+          .in("options"),
+      option("--weight-decay", &J::weight_decay, "Weight decay (not on biases and norms)")
+          .at_least(0)
+          .in("options"),
+      option("--momentum", &J::momentum, "SGD momentum").at_least(0).in("options"),
+      choice("--schedule", &J::schedule, kSchedules,
+             "cosine (to 0 at the end) or constant, after --warmup")
+          .in("options"),
+      option("--warmup", &J::warmup, "Steps of linear warmup").at_least(0).in("options"),
+      option("--clip-norm", &J::clip_norm, "Clip gradients to this global norm (0: off)")
+          .at_least(0)
+          .in("options"),
+      option("--class-weights", &J::class_weights,
+             "Loss weights: none, balanced, or W0,W1,... per label id")
+          .in("options"),
+      option("--seed", &J::seed, "Seed of the weights, the sampler and dropout").in("options"),
+      option("--train-split", &J::train_split, "The split to train on"),
+      option("--val-split", &J::val_split, "The split to validate on after every epoch"),
+      choice("--monitor", &J::monitor, kMonitors, "What best.pt and early stopping follow")
+          .in("options"),
+      option("--patience", &J::patience,
+             "Stop after this many epochs without improvement (0: never)")
+          .at_least(0)
+          .in("options"),
+      option("--log-every", &J::log_every, "Steps per metrics.jsonl step line")
+          .at_least(1)
+          .in("runtime"),
+      option("--checkpoint-every", &J::checkpoint_every,
+             "Steps between checkpoints besides epoch ends (0: none)")
+          .at_least(0)
+          .in("runtime"),
+      option("--max-steps", &J::max_steps,
+             "Stop after this many steps in all, resumably (0: no limit)")
+          .at_least(0)
+          .in("runtime"),
+      option("--tiles", &J::tiles,
+             "Image datasets: the tile store (default: the one the dataset names)"),
+      flag("--resume", &J::resume,
+           "Continue the run in the output directory from its last checkpoint"),
+      flag("--overwrite", &J::overwrite, "Replace an existing run directory"),
+      option("--dist-timeout", &J::dist_timeout,
+             "Data parallel: seconds a rank waits for the others before failing")
+          .at_least(1),
+      option("--dist-bucket-mb", &J::bucket_mb,
+             "Data parallel: MiB of gradients per all-reduce, launched during backward")
+          .positive()
+          .in("runtime"),
+  };
+  return table;
+}
+
+}  // namespace mltool::train

@@ -191,10 +191,7 @@ void check_resume(const std::string& dir, const json& stored, const json& now) {
   refuse("other settings (" + util::join_path(partial, "config.json") + ")");
 }
 
-}  // namespace
-
-ExtractReport extract_features(const ExtractJob& job) {
-  const auto start = Clock::now();
+void check_job(const ExtractJob& job) {
   if (job.batch < 1) throw UsageError("--batch must be at least 1");
   if (job.chunk_rows < 1 || job.chunk_rows > (std::uint64_t{1} << 32))
     throw UsageError("--chunk-rows must be between 1 and 2^32");
@@ -205,6 +202,269 @@ ExtractReport extract_features(const ExtractJob& job) {
   if (job.dtype != io::DType::float32 && job.dtype != io::DType::float16)
     throw UsageError("--dtype must be f32 or f16");
   if (job.math_threads < 0) throw UsageError("--math-threads must be 0 (the default) or more");
+}
+
+// One copy of the model per device.
+std::vector<std::unique_ptr<Extractor>> load_replicas(const ExtractJob& job,
+                                                      const std::vector<torch::Device>& devices,
+                                                      int tile, Amp amp) {
+  Preprocess preprocess;
+  preprocess.input_size = job.input_size;
+  preprocess.mean = job.mean;
+  preprocess.std = job.std;
+  std::vector<std::unique_ptr<Extractor>> replicas;
+  for (const auto& d : devices)
+    replicas.push_back(load_extractor(job.model, d, tile, preprocess, amp));
+  return replicas;
+}
+
+// Everything that decides a row's bits. Batches start at multiples of --batch counted from
+// row 0, so a resumed run forms exactly the batches an uninterrupted one does; on the CPU
+// the math library splits a batch over the math threads, so their count is part of it too.
+json fingerprint_of(const ExtractJob& job, const json& source, const json& model, bool on_cpu,
+                    int math_threads) {
+  json fingerprint = {{"source", source},
+                      {"model", model},
+                      {"dtype", io::name(job.dtype)},
+                      {"batch", job.batch},
+                      {"device", on_cpu ? "cpu" : "cuda"}};
+  if (on_cpu) fingerprint["math_threads"] = math_threads;
+  return fingerprint;
+}
+
+void warn_if_other_cpu(const json& stored_note, const json& note) {
+  if (stored_note.is_object() && stored_note.value("cpu", json()) != note["cpu"])
+    log::warn(
+        "resuming on another CPU (" + note["cpu"].get<std::string>() +
+        ") than the partial run's (" + value_text(stored_note.value("cpu", json())) +
+        "): the math library may take another code path there, so rows computed here can differ in "
+        "their last bits from an uninterrupted run on either");
+}
+
+// The rows an earlier run committed, where this one resumes.
+std::uint64_t resume_position(const ChunkedFeatureWriter& writer, std::size_t tiles) {
+  const std::uint64_t first = writer.committed_rows();
+  if (first > tiles)
+    throw FormatError(
+        at_file(writer.partial_dir(), "holds more rows than the tile store has tiles"));
+  if (first > 0)
+    log::info("resuming after " + std::to_string(first) + " of " + std::to_string(tiles) +
+              " tiles");
+  return first;
+}
+
+// The three stages and what they share: a reader fills pool buffers with decoded batches,
+// one thread per device computes them and returns the buffers, the caller writes the rows.
+struct Pipeline {
+  Pipeline(const ExtractJob& job, const slide::TileStore& store,
+           const std::vector<std::string>& keys, int tile, std::int64_t dims, std::uint64_t first,
+           const std::vector<torch::Device>& devices)
+      : job(job),
+        store(store),
+        keys(keys),
+        tile(tile),
+        dims(dims),
+        first(first),
+        pool_size(2 + 2 * devices.size()),
+        pool(pool_size),
+        ready(pool_size),
+        live_workers(static_cast<int>(devices.size())) {
+    const bool pinned = std::any_of(devices.begin(), devices.end(),
+                                    [](const torch::Device& d) { return d.is_cuda(); });
+    for (std::size_t i = 0; i < pool_size; ++i)
+      pool.push(torch::empty({job.batch, tile, tile, 3},
+                             torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pinned)));
+  }
+  const ExtractJob& job;
+  const slide::TileStore& store;
+  const std::vector<std::string>& keys;
+  const int tile;
+  const std::int64_t dims;
+  const std::uint64_t first;  // rows committed by an earlier run
+  const std::uint64_t batch = static_cast<std::uint64_t>(job.batch);
+  const std::uint64_t first_batch =
+      first / batch;  // rows below `first` in it are recomputed, not written
+  const std::uint64_t batches = (keys.size() + batch - 1) / batch - first_batch;
+  const std::size_t pool_size;
+  util::BoundedQueue<torch::Tensor> pool;
+  util::BoundedQueue<HostBatch> ready;
+  Reorder results;
+  Failure failure;
+  std::atomic<int> live_workers;
+};
+
+// Batch `b` of this run decoded into `buffer`. Look-ups on this thread (one read transaction
+// is used by one thread at a time); the values point into the map, valid while the
+// transaction lives, and decode in parallel.
+HostBatch decode_batch(Pipeline& p, std::uint64_t b, torch::Tensor buffer) {
+  const ExtractJob& job = p.job;
+  const int tile = p.tile;
+  const std::size_t tile_bytes = static_cast<std::size_t>(tile) * tile * 3;
+  HostBatch hb;
+  hb.index = b;
+  hb.first_row = (p.first_batch + b) * p.batch;
+  hb.size =
+      static_cast<std::int64_t>(std::min<std::uint64_t>(job.batch, p.keys.size() - hb.first_row));
+  hb.pixels = buffer;
+  hb.invalid.assign(hb.size, 0);
+  auto* base = hb.pixels.data_ptr<std::uint8_t>();
+  const auto snapshot = p.store.snapshot();
+  std::vector<std::optional<std::string_view>> values(static_cast<std::size_t>(hb.size));
+  for (std::int64_t i = 0; i < hb.size; ++i) values[i] = snapshot.find(p.keys[hb.first_row + i]);
+  util::parallel_for(static_cast<std::size_t>(hb.size), job.threads, [&](std::size_t i) {
+    std::uint8_t* slot = base + i * tile_bytes;
+    try {
+      thread_local slide::RgbImage image;
+      p.store.decode_tile(p.keys[hb.first_row + i], values[i], tile, image);
+      std::memcpy(slot, image.pixels.data(), tile_bytes);
+    } catch (const Error& e) {
+      const bool recomputed = hb.first_row + i < p.first;  // committed already, not written again
+      if (!job.keep_going && !recomputed) throw;
+      if (!recomputed) log::warn(std::string(e.what()) + "; its row is marked invalid (NaN)");
+      std::memset(slot, 0, tile_bytes);
+      hb.invalid[i] = 1;
+    }
+  });
+  return hb;
+}
+
+// Reader + decoders: batches in store order into pool buffers.
+void read_batches(Pipeline& p) {
+  try {
+    for (std::uint64_t b = 0; b < p.batches && !p.failure.stopped; ++b) {
+      auto buffer = p.pool.pop();
+      if (!buffer) break;
+      if (!p.ready.push(decode_batch(p, b, *buffer))) break;
+    }
+  } catch (...) {
+    p.failure.set(std::current_exception());
+  }
+  p.ready.close();
+}
+
+// One thread per device: copy (side stream) → preprocess + forward → features to host.
+void run_device(Pipeline& p, Extractor& model) {
+  try {
+    at::init_num_threads();  // this thread's OpenMP team: the math threads set above
+    const torch::Device device = model.device();
+    std::optional<c10::cuda::CUDAStream> copy_stream;
+    std::optional<c10::cuda::CUDAGuard> device_guard;
+    if (device.is_cuda()) {
+      device_guard.emplace(device.index());
+      copy_stream = c10::cuda::getStreamFromPool(false, device.index());
+    }
+    struct InFlight {
+      HostBatch batch;
+      torch::Tensor features;  // on the device, possibly still computing
+    };
+    std::optional<InFlight> pending;
+    auto finish_pending = [&] {
+      Result r;
+      r.first_row = pending->batch.first_row;
+      r.size = pending->batch.size;
+      r.features = pending->features.to(torch::kCPU).contiguous();  // waits for that forward
+      r.invalid = std::move(pending->batch.invalid);
+      p.pool.push(pending->batch.pixels);
+      p.results.put(pending->batch.index, std::move(r));
+      pending.reset();
+    };
+    while (!p.failure.stopped) {
+      auto hb = p.ready.pop();
+      torch::Tensor input;
+      std::optional<at::cuda::CUDAEvent> copied;
+      if (hb) {
+        torch::Tensor host = hb->pixels.narrow(0, 0, hb->size);
+        if (device.is_cuda()) {
+          // Issued before the previous batch is collected, so the copy overlaps its compute.
+          c10::cuda::CUDAStreamGuard on_copy(*copy_stream);
+          input = host.to(device, /*non_blocking=*/true);
+          copied.emplace();
+          copied->record(*copy_stream);
+        } else {
+          input = host;
+        }
+      }
+      if (pending) finish_pending();
+      if (!hb) break;
+      if (copied) {
+        const auto compute = c10::cuda::getCurrentCUDAStream(device.index());
+        copied->block(compute);
+        input.record_stream(compute);
+      }
+      pending = InFlight{std::move(*hb), model.forward(input)};
+      if (pending->features.size(1) != p.dims)
+        throw UsageError("the model produced " + std::to_string(pending->features.size(1)) +
+                         " features for a batch of " + std::to_string(pending->batch.size) +
+                         " tiles, not " + std::to_string(p.dims));
+    }
+    if (pending) finish_pending();
+  } catch (...) {
+    p.failure.set(std::current_exception());
+    p.ready.close();
+  }
+  --p.live_workers;
+  p.results.wake();
+}
+
+// Writer: rows in store order. Returns how many rows it wrote.
+std::uint64_t write_rows(Pipeline& p, ChunkedFeatureWriter& writer, Clock::time_point run_start) {
+  auto last_report = Clock::now();
+  std::uint64_t written = 0;
+  try {
+    std::vector<float> nan_row(static_cast<std::size_t>(p.dims),
+                               std::numeric_limits<float>::quiet_NaN());
+    for (std::uint64_t b = 0; b < p.batches; ++b) {
+      auto r = p.results.take(b, [&] { return p.failure.stopped || p.live_workers == 0; });
+      if (!r) break;
+      const float* rows = r->features.data_ptr<float>();
+      const std::int64_t skip =
+          r->first_row < p.first ? static_cast<std::int64_t>(p.first - r->first_row) : 0;
+      for (std::int64_t i = skip; i < r->size; ++i) {
+        const bool invalid = r->invalid[i] != 0;
+        writer.append(p.keys[r->first_row + i], invalid ? nan_row.data() : rows + i * p.dims,
+                      invalid);
+      }
+      written += static_cast<std::uint64_t>(r->size - skip);
+      if (std::chrono::duration<double>(Clock::now() - last_report).count() >= 10) {
+        last_report = Clock::now();
+        const double s = std::chrono::duration<double>(Clock::now() - run_start).count();
+        log::info(std::to_string(p.first + written) + "/" + std::to_string(p.keys.size()) +
+                  " tiles, " + std::to_string(static_cast<int>(written / s)) + " tiles/s");
+      }
+    }
+  } catch (...) {
+    p.failure.set(std::current_exception());
+  }
+  return written;
+}
+
+// Runs the three stages to the end or the first error; on an error keeps the complete rows
+// (the next run resumes after them) and rethrows it. Returns how many rows were written.
+std::uint64_t run_pipeline(Pipeline& p, ChunkedFeatureWriter& writer,
+                           const std::vector<std::unique_ptr<Extractor>>& replicas,
+                           Clock::time_point& run_start) {
+  std::thread reader(read_batches, std::ref(p));
+  std::vector<std::thread> workers;
+  for (auto& r : replicas) workers.emplace_back(run_device, std::ref(p), std::ref(*r));
+  run_start = Clock::now();
+  const std::uint64_t written = write_rows(p, writer, run_start);
+  p.failure.stopped = true;
+  p.ready.close();
+  p.pool.close();
+  reader.join();
+  for (auto& t : workers) t.join();
+  if (p.failure.error) {
+    writer.commit_chunk();  // keep what is complete: the next run resumes after it
+    std::rethrow_exception(p.failure.error);
+  }
+  return written;
+}
+
+}  // namespace
+
+ExtractReport extract_features(const ExtractJob& job) {
+  const auto start = Clock::now();
+  check_job(job);
   const Amp amp = parse_amp(job.amp);
   const util::OutputLock lock(job.output, "mltool extract");  // one writer per feature store
 
@@ -224,13 +484,7 @@ ExtractReport extract_features(const ExtractJob& job) {
       on_cpu ? util::set_math_threads(job.math_threads,
                                       stored.is_object() ? stored.value("math_threads", 0) : 0)
              : 0;
-  Preprocess preprocess;
-  preprocess.input_size = job.input_size;
-  preprocess.mean = job.mean;
-  preprocess.std = job.std;
-  std::vector<std::unique_ptr<Extractor>> replicas;
-  for (const auto& d : devices)
-    replicas.push_back(load_extractor(job.model, d, tile, preprocess, amp));
+  const auto replicas = load_replicas(job, devices, tile, amp);
   const std::int64_t dims = replicas.front()->dims();
 
   ExtractReport report;
@@ -247,198 +501,19 @@ ExtractReport extract_features(const ExtractJob& job) {
     return report;
   }
 
-  // Everything that decides a row's bits. Batches start at multiples of --batch counted from
-  // row 0, so a resumed run forms exactly the batches an uninterrupted one does; on the CPU
-  // the math library splits a batch over the math threads, so their count is part of it too.
-  json fingerprint = {{"source", source},
-                      {"model", report.model},
-                      {"dtype", io::name(job.dtype)},
-                      {"batch", job.batch},
-                      {"device", on_cpu ? "cpu" : "cuda"}};
-  if (on_cpu) fingerprint["math_threads"] = math_threads;
+  const json fingerprint = fingerprint_of(job, source, report.model, on_cpu, math_threads);
   check_resume(job.output, stored, fingerprint);
   const json note = {{"cpu", cpu_model()}};
-  if (on_cpu && stored_note.is_object() && stored_note.value("cpu", json()) != note["cpu"])
-    log::warn(
-        "resuming on another CPU (" + note["cpu"].get<std::string>() +
-        ") than the partial run's (" + value_text(stored_note.value("cpu", json())) +
-        "): the math library may take another code path there, so rows computed here can differ in "
-        "their last bits from an uninterrupted run on either");
+  if (on_cpu) warn_if_other_cpu(stored_note, note);
   ChunkedFeatureWriter writer(job.output, static_cast<std::uint64_t>(dims), fingerprint,
                               job.chunk_rows, note);
-  const std::uint64_t first = writer.committed_rows();
+  const std::uint64_t first = resume_position(writer, keys.size());
   report.resumed_from = first;
-  if (first > keys.size())
-    throw FormatError(
-        at_file(writer.partial_dir(), "holds more rows than the tile store has tiles"));
-  if (first > 0)
-    log::info("resuming after " + std::to_string(first) + " of " + std::to_string(keys.size()) +
-              " tiles");
 
-  const bool pinned = std::any_of(devices.begin(), devices.end(),
-                                  [](const torch::Device& d) { return d.is_cuda(); });
-  const std::size_t pool_size = 2 + 2 * devices.size();
-  util::BoundedQueue<torch::Tensor> pool(pool_size);
-  for (std::size_t i = 0; i < pool_size; ++i)
-    pool.push(torch::empty({job.batch, tile, tile, 3},
-                           torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pinned)));
-  util::BoundedQueue<HostBatch> ready(pool_size);
-  Reorder results;
-  Failure failure;
-  std::atomic<int> live_workers{static_cast<int>(devices.size())};
+  Pipeline pipeline(job, store, keys, tile, dims, first, devices);
+  Clock::time_point run_start;
+  const std::uint64_t written = run_pipeline(pipeline, writer, replicas, run_start);
   const std::uint64_t total = keys.size() - first;
-  const std::uint64_t batch = static_cast<std::uint64_t>(job.batch);
-  const std::uint64_t first_batch =
-      first / batch;  // rows below `first` in it are recomputed, not written
-  const std::uint64_t batches = (keys.size() + batch - 1) / batch - first_batch;
-
-  // Reader + decoders: batches in store order into pool buffers.
-  std::thread reader([&] {
-    try {
-      const std::size_t tile_bytes = static_cast<std::size_t>(tile) * tile * 3;
-      for (std::uint64_t b = 0; b < batches && !failure.stopped; ++b) {
-        auto buffer = pool.pop();
-        if (!buffer) break;
-        HostBatch hb;
-        hb.index = b;
-        hb.first_row = (first_batch + b) * batch;
-        hb.size = static_cast<std::int64_t>(
-            std::min<std::uint64_t>(job.batch, keys.size() - hb.first_row));
-        hb.pixels = *buffer;
-        hb.invalid.assign(hb.size, 0);
-        auto* base = hb.pixels.data_ptr<std::uint8_t>();
-        // Look-ups on this thread (one read transaction is used by one thread at a time); the
-        // values point into the map, valid while the transaction lives, and decode in parallel.
-        const auto snapshot = store.snapshot();
-        std::vector<std::optional<std::string_view>> values(static_cast<std::size_t>(hb.size));
-        for (std::int64_t i = 0; i < hb.size; ++i)
-          values[i] = snapshot.find(keys[hb.first_row + i]);
-        util::parallel_for(static_cast<std::size_t>(hb.size), job.threads, [&](std::size_t i) {
-          std::uint8_t* slot = base + i * tile_bytes;
-          try {
-            thread_local slide::RgbImage image;
-            store.decode_tile(keys[hb.first_row + i], values[i], tile, image);
-            std::memcpy(slot, image.pixels.data(), tile_bytes);
-          } catch (const Error& e) {
-            const bool recomputed =
-                hb.first_row + i < first;  // committed already, not written again
-            if (!job.keep_going && !recomputed) throw;
-            if (!recomputed) log::warn(std::string(e.what()) + "; its row is marked invalid (NaN)");
-            std::memset(slot, 0, tile_bytes);
-            hb.invalid[i] = 1;
-          }
-        });
-        if (!ready.push(std::move(hb))) break;
-      }
-    } catch (...) {
-      failure.set(std::current_exception());
-    }
-    ready.close();
-  });
-
-  // One thread per device: copy (side stream) → preprocess + forward → features to host.
-  auto work = [&](Extractor& model) {
-    try {
-      at::init_num_threads();  // this thread's OpenMP team: the math threads set above
-      const torch::Device device = model.device();
-      std::optional<c10::cuda::CUDAStream> copy_stream;
-      std::optional<c10::cuda::CUDAGuard> device_guard;
-      if (device.is_cuda()) {
-        device_guard.emplace(device.index());
-        copy_stream = c10::cuda::getStreamFromPool(false, device.index());
-      }
-      struct InFlight {
-        HostBatch batch;
-        torch::Tensor features;  // on the device, possibly still computing
-      };
-      std::optional<InFlight> pending;
-      auto finish_pending = [&] {
-        Result r;
-        r.first_row = pending->batch.first_row;
-        r.size = pending->batch.size;
-        r.features = pending->features.to(torch::kCPU).contiguous();  // waits for that forward
-        r.invalid = std::move(pending->batch.invalid);
-        pool.push(pending->batch.pixels);
-        results.put(pending->batch.index, std::move(r));
-        pending.reset();
-      };
-      while (!failure.stopped) {
-        auto hb = ready.pop();
-        torch::Tensor input;
-        std::optional<at::cuda::CUDAEvent> copied;
-        if (hb) {
-          torch::Tensor host = hb->pixels.narrow(0, 0, hb->size);
-          if (device.is_cuda()) {
-            // Issued before the previous batch is collected, so the copy overlaps its compute.
-            c10::cuda::CUDAStreamGuard on_copy(*copy_stream);
-            input = host.to(device, /*non_blocking=*/true);
-            copied.emplace();
-            copied->record(*copy_stream);
-          } else {
-            input = host;
-          }
-        }
-        if (pending) finish_pending();
-        if (!hb) break;
-        if (copied) {
-          const auto compute = c10::cuda::getCurrentCUDAStream(device.index());
-          copied->block(compute);
-          input.record_stream(compute);
-        }
-        pending = InFlight{std::move(*hb), model.forward(input)};
-        if (pending->features.size(1) != dims)
-          throw UsageError("the model produced " + std::to_string(pending->features.size(1)) +
-                           " features for a batch of " + std::to_string(pending->batch.size) +
-                           " tiles, not " + std::to_string(dims));
-      }
-      if (pending) finish_pending();
-    } catch (...) {
-      failure.set(std::current_exception());
-      ready.close();
-    }
-    --live_workers;
-    results.wake();
-  };
-  std::vector<std::thread> workers;
-  for (auto& r : replicas) workers.emplace_back(work, std::ref(*r));
-
-  // Writer: rows in store order.
-  auto last_report = Clock::now();
-  const auto run_start = Clock::now();
-  std::uint64_t written = 0;
-  try {
-    std::vector<float> nan_row(static_cast<std::size_t>(dims),
-                               std::numeric_limits<float>::quiet_NaN());
-    for (std::uint64_t b = 0; b < batches; ++b) {
-      auto r = results.take(b, [&] { return failure.stopped || live_workers == 0; });
-      if (!r) break;
-      const float* rows = r->features.data_ptr<float>();
-      const std::int64_t skip =
-          r->first_row < first ? static_cast<std::int64_t>(first - r->first_row) : 0;
-      for (std::int64_t i = skip; i < r->size; ++i) {
-        const bool invalid = r->invalid[i] != 0;
-        writer.append(keys[r->first_row + i], invalid ? nan_row.data() : rows + i * dims, invalid);
-      }
-      written += static_cast<std::uint64_t>(r->size - skip);
-      if (std::chrono::duration<double>(Clock::now() - last_report).count() >= 10) {
-        last_report = Clock::now();
-        const double s = std::chrono::duration<double>(Clock::now() - run_start).count();
-        log::info(std::to_string(first + written) + "/" + std::to_string(keys.size()) + " tiles, " +
-                  std::to_string(static_cast<int>(written / s)) + " tiles/s");
-      }
-    }
-  } catch (...) {
-    failure.set(std::current_exception());
-  }
-  failure.stopped = true;
-  ready.close();
-  pool.close();
-  reader.join();
-  for (auto& t : workers) t.join();
-  if (failure.error) {
-    writer.commit_chunk();  // keep what is complete: the next run resumes after it
-    std::rethrow_exception(failure.error);
-  }
   if (written != total)
     throw ResourceError("extraction stopped after " + std::to_string(written) + " of " +
                         std::to_string(total) + " tiles");

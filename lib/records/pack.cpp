@@ -134,20 +134,167 @@ WrittenShard write_shard(const std::string& path, const std::vector<std::uint64_
   return out;
 }
 
-}  // namespace
-
-PackReport pack_dataset(const PackJob& job) {
-  // -v shows where the time goes.
-  auto phase_start = std::chrono::steady_clock::now();
-  const auto phase = [&phase_start](const char* what) {
+// Logs (at -v) the seconds each phase took, to show where the time goes.
+class PhaseClock {
+ public:
+  void operator()(const char* what) {
     const auto now = std::chrono::steady_clock::now();
     log::debug(std::string(what) + ": " +
-               std::to_string(std::chrono::duration<double>(now - phase_start).count()) + " s");
-    phase_start = now;
-  };
+               std::to_string(std::chrono::duration<double>(now - start_).count()) + " s");
+    start_ = now;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+void check_job(const PackJob& job) {
   util::check_options(pack_options(), job);
   validate_splits(job.splits);
   if (job.output.empty()) throw UsageError("no output directory given");
+}
+
+SplitAssignment assign_record_splits(const detail::PackPlan& plan, const PackJob& job) {
+  std::vector<SplitItem> items;
+  items.reserve(plan.records.size());
+  for (const auto& r : plan.records) items.push_back({plan.groups[r.group], r.label});
+  return assign_splits(items, job.splits, job.seed);
+}
+
+// What killed packs to this output left beside it.
+void remove_stale_partials(const std::string& output) {
+  std::string name = util::absolute_path(output);
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  util::remove_stale_partials(util::parent_directory(name),
+                              name.substr(name.rfind('/') + 1) + ".partial-");
+}
+
+// What the splits are written from and the manifest describes.
+struct Packing {
+  const PackJob& job;
+  const io::FeatureStore& store;
+  const detail::PackPlan& plan;
+  const SplitAssignment& assignment;
+};
+
+// Writes split `s` as job.shards shards into `dir`; returns its manifest entry.
+json write_split(const Packing& p, const std::string& dir, std::uint32_t s, PackReport& report) {
+  const PackJob& job = p.job;
+  const std::string& name = job.splits[s].name;
+  const std::size_t labels_count = p.plan.labels.size();
+  std::vector<std::uint64_t> members;
+  std::vector<std::uint32_t> member_labels;
+  for (std::uint64_t i = 0; i < p.plan.records.size(); ++i) {
+    if (p.assignment.record_split[i] != s) continue;
+    members.push_back(i);
+    member_labels.push_back(p.plan.records[i].label);
+  }
+  const auto shard_of = assign_shards(member_labels, job.shards, job.seed);
+  const auto shards = shard_members(shard_of, job.shards, job.seed);
+  std::vector<std::uint64_t> split_histogram(labels_count, 0);
+  json shard_docs = json::array();
+  // Shards are independent: written side by side, then recorded in order.
+  std::vector<WrittenShard> written(job.shards);
+  util::parallel_for(job.shards, job.threads, [&](std::size_t j) {
+    written[j] = write_shard(
+        util::join_path(dir, shard_file_name(name, static_cast<std::uint32_t>(j), job.shards)),
+        shards[j], members, p.plan, p.store, job.unit, labels_count);
+  });
+  for (std::uint32_t j = 0; j < job.shards; ++j) {
+    const std::string file = shard_file_name(name, j, job.shards);
+    const auto& histogram = written[j].histogram;
+    for (std::size_t l = 0; l < labels_count; ++l) split_histogram[l] += histogram[l];
+    PackShard shard{name, file, written[j].records, written[j].bytes};
+    shard_docs.push_back({{"file", file},
+                          {"index", io::index_path_for(file)},
+                          {"records", shard.records},
+                          {"bytes", shard.bytes},
+                          {"label_histogram", histogram}});
+    report.records += shard.records;
+    report.shards.push_back(shard);
+    if (job.on_shard) job.on_shard(shard);
+  }
+  std::uint64_t groups = 0;
+  for (const auto g : p.assignment.group_split) groups += g == s ? 1 : 0;
+  return {{"fraction", job.splits[s].fraction},
+          {"records", members.size()},
+          {"groups", groups},
+          {"label_histogram", split_histogram},
+          {"shards", shard_docs}};
+}
+
+json dataset_manifest(const Packing& p, const json& splits, const std::string& matrix_sha256,
+                      const PackReport& report) {
+  const PackJob& job = p.job;
+  const io::FeatureStore& store = p.store;
+  json group_split = json::object();
+  for (std::size_t g = 0; g < p.assignment.groups.size(); ++g) {
+    group_split[p.assignment.groups[g]] = job.splits[p.assignment.group_split[g]].name;
+  }
+  return {
+      {"format", kDatasetFormat},
+      {"format_version", kDatasetFormatVersion},
+      {"created_by", job.created_by.empty() ? util::tool_version() : job.created_by},
+      {"features",
+       {{"path", util::absolute_path(store.dir())},
+        {"matrix", io::kFeaturesMatrixFile},
+        {"matrix_bytes", store.mapping()->size()},
+        {"matrix_sha256", matrix_sha256},
+        {"rows", store.rows()},
+        {"dims", store.dims()},
+        {"dtype", std::string(io::name(store.dtype()))}}},
+      {"labels",
+       {{"path", util::absolute_path(job.labels)},
+        {"key_column", job.columns.key},
+        {"label_column", job.columns.label},
+        {"group_column", job.columns.group.empty() ? json(nullptr) : json(job.columns.group)},
+        {"names", p.plan.labels.names()}}},
+      {"unit", to_string(job.unit)},
+      {"record_features", record_features(job.unit, report.coordinates)},
+      {"tile_store", p.plan.tile_store ? json(*p.plan.tile_store) : json(nullptr)},
+      {"records", report.records},
+      {"seed", job.seed},
+      {"shards_per_split", job.shards},
+      {"splits", splits},
+      {"group_split", group_split},
+      {"dedupe", {{"enabled", job.dedupe}, {"duplicate_rows", report.duplicate_rows}}},
+      {"excluded",
+       {{"missing_keys", report.missing_keys},
+        {"invalid_rows", report.invalid_rows},
+        {"duplicate_labels", report.duplicate_labels},
+        {"empty_bags", report.empty_bags}}},
+  };
+}
+
+// Publication: one rename; an old dataset is moved aside first and removed after.
+void publish(PartialDir& partial, const std::string& output, bool overwrite) {
+  if (util::exists(output)) {
+    if (!overwrite) {
+      throw UsageError(
+          at_file(output, "appeared while packing; choose another output or overwrite it"));
+    }
+    const std::string old = output + ".old-" + std::to_string(::getpid());
+    util::remove_tree(old);
+    rename_or_throw(output, old);
+    try {
+      rename_or_throw(partial.path(), output);
+    } catch (...) {
+      ::rename(old.c_str(), output.c_str());  // put the old dataset back
+      throw;
+    }
+    partial.release();
+    util::remove_tree(old);
+  } else {
+    rename_or_throw(partial.path(), output);
+    partial.release();
+  }
+}
+
+}  // namespace
+
+PackReport pack_dataset(const PackJob& job) {
+  PhaseClock phase;  // -v shows where the time goes
+  check_job(job);
   const util::OutputLock lock(job.output, "mltool pack");  // before anything looks at it
   if (util::exists(job.output) && !job.overwrite) {
     throw UsageError(at_file(job.output, "already exists; choose another output or overwrite it"));
@@ -165,128 +312,21 @@ PackReport pack_dataset(const PackJob& job) {
   if (job.unit != PackUnit::bag) detail::find_coordinates(store, plan);
   report.coordinates = plan.coordinates.has_value();
   phase("plan records");
-
-  std::vector<SplitItem> items;
-  items.reserve(plan.records.size());
-  for (const auto& r : plan.records) items.push_back({plan.groups[r.group], r.label});
-  const SplitAssignment assignment = assign_splits(items, job.splits, job.seed);
+  const SplitAssignment assignment = assign_record_splits(plan, job);
   phase("assign splits");
 
-  {  // what killed packs to this output left beside it
-    std::string name = util::absolute_path(job.output);
-    while (name.size() > 1 && name.back() == '/') name.pop_back();
-    util::remove_stale_partials(util::parent_directory(name),
-                                name.substr(name.rfind('/') + 1) + ".partial-");
-  }
+  remove_stale_partials(job.output);
   PartialDir partial(job.output + ".partial-" + std::to_string(::getpid()));
-  const std::size_t labels_count = plan.labels.size();
+  const Packing packing{job, store, plan, assignment};
   json splits = json::object();
-  for (std::uint32_t s = 0; s < job.splits.size(); ++s) {
-    const std::string& name = job.splits[s].name;
-    std::vector<std::uint64_t> members;
-    std::vector<std::uint32_t> member_labels;
-    for (std::uint64_t i = 0; i < plan.records.size(); ++i) {
-      if (assignment.record_split[i] != s) continue;
-      members.push_back(i);
-      member_labels.push_back(plan.records[i].label);
-    }
-    const auto shard_of = assign_shards(member_labels, job.shards, job.seed);
-    const auto shards = shard_members(shard_of, job.shards, job.seed);
-    std::vector<std::uint64_t> split_histogram(labels_count, 0);
-    json shard_docs = json::array();
-    // Shards are independent: written side by side, then recorded in order.
-    std::vector<WrittenShard> written(job.shards);
-    util::parallel_for(job.shards, job.threads, [&](std::size_t j) {
-      written[j] = write_shard(
-          util::join_path(partial.path(),
-                          shard_file_name(name, static_cast<std::uint32_t>(j), job.shards)),
-          shards[j], members, plan, store, job.unit, labels_count);
-    });
-    for (std::uint32_t j = 0; j < job.shards; ++j) {
-      const std::string file = shard_file_name(name, j, job.shards);
-      const auto& histogram = written[j].histogram;
-      for (std::size_t l = 0; l < labels_count; ++l) split_histogram[l] += histogram[l];
-      PackShard shard{name, file, written[j].records, written[j].bytes};
-      shard_docs.push_back({{"file", file},
-                            {"index", io::index_path_for(file)},
-                            {"records", shard.records},
-                            {"bytes", shard.bytes},
-                            {"label_histogram", histogram}});
-      report.records += shard.records;
-      report.shards.push_back(shard);
-      if (job.on_shard) job.on_shard(shard);
-    }
-    std::uint64_t groups = 0;
-    for (const auto g : assignment.group_split) groups += g == s ? 1 : 0;
-    splits[name] = {{"fraction", job.splits[s].fraction},
-                    {"records", members.size()},
-                    {"groups", groups},
-                    {"label_histogram", split_histogram},
-                    {"shards", shard_docs}};
-  }
-
+  for (std::uint32_t s = 0; s < job.splits.size(); ++s)
+    splits[job.splits[s].name] = write_split(packing, partial.path(), s, report);
   phase("write shards");
-  json group_split = json::object();
-  for (std::size_t g = 0; g < assignment.groups.size(); ++g) {
-    group_split[assignment.groups[g]] = job.splits[assignment.group_split[g]].name;
-  }
-  json doc = {
-      {"format", kDatasetFormat},
-      {"format_version", kDatasetFormatVersion},
-      {"created_by", job.created_by.empty() ? util::tool_version() : job.created_by},
-      {"features",
-       {{"path", util::absolute_path(store.dir())},
-        {"matrix", io::kFeaturesMatrixFile},
-        {"matrix_bytes", store.mapping()->size()},
-        {"matrix_sha256", matrix_sha256_future.get()},
-        {"rows", store.rows()},
-        {"dims", store.dims()},
-        {"dtype", std::string(io::name(store.dtype()))}}},
-      {"labels",
-       {{"path", util::absolute_path(job.labels)},
-        {"key_column", job.columns.key},
-        {"label_column", job.columns.label},
-        {"group_column", job.columns.group.empty() ? json(nullptr) : json(job.columns.group)},
-        {"names", plan.labels.names()}}},
-      {"unit", to_string(job.unit)},
-      {"record_features", record_features(job.unit, report.coordinates)},
-      {"tile_store", plan.tile_store ? json(*plan.tile_store) : json(nullptr)},
-      {"records", report.records},
-      {"seed", job.seed},
-      {"shards_per_split", job.shards},
-      {"splits", splits},
-      {"group_split", group_split},
-      {"dedupe", {{"enabled", job.dedupe}, {"duplicate_rows", report.duplicate_rows}}},
-      {"excluded",
-       {{"missing_keys", report.missing_keys},
-        {"invalid_rows", report.invalid_rows},
-        {"duplicate_labels", report.duplicate_labels},
-        {"empty_bags", report.empty_bags}}},
-  };
-  io::write_manifest(util::join_path(partial.path(), kDatasetManifestFile), doc, "dataset");
 
+  json doc = dataset_manifest(packing, splits, matrix_sha256_future.get(), report);
+  io::write_manifest(util::join_path(partial.path(), kDatasetManifestFile), doc, "dataset");
   phase("checksum and manifest");
-  // Publication: one rename; an old dataset is moved aside first and removed after.
-  if (util::exists(job.output)) {
-    if (!job.overwrite) {
-      throw UsageError(
-          at_file(job.output, "appeared while packing; choose another output or overwrite it"));
-    }
-    const std::string old = job.output + ".old-" + std::to_string(::getpid());
-    util::remove_tree(old);
-    rename_or_throw(job.output, old);
-    try {
-      rename_or_throw(partial.path(), job.output);
-    } catch (...) {
-      ::rename(old.c_str(), job.output.c_str());  // put the old dataset back
-      throw;
-    }
-    partial.release();
-    util::remove_tree(old);
-  } else {
-    rename_or_throw(partial.path(), job.output);
-    partial.release();
-  }
+  publish(partial, job.output, job.overwrite);
   report.output = job.output;
   report.manifest = std::move(doc);
   return report;

@@ -51,38 +51,46 @@ class Interner {
 
 std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
-}  // namespace
-
-PackPlan plan_records(const io::FeatureStore& store, const Labels& labels, const PackJob& job,
-                      PackReport& report) {
-  PackPlan plan;
-  plan.labels = label_map(labels);
-
-  std::vector<bool> invalid(store.rows(), false);
-  for (const auto row : store.invalid_rows()) invalid[row] = true;
-
-  // Rows of every slide, built on the first key that is not a tile key.
-  std::unordered_map<std::string_view, std::vector<std::uint64_t>> slide_rows;
-  bool slides_built = false;
-  auto rows_of_slide = [&](std::string_view slide) -> const std::vector<std::uint64_t>* {
-    if (!slides_built) {
-      for (std::uint64_t i = 0; i < store.rows(); ++i) {
-        const std::string_view key = store.key(i);
-        if (key.find('/') != std::string_view::npos) slide_rows[slide_of(key)].push_back(i);
+// Rows of every slide, built on the first key that is not a tile key.
+class SlideRows {
+ public:
+  explicit SlideRows(const io::FeatureStore& store) : store_(store) {}
+  const std::vector<std::uint64_t>* find(std::string_view slide) {
+    if (!built_) {
+      for (std::uint64_t i = 0; i < store_.rows(); ++i) {
+        const std::string_view key = store_.key(i);
+        if (key.find('/') != std::string_view::npos) rows_[slide_of(key)].push_back(i);
       }
-      slides_built = true;
+      built_ = true;
     }
-    const auto it = slide_rows.find(slide);
-    return it == slide_rows.end() ? nullptr : &it->second;
-  };
+    const auto it = rows_.find(slide);
+    return it == rows_.end() ? nullptr : &it->second;
+  }
 
-  Interner slides, groups;
+ private:
+  const io::FeatureStore& store_;
+  std::unordered_map<std::string_view, std::vector<std::uint64_t>> rows_;
+  bool built_ = false;
+};
+
+// What the labels rows reach, before records are formed.
+struct Matches {
   // tile/image: (row, label, group); bag: (slide, label) -> rows, and slide -> group.
   std::vector<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t>> pairs;
   std::map<std::pair<std::string, std::uint32_t>, std::vector<std::uint64_t>> bags;
   std::unordered_map<std::string, std::pair<std::uint32_t, std::uint64_t>>
-      bag_group;  // group, line
-  std::vector<std::string> missing;
+      bag_group;                     // group, line
+  std::vector<std::string> missing;  // the first few rows whose key is not in the store
+};
+
+// Resolves each labels row to the rows it reaches (one tile, or every tile of a slide),
+// dropping invalid rows; a bag's slide must keep one group throughout.
+Matches match_labels(const io::FeatureStore& store, const Labels& labels, const PackJob& job,
+                     LabelMap& label_ids, Interner& groups, PackReport& report) {
+  std::vector<bool> invalid(store.rows(), false);
+  for (const auto row : store.invalid_rows()) invalid[row] = true;
+  SlideRows slide_rows(store);
+  Matches m;
   const bool bag = job.unit == PackUnit::bag;
 
   for (const LabelRecord& rec : labels.records) {
@@ -96,20 +104,21 @@ PackPlan plan_records(const io::FeatureStore& store, const Labels& labels, const
       rows = &tile_row;
       row_count = 1;
       slide = slide_of(rec.key);
-    } else if (const auto* slide_rows_of_key = rows_of_slide(rec.key)) {
+    } else if (const auto* slide_rows_of_key = slide_rows.find(rec.key)) {
       rows = slide_rows_of_key->data();
       row_count = slide_rows_of_key->size();
       slide = rec.key;
     } else {
-      if (missing.size() < 5)
-        missing.push_back(in_quotes(rec.key) + " (line " + std::to_string(rec.line) + ")");
+      if (m.missing.size() < 5)
+        m.missing.push_back(in_quotes(rec.key) + " (line " + std::to_string(rec.line) + ")");
       ++report.missing_keys;
       continue;
     }
-    const std::uint32_t label = plan.labels.id(rec.label);
+    const std::uint32_t label = label_ids.id(rec.label);
     const std::uint32_t group = groups.id(job.columns.group.empty() ? slide : rec.group);
     if (bag) {
-      auto [it, inserted] = bag_group.emplace(std::string(slide), std::make_pair(group, rec.line));
+      auto [it, inserted] =
+          m.bag_group.emplace(std::string(slide), std::make_pair(group, rec.line));
       if (!inserted && it->second.first != group) {
         throw InputError(at_file(labels.path, "line " + std::to_string(rec.line) + ": slide " +
                                                   in_quotes(slide) + " is in group " +
@@ -118,78 +127,96 @@ PackPlan plan_records(const io::FeatureStore& store, const Labels& labels, const
                                                   " put it in another group; a bag (one slide) "
                                                   "must lie in one group"));
       }
-      auto& members = bags[{std::string(slide), label}];
-      for (const std::uint64_t* it = rows; it != rows + row_count; ++it) {
-        const std::uint64_t row = *it;
-        if (invalid[row]) {
-          ++report.invalid_rows;
-        } else {
-          members.push_back(row);
-        }
-      }
-    } else {
-      for (const std::uint64_t* it = rows; it != rows + row_count; ++it) {
-        const std::uint64_t row = *it;
-        if (invalid[row]) {
-          ++report.invalid_rows;
-        } else {
-          pairs.emplace_back(row, label, group);
-        }
+    }
+    auto* members = bag ? &m.bags[{std::string(slide), label}] : nullptr;
+    for (const std::uint64_t* it = rows; it != rows + row_count; ++it) {
+      const std::uint64_t row = *it;
+      if (invalid[row]) {
+        ++report.invalid_rows;
+      } else if (bag) {
+        members->push_back(row);
+      } else {
+        m.pairs.emplace_back(row, label, group);
       }
     }
   }
+  return m;
+}
 
-  if (report.missing_keys > 0 && !job.skip_missing) {
-    std::string list;
-    for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
-    throw InputError(
-        at_file(labels.path, std::to_string(report.missing_keys) +
-                                 " labels rows name keys that are neither tile keys "
-                                 "nor slides of the feature store " +
-                                 store.dir() + ": " + list +
-                                 (report.missing_keys > missing.size() ? ", ..." : "") +
-                                 " (skip them with --skip-missing)"));
-  }
+// Refuses labels rows whose keys the store lacks, unless --skip-missing.
+void check_missing(const io::FeatureStore& store, const Labels& labels, const PackJob& job,
+                   const std::vector<std::string>& missing, const PackReport& report) {
+  if (report.missing_keys == 0 || job.skip_missing) return;
+  std::string list;
+  for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+  throw InputError(at_file(labels.path, std::to_string(report.missing_keys) +
+                                            " labels rows name keys that are neither tile keys "
+                                            "nor slides of the feature store " +
+                                            store.dir() + ": " + list +
+                                            (report.missing_keys > missing.size() ? ", ..." : "") +
+                                            " (skip them with --skip-missing)"));
+}
 
-  if (bag) {
-    for (auto& [slide_label, members] : bags) {
-      const auto before = members.size();
-      std::sort(members.begin(), members.end());
-      members.erase(std::unique(members.begin(), members.end()), members.end());
-      report.duplicate_labels += before - members.size();
-      if (members.empty()) {
-        ++report.empty_bags;
-        continue;
-      }
-      PlannedRecord r;
-      r.first = plan.rows.size();
-      r.count = members.size();
-      r.label = slide_label.second;
-      r.slide = slides.id(slide_label.first);
-      r.group = bag_group.at(slide_label.first).first;
-      plan.rows.insert(plan.rows.end(), members.begin(), members.end());
-      plan.records.push_back(r);
+// Bag unit: one record per (slide, label), its rows sorted, repeats dropped.
+void plan_bags(Matches& m, Interner& slides, PackPlan& plan, PackReport& report) {
+  for (auto& [slide_label, members] : m.bags) {
+    const auto before = members.size();
+    std::sort(members.begin(), members.end());
+    members.erase(std::unique(members.begin(), members.end()), members.end());
+    report.duplicate_labels += before - members.size();
+    if (members.empty()) {
+      ++report.empty_bags;
+      continue;
     }
+    PlannedRecord r;
+    r.first = plan.rows.size();
+    r.count = members.size();
+    r.label = slide_label.second;
+    r.slide = slides.id(slide_label.first);
+    r.group = m.bag_group.at(slide_label.first).first;
+    plan.rows.insert(plan.rows.end(), members.begin(), members.end());
+    plan.records.push_back(r);
+  }
+}
+
+// Tile and image units: one record per (row, label).
+void plan_pairs(const io::FeatureStore& store, Matches& m, Interner& slides, PackPlan& plan,
+                PackReport& report) {
+  auto& pairs = m.pairs;
+  // Sorted by (row, label): a deterministic record order; a repeated pair is dropped.
+  std::stable_sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) {
+    return std::tie(std::get<0>(a), std::get<1>(a)) < std::tie(std::get<0>(b), std::get<1>(b));
+  });
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    const auto [row, label, group] = pairs[i];
+    if (i > 0 && std::get<0>(pairs[i - 1]) == row && std::get<1>(pairs[i - 1]) == label) {
+      ++report.duplicate_labels;
+      continue;
+    }
+    PlannedRecord r;
+    r.first = plan.rows.size();
+    r.count = 1;
+    r.label = label;
+    r.slide = slides.id(slide_of(store.key(row)));
+    r.group = group;
+    plan.rows.push_back(row);
+    plan.records.push_back(r);
+  }
+}
+
+}  // namespace
+
+PackPlan plan_records(const io::FeatureStore& store, const Labels& labels, const PackJob& job,
+                      PackReport& report) {
+  PackPlan plan;
+  plan.labels = label_map(labels);
+  Interner slides, groups;
+  Matches matches = match_labels(store, labels, job, plan.labels, groups, report);
+  check_missing(store, labels, job, matches.missing, report);
+  if (job.unit == PackUnit::bag) {
+    plan_bags(matches, slides, plan, report);
   } else {
-    // Sorted by (row, label): a deterministic record order; a repeated pair is dropped.
-    std::stable_sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) {
-      return std::tie(std::get<0>(a), std::get<1>(a)) < std::tie(std::get<0>(b), std::get<1>(b));
-    });
-    for (std::size_t i = 0; i < pairs.size(); ++i) {
-      const auto [row, label, group] = pairs[i];
-      if (i > 0 && std::get<0>(pairs[i - 1]) == row && std::get<1>(pairs[i - 1]) == label) {
-        ++report.duplicate_labels;
-        continue;
-      }
-      PlannedRecord r;
-      r.first = plan.rows.size();
-      r.count = 1;
-      r.label = label;
-      r.slide = slides.id(slide_of(store.key(row)));
-      r.group = group;
-      plan.rows.push_back(row);
-      plan.records.push_back(r);
-    }
+    plan_pairs(store, matches, slides, plan, report);
   }
   plan.slides = slides.take();
   plan.groups = groups.take();

@@ -163,6 +163,133 @@ void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
   if (error) std::rethrow_exception(error);
 }
 
+// What identifies a slide in the store.
+struct Identity {
+  std::string id;
+  std::string quickhash;  // OpenSlide's; "" when the format has none
+  std::string abs_path;
+};
+
+// Whether the store already holds this slide complete (then `report` says so, but for its
+// seconds). Another slide under the same id is refused.
+bool already_tiled(const TileStore& store, const std::string& path, const Identity& who,
+                   SlideReport& report) {
+  const auto existing = store.record("slides", who.id);
+  if (!existing) return false;
+  const std::string other_hash = existing->value("quickhash", "");
+  const std::string other_path = existing->value("path", "");
+  if (other_hash != who.quickhash || (who.quickhash.empty() && other_path != who.abs_path))
+    throw InputError(at_file(path, "slide id '" + who.id + "' is already used in " + store.path() +
+                                       " by " + other_path +
+                                       ", a different slide (OpenSlide quickhash differs); "
+                                       "rename one of the files"));
+  const auto done = store.record("done", who.id);
+  if (!done) return false;
+  report.status = "skipped";
+  report.tiles = done->value("tiles", std::int64_t{0});
+  report.grid_tiles = existing->at("grid").value("cols", std::int64_t{0}) *
+                      existing->at("grid").value("rows", std::int64_t{0});
+  if (done->contains("tissue_fraction") && done->at("tissue_fraction").is_number())
+    report.tissue_fraction = done->at("tissue_fraction").get<double>();
+  return true;
+}
+
+// The tiles to keep, and what chose them: the thumbnail (for tissue or QC) and tissue mask.
+struct Selection {
+  std::optional<Thumbnail> thumb;
+  std::optional<Mask> mask;
+  std::optional<double> tissue_fraction;  // otsu only
+  std::vector<KeptTile> kept;
+};
+
+// Tissue on a thumbnail; tiles kept by their tissue fraction.
+Selection select_tiles(const Slide& slide, const ReadPlan& plan, const TileGrid& grid,
+                       const TileJob& job) {
+  const auto& s = job.settings;
+  const Level& level0 = slide.geometry().levels[0];
+  Selection out;
+  if (s.tissue == "otsu" || !job.qc_dir.empty())
+    out.thumb = make_thumbnail(slide, grid.size_level0);
+  if (s.tissue != "otsu") {
+    for (const TileRect& t : tile_grid(level0, plan, s.tile_size, s.overlap))
+      out.kept.push_back({t.row, t.col, t.x, t.y, 1.0});
+    return out;
+  }
+  const Thumbnail& thumb = *out.thumb;
+  TissueOptions options;
+  const double tile_area = (grid.size_level0 / thumb.dx) * (grid.size_level0 / thumb.dy);
+  options.min_object_px = std::max<std::int64_t>(4, std::llround(tile_area / 4));
+  options.max_hole_px = options.min_object_px;
+  out.mask = tissue_mask(thumb.image.pixels.data(), thumb.image.width, thumb.image.height, options);
+  std::int64_t tissue_px = 0;
+  for (auto v : out.mask->data) tissue_px += v != 0;
+  out.tissue_fraction =
+      out.mask->data.empty() ? 0.0 : static_cast<double>(tissue_px) / out.mask->data.size();
+  const IntegralMask integral(*out.mask);
+  for (const TileRect& t : tile_grid(level0, plan, s.tile_size, s.overlap)) {
+    const double f =
+        integral.fraction(t.x / thumb.dx, t.y / thumb.dy, (t.x + grid.size_level0) / thumb.dx,
+                          (t.y + grid.size_level0) / thumb.dy);
+    if (f >= s.min_tissue - 1e-9) out.kept.push_back({t.row, t.col, t.x, t.y, f});
+  }
+  return out;
+}
+
+// The store's "slides" record: the slide, how it is read and tiled, and the thumbnail.
+json slide_json(const Slide& slide, const Identity& who, const ReadPlan& plan, const TileGrid& grid,
+                const TileSettings& s, const Selection& selection) {
+  const SlideGeometry& geometry = slide.geometry();
+  const auto& thumb = selection.thumb;
+  const auto& mask = selection.mask;
+  return {
+      {"id", who.id},
+      {"path", who.abs_path},
+      {"vendor", slide.vendor()},
+      {"quickhash", who.quickhash},
+      {"width", geometry.levels[0].width},
+      {"height", geometry.levels[0].height},
+      {"levels", levels_json(geometry)},
+      {"mpp", plan.mpp ? json(*plan.mpp) : json(nullptr)},
+      {"level", plan.level},
+      {"level_downsample", plan.level_downsample},
+      {"target_downsample", plan.target_downsample},
+      {"read_size", plan.read_size_level},
+      {"tile_size", s.tile_size},
+      {"overlap", s.overlap},
+      {"stride_level0", grid.stride_level0},
+      {"size_level0", grid.size_level0},
+      {"grid", {{"cols", grid.cols}, {"rows", grid.rows}}},
+      {"thumbnail", thumb ? json{{"width", thumb->image.width},
+                                 {"height", thumb->image.height},
+                                 {"level", thumb->level},
+                                 {"downsample", (thumb->dx + thumb->dy) / 2}}
+                          : json(nullptr)},
+      {"tissue_threshold", mask ? json(mask->threshold) : json(nullptr)},
+  };
+}
+
+// The store's "done" record, written with the last tiles.
+json done_json(const SlideReport& report) {
+  return {
+      {"tiles", report.tiles},
+      {"tissue_fraction", report.tissue_fraction ? json(*report.tissue_fraction) : json(nullptr)},
+      {"seconds", std::round(report.seconds * 1000) / 1000},
+      {"reader", report.reader}};
+}
+
+// The QC picture <dir>/<id>.png: the thumbnail, the tissue mask and a box per kept tile.
+void write_qc(const std::string& dir, const std::string& id, const Selection& selection,
+              const TileGrid& grid) {
+  const Thumbnail& thumb = *selection.thumb;
+  std::vector<Box> boxes;
+  for (const auto& k : selection.kept)
+    boxes.push_back({k.x / thumb.dx, k.y / thumb.dy, (k.x + grid.size_level0) / thumb.dx,
+                     (k.y + grid.size_level0) / thumb.dy});
+  util::make_directories(dir);
+  write_png(util::join_path(dir, id + ".png"),
+            qc_picture(thumb.image, selection.mask ? &*selection.mask : nullptr, boxes));
+}
+
 }  // namespace
 
 void validate(const TileJob& job) {
@@ -187,26 +314,11 @@ SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob&
   report.id = slide_id_for(path);
   const std::string& id = report.id;
   const Slide slide = Slide::open(path);
-  const std::string quickhash = slide.property("openslide.quickhash-1").value_or("");
-  const std::string abs_path = util::absolute_path(path);
-
-  if (const auto existing = store.record("slides", id)) {
-    const std::string other_hash = existing->value("quickhash", "");
-    const std::string other_path = existing->value("path", "");
-    if (other_hash != quickhash || (quickhash.empty() && other_path != abs_path))
-      throw InputError(at_file(
-          path, "slide id '" + id + "' is already used in " + store.path() + " by " + other_path +
-                    ", a different slide (OpenSlide quickhash differs); rename one of the files"));
-    if (const auto done = store.record("done", id)) {
-      report.status = "skipped";
-      report.tiles = done->value("tiles", std::int64_t{0});
-      report.grid_tiles = existing->at("grid").value("cols", std::int64_t{0}) *
-                          existing->at("grid").value("rows", std::int64_t{0});
-      if (done->contains("tissue_fraction") && done->at("tissue_fraction").is_number())
-        report.tissue_fraction = done->at("tissue_fraction").get<double>();
-      report.seconds = seconds_since(start);
-      return report;
-    }
+  const Identity who{id, slide.property("openslide.quickhash-1").value_or(""),
+                     util::absolute_path(path)};
+  if (already_tiled(store, path, who, report)) {
+    report.seconds = seconds_since(start);
+    return report;
   }
   if (const auto removed = store.discard_incomplete(id))
     log::info(id + ": removed " + std::to_string(removed) + " tiles of an interrupted run");
@@ -216,83 +328,20 @@ SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob&
   const ReadPlan plan = plan_read(geometry, s.mpp, s.level, s.tile_size, path);
   const TileGrid grid = make_grid(geometry.levels[0], plan, s.tile_size, s.overlap);
   report.grid_tiles = grid.count();
+  const Selection selection = select_tiles(slide, plan, grid, job);
+  report.tissue_fraction = selection.tissue_fraction;
 
-  // Tissue on a thumbnail; tiles kept by their tissue fraction.
-  std::optional<Thumbnail> thumb;
-  std::optional<Mask> mask;
-  if (s.tissue == "otsu" || !job.qc_dir.empty()) thumb = make_thumbnail(slide, grid.size_level0);
-  std::vector<KeptTile> kept;
-  if (s.tissue == "otsu") {
-    TissueOptions options;
-    const double tile_area = (grid.size_level0 / thumb->dx) * (grid.size_level0 / thumb->dy);
-    options.min_object_px = std::max<std::int64_t>(4, std::llround(tile_area / 4));
-    options.max_hole_px = options.min_object_px;
-    mask =
-        tissue_mask(thumb->image.pixels.data(), thumb->image.width, thumb->image.height, options);
-    std::int64_t tissue_px = 0;
-    for (auto v : mask->data) tissue_px += v != 0;
-    report.tissue_fraction =
-        mask->data.empty() ? 0.0 : static_cast<double>(tissue_px) / mask->data.size();
-    const IntegralMask integral(*mask);
-    for (const TileRect& t : tile_grid(geometry.levels[0], plan, s.tile_size, s.overlap)) {
-      const double f =
-          integral.fraction(t.x / thumb->dx, t.y / thumb->dy, (t.x + grid.size_level0) / thumb->dx,
-                            (t.y + grid.size_level0) / thumb->dy);
-      if (f >= s.min_tissue - 1e-9) kept.push_back({t.row, t.col, t.x, t.y, f});
-    }
-  } else {
-    for (const TileRect& t : tile_grid(geometry.levels[0], plan, s.tile_size, s.overlap))
-      kept.push_back({t.row, t.col, t.x, t.y, 1.0});
-  }
-
-  const json slide_record = {
-      {"id", id},
-      {"path", abs_path},
-      {"vendor", slide.vendor()},
-      {"quickhash", quickhash},
-      {"width", geometry.levels[0].width},
-      {"height", geometry.levels[0].height},
-      {"levels", levels_json(geometry)},
-      {"mpp", plan.mpp ? json(*plan.mpp) : json(nullptr)},
-      {"level", plan.level},
-      {"level_downsample", plan.level_downsample},
-      {"target_downsample", plan.target_downsample},
-      {"read_size", plan.read_size_level},
-      {"tile_size", s.tile_size},
-      {"overlap", s.overlap},
-      {"stride_level0", grid.stride_level0},
-      {"size_level0", grid.size_level0},
-      {"grid", {{"cols", grid.cols}, {"rows", grid.rows}}},
-      {"thumbnail", thumb ? json{{"width", thumb->image.width},
-                                 {"height", thumb->image.height},
-                                 {"level", thumb->level},
-                                 {"downsample", (thumb->dx + thumb->dy) / 2}}
-                          : json(nullptr)},
-      {"tissue_threshold", mask ? json(mask->threshold) : json(nullptr)},
-  };
-  const std::string slide_text = slide_record.dump();
+  const std::string slide_text = slide_json(slide, who, plan, grid, s, selection).dump();
   auto batch = store.write_slide(id, slide_text, job.commit_every);
   try {
     const auto reader = make_region_reader(slide, plan.level, job.reader);
-    if (!kept.empty()) write_tiles(*reader, plan, job, id, kept, batch);
+    if (!selection.kept.empty()) write_tiles(*reader, plan, job, id, selection.kept, batch);
     report.reader = reader->name();
-    if (!job.qc_dir.empty()) {
-      std::vector<Box> boxes;
-      for (const auto& k : kept)
-        boxes.push_back({k.x / thumb->dx, k.y / thumb->dy, (k.x + grid.size_level0) / thumb->dx,
-                         (k.y + grid.size_level0) / thumb->dy});
-      util::make_directories(job.qc_dir);
-      write_png(util::join_path(job.qc_dir, id + ".png"),
-                qc_picture(thumb->image, mask ? &*mask : nullptr, boxes));
-    }
-    report.tiles = static_cast<std::int64_t>(kept.size());
+    if (!job.qc_dir.empty()) write_qc(job.qc_dir, id, selection, grid);
+    report.tiles = static_cast<std::int64_t>(selection.kept.size());
     report.seconds = seconds_since(start);
-    const std::string tiles_text = kept_json(kept).dump();
-    const std::string done_text = json{
-        {"tiles", report.tiles},
-        {"tissue_fraction", report.tissue_fraction ? json(*report.tissue_fraction) : json(nullptr)},
-        {"seconds", std::round(report.seconds * 1000) / 1000},
-        {"reader", report.reader}}.dump();
+    const std::string tiles_text = kept_json(selection.kept).dump();
+    const std::string done_text = done_json(report).dump();
     batch.commit(tiles_text, done_text);
   } catch (...) {
     batch.drop();
@@ -303,7 +352,7 @@ SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob&
     }
     throw;
   }
-  report.status = kept.empty() ? "empty" : "tiled";
+  report.status = selection.kept.empty() ? "empty" : "tiled";
   return report;
 }
 

@@ -160,177 +160,240 @@ Evaluation evaluate(BlockModel& model, Feed& feed, const SplitSamples& samples, 
   return e;
 }
 
-LoopState run_loop(Loop& loop, LoopState state) {
-  const TrainJob& job = loop.job;
-  const auto start = Clock::now();
-  const auto parameters = loop.model.parameters();
-  LossBook book(state, !loop.device.is_cuda());
-  auto last_log = Clock::now();
+namespace {
+
+// run_loop's working set: the state it advances, the loss book, and what its log lines time.
+struct Training {
+  Training(Loop& l, LoopState& s)
+      : loop(l),
+        job(l.job),
+        state(s),
+        parameters(l.model.parameters()),
+        book(s, !l.device.is_cuda()),
+        lr(learning_rate(job, std::max<std::int64_t>(0, s.step - 1), l.total_steps)) {
+    for (const auto size : loop.step_sizes) used += size;
+  }
+  Loop& loop;
+  const TrainJob& job;
+  LoopState& state;
+  const Clock::time_point start = Clock::now();
+  const std::vector<torch::Tensor> parameters;
+  LossBook book;
+  Clock::time_point last_log = Clock::now();
   std::int64_t samples_since_log = 0;
-
-  auto checkpoint = [&](const std::string& name) {
-    book.drain();
-    if (!loop.run.writes()) return;
-    LoopState saved = state;
-    saved.metrics_bytes = loop.run.metrics_bytes();
-    save_checkpoint(loop.run.checkpoint(name), loop.model, loop.optimizer, saved, loop.device);
-  };
-  book.on_bad = [&](std::int64_t step, double value) {
-    const std::string last =
-        util::exists(loop.run.checkpoint("last.pt"))
-            ? "the last good checkpoint, checkpoints/last.pt, is kept (--resume continues from it)"
-            : "no checkpoint was written before it";
-    const std::string message =
-        "step " + std::to_string(step + 1) + ": the loss is " +
-        (std::isnan(value) ? "NaN" : "infinite") +
-        "; training stopped (lower --lr, clip with --clip-norm, or look for inf/NaN features); " +
-        last;
-    loop.run.log({{"event", "error"}, {"step", step + 1}, {"message", message}});
-    throw ResourceError(at_file(loop.run.dir(), message));
-  };
-
-  const auto n = static_cast<std::int64_t>(loop.train.size());
-  std::int64_t used = 0;  // without --last-batch keep, the remainder is left out
-  for (const auto s : loop.step_sizes) used += s;
   // The rate of the last step done (what an epoch line resumed right at its end reports).
-  double lr = learning_rate(job, std::max<std::int64_t>(0, state.step - 1), loop.total_steps);
-  auto progress_at = [&](int epoch, std::int64_t epoch_step) {  // of epoch (0-based)
-    TrainProgress p;
-    p.epoch = epoch + 1;
-    p.epochs = job.epochs;
-    p.step = state.step;
-    p.total_steps = loop.total_steps;
-    p.epoch_step = epoch_step;
-    p.steps_per_epoch = loop.steps_per_epoch;
-    p.lr = lr;
-    return p;
-  };
-  while (state.status.empty() && state.epoch < job.epochs) {
+  double lr;
+  std::int64_t used = 0;  // without --last-batch keep, the remainder is left out
+};
+
+// Drains the step losses first, so the saved sums hold every step done.
+void checkpoint(Training& t, const std::string& name) {
+  t.book.drain();
+  if (!t.loop.run.writes()) return;
+  LoopState saved = t.state;
+  saved.metrics_bytes = t.loop.run.metrics_bytes();
+  save_checkpoint(t.loop.run.checkpoint(name), t.loop.model, t.loop.optimizer, saved,
+                  t.loop.device);
+}
+
+// A non-finite loss ends the run: logged, and thrown naming what a resume continues from.
+[[noreturn]] void stop_on_bad_loss(Loop& loop, std::int64_t step, double value) {
+  const std::string last =
+      util::exists(loop.run.checkpoint("last.pt"))
+          ? "the last good checkpoint, checkpoints/last.pt, is kept (--resume continues from it)"
+          : "no checkpoint was written before it";
+  const std::string message =
+      "step " + std::to_string(step + 1) + ": the loss is " +
+      (std::isnan(value) ? "NaN" : "infinite") +
+      "; training stopped (lower --lr, clip with --clip-norm, or look for inf/NaN features); " +
+      last;
+  loop.run.log({{"event", "error"}, {"step", step + 1}, {"message", message}});
+  throw ResourceError(at_file(loop.run.dir(), message));
+}
+
+TrainProgress progress_at(const Training& t, int epoch, std::int64_t epoch_step) {
+  TrainProgress p;
+  p.epoch = epoch + 1;  // of epoch (0-based)
+  p.epochs = t.job.epochs;
+  p.step = t.state.step;
+  p.total_steps = t.loop.total_steps;
+  p.epoch_step = epoch_step;
+  p.steps_per_epoch = t.loop.steps_per_epoch;
+  p.lr = t.lr;
+  return p;
+}
+
+// Starts the training feed on the epoch's order, at state.epoch_step. Returns, data parallel,
+// each step's gradient weight on this rank (else nothing).
+std::vector<double> start_epoch(Training& t, int epoch) {
+  Loop& loop = t.loop;
+  const auto n = static_cast<std::int64_t>(loop.train.size());
+  auto order = epoch_order(t.job.seed, epoch, n).narrow(0, 0, t.used);
+  std::int64_t local_batch = loop.step_sizes.front();
+  std::vector<double> scales;
+  if (loop.dp) {
+    if (local_batch < loop.dp->world())
+      throw UsageError("data parallel: " + std::to_string(local_batch) +
+                       " training samples per step for " + std::to_string(loop.dp->world()) +
+                       " processes");
+    order =
+        rank_order(order, loop.step_sizes, *loop.dp, loop.train.labels, loop.class_weights, scales);
+    local_batch = rank_slice(local_batch, loop.dp->world(), loop.dp->rank()).size;
+  }
+  loop.train_feed.start(order, local_batch, t.state.epoch_step);
+  return scales;
+}
+
+// Forward and backward over `b`, in micro-batches or sections; returns the batch's loss.
+torch::Tensor accumulate(Loop& loop, const Batch& b, std::int64_t* activation_bytes) {
+  const Activation in{b.x, b.mask};
+  return loop.section_bounds.empty()
+             ? accumulate_gradients(loop.model, in, b.y, loop.class_weights, loop.job.micro_batches,
+                                    activation_bytes)
+             : accumulate_gradients_sectioned(loop.model, in, b.y, loop.class_weights,
+                                              loop.section_bounds, activation_bytes,
+                                              loop.job.offload_boundaries);
+}
+
+// One optimizer step on the feed's next batch; its loss goes to the book.
+void train_step(Training& t, int epoch, const std::vector<double>& scales) {
+  Loop& loop = t.loop;
+  const TrainJob& job = t.job;
+  LoopState& state = t.state;
+  auto b = loop.train_feed.next();
+  // Data parallel: a last batch smaller than the world leaves this rank nothing in it.
+  const bool idle = loop.dp && state.epoch_step + 1 == loop.steps_per_epoch &&
+                    rank_slice(loop.step_sizes.back(), loop.dp->world(), loop.dp->rank()).size == 0;
+  if (!b && !idle)
+    throw ResourceError("the training feed ended early in epoch " + std::to_string(epoch + 1));
+  t.lr = learning_rate(job, state.step, loop.total_steps);
+  for (auto& group : loop.optimizer.param_groups()) group.options().set_lr(t.lr);
+  loop.optimizer.zero_grad(true);
+  if (loop.dp) {  // dropout: other masks on each rank, the same ones on a resume
+    reseed_step(job.seed, state.step, loop.dp->rank(), loop.device);
+    loop.reducer->prepare(idle ? 0
+                               : static_cast<int>(std::min<std::int64_t>(
+                                     loop.section_bounds.empty() ? job.micro_batches : 1, b->size)),
+                          scales[static_cast<std::size_t>(state.epoch_step)]);
+  }
+  std::int64_t activation_bytes = 0;
+  const torch::Tensor local_loss =
+      idle ? torch::zeros({}, torch::TensorOptions().device(loop.device))
+           : accumulate(loop, *b, &activation_bytes);
+  loop.peak_activation_bytes = std::max(loop.peak_activation_bytes, activation_bytes);
+  const auto loss = loop.dp ? loop.reducer->finish(local_loss) : local_loss;
+  if (job.clip_norm > 0) clip_gradients(t.parameters, job.clip_norm);
+  loop.optimizer.step();
+  t.book.add(loss, state.step);
+  ++state.step;
+  ++state.epoch_step;
+  t.samples_since_log += loop.step_sizes[static_cast<std::size_t>(state.epoch_step - 1)];
+}
+
+// A "step" line: the mean loss since the last one, and the throughput. Returns that mean.
+double log_step(Training& t, int epoch) {
+  LoopState& state = t.state;
+  t.book.drain();
+  const double seconds = seconds_since(t.last_log);
+  const double mean = state.window_loss / static_cast<double>(state.window_count);
+  t.loop.run.log({{"event", "step"},
+                  {"epoch", epoch + 1},
+                  {"step", state.step},
+                  {"loss", mean},
+                  {"lr", t.lr},
+                  {"samples_per_second", seconds > 0 ? t.samples_since_log / seconds : 0.0},
+                  {"seconds", seconds_since(t.start)}});
+  state.window_loss = 0;
+  state.window_count = 0;
+  t.samples_since_log = 0;
+  t.last_log = Clock::now();
+  return mean;
+}
+
+// The epoch's steps from state.epoch_step on; false when job.max_steps stopped them.
+bool run_steps(Training& t, int epoch) {
+  const TrainJob& job = t.job;
+  LoopState& state = t.state;
+  const std::vector<double> scales = start_epoch(t, epoch);
+  while (state.epoch_step < t.loop.steps_per_epoch) {
+    if (job.max_steps > 0 && state.step >= job.max_steps) {
+      checkpoint(t, "last.pt");
+      return false;
+    }
+    train_step(t, epoch, scales);
+    TrainProgress p = progress_at(t, epoch, state.epoch_step);
+    if (state.step % job.log_every == 0) p.loss = log_step(t, epoch);
+    if (job.checkpoint_every > 0 && state.step % job.checkpoint_every == 0)
+      checkpoint(t, "last.pt");
+    if (t.loop.progress) t.loop.progress(p);
+  }
+  return true;
+}
+
+// Whether `monitored` is a number that beats the best so far; if so it becomes the best.
+bool note_best(LoopState& state, Monitor monitor, const json& monitored, int epoch) {
+  if (!monitored.is_number()) return false;
+  const double v = monitored.get<double>();
+  const bool improved =
+      !state.best || (lower_is_better(monitor) ? v < *state.best : v > *state.best);
+  if (improved) {
+    state.best = v;
+    state.best_epoch = epoch + 1;
+  }
+  return improved;
+}
+
+// Epoch end: validation, best tracking, early stopping, the epoch's checkpoint.
+void end_epoch(Training& t, int epoch) {
+  Loop& loop = t.loop;
+  const TrainJob& job = t.job;
+  LoopState& state = t.state;
+  t.book.drain();
+  if (loop.dp) loop.dp->broadcast(buffers_of(loop.model));  // rank 0's batch-norm statistics
+  const double train_loss =
+      state.epoch_loss / static_cast<double>(std::max<std::int64_t>(1, state.epoch_count));
+  const auto eval = evaluate(loop.model, loop.val_feed, loop.val, job.batch, loop.classes);
+  const auto metrics = eval.to_json();
+  const bool improved =
+      note_best(state, job.monitor, metrics.at(util::name_of(kMonitors, job.monitor)), epoch);
+  state.bad_epochs = improved ? 0 : state.bad_epochs + 1;
+  state.epoch = epoch + 1;
+  state.epoch_step = 0;
+  state.epoch_loss = 0;
+  state.epoch_count = 0;
+  if (job.patience > 0 && state.bad_epochs >= job.patience && state.epoch < job.epochs)
+    state.status = "early_stopped";
+  else if (state.epoch >= job.epochs)
+    state.status = "complete";
+  json line = {
+      {"event", "epoch"}, {"epoch", epoch + 1}, {"step", state.step}, {"train_loss", train_loss}};
+  line.update(metrics);
+  line.update(json{{"lr", t.lr}, {"best", improved}, {"seconds", seconds_since(t.start)}});
+  loop.run.log(line);
+  if (improved && loop.run.writes()) {
+    checkpoint(t, "best.pt");
+    export_safetensors(loop.model, loop.run.path("best.safetensors"), loop.run.export_metadata);
+  }
+  checkpoint(t, "last.pt");
+  if (loop.progress) {
+    TrainProgress p = progress_at(t, epoch, loop.steps_per_epoch);
+    p.epoch_end = true;
+    p.loss = train_loss;
+    p.validation = metrics;
+    p.improved = improved;
+    loop.progress(p);
+  }
+}
+
+}  // namespace
+
+LoopState run_loop(Loop& loop, LoopState state) {
+  Training t(loop, state);
+  t.book.on_bad = [&loop](std::int64_t step, double value) { stop_on_bad_loss(loop, step, value); };
+  while (state.status.empty() && state.epoch < loop.job.epochs) {
     const int epoch = state.epoch;
-    auto order = epoch_order(job.seed, epoch, n).narrow(0, 0, used);
-    std::int64_t local_batch = loop.step_sizes.front();
-    std::vector<double> scales;  // data parallel: each step's gradient weight on this rank
-    if (loop.dp) {
-      if (local_batch < loop.dp->world())
-        throw UsageError("data parallel: " + std::to_string(local_batch) +
-                         " training samples per step for " + std::to_string(loop.dp->world()) +
-                         " processes");
-      order = rank_order(order, loop.step_sizes, *loop.dp, loop.train.labels, loop.class_weights,
-                         scales);
-      local_batch = rank_slice(local_batch, loop.dp->world(), loop.dp->rank()).size;
-    }
-    loop.train_feed.start(order, local_batch, state.epoch_step);
-    while (state.epoch_step < loop.steps_per_epoch) {
-      if (job.max_steps > 0 && state.step >= job.max_steps) {
-        checkpoint("last.pt");
-        return state;
-      }
-      auto b = loop.train_feed.next();
-      // Data parallel: a last batch smaller than the world leaves this rank nothing in it.
-      const bool idle =
-          loop.dp && state.epoch_step + 1 == loop.steps_per_epoch &&
-          rank_slice(loop.step_sizes.back(), loop.dp->world(), loop.dp->rank()).size == 0;
-      if (!b && !idle)
-        throw ResourceError("the training feed ended early in epoch " + std::to_string(epoch + 1));
-      lr = learning_rate(job, state.step, loop.total_steps);
-      for (auto& group : loop.optimizer.param_groups()) group.options().set_lr(lr);
-      loop.optimizer.zero_grad(true);
-      if (loop.dp) {  // dropout: other masks on each rank, the same ones on a resume
-        reseed_step(job.seed, state.step, loop.dp->rank(), loop.device);
-        loop.reducer->prepare(
-            idle ? 0
-                 : static_cast<int>(std::min<std::int64_t>(
-                       loop.section_bounds.empty() ? job.micro_batches : 1, b->size)),
-            scales[static_cast<std::size_t>(state.epoch_step)]);
-      }
-      std::int64_t activation_bytes = 0;
-      torch::Tensor local_loss;
-      if (idle) {
-        local_loss = torch::zeros({}, torch::TensorOptions().device(loop.device));
-      } else {
-        const Activation in{b->x, b->mask};
-        local_loss = loop.section_bounds.empty()
-                         ? accumulate_gradients(loop.model, in, b->y, loop.class_weights,
-                                                job.micro_batches, &activation_bytes)
-                         : accumulate_gradients_sectioned(loop.model, in, b->y, loop.class_weights,
-                                                          loop.section_bounds, &activation_bytes,
-                                                          job.offload_boundaries);
-      }
-      loop.peak_activation_bytes = std::max(loop.peak_activation_bytes, activation_bytes);
-      const auto loss = loop.dp ? loop.reducer->finish(local_loss) : local_loss;
-      if (job.clip_norm > 0) clip_gradients(parameters, job.clip_norm);
-      loop.optimizer.step();
-      book.add(loss, state.step);
-      ++state.step;
-      ++state.epoch_step;
-      samples_since_log += loop.step_sizes[static_cast<std::size_t>(state.epoch_step - 1)];
-
-      TrainProgress p = progress_at(epoch, state.epoch_step);
-      if (state.step % job.log_every == 0) {
-        book.drain();
-        const double seconds = seconds_since(last_log);
-        const double mean = state.window_loss / static_cast<double>(state.window_count);
-        loop.run.log({{"event", "step"},
-                      {"epoch", epoch + 1},
-                      {"step", state.step},
-                      {"loss", mean},
-                      {"lr", lr},
-                      {"samples_per_second", seconds > 0 ? samples_since_log / seconds : 0.0},
-                      {"seconds", seconds_since(start)}});
-        state.window_loss = 0;
-        state.window_count = 0;
-        samples_since_log = 0;
-        last_log = Clock::now();
-        p.loss = mean;
-      }
-      if (job.checkpoint_every > 0 && state.step % job.checkpoint_every == 0) checkpoint("last.pt");
-      if (loop.progress) loop.progress(p);
-    }
-
-    // Epoch end: validation, best tracking, early stopping, the epoch's checkpoint.
-    book.drain();
-    if (loop.dp) loop.dp->broadcast(buffers_of(loop.model));  // rank 0's batch-norm statistics
-    const double train_loss =
-        state.epoch_loss / static_cast<double>(std::max<std::int64_t>(1, state.epoch_count));
-    const auto eval = evaluate(loop.model, loop.val_feed, loop.val, job.batch, loop.classes);
-    const auto metrics = eval.to_json();
-    const json& monitored = metrics.at(util::name_of(kMonitors, job.monitor));
-    bool improved = false;
-    if (monitored.is_number()) {
-      const double v = monitored.get<double>();
-      improved = !state.best || (lower_is_better(job.monitor) ? v < *state.best : v > *state.best);
-      if (improved) {
-        state.best = v;
-        state.best_epoch = epoch + 1;
-      }
-    }
-    state.bad_epochs = improved ? 0 : state.bad_epochs + 1;
-    state.epoch = epoch + 1;
-    state.epoch_step = 0;
-    state.epoch_loss = 0;
-    state.epoch_count = 0;
-    if (job.patience > 0 && state.bad_epochs >= job.patience && state.epoch < job.epochs)
-      state.status = "early_stopped";
-    else if (state.epoch >= job.epochs)
-      state.status = "complete";
-    json line = {
-        {"event", "epoch"}, {"epoch", epoch + 1}, {"step", state.step}, {"train_loss", train_loss}};
-    line.update(metrics);
-    line.update(json{{"lr", lr}, {"best", improved}, {"seconds", seconds_since(start)}});
-    loop.run.log(line);
-    if (improved && loop.run.writes()) {
-      checkpoint("best.pt");
-      export_safetensors(loop.model, loop.run.path("best.safetensors"), loop.run.export_metadata);
-    }
-    checkpoint("last.pt");
-    if (loop.progress) {
-      TrainProgress p = progress_at(epoch, loop.steps_per_epoch);
-      p.epoch_end = true;
-      p.loss = train_loss;
-      p.validation = metrics;
-      p.improved = improved;
-      loop.progress(p);
-    }
+    if (!run_steps(t, epoch)) return state;  // job.max_steps: last.pt holds the position
+    end_epoch(t, epoch);
   }
   return state;
 }

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 build=${MLTOOL_BUILD_DIR:-build}
 scripts/setup.sh
 scripts/check-format.sh
+python3 scripts/check-function-length.py
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(-L 'unit|cli')
 cd "$build"

@@ -42,9 +42,6 @@ std::vector<Command> all_commands(const std::vector<Command>& module);
 /// Adds --threads, --json, --verbose and --quiet to a subcommand.
 void add_common_options(CLI::App& app, CommonOptions& options);
 
-/// Adds --math-threads (extract, train: the commands whose CPU results depend on it).
-void add_math_threads_option(CLI::App& app, int& threads);
-
 /// Replaces a "-" entry by the lines of stdin (blank lines and # comments skipped).
 std::vector<std::string> expand_stdin_list(const std::vector<std::string>& items);
 

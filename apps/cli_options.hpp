@@ -43,6 +43,7 @@ void add_options(CLI::App& app, const util::Options<Job>& table, const std::shar
       added->type_name(o.type);
       if (!o.is_required) added->default_str(default_text(o));
       if (!o.choices.empty()) added->check(CLI::IsMember(o.choices));
+      if (o.value_optional) added->expected(0, 1);
     }
     if (o.is_required) added->required();
   }

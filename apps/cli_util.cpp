@@ -14,14 +14,6 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_flag("-q,--quiet", o.quiet, "Only errors on stderr");
 }
 
-void add_math_threads_option(CLI::App& app, int& threads) {
-  app.add_option("--math-threads", threads,
-                 "LibTorch's math threads on the CPU, on which the result's bits depend; "
-                 "0: a resumed run's, else OMP_NUM_THREADS or the cores")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-}
-
 std::string format_fixed(double v, int digits) {
   char text[64];
   std::snprintf(text, sizeof text, "%.*f", digits, v);

@@ -40,13 +40,6 @@ namespace {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-Amp parse_amp(const std::string& s) {
-  if (s == "none") return Amp::none;
-  if (s == "f16") return Amp::f16;
-  if (s == "bf16") return Amp::bf16;
-  throw UsageError("--amp must be none, f16 or bf16");
-}
-
 // Decoded tiles of one batch in a (pinned, when a GPU is used) host buffer.
 struct HostBatch {
   std::uint64_t index = 0;      // batch number in this run
@@ -136,18 +129,12 @@ std::string cpu_model() {
   return "unknown CPU";
 }
 
-// What a partial run's fingerprint field is set by, for a refusal that names the option.
+// The option that sets a partial run's fingerprint field, for a refusal that names it: the
+// field's option of that key, else the model (source and model fields).
 std::string option_of(const std::string& field) {
-  static const std::map<std::string, std::string> options = {{"batch", "--batch"},
-                                                             {"dtype", "--dtype"},
-                                                             {"device", "--device"},
-                                                             {"math_threads", "--math-threads"},
-                                                             {"input_size", "--input-size"},
-                                                             {"mean", "--mean"},
-                                                             {"std", "--std"},
-                                                             {"amp", "--amp"}};
-  const auto it = options.find(field);
-  return it != options.end() ? it->second : "--model";
+  for (const auto& o : extract_options())
+    if (o.key() == field) return o.flag();
+  return "--model";
 }
 
 std::string value_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
@@ -191,18 +178,7 @@ void check_resume(const std::string& dir, const json& stored, const json& now) {
   refuse("other settings (" + util::join_path(partial, "config.json") + ")");
 }
 
-void check_job(const ExtractJob& job) {
-  if (job.batch < 1) throw UsageError("--batch must be at least 1");
-  if (job.chunk_rows < 1 || job.chunk_rows > (std::uint64_t{1} << 32))
-    throw UsageError("--chunk-rows must be between 1 and 2^32");
-  if (job.input_size < 1 || job.input_size > 8192)
-    throw UsageError("--input-size must be between 1 and 8192");
-  for (float s : job.std)
-    if (!(s > 0)) throw UsageError("--std values must be positive");
-  if (job.dtype != io::DType::float32 && job.dtype != io::DType::float16)
-    throw UsageError("--dtype must be f32 or f16");
-  if (job.math_threads < 0) throw UsageError("--math-threads must be 0 (the default) or more");
-}
+void check_job(const ExtractJob& job) { util::check_options(extract_options(), job); }
 
 // One copy of the model per device.
 std::vector<std::unique_ptr<Extractor>> load_replicas(const ExtractJob& job,
@@ -465,7 +441,7 @@ std::uint64_t run_pipeline(Pipeline& p, ChunkedFeatureWriter& writer,
 ExtractReport extract_features(const ExtractJob& job) {
   const auto start = Clock::now();
   check_job(job);
-  const Amp amp = parse_amp(job.amp);
+  const Amp amp = job.amp;
   const util::OutputLock lock(job.output, "mltool extract");  // one writer per feature store
 
   auto store = slide::TileStore::open(job.store, false);

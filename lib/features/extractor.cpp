@@ -41,9 +41,7 @@ class AutocastGuard {
   at::ScalarType was_dtype_ = at::kFloat;
 };
 
-const char* amp_name(Amp amp) {
-  return amp == Amp::f16 ? "f16" : amp == Amp::bf16 ? "bf16" : "none";
-}
+const char* amp_name(Amp amp) { return util::name_of(kAmps, amp); }
 
 class TorchScriptExtractor final : public Extractor {
  public:

@@ -104,6 +104,15 @@ void write_png(const std::string& path, const RgbImage& image) {
   util::write_file_atomic(path, encode_png(image.pixels.data(), image.width, image.height));
 }
 
+const util::EnumNames<TileEncoding>& encoding_names() {
+  static const util::EnumNames<TileEncoding> names = [] {
+    util::EnumNames<TileEncoding> out;
+    for (const auto& e : kEncodings) out.emplace_back(e.encoding, e.name);
+    return out;
+  }();
+  return names;
+}
+
 const EncodingInfo kEncodings[2] = {
     {TileEncoding::jpeg, "jpeg", &encode_jpeg},
     {TileEncoding::png, "png",

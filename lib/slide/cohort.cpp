@@ -54,7 +54,11 @@ std::vector<std::string> shard_slides(const std::vector<std::string>& slides,
   return out;
 }
 
-CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob& job) {
+CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob& asked) {
+  CohortJob job = asked;
+  auto& s = job.tile.settings;
+  if (!s.mpp && !s.level) s.mpp = kDefaultMpp;
+  util::check_options(cohort_options(), job);
   validate(job.tile);
   const std::vector<std::string> mine = shard_slides(slides, job.shard);
   auto store = TileStore::open(job.store, true);

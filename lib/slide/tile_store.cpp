@@ -22,6 +22,9 @@ std::string describe(const nlohmann::json& v) { return v.is_null() ? "none" : v.
 
 }  // namespace
 
+const util::EnumNames<TissueDetection> kTissueDetections = {{TissueDetection::otsu, "otsu"},
+                                                            {TissueDetection::none, "none"}};
+
 nlohmann::json TileSettings::to_json() const {
   return {{"format", "mltool.tile-store"},
           {"format_version", 1},
@@ -31,7 +34,7 @@ nlohmann::json TileSettings::to_json() const {
           {"level", optional_json(level)},
           {"encoding", encoding_info(encoding).name},
           {"quality", quality},
-          {"tissue", tissue},
+          {"tissue", util::name_of(kTissueDetections, tissue)},
           {"min_tissue", min_tissue}};
 }
 
@@ -44,7 +47,8 @@ TileSettings TileSettings::from_json(const nlohmann::json& doc, const std::strin
   if (!doc.at("level").is_null()) s.level = doc.at("level").get<int>();
   s.encoding = *encoding_named(doc.at("encoding").get<std::string>());  // the schema's enum
   s.quality = doc.at("quality").get<int>();
-  s.tissue = doc.at("tissue").get<std::string>();
+  s.tissue = util::parse_enum(kTissueDetections, doc.at("tissue").get<std::string>(),
+                              where + ": 'tissue'");  // the schema's enum
   s.min_tissue = doc.at("min_tissue").get<double>();
   if (s.mpp.has_value() == s.level.has_value())
     throw FormatError(where + ": exactly one of 'mpp' and 'level' must be set");

@@ -208,9 +208,9 @@ Selection select_tiles(const Slide& slide, const ReadPlan& plan, const TileGrid&
   const auto& s = job.settings;
   const Level& level0 = slide.geometry().levels[0];
   Selection out;
-  if (s.tissue == "otsu" || !job.qc_dir.empty())
+  if (s.tissue == TissueDetection::otsu || !job.qc_dir.empty())
     out.thumb = make_thumbnail(slide, grid.size_level0);
-  if (s.tissue != "otsu") {
+  if (s.tissue != TissueDetection::otsu) {
     for (const TileRect& t : tile_grid(level0, plan, s.tile_size, s.overlap))
       out.kept.push_back({t.row, t.col, t.x, t.y, 1.0});
     return out;
@@ -293,18 +293,11 @@ void write_qc(const std::string& dir, const std::string& id, const Selection& se
 }  // namespace
 
 void validate(const TileJob& job) {
+  util::check_options(tile_options(), job);
   const auto& s = job.settings;
   check_tile_size(s.tile_size, s.overlap);
   if (s.mpp.has_value() == s.level.has_value())
     throw UsageError("give exactly one of --mpp and --level");
-  if (s.mpp && !(*s.mpp > 0 && std::isfinite(*s.mpp)))
-    throw UsageError("--mpp must be a positive number");
-  if (s.level && *s.level < 0) throw UsageError("--level must be at least 0");
-  if (s.quality < 1 || s.quality > 100) throw UsageError("--quality must be between 1 and 100");
-  if (s.tissue != "otsu" && s.tissue != "none") throw UsageError("--tissue must be otsu or none");
-  if (!(s.min_tissue >= 0 && s.min_tissue <= 1))
-    throw UsageError("--min-tissue must be between 0 and 1");
-  if (job.commit_every < 1) throw UsageError("--commit-every must be at least 1");
 }
 
 SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob& job) {

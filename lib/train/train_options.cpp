@@ -3,6 +3,7 @@
 // result; a resume that changes one is warned or refused) and "runtime" (what does not)
 // come from here. docs/train.md's synopsis is checked against it (tests/cli/options_test.py).
 #include "mltool/train/train.hpp"
+#include "mltool/util/math_env.hpp"
 
 namespace mltool::train {
 
@@ -35,11 +36,7 @@ const util::Options<TrainJob>& train_options() {
           .in("runtime"),
       option("--device", &J::device, "auto (the first GPU, else CPU), cpu, cuda or cuda:N")
           .in("runtime"),
-      option("--math-threads", &J::math_threads,
-             "LibTorch's math threads on the CPU, on which the result's bits depend; 0: a resumed "
-             "run's, else OMP_NUM_THREADS or the cores")
-          .at_least(0)
-          .in("runtime"),
+      util::math_threads_option(&J::math_threads).in("runtime"),
       option("--epochs", &J::epochs, "Passes over the training split").at_least(1).in("options"),
       option("--batch", &J::batch, "Samples (tiles, bags, images) per step")
           .at_least(1)

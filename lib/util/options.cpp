@@ -17,6 +17,7 @@ std::string number_text(double v) {
 }
 
 std::string value_text(const nlohmann::json& v) {
+  if (v.is_null()) return "";
   if (v.is_string()) return v.get<std::string>();
   if (v.is_number_float()) return number_text(v.get<double>());
   return v.dump();

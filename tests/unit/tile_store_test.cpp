@@ -40,7 +40,7 @@ TileSettings unusual_settings() {
   s.level.reset();
   s.encoding = TileEncoding::png;
   s.quality = 75;
-  s.tissue = "none";
+  s.tissue = mltool::slide::TissueDetection::none;
   s.min_tissue = 0.25;
   return s;
 }

@@ -17,9 +17,18 @@
 #include <nlohmann/json.hpp>
 
 #include "mltool/io/npy.hpp"
+#include "mltool/util/options.hpp"
 
 namespace mltool::features {
 
+/// Mixed precision for the forward pass.
+enum class Amp { none, f16, bf16 };
+extern const util::EnumNames<Amp> kAmps;
+/// The stored feature types, by their option names: f32, f16.
+extern const util::EnumNames<io::DType> kFeatureDTypes;
+
+/// The options of `mltool extract`, declared once (lib/features/extract_options.cpp): the
+/// command line, check_options and the names a resume refusal gives come from it.
 struct ExtractJob {
   std::string store;                            ///< the tile store (mltool tile)
   std::string output;                           ///< the feature store directory
@@ -29,7 +38,7 @@ struct ExtractJob {
   std::array<float, 3> std{0.229f, 0.224f, 0.225f};
   int batch = 256;
   std::string device = "auto";  ///< auto (every GPU, else CPU), cpu, cuda (every GPU), cuda:N
-  std::string amp = "none";     ///< none, f16, bf16
+  Amp amp = Amp::none;
   io::DType dtype = io::DType::float32;
   int threads = 0;  ///< decode threads; 0 = one per core
   /// LibTorch's intra-op (math) threads on the CPU; 0 = a partial run's when resuming, else
@@ -57,5 +66,11 @@ struct ExtractReport {
 /// output does not fit, InputError for a missing store/model, FormatError for an
 /// undecodable tile without keep_going, naming the store and the tile key).
 ExtractReport extract_features(const ExtractJob& job);
+
+/// The table of ExtractJob's options.
+const util::Options<ExtractJob>& extract_options();
+
+/// The summary `mltool extract --json` prints.
+nlohmann::json to_json(const ExtractReport& report);
 
 }  // namespace mltool::features

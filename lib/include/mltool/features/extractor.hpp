@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mltool/features/extract.hpp"
+
 namespace mltool::features {
 
 /// How tiles become model input: resize to input_size (bilinear, antialiased when
@@ -21,9 +23,6 @@ struct Preprocess {
   std::array<float, 3> mean{0.485f, 0.456f, 0.406f};  // ImageNet
   std::array<float, 3> std{0.229f, 0.224f, 0.225f};
 };
-
-/// Mixed precision for the forward pass.
-enum class Amp { none, f16, bf16 };
 
 /// Names of the built-in extractors, for "builtin:NAME".
 std::vector<std::string> builtin_names();

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "mltool/util/options.hpp"
+
 namespace mltool::slide {
 
 /// An interleaved 8-bit RGB image.
@@ -39,6 +41,9 @@ struct EncodingInfo {
 
 /// Every encoding, in the order --format lists them.
 extern const EncodingInfo kEncodings[2];
+
+/// The encodings by name (kEncodings' names), for the --format option.
+const util::EnumNames<TileEncoding>& encoding_names();
 
 /// The row of `encoding`.
 const EncodingInfo& encoding_info(TileEncoding encoding);

@@ -8,7 +8,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "mltool/slide/tiler.hpp"
+#include "mltool/util/options.hpp"
 
 namespace mltool::slide {
 
@@ -30,6 +33,13 @@ struct CohortReport {
   int failed = 0;                   ///< slides that failed (keep_going)
   int empty = 0;                    ///< slides complete with zero tiles
 };
+
+/// The options of the run over a list (lib/slide/tile_options.cpp).
+const util::Options<CohortJob>& cohort_options();
+
+/// The summaries `mltool tile --json` prints: of a run over slides, and of --merge.
+nlohmann::json to_json(const CohortReport& report, const std::string& store);
+nlohmann::json to_json(const std::vector<MergeReport>& merged, const std::string& store);
 
 /// Validates the job, opens the store (taking its lock), adopts the settings and tiles the
 /// shard's slides in order, logging each. Without keep_going the first failing slide's

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "mltool/slide/openslide.hpp"
+#include "mltool/util/options.hpp"
 
 namespace mltool::slide {
 
@@ -31,6 +32,8 @@ enum class ReaderChoice {
   automatic,  ///< libvips' TIFF decoder where it reads the level exactly, else OpenSlide
   openslide,  ///< always OpenSlide
 };
+/// --reader's names: auto, openslide.
+extern const util::EnumNames<ReaderChoice> kReaderChoices;
 
 /// A reader of `level` of `slide`; `slide` must outlive it.
 std::unique_ptr<RegionReader> make_region_reader(const Slide& slide, int level,

@@ -23,20 +23,25 @@
 
 #include "mltool/io/lmdb.hpp"
 #include "mltool/slide/codec.hpp"
+#include "mltool/util/options.hpp"
 #include "mltool/util/output_lock.hpp"
 
 namespace mltool::slide {
 
 /// The settings that make tiles comparable; every slide of one store shares them.
+/// How tissue is found: Otsu's threshold on a thumbnail, or none (every tile is kept).
+enum class TissueDetection { otsu, none };
+extern const util::EnumNames<TissueDetection> kTissueDetections;
+
 struct TileSettings {
   int tile_size = 256;
   int overlap = 0;
   std::optional<double> mpp;  ///< target µm/px (exclusive with level)
   std::optional<int> level;   ///< pyramid level read as is (exclusive with mpp)
   TileEncoding encoding = TileEncoding::jpeg;
-  int quality = 90;             ///< JPEG quality
-  std::string tissue = "otsu";  ///< "otsu" or "none"
-  double min_tissue = 0.5;      ///< keep tiles whose tissue fraction is at least this
+  int quality = 90;  ///< JPEG quality
+  TissueDetection tissue = TissueDetection::otsu;
+  double min_tissue = 0.5;  ///< keep tiles whose tissue fraction is at least this
 
   /// The "store" record (format mltool.tile-store, schemas/tile-store.schema.json).
   nlohmann::json to_json() const;

@@ -42,7 +42,14 @@ struct SlideReport {
   std::string error;   ///< status "failed" (tile_slides with keep_going): the message
 };
 
-/// Checks a job before any slide is opened: UsageError for a bad setting.
+/// The target µm/px when neither --mpp nor --level is given (tile_slides applies it).
+inline constexpr double kDefaultMpp = 0.5;
+
+/// The options of one slide's tiling, declared once (lib/slide/tile_options.cpp).
+const util::Options<TileJob>& tile_options();
+
+/// Checks a job before any slide is opened (its options against tile_options(), then
+/// exactly one of mpp and level): UsageError for a bad setting.
 void validate(const TileJob& job);
 
 /// Tiles one slide into `store` (whose settings must already be adopted). A slide that is

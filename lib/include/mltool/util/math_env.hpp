@@ -2,7 +2,18 @@
 // the process environment before LibTorch (and the MKL inside it) is loaded.
 #pragma once
 
+#include "mltool/util/options.hpp"
+
 namespace mltool::util {
+
+/// --math-threads, declared once for the jobs whose CPU results depend on it (extract, train).
+template <class Job>
+Option<Job> math_threads_option(int Job::*member) {
+  return option("--math-threads", member,
+                "LibTorch's math threads on the CPU, on which the result's bits depend; 0: a "
+                "resumed run's, else OMP_NUM_THREADS or the cores")
+      .at_least(0);
+}
 
 /// Sets, unless the user set them already:
 /// - MKL_CBWR=AUTO: MKL's conditional numerical reproducibility on the CPU's own code path.

@@ -38,7 +38,8 @@ const char* name_of(const EnumNames<E>& names, E value) {
 /// The shortest text that reads back as `v` ("25", "0.001", "1e-06").
 std::string number_text(double v);
 
-/// An option's value as text: a string as it is, a number by number_text, else JSON.
+/// An option's value as text: a string as it is, a number by number_text, null as "", else
+/// JSON.
 std::string value_text(const nlohmann::json& v);
 
 /// "a, b or c".
@@ -70,7 +71,8 @@ struct Option {
   std::string type;  ///< shown in the help: INT, NUMBER, TEXT, ...; empty for a flag
   std::vector<std::string> choices;  ///< the allowed values (an enum's names); empty: any
   bool is_flag = false;              ///< takes no value
-  bool many = false;  ///< a list: the value may be given several times (parse appends)
+  bool many = false;            ///< a list: the value may be given several times (parse appends)
+  bool value_optional = false;  ///< may be given without a value (parse gets "")
   bool is_required = false;
   std::string section;  ///< the manifest section it is recorded in (recorded()); empty: none
   std::function<void(Job&, const std::string&)> parse;  ///< sets (appends, if `many`) from text
@@ -93,6 +95,11 @@ struct Option {
   }
   bool positional() const { return names.front() != '-'; }
 
+  /// May be given without a value: `--check` alone (parse gets "").
+  Option& optional_value() {
+    value_optional = true;
+    return *this;
+  }
   Option& required() {
     is_required = true;
     return *this;
@@ -188,12 +195,26 @@ Option<Job> option_at(std::string names, Field field, std::string help) {
   Option<Job> o;
   o.names = std::move(names);
   o.help = std::move(help);
-  o.type = detail::type_name<T>();
-  const std::string flag = o.flag();
-  o.parse = [field, flag](Job& j, const std::string& text) {
-    field(j) = detail::parse_as<T>(text, flag);
-  };
+  if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    o.type = "TEXT";
+    o.many = true;
+    o.parse = [field](Job& j, const std::string& text) { field(j).push_back(text); };
+  } else {
+    o.type = detail::type_name<T>();
+    const std::string flag = o.flag();
+    o.parse = [field, flag](Job& j, const std::string& text) {
+      field(j) = detail::parse_as<T>(text, flag);
+    };
+  }
   o.value = [field](const Job& j) { return nlohmann::json(field(const_cast<Job&>(j))); };
+  return o;
+}
+
+/// A flag (no value) that sets where `field(job)` points.
+template <class Job, class Field>
+Option<Job> flag_at(std::string names, Field field, std::string help) {
+  Option<Job> o = option_at<Job>(std::move(names), field, std::move(help));
+  o.is_flag = true;
   return o;
 }
 
@@ -219,6 +240,26 @@ Option<Job> choice(std::string names, E Job::*member, const EnumNames<E>& values
     j.*member = parse_enum(values, text, flag);
   };
   o.value = [member, &values](const Job& j) { return nlohmann::json(name_of(values, j.*member)); };
+  return o;
+}
+
+/// An option that names one value of the enum where `field(job)` points.
+template <class Job, class Field,
+          class E = std::remove_reference_t<std::invoke_result_t<Field, Job&>>>
+Option<Job> choice_at(std::string names, Field field, const EnumNames<E>& values,
+                      std::string help) {
+  Option<Job> o;
+  o.names = std::move(names);
+  o.help = std::move(help);
+  o.type = "TEXT";
+  for (const auto& [v, n] : values) o.choices.emplace_back(n);
+  const std::string flag = o.flag();
+  o.parse = [field, &values, flag](Job& j, const std::string& text) {
+    field(j) = parse_enum(values, text, flag);
+  };
+  o.value = [field, &values](const Job& j) {
+    return nlohmann::json(name_of(values, field(const_cast<Job&>(j))));
+  };
   return o;
 }
 
@@ -265,7 +306,8 @@ nlohmann::json describe(const Options<Job>& table) {
     nlohmann::json d = {{"names", o.names}, {"key", o.key()}, {"help", o.help}};
     d["kind"] = o.positional() ? "positional" : o.is_flag ? "flag" : "option";
     if (!o.is_flag) d["type"] = o.type;
-    if (!o.is_required && !o.is_flag) d["default"] = o.value(defaults);
+    if (!o.is_required && !o.is_flag && !o.value(defaults).is_null())
+      d["default"] = o.value(defaults);
     if (!o.choices.empty()) d["choices"] = o.choices;
     if (o.is_required) d["required"] = true;
     if (o.many) d["many"] = true;

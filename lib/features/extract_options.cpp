@@ -1,0 +1,103 @@
+// The options of `mltool extract`, declared once: apps/cmd_extract.cpp binds this table to
+// the command line, extract_features checks a job against it, and a resume refusal names the
+// option of a fingerprint field from it. docs/extract.md's synopsis is checked against it
+// (tests/cli/options_docs_test.py).
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "mltool/features/extract.hpp"
+#include "mltool/util/math_env.hpp"
+
+namespace mltool::features {
+
+const util::EnumNames<Amp> kAmps = {{Amp::none, "none"}, {Amp::f16, "f16"}, {Amp::bf16, "bf16"}};
+const util::EnumNames<io::DType> kFeatureDTypes = {{io::DType::float32, "f32"},
+                                                   {io::DType::float16, "f16"}};
+
+namespace {
+
+using Triple = std::array<float, 3>;
+
+Triple parse_triple(const std::string& text, const std::string& option) {
+  Triple out{};
+  std::istringstream in(text);
+  char comma = 0;
+  if (!(in >> out[0] >> comma) || comma != ',' || !(in >> out[1] >> comma) || comma != ',' ||
+      !(in >> out[2]) || !in.eof())
+    throw UsageError(option + " takes three numbers R,G,B, not '" + text + "'");
+  return out;
+}
+
+// The shortest text of each float that reads back as it: "0.485,0.456,0.406".
+std::string triple_text(const Triple& t) {
+  std::string out;
+  for (const float v : t) {
+    char text[32];
+    for (int digits = 1; digits <= 9; ++digits) {
+      std::snprintf(text, sizeof text, "%.*g", digits, static_cast<double>(v));
+      if (std::strtof(text, nullptr) == v) break;
+    }
+    out += (out.empty() ? "" : ",") + std::string(text);
+  }
+  return out;
+}
+
+// --mean and --std: three numbers R,G,B.
+util::Option<ExtractJob> triple(const char* name, Triple ExtractJob::*member, const char* help) {
+  return util::custom<ExtractJob>(
+      name, "R,G,B", help,
+      [member, name](ExtractJob& j, const std::string& text) {
+        j.*member = parse_triple(text, name);
+      },
+      [member](const ExtractJob& j) { return nlohmann::json(triple_text(j.*member)); });
+}
+
+}  // namespace
+
+const util::Options<ExtractJob>& extract_options() {
+  using J = ExtractJob;
+  using util::choice, util::flag, util::option;
+  static const util::Options<ExtractJob> table = {
+      option("store", &J::store, "The tile store (mltool tile)").required(),
+      option("-o,--output", &J::output, "The feature store directory (created; resumed if partial)")
+          .required(),
+      option("--model", &J::model, "A TorchScript file, or builtin:color-texture (no weights)"),
+      option("--input-size", &J::input_size,
+             "Model input side in pixels (tiles are resized on the device)")
+          .at_least(1)
+          .at_most(8192),
+      triple("--mean", &J::mean, "Per-channel mean subtracted after scaling to [0, 1]"),
+      triple("--std", &J::std, "Per-channel standard deviation divided by")
+          .check([](const J& j) { return j.std[0] > 0 && j.std[1] > 0 && j.std[2] > 0; },
+                 "three positive numbers"),
+      option("--batch", &J::batch, "Tiles per forward pass").at_least(1),
+      option("--device", &J::device, "auto (every GPU, else CPU), cpu, cuda (every GPU) or cuda:N"),
+      choice("--amp", &J::amp, kAmps, "Mixed precision for the forward: none, f16 or bf16"),
+      choice("--dtype", &J::dtype, kFeatureDTypes, "Stored feature type: f32 or f16"),
+      option("--chunk-rows", &J::chunk_rows, "Rows per committed chunk: what a killed run keeps")
+          .at_least(1)
+          .at_most(4294967296.0),
+      util::math_threads_option(&J::math_threads),
+      flag("--keep-going", &J::keep_going,
+           "Undecodable tiles become invalid rows (NaN, listed in features.json); exit 4"),
+  };
+  return table;
+}
+
+nlohmann::json to_json(const ExtractReport& r) {
+  return {{"command", "extract"},
+          {"output", r.output},
+          {"status", r.skipped ? "skipped" : "extracted"},
+          {"rows", r.rows},
+          {"dims", r.dims},
+          {"resumed_from", r.resumed_from},
+          {"invalid", r.invalid},
+          {"devices", r.devices},
+          {"math_threads", r.math_threads},
+          {"model", r.model},
+          {"seconds", r.seconds},
+          {"tiles_per_second", r.tiles_per_second}};
+}
+
+}  // namespace mltool::features

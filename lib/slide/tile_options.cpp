@@ -1,0 +1,141 @@
+// The options of `mltool tile`, declared once: the tiling of one slide (tile_options, on
+// TileJob: validate() checks a job against it) and the run over a list of slides
+// (cohort_options, on CohortJob). apps/cmd_tile.cpp binds both; docs/tile.md's synopsis is
+// checked against them (tests/cli/options_docs_test.py).
+#include <cmath>
+
+#include "mltool/slide/cohort.hpp"
+
+namespace mltool::slide {
+
+const util::EnumNames<ReaderChoice> kReaderChoices = {{ReaderChoice::automatic, "auto"},
+                                                      {ReaderChoice::openslide, "openslide"}};
+
+namespace {
+
+using J = TileJob;
+
+// --mpp and --level: one of them (--mpp kDefaultMpp unless --level).
+util::Option<J> mpp_option() {
+  return util::custom<J>(
+             "--mpp", "NUMBER", "Target µm per pixel (default 0.5 unless --level)",
+             [](J& j, const std::string& text) {
+               j.settings.mpp = util::parse_real(text, "--mpp");
+             },
+             [](const J& j) {
+               const auto& s = j.settings;
+               return s.mpp     ? nlohmann::json(*s.mpp)
+                      : s.level ? nlohmann::json()
+                                : nlohmann::json(kDefaultMpp);
+             })
+      .check([](const J& j) { return !j.settings.mpp || *j.settings.mpp > 0; },
+             "a positive number");
+}
+
+util::Option<J> level_option() {
+  return util::custom<J>(
+             "--level", "INT", "Read this pyramid level as is instead of --mpp",
+             [](J& j, const std::string& text) {
+               const auto v = util::parse_integer(text, "--level");
+               if (v < 0 || v > 1000) throw UsageError("--level must be between 0 and 1000");
+               j.settings.level = static_cast<int>(v);
+             },
+             [](const J& j) {
+               return j.settings.level ? nlohmann::json(*j.settings.level) : nlohmann::json();
+             })
+      .check([](const J& j) { return !j.settings.level || *j.settings.level >= 0; }, ">= 0");
+}
+
+// "jpeg or png": kEncodings' names.
+std::string encodings_text() {
+  std::vector<std::string> names;
+  for (const auto& [encoding, name] : encoding_names()) names.emplace_back(name);
+  return util::one_of_text(names);
+}
+
+}  // namespace
+
+const util::Options<TileJob>& tile_options() {
+  using util::choice_at, util::option_at;
+  static const util::Options<TileJob> table = {
+      option_at<J>(
+          "--tile-size", [](J& j) -> int& { return j.settings.tile_size; }, "Tile side in pixels"),
+      mpp_option(),
+      level_option(),
+      option_at<J>(
+          "--overlap", [](J& j) -> int& { return j.settings.overlap; },
+          "Pixels shared by neighbouring tiles"),
+      choice_at<J>(
+          "--tissue", [](J& j) -> TissueDetection& { return j.settings.tissue; }, kTissueDetections,
+          "Tissue detection: otsu or none (every tile)"),
+      option_at<J>(
+          "--min-tissue", [](J& j) -> double& { return j.settings.min_tissue; },
+          "Keep tiles with at least this tissue fraction")
+          .at_least(0)
+          .at_most(1),
+      choice_at<J>(
+          "--format", [](J& j) -> TileEncoding& { return j.settings.encoding; }, encoding_names(),
+          "Tile encoding: " + encodings_text()),
+      option_at<J>(
+          "--quality", [](J& j) -> int& { return j.settings.quality; }, "JPEG quality")
+          .at_least(1)
+          .at_most(100),
+      util::option("--qc", &J::qc_dir, "Write a QC picture per slide into this directory"),
+      util::option("--commit-every", &J::commit_every, "Tiles per LMDB transaction").at_least(1),
+      util::choice("--reader", &J::reader, kReaderChoices,
+                   "Tile decoder: auto (libvips' TIFF decoder for plain TIFF pyramids, checked "
+                   "against OpenSlide; OpenSlide otherwise) or openslide"),
+  };
+  return table;
+}
+
+const util::Options<CohortJob>& cohort_options() {
+  using C = CohortJob;
+  static const util::Options<CohortJob> table = {
+      util::option("-o,--output", &C::store,
+                   "The tile store (an LMDB directory; created or appended to)")
+          .required(),
+      util::option("--shard", &C::shard,
+                   "Take slides I, I+N, I+2N, ... of the list (I/N, 0-based)"),
+      util::flag("--keep-going", &C::keep_going, "Continue past bad slides; exit 4 if any failed"),
+  };
+  return table;
+}
+
+namespace {
+
+nlohmann::json slide_json(const SlideReport& r) {
+  if (r.status == "failed")
+    return {{"path", r.path}, {"id", r.id}, {"status", r.status}, {"error", r.error}};
+  return {{"path", r.path},
+          {"id", r.id},
+          {"status", r.status},
+          {"tiles", r.tiles},
+          {"grid_tiles", r.grid_tiles},
+          {"tissue_fraction",
+           r.tissue_fraction ? nlohmann::json(*r.tissue_fraction) : nlohmann::json(nullptr)},
+          {"seconds", r.seconds},
+          {"reader", r.reader}};
+}
+
+}  // namespace
+
+nlohmann::json to_json(const CohortReport& r, const std::string& store) {
+  nlohmann::json slides = nlohmann::json::array();
+  for (const auto& s : r.slides) slides.push_back(slide_json(s));
+  return {{"command", "tile"}, {"store", store},     {"slides", slides},
+          {"tiles", r.tiles},  {"failed", r.failed}, {"empty", r.empty}};
+}
+
+nlohmann::json to_json(const std::vector<MergeReport>& merged, const std::string& store) {
+  nlohmann::json inputs = nlohmann::json::array();
+  std::int64_t tiles = 0;
+  for (const auto& r : merged) {
+    inputs.push_back(
+        {{"path", r.path}, {"slides", r.slides}, {"skipped", r.skipped}, {"tiles", r.tiles}});
+    tiles += r.tiles;
+  }
+  return {{"command", "tile"}, {"merge", inputs}, {"store", store}, {"tiles", tiles}};
+}
+
+}  // namespace mltool::slide

@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include "mltool/util/options.hpp"
+
 namespace mltool::records {
 
 inline constexpr int kDeciles = 10;
@@ -242,5 +244,26 @@ std::string format_text(const InspectReport& report);
 /// Draws the report as a PNG (per group: records per shard stacked by label, and the label
 /// mix of each decile of the epoch beside the overall mix), written atomically.
 void write_plot(const std::string& path, const InspectReport& report);
+
+/// `mltool inspect`: the scan, and what is done with its report.
+struct InspectJob {
+  InspectOptions scan;
+  std::optional<Thresholds> check;  ///< --check: thresholds whose excess is exit 4
+  std::string plot;                 ///< --plot: where to write the PNG chart ("": none)
+};
+
+/// The options of `mltool inspect`, declared once (lib/records/inspect_options.cpp).
+const util::Options<InspectJob>& inspect_options();
+
+struct InspectOutcome {
+  InspectReport report;
+  std::vector<Violation> violations;  ///< of job.check (empty without --check)
+};
+
+/// Scans (inspect), checks the thresholds and writes the plot.
+InspectOutcome run_inspect(const InspectJob& job);
+
+/// The document `mltool inspect --json` prints (to_json above, with "command").
+nlohmann::json to_json(const InspectOutcome& outcome, const InspectJob& job);
 
 }  // namespace mltool::records

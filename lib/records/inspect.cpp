@@ -191,9 +191,9 @@ InspectReport inspect_dataset(const InspectOptions& o) {
                                       std::string(kDatasetManifestFile) +
                                       " (pass plain TFRecord files as files)"));
   }
-  if (o.label_feature != "label")
-    throw UsageError(
-        "the label feature of dataset records is 'label'; --label-feature is for TFRecord files");
+  if (o.label_feature != kLabelFeature)
+    throw UsageError("the label feature of dataset records is '" + std::string(kLabelFeature) +
+                     "'; --label-feature is for TFRecord files");
   const json doc = io::read_manifest(path, "dataset");
   detail::ScanSpec spec;
   spec.deep = o.deep;
@@ -213,8 +213,7 @@ InspectReport inspect_dataset(const InspectOptions& o) {
   auto labels = doc.at("labels").at("names").get<std::vector<std::string>>();
   spec.label_ids = labels.size();
   if (o.deep) {
-    for (const auto& [name, kind] : doc.at("record_features").items())
-      spec.record_features.emplace_back(name, kind);
+    spec.record_features = parse_record_features(doc.at("record_features"));
     check_feature_store(path, doc.at("features"), spec);
   }
   InspectReport report = finish(spec, detail::scan_shards(spec), groups, files, std::move(labels));

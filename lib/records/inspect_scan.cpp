@@ -123,8 +123,8 @@ class ChunkReader {
   static std::vector<std::string> feature_names(const ScanSpec& spec) {
     std::vector<std::string> names = {spec.label_feature};
     if (spec.deep)
-      for (const auto& [name, kind] : spec.record_features)
-        if (name != spec.label_feature) names.push_back(name);
+      for (const RecordFeature& f : spec.record_features)
+        if (f.name != spec.label_feature) names.push_back(f.name);
     return names;
   }
 
@@ -193,22 +193,15 @@ class ChunkReader {
     }
   }
 
-  // What check_record() expects of each record feature, worked out once.
-  struct Expected {
-    std::string name;
-    std::size_t slot;      // in the scanner
-    io::FeatureKind kind;  // int64_list or bytes_list
-    bool list;             // any number of values (int64_list), else exactly one
-    bool rows;             // values are rows of the feature store
+  // A record feature and its slot in the scanner, worked out once for check_record().
+  struct Expected : RecordFeature {
+    std::size_t slot;
   };
   static std::vector<Expected> expectations(const ScanSpec& spec) {
     std::vector<Expected> out;
     std::size_t slot = 1;
-    for (const auto& [name, kind] : spec.record_features) {
-      out.push_back({name, name == spec.label_feature ? 0 : slot++,
-                     kind == "bytes" ? io::FeatureKind::bytes_list : io::FeatureKind::int64_list,
-                     kind == "int64_list", name == "index" || name == "indices"});
-    }
+    for (const RecordFeature& f : spec.record_features)
+      out.push_back({f, f.name == spec.label_feature ? 0 : slot++});
     return out;
   }
 

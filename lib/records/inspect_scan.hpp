@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "mltool/records/inspect.hpp"
+#include "mltool/records/record.hpp"
 #include "mltool/util/endian.hpp"
 #include "mltool/util/file.hpp"
 
@@ -33,14 +34,14 @@ struct ScanSpec {
   std::vector<ShardSource> shards;
   std::vector<std::size_t> group_of;  ///< shard -> group, groups numbered from 0
   std::size_t groups = 0;
-  std::string label_feature = "label";
+  std::string label_feature = kLabelFeature;
   /// Datasets: labels are int64 ids below this count. Files: unset (int64 or bytes values).
   std::optional<std::size_t> label_ids;
   bool deep = false;
   // Datasets under deep:
-  std::vector<std::pair<std::string, std::string>> record_features;  ///< name, kind
-  std::uint64_t rows = 0;                                            ///< rows of the feature store
-  std::vector<std::uint64_t> invalid_rows;                           ///< sorted
+  std::vector<RecordFeature> record_features;
+  std::uint64_t rows = 0;                   ///< rows of the feature store
+  std::vector<std::uint64_t> invalid_rows;  ///< sorted
   int threads = 0;
 };
 

@@ -11,6 +11,7 @@
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/manifest.hpp"
 #include "mltool/io/tfrecord.hpp"
+#include "mltool/records/record.hpp"
 #include "mltool/records/sha256.hpp"
 #include "mltool/records/shards.hpp"
 #include "mltool/util/error.hpp"
@@ -74,21 +75,6 @@ std::string sha256_of(const io::FeatureStore& store) {
   return h.hex();
 }
 
-json record_features(PackUnit unit, bool coordinates) {
-  json f = {{"label", "int64"}, {"slide", "bytes"}};
-  if (unit == PackUnit::bag) {
-    f["indices"] = "int64_list";
-  } else {
-    f["index"] = "int64";
-    if (unit == PackUnit::image) f["key"] = "bytes";
-    if (coordinates) {
-      f["x"] = "int64";
-      f["y"] = "int64";
-    }
-  }
-  return f;
-}
-
 struct WrittenShard {
   std::uint64_t records = 0;
   std::uint64_t bytes = 0;
@@ -98,34 +84,28 @@ struct WrittenShard {
 // Writes the records plan.records[members[m]] for m in `order` as one committed shard.
 WrittenShard write_shard(const std::string& path, const std::vector<std::uint64_t>& order,
                          const std::vector<std::uint64_t>& members, const detail::PackPlan& plan,
-                         const io::FeatureStore& store, PackUnit unit, std::size_t labels_count) {
+                         const io::FeatureStore& store, const RecordCodec& codec,
+                         std::size_t labels_count) {
   io::TFRecordWriter writer(path);
   WrittenShard out;
   out.histogram.assign(labels_count, 0);
   io::ExampleBuilder example;
-  std::string record;
-  std::vector<std::int64_t> indices;
+  std::string bytes;
+  Record record;  // reused: its buffers keep their capacity
   for (std::size_t k = 0; k < order.size(); ++k) {
     // Shards list their records shuffled: fetch ahead of the random walk over the plan.
     if (k + 8 < order.size()) __builtin_prefetch(&plan.records[members[order[k + 8]]]);
     const auto& r = plan.records[members[order[k]]];
+    record.label = r.label;
+    record.slide = plan.slides[r.slide];
+    const auto first = plan.index.begin() + static_cast<std::ptrdiff_t>(r.first);
+    record.rows.assign(first, first + static_cast<std::ptrdiff_t>(r.count));
+    if (codec.keyed()) record.key = store.key(plan.rows[r.first]);
+    if (plan.coordinates) record.xy = (*plan.coordinates)[r.first];
     example.clear();
-    example.add_int64("label", r.label);
-    example.add_bytes("slide", plan.slides[r.slide]);
-    if (unit == PackUnit::bag) {
-      indices.assign(plan.index.begin() + static_cast<std::ptrdiff_t>(r.first),
-                     plan.index.begin() + static_cast<std::ptrdiff_t>(r.first + r.count));
-      example.add_int64s("indices", indices);
-    } else {
-      example.add_int64("index", static_cast<std::int64_t>(plan.index[r.first]));
-      if (unit == PackUnit::image) example.add_bytes("key", store.key(plan.rows[r.first]));
-      if (plan.coordinates) {
-        example.add_int64("x", (*plan.coordinates)[r.first].first);
-        example.add_int64("y", (*plan.coordinates)[r.first].second);
-      }
-    }
-    example.serialize(record);
-    writer.write(record);
+    codec.encode(record, example);
+    example.serialize(bytes);
+    writer.write(bytes);
     ++out.histogram[r.label];
   }
   writer.commit();
@@ -195,10 +175,11 @@ json write_split(const Packing& p, const std::string& dir, std::uint32_t s, Pack
   json shard_docs = json::array();
   // Shards are independent: written side by side, then recorded in order.
   std::vector<WrittenShard> written(job.shards);
+  const RecordCodec codec(job.unit, p.plan.coordinates.has_value());
   util::parallel_for(job.shards, job.threads, [&](std::size_t j) {
     written[j] = write_shard(
         util::join_path(dir, shard_file_name(name, static_cast<std::uint32_t>(j), job.shards)),
-        shards[j], members, p.plan, p.store, job.unit, labels_count);
+        shards[j], members, p.plan, p.store, codec, labels_count);
   });
   for (std::uint32_t j = 0; j < job.shards; ++j) {
     const std::string file = shard_file_name(name, j, job.shards);
@@ -250,7 +231,7 @@ json dataset_manifest(const Packing& p, const json& splits, const std::string& m
         {"group_column", job.columns.group.empty() ? json(nullptr) : json(job.columns.group)},
         {"names", p.plan.labels.names()}}},
       {"unit", to_string(job.unit)},
-      {"record_features", record_features(job.unit, report.coordinates)},
+      {"record_features", RecordCodec(job.unit, report.coordinates).features()},
       {"tile_store", p.plan.tile_store ? json(*p.plan.tile_store) : json(nullptr)},
       {"records", report.records},
       {"seed", job.seed},

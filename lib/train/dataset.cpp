@@ -4,6 +4,7 @@
 #include "mltool/io/manifest.hpp"
 #include "mltool/io/tfrecord.hpp"
 #include "mltool/records/pack.hpp"
+#include "mltool/records/record.hpp"
 #include "mltool/records/sha256.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
@@ -51,7 +52,10 @@ SplitSamples read_split(const DatasetInfo& d, const std::string& split) {
   s.name = split;
   const bool bag = d.unit == records::PackUnit::bag;
   const bool image = d.unit == records::PackUnit::image;
-  const auto classes = static_cast<std::int64_t>(d.labels.size());
+  const records::RecordCodec codec(d.unit);
+  const records::RecordLimits limits{static_cast<std::int64_t>(d.labels.size()), d.rows,
+                                     d.manifest_path};
+  records::Record record;  // reused: its buffers keep their capacity
   if (bag) s.offsets.push_back(0);
   for (const auto& shard : info.at("shards")) {
     const std::string path = util::join_path(d.dir, shard.at("file").get<std::string>());
@@ -60,35 +64,14 @@ SplitSamples read_split(const DatasetInfo& d, const std::string& split) {
     std::uint64_t count = 0;
     while (reader.next(bytes)) {
       ++count;
-      const auto ex = io::parse_example(bytes, reader.where());
-      const auto label = ex.int64("label");
-      if (label < 0 || label >= classes)
-        throw FormatError(reader.where() + ": label " + std::to_string(label) +
-                          " is not in the label map of " + d.manifest_path + " (" +
-                          std::to_string(classes) + " labels)");
-      auto check_row = [&](std::int64_t row) {
-        if (row < 0 || row >= d.rows)
-          throw FormatError(reader.where() + ": row " + std::to_string(row) +
-                            " is outside the feature matrix (" + std::to_string(d.rows) + " rows)");
-      };
-      s.labels.push_back(label);
+      codec.decode(io::parse_example(bytes, reader.where()), limits, record);
+      s.labels.push_back(record.label);
+      s.rows.insert(s.rows.end(), record.rows.begin(), record.rows.end());
       if (bag) {
-        const auto& rows = ex.int64s("indices");
-        if (rows.empty()) throw FormatError(reader.where() + ": an empty bag (no indices)");
-        for (const auto r : rows) check_row(r);
-        s.rows.insert(s.rows.end(), rows.begin(), rows.end());
         s.offsets.push_back(static_cast<std::int64_t>(s.rows.size()));
-        s.ids.push_back(ex.bytes("slide").at(0));
-      } else {
-        const auto row = ex.int64("index");
-        check_row(row);
-        s.rows.push_back(row);
-        if (image) {
-          const auto& key = ex.bytes("key");
-          if (key.size() != 1)
-            throw FormatError(reader.where() + ": feature 'key' must hold one tile key");
-          s.ids.push_back(key[0]);
-        }
+        s.ids.push_back(record.slide);
+      } else if (image) {
+        s.ids.push_back(record.key);
       }
     }
     if (count != shard.at("records").get<std::uint64_t>())

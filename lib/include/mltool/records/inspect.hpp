@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mltool/records/record.hpp"
 #include "mltool/util/options.hpp"
 
 namespace mltool::records {
@@ -127,7 +128,7 @@ struct InspectOptions {
   std::vector<std::string> inputs;
   /// TFRecord files: the feature holding each record's label (int64 or bytes, one value).
   /// Datasets always use "label"; another name is a UsageError there.
-  std::string label_feature = "label";
+  std::string label_feature = kLabelFeature;
   /// Verify everything: both CRCs of every frame, every DALI index line against the frames,
   /// every record's features (datasets: exactly dataset.json's record_features, row indices
   /// below the feature store's rows and not invalid), the feature store's matrix against

@@ -6,7 +6,8 @@
 // What the records hold, how labels reach rows (tile- and slide-level keys, bags, duplicates,
 // invalid rows, groups, the label map, --dedupe, x/y) and how the dataset is published are
 // specified once, in docs/pack.md (units, labels, dedupe, publication) and docs/formats.md
-// (dataset.json, record features); pack_plan.cpp and pack.cpp implement them.
+// (dataset.json, record features); pack_plan.cpp and pack.cpp implement them, the record
+// features through RecordCodec (record.hpp).
 #pragma once
 
 #include <cstdint>

@@ -6,7 +6,7 @@
 //     stops at the missing features.npy), records::inspect of a dataset directory
 //     (dataset.json; its shards are missing), train::parse_model_spec (the --model spec;
 //     compiled in from lib/train/model_spec.cpp, which needs no LibTorch), and
-//     slide::TileSettings::from_json on the in-memory parse TileStore::settings does.
+//     io::TileSettings::from_json on the in-memory parse TileStore::settings does.
 // read_manifest and the directory readers take paths, so the input is written to
 // features.json and dataset.json in a per-process temporary directory (removed at exit).
 // The oracle: every reader returns or throws mltool::Error. Any other exception (e.g. a
@@ -26,9 +26,9 @@
 
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/manifest.hpp"
+#include "mltool/io/tile_store.hpp"
 #include "mltool/records/inspect.hpp"
 #include "mltool/records/pack.hpp"
-#include "mltool/slide/tile_store.hpp"
 #include "mltool/train/model_spec.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
@@ -118,7 +118,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   expect_clean("TileSettings::from_json", [&] {
     // As TileStore::settings reads the store's meta record.
     const auto doc = nlohmann::json::parse(text, nullptr, false);
-    if (!doc.is_discarded()) mltool::slide::TileSettings::from_json(doc, "meta 'store'");
+    if (!doc.is_discarded()) mltool::io::TileSettings::from_json(doc, "meta 'store'");
   });
   return 0;
 }

@@ -23,9 +23,9 @@
 #include "mltool/features/chunked_writer.hpp"
 #include "mltool/features/extractor.hpp"
 #include "mltool/io/feature_store.hpp"
+#include "mltool/io/image_codec.hpp"
 #include "mltool/io/manifest.hpp"
-#include "mltool/slide/codec.hpp"
-#include "mltool/slide/tile_store.hpp"
+#include "mltool/io/tile_store.hpp"
 #include "mltool/util/bounded_queue.hpp"
 #include "mltool/util/device.hpp"
 #include "mltool/util/error.hpp"
@@ -94,8 +94,7 @@ struct Failure {
   }
 };
 
-json source_json(const slide::TileStore& store, const std::vector<std::string>& keys,
-                 int tile_size) {
+json source_json(const io::TileStore& store, const std::vector<std::string>& keys, int tile_size) {
   return {{"tile_store", util::absolute_path(store.path())},
           {"tiles", keys.size()},
           {"first_key", keys.front()},
@@ -232,8 +231,8 @@ std::uint64_t resume_position(const ChunkedFeatureWriter& writer, std::size_t ti
 // The three stages and what they share: a reader fills pool buffers with decoded batches,
 // one thread per device computes them and returns the buffers, the caller writes the rows.
 struct Pipeline {
-  Pipeline(const ExtractJob& job, const slide::TileStore& store,
-           const std::vector<std::string>& keys, int tile, std::int64_t dims, std::uint64_t first,
+  Pipeline(const ExtractJob& job, const io::TileStore& store, const std::vector<std::string>& keys,
+           int tile, std::int64_t dims, std::uint64_t first,
            const std::vector<torch::Device>& devices)
       : job(job),
         store(store),
@@ -252,7 +251,7 @@ struct Pipeline {
                              torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pinned)));
   }
   const ExtractJob& job;
-  const slide::TileStore& store;
+  const io::TileStore& store;
   const std::vector<std::string>& keys;
   const int tile;
   const std::int64_t dims;
@@ -290,7 +289,7 @@ HostBatch decode_batch(Pipeline& p, std::uint64_t b, torch::Tensor buffer) {
   util::parallel_for(static_cast<std::size_t>(hb.size), job.threads, [&](std::size_t i) {
     std::uint8_t* slot = base + i * tile_bytes;
     try {
-      thread_local slide::RgbImage image;
+      thread_local io::RgbImage image;
       p.store.decode_tile(p.keys[hb.first_row + i], values[i], tile, image);
       std::memcpy(slot, image.pixels.data(), tile_bytes);
     } catch (const Error& e) {
@@ -444,7 +443,7 @@ ExtractReport extract_features(const ExtractJob& job) {
   const Amp amp = job.amp;
   const util::OutputLock lock(job.output, "mltool extract");  // one writer per feature store
 
-  auto store = slide::TileStore::open(job.store, false);
+  auto store = io::TileStore::open(job.store, false);
   const auto settings = store.settings();
   if (!settings) throw InputError(at_file(job.store, "not a tile store (no meta 'store' record)"));
   const int tile = settings->tile_size;

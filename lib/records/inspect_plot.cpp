@@ -7,8 +7,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "mltool/io/image_codec.hpp"
 #include "mltool/records/inspect.hpp"
-#include "mltool/slide/codec.hpp"
 
 namespace mltool::records {
 namespace {
@@ -120,10 +120,10 @@ class Canvas {
   static int text_width(const std::string& s, int scale = 2) {
     return static_cast<int>(s.size()) * 6 * scale;
   }
-  const slide::RgbImage& image() const { return image_; }
+  const io::RgbImage& image() const { return image_; }
 
  private:
-  slide::RgbImage image_;
+  io::RgbImage image_;
 };
 
 Rgb colour(std::size_t label) { return kPalette[label % (sizeof kPalette / sizeof kPalette[0])]; }
@@ -256,7 +256,7 @@ void write_plot(const std::string& path, const InspectReport& report) {
     c.fill(legend_x[i], ly, legend_x[i] + 16, ly + 14, legend[i].colour);
     c.text(legend_x[i] + 22, ly, legend[i].name.substr(0, 40), kInk);
   }
-  slide::write_png(path, c.image());
+  io::write_png(path, c.image());
 }
 
 }  // namespace mltool::records

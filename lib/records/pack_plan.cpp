@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "mltool/io/crc32c.hpp"
-#include "mltool/slide/tile_store.hpp"
+#include "mltool/io/tile_store.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
@@ -296,7 +296,7 @@ void find_coordinates(const io::FeatureStore& store, PackPlan& plan) {
               "/features.json is not there; records get no x, y");
     return;
   }
-  const auto tiles = slide::TileStore::open(path, false);
+  const auto tiles = io::TileStore::open(path, false);
   // slide -> (row, col) -> (x, y), loaded per slide on first use.
   std::unordered_map<std::string, std::map<std::pair<std::int64_t, std::int64_t>,
                                            std::pair<std::int64_t, std::int64_t>>>

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mltool/slide/tile_store.hpp"
+#include "mltool/io/tile_store.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/log.hpp"
 
@@ -61,7 +61,7 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
   util::check_options(cohort_options(), job);
   validate(job.tile);
   const std::vector<std::string> mine = shard_slides(slides, job.shard);
-  auto store = TileStore::open(job.store, true);
+  auto store = io::TileStore::open(job.store, true);
   store.adopt_settings(job.tile.settings);
   CohortReport report;
   for (const auto& path : mine) {
@@ -80,7 +80,7 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
       r.status = "failed";
       r.error = e.what();
       try {
-        r.id = slide_id_for(path);
+        r.id = io::slide_id_for(path);
       } catch (const Error&) {  // no id to give: the report says so with ""
       }
       report.slides.push_back(std::move(r));
@@ -92,13 +92,13 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
   return report;
 }
 
-std::vector<MergeReport> merge_stores(const std::string& output,
-                                      const std::vector<std::string>& inputs,
-                                      std::size_t commit_every) {
-  auto out = TileStore::open(output, true);
-  std::vector<MergeReport> reports;
+std::vector<io::MergeReport> merge_stores(const std::string& output,
+                                          const std::vector<std::string>& inputs,
+                                          std::size_t commit_every) {
+  auto out = io::TileStore::open(output, true);
+  std::vector<io::MergeReport> reports;
   for (const auto& path : inputs) {
-    reports.push_back(merge_store(out, path, commit_every));
+    reports.push_back(io::merge_store(out, path, commit_every));
     const auto& r = reports.back();
     log::info(path + ": " + std::to_string(r.slides) + " slides (" + std::to_string(r.tiles) +
               " tiles) merged, " + std::to_string(r.skipped) + " already there");

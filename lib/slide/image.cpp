@@ -26,11 +26,11 @@ ImagePtr wrap_rgb(const std::uint8_t* rgb, int width, int height) {
   return ImagePtr(image);
 }
 
-RgbImage to_memory(VipsImage* image, const std::string& what) {
+io::RgbImage to_memory(VipsImage* image, const std::string& what) {
   if (image->Bands != 3 || image->BandFmt != VIPS_FORMAT_UCHAR)
     throw ResourceError(what + ": libvips produced " + std::to_string(image->Bands) +
                         " bands, not 8-bit RGB");
-  RgbImage out;
+  io::RgbImage out;
   out.width = image->Xsize;
   out.height = image->Ysize;
   std::size_t size = 0;
@@ -58,7 +58,7 @@ void init_vips() {
   });
 }
 
-RgbImage resize(const std::uint8_t* rgb, int width, int height, int out_width, int out_height) {
+io::RgbImage resize(const std::uint8_t* rgb, int width, int height, int out_width, int out_height) {
   init_vips();
   const ImagePtr in = wrap_rgb(rgb, width, height);
   VipsImage* raw = nullptr;
@@ -80,7 +80,7 @@ RgbImage resize(const std::uint8_t* rgb, int width, int height, int out_width, i
   return to_memory(out.get(), "libvips resize");
 }
 
-RgbImage read_thumbnail(const std::string& path, int level, double scale) {
+io::RgbImage read_thumbnail(const std::string& path, int level, double scale) {
   init_vips();
   VipsImage* raw = nullptr;
   if (vips_openslideload(path.c_str(), &raw, "level", level, nullptr) != 0)
@@ -105,7 +105,7 @@ RgbImage read_thumbnail(const std::string& path, int level, double scale) {
   // One large image: let libvips use every core while it streams the level.
   const int concurrency = vips_concurrency_get();
   vips_concurrency_set(0);  // 0 = the default, one thread per core
-  RgbImage out;
+  io::RgbImage out;
   try {
     out = to_memory(image.get(), at_file(path, "thumbnail"));
   } catch (...) {

@@ -5,8 +5,9 @@
 
 namespace mltool::slide {
 
-RgbImage qc_picture(const RgbImage& thumbnail, const Mask* mask, const std::vector<Box>& kept) {
-  RgbImage out = thumbnail;
+io::RgbImage qc_picture(const io::RgbImage& thumbnail, const Mask* mask,
+                        const std::vector<Box>& kept) {
+  io::RgbImage out = thumbnail;
   const int w = out.width, h = out.height;
   auto px = [&](int x, int y) {
     return out.pixels.data() + (static_cast<std::size_t>(y) * w + x) * 3;

@@ -46,10 +46,10 @@ util::Option<J> level_option() {
       .check([](const J& j) { return !j.settings.level || *j.settings.level >= 0; }, ">= 0");
 }
 
-// "jpeg or png": kEncodings' names.
+// "jpeg or png": io::kEncodings' names.
 std::string encodings_text() {
   std::vector<std::string> names;
-  for (const auto& [encoding, name] : encoding_names()) names.emplace_back(name);
+  for (const auto& [encoding, name] : io::encoding_names()) names.emplace_back(name);
   return util::one_of_text(names);
 }
 
@@ -66,16 +66,16 @@ const util::Options<TileJob>& tile_options() {
           "--overlap", [](J& j) -> int& { return j.settings.overlap; },
           "Pixels shared by neighbouring tiles"),
       choice_at<J>(
-          "--tissue", [](J& j) -> TissueDetection& { return j.settings.tissue; }, kTissueDetections,
-          "Tissue detection: otsu or none (every tile)"),
+          "--tissue", [](J& j) -> io::TissueDetection& { return j.settings.tissue; },
+          io::kTissueDetections, "Tissue detection: otsu or none (every tile)"),
       option_at<J>(
           "--min-tissue", [](J& j) -> double& { return j.settings.min_tissue; },
           "Keep tiles with at least this tissue fraction")
           .at_least(0)
           .at_most(1),
       choice_at<J>(
-          "--format", [](J& j) -> TileEncoding& { return j.settings.encoding; }, encoding_names(),
-          "Tile encoding: " + encodings_text()),
+          "--format", [](J& j) -> io::TileEncoding& { return j.settings.encoding; },
+          io::encoding_names(), "Tile encoding: " + encodings_text()),
       option_at<J>(
           "--quality", [](J& j) -> int& { return j.settings.quality; }, "JPEG quality")
           .at_least(1)
@@ -127,7 +127,7 @@ nlohmann::json to_json(const CohortReport& r, const std::string& store) {
           {"tiles", r.tiles},  {"failed", r.failed}, {"empty", r.empty}};
 }
 
-nlohmann::json to_json(const std::vector<MergeReport>& merged, const std::string& store) {
+nlohmann::json to_json(const std::vector<io::MergeReport>& merged, const std::string& store) {
   nlohmann::json inputs = nlohmann::json::array();
   std::int64_t tiles = 0;
   for (const auto& r : merged) {

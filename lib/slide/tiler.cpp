@@ -37,7 +37,7 @@ struct KeptTile {
 
 // A thumbnail and the scale between it and level 0.
 struct Thumbnail {
-  RgbImage image;
+  io::RgbImage image;
   int level = 0;
   double dx = 1, dy = 1;  // level-0 pixels per thumbnail pixel, per axis
 };
@@ -92,10 +92,10 @@ json kept_json(const std::vector<KeptTile>& kept) {
 // Returns normally only when every tile is in a (committed or pending) batch.
 void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
                  const std::string& id, const std::vector<KeptTile>& kept,
-                 TileStore::SlideWriter& batch) {
+                 io::TileStore::SlideWriter& batch) {
   const int tile = job.settings.tile_size;
   const auto read = plan.read_size_level;
-  const auto& codec = encoding_info(job.settings.encoding);
+  const auto& codec = io::encoding_info(job.settings.encoding);
   const int workers =
       std::max(1, std::min<int>(util::thread_count(job.threads), static_cast<int>(kept.size())));
 
@@ -125,7 +125,7 @@ void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
         const KeptTile& k = kept[i];
         reader.read_rgb(k.x, k.y, read, read, rgb.data());
         const std::uint8_t* pixels = rgb.data();
-        RgbImage resized;
+        io::RgbImage resized;
         if (read != tile) {
           resized = resize(rgb.data(), static_cast<int>(read), static_cast<int>(read), tile, tile);
           pixels = resized.pixels.data();
@@ -148,7 +148,7 @@ void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
     while (auto item = queue.pop()) {
       if (stop) continue;  // a worker failed: drain, the slide is discarded
       const KeptTile& k = kept[item->index];
-      batch.put_tile(tile_key(id, k.row, k.col), item->bytes);
+      batch.put_tile(io::tile_key(id, k.row, k.col), item->bytes);
       if (++written % 256 == 0 && seconds_since(last_report) >= 10) {
         last_report = Clock::now();
         log::info(id + ": " + std::to_string(written) + "/" + std::to_string(kept.size()) +
@@ -172,7 +172,7 @@ struct Identity {
 
 // Whether the store already holds this slide complete (then `report` says so, but for its
 // seconds). Another slide under the same id is refused.
-bool already_tiled(const TileStore& store, const std::string& path, const Identity& who,
+bool already_tiled(const io::TileStore& store, const std::string& path, const Identity& who,
                    SlideReport& report) {
   const auto existing = store.record("slides", who.id);
   if (!existing) return false;
@@ -208,9 +208,9 @@ Selection select_tiles(const Slide& slide, const ReadPlan& plan, const TileGrid&
   const auto& s = job.settings;
   const Level& level0 = slide.geometry().levels[0];
   Selection out;
-  if (s.tissue == TissueDetection::otsu || !job.qc_dir.empty())
+  if (s.tissue == io::TissueDetection::otsu || !job.qc_dir.empty())
     out.thumb = make_thumbnail(slide, grid.size_level0);
-  if (s.tissue != TissueDetection::otsu) {
+  if (s.tissue != io::TissueDetection::otsu) {
     for (const TileRect& t : tile_grid(level0, plan, s.tile_size, s.overlap))
       out.kept.push_back({t.row, t.col, t.x, t.y, 1.0});
     return out;
@@ -237,7 +237,7 @@ Selection select_tiles(const Slide& slide, const ReadPlan& plan, const TileGrid&
 
 // The store's "slides" record: the slide, how it is read and tiled, and the thumbnail.
 json slide_json(const Slide& slide, const Identity& who, const ReadPlan& plan, const TileGrid& grid,
-                const TileSettings& s, const Selection& selection) {
+                const io::TileSettings& s, const Selection& selection) {
   const SlideGeometry& geometry = slide.geometry();
   const auto& thumb = selection.thumb;
   const auto& mask = selection.mask;
@@ -286,8 +286,8 @@ void write_qc(const std::string& dir, const std::string& id, const Selection& se
     boxes.push_back({k.x / thumb.dx, k.y / thumb.dy, (k.x + grid.size_level0) / thumb.dx,
                      (k.y + grid.size_level0) / thumb.dy});
   util::make_directories(dir);
-  write_png(util::join_path(dir, id + ".png"),
-            qc_picture(thumb.image, selection.mask ? &*selection.mask : nullptr, boxes));
+  io::write_png(util::join_path(dir, id + ".png"),
+                qc_picture(thumb.image, selection.mask ? &*selection.mask : nullptr, boxes));
 }
 
 }  // namespace
@@ -300,11 +300,11 @@ void validate(const TileJob& job) {
     throw UsageError("give exactly one of --mpp and --level");
 }
 
-SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob& job) {
+SlideReport tile_slide(io::TileStore& store, const std::string& path, const TileJob& job) {
   const auto start = Clock::now();
   SlideReport report;
   report.path = path;
-  report.id = slide_id_for(path);
+  report.id = io::slide_id_for(path);
   const std::string& id = report.id;
   const Slide slide = Slide::open(path);
   const Identity who{id, slide.property("openslide.quickhash-1").value_or(""),

@@ -45,13 +45,6 @@ struct Evaluation {
 Evaluation evaluate(BlockModel& model, Feed& feed, const SplitSamples& samples, std::int64_t batch,
                     std::int64_t classes);
 
-/// --sections: the bounds of `sections` sections (balance_sections) balanced by the output
-/// sizes of the blocks for one sample — a row, a tile, or the training split's longest bag —
-/// so they do not depend on the data; empty for 1 section.
-std::vector<std::size_t> plan_sections(std::int64_t sections, BlockModel& model,
-                                       const RowSource& source, const SplitSamples& train,
-                                       records::PackUnit unit, const torch::Device& device);
-
 /// A split the loop reads: its feed and its samples.
 struct LoopSplit {
   Feed& feed;

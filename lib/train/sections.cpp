@@ -8,8 +8,8 @@
 #include <limits>
 #include <optional>
 
-#include "loop.hpp"
 #include "mltool/util/error.hpp"
+#include "section_plan.hpp"
 
 namespace mltool::train {
 namespace {

@@ -7,8 +7,8 @@
 #include "feed.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/feature_tensor.hpp"
-#include "mltool/slide/codec.hpp"
-#include "mltool/slide/tile_store.hpp"
+#include "mltool/io/image_codec.hpp"
+#include "mltool/io/tile_store.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/parallel.hpp"
 
@@ -43,7 +43,7 @@ class FeatureSource : public RowSource {
 class TileSource : public RowSource {
  public:
   TileSource(const std::string& path, std::vector<std::string> keys)
-      : store_(slide::TileStore::open(path, false)), keys_(std::move(keys)) {
+      : store_(io::TileStore::open(path, false)), keys_(std::move(keys)) {
     const auto settings = store_.settings();
     if (!settings) throw InputError(at_file(path, "not a tile store (no meta 'store' record)"));
     tile_ = settings->tile_size;
@@ -54,7 +54,7 @@ class TileSource : public RowSource {
   void copy_rows(const std::int64_t* rows, std::size_t n, std::uint8_t* dst) const override {
     const std::size_t bytes = static_cast<std::size_t>(tile_ * tile_ * 3);
     const auto snapshot = store_.snapshot();
-    thread_local slide::RgbImage image;
+    thread_local io::RgbImage image;
     for (std::size_t i = 0; i < n; ++i) {
       const std::string& key = keys_.at(static_cast<std::size_t>(rows[i]));
       store_.decode_tile(key, snapshot.find(key), static_cast<int>(tile_), image);
@@ -79,7 +79,7 @@ class TileSource : public RowSource {
   }
 
  private:
-  slide::TileStore store_;
+  io::TileStore store_;
   std::vector<std::string> keys_;
   std::int64_t tile_ = 0;
 };

@@ -26,6 +26,7 @@
 #include "mltool/util/parallel.hpp"
 #include "mltool/util/version.hpp"
 #include "run_dir.hpp"
+#include "section_plan.hpp"
 
 namespace mltool::train {
 namespace {

@@ -9,9 +9,9 @@
 #include <set>
 
 #include "mltool/io/example.hpp"
+#include "mltool/io/image_codec.hpp"
 #include "mltool/io/tfrecord.hpp"
 #include "mltool/records/inspect.hpp"
-#include "mltool/slide/codec.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "support/errors.hpp"
@@ -422,8 +422,8 @@ TEST_F(InspectFiles, ChecksJsonTextAndPlot) {
   EXPECT_TRUE(contains(format_text(r), "c.tfrecord"));
   write_plot(tmp / "plot.png", r);
   const std::string png = util::read_file(tmp / "plot.png");
-  slide::RgbImage image;
-  slide::decode_image(png.data(), png.size(), image, "plot.png");
+  io::RgbImage image;
+  io::decode_image(png.data(), png.size(), image, "plot.png");
   EXPECT_EQ(image.width, 1000);
   EXPECT_GT(image.height, 200);
 }

@@ -14,9 +14,9 @@
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/manifest.hpp"
 #include "mltool/io/tfrecord.hpp"
+#include "mltool/io/tile_store.hpp"
 #include "mltool/records/pack.hpp"
 #include "mltool/records/sha256.hpp"
-#include "mltool/slide/tile_store.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "support/errors.hpp"
@@ -385,7 +385,7 @@ TEST_F(PackTest, AnExistingOutputIsRefusedUnlessOverwriting) {
 TEST_F(PackTest, CoordinatesComeFromTheTileStoreWhenEveryTileIsThere) {
   const std::string tiles = tmp / "tiles.lmdb";
   auto write_tiles = [&](int listed) {  // slides S0, S1 with their first `listed` tiles
-    auto store = slide::TileStore::open(tiles, true);
+    auto store = io::TileStore::open(tiles, true);
     const auto meta = store.meta();
     store.env().write([&](io::lmdb::Txn& txn) {
       for (int s = 0; s < 2; ++s) {

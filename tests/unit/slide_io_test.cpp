@@ -24,14 +24,14 @@
 #include "support/temp_dir.hpp"
 
 using mltool::InputError;
+using mltool::io::encode_jpeg;
+using mltool::io::encode_png;
+using mltool::io::RgbImage;
 using mltool::slide::argb_to_rgb_on_white;
 using mltool::slide::Box;
-using mltool::slide::encode_jpeg;
-using mltool::slide::encode_png;
 using mltool::slide::Mask;
 using mltool::slide::mpp_from_tiff_resolution;
 using mltool::slide::qc_picture;
-using mltool::slide::RgbImage;
 using mltool::slide::Slide;
 using mltool::testing::contains;
 using mltool::testing::error_of;
@@ -282,7 +282,7 @@ TEST(SlideIoPng, WritePngWritesTheEncodedFile) {
   mltool::testing::TempDir tmp;
   const RgbImage img = test_picture(20, 10);
   const std::string path = tmp / "qc.png";
-  mltool::slide::write_png(path, img);
+  mltool::io::write_png(path, img);
   const std::string bytes = mltool::util::read_file(path);
   const RgbImage back = decode_with_vips(bytes);
   EXPECT_EQ(back.width, 20);

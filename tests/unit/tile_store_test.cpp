@@ -1,7 +1,7 @@
-// Tests of the tile store of `mltool tile` (lib/slide/tile_store.cpp): the key format and
+// Tests of the tile store of `mltool tile` (lib/io/tile_store.cpp): the key format and
 // its sort order, slide ids from paths, the "store" settings record, and the completion
 // bookkeeping (done markers, discarding an interrupted slide).
-#include "mltool/slide/tile_store.hpp"
+#include "mltool/io/tile_store.hpp"
 
 #include <gtest/gtest.h>
 
@@ -21,11 +21,11 @@ using mltool::Error;
 using mltool::FormatError;
 using mltool::InputError;
 using mltool::UsageError;
-using mltool::slide::slide_id_for;
-using mltool::slide::tile_key;
-using mltool::slide::TileEncoding;
-using mltool::slide::TileSettings;
-using mltool::slide::TileStore;
+using mltool::io::slide_id_for;
+using mltool::io::tile_key;
+using mltool::io::TileEncoding;
+using mltool::io::TileSettings;
+using mltool::io::TileStore;
 using mltool::testing::contains;
 using mltool::testing::error_of;
 
@@ -40,7 +40,7 @@ TileSettings unusual_settings() {
   s.level.reset();
   s.encoding = TileEncoding::png;
   s.quality = 75;
-  s.tissue = mltool::slide::TissueDetection::none;
+  s.tissue = mltool::io::TissueDetection::none;
   s.min_tissue = 0.25;
   return s;
 }

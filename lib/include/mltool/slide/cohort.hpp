@@ -39,16 +39,16 @@ const util::Options<CohortJob>& cohort_options();
 
 /// The summaries `mltool tile --json` prints: of a run over slides, and of --merge.
 nlohmann::json to_json(const CohortReport& report, const std::string& store);
-nlohmann::json to_json(const std::vector<MergeReport>& merged, const std::string& store);
+nlohmann::json to_json(const std::vector<io::MergeReport>& merged, const std::string& store);
 
 /// Validates the job, opens the store (taking its lock), adopts the settings and tiles the
 /// shard's slides in order, logging each. Without keep_going the first failing slide's
 /// error is rethrown (the slides before it are complete in the store).
 CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob& job);
 
-/// Merges every store of `inputs` into the store at `output` (merge_store), logging each.
-std::vector<MergeReport> merge_stores(const std::string& output,
-                                      const std::vector<std::string>& inputs,
-                                      std::size_t commit_every);
+/// Merges every store of `inputs` into the store at `output` (io::merge_store), logging each.
+std::vector<io::MergeReport> merge_stores(const std::string& output,
+                                          const std::vector<std::string>& inputs,
+                                          std::size_t commit_every);
 
 }  // namespace mltool::slide

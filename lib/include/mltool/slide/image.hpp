@@ -1,10 +1,11 @@
-// Pixels of `mltool tile` through libvips: resampling and thumbnails. Codecs are in codec.hpp.
+// Pixels of `mltool tile` through libvips: resampling and thumbnails. The tile codecs are in
+// mltool/io/image_codec.hpp.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "mltool/slide/codec.hpp"
+#include "mltool/io/image_codec.hpp"
 
 namespace mltool::slide {
 
@@ -14,11 +15,11 @@ void init_vips();
 /// Resamples `rgb` (width × height) to exactly out_width × out_height with libvips'
 /// vips_resize and the Lanczos-3 kernel (area-averaging first for large reductions, as
 /// vips does). Runs on the calling thread only, so callers parallelise over tiles.
-RgbImage resize(const std::uint8_t* rgb, int width, int height, int out_width, int out_height);
+io::RgbImage resize(const std::uint8_t* rgb, int width, int height, int out_width, int out_height);
 
 /// The whole of `level` of the slide at `path`, read through libvips' OpenSlide loader,
 /// flattened on white and shrunk by `scale` (< 1) with vips_resize: a thumbnail made in
 /// bounded memory (libvips streams the level in strips), on all cores.
-RgbImage read_thumbnail(const std::string& path, int level, double scale);
+io::RgbImage read_thumbnail(const std::string& path, int level, double scale);
 
 }  // namespace mltool::slide

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "mltool/slide/codec.hpp"
+#include "mltool/io/image_codec.hpp"
 #include "mltool/slide/tissue.hpp"
 
 namespace mltool::slide {
@@ -16,6 +16,7 @@ struct Box {
 
 /// The thumbnail with tissue pixels (mask != 0; mask may be null) blended 35% towards
 /// green and each box outlined one pixel wide in blue.
-RgbImage qc_picture(const RgbImage& thumbnail, const Mask* mask, const std::vector<Box>& kept);
+io::RgbImage qc_picture(const io::RgbImage& thumbnail, const Mask* mask,
+                        const std::vector<Box>& kept);
 
 }  // namespace mltool::slide

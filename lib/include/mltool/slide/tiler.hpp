@@ -13,14 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "mltool/io/tile_store.hpp"
 #include "mltool/slide/region_reader.hpp"
-#include "mltool/slide/tile_store.hpp"
 
 namespace mltool::slide {
 
 /// How to tile, beyond the store's settings.
 struct TileJob {
-  TileSettings settings;
+  io::TileSettings settings;
   int threads = 0;                  ///< read/encode workers; 0 = one per core
   std::string qc_dir;               ///< where to write <id>.png QC pictures ("" = none)
   std::size_t commit_every = 2048;  ///< tiles per LMDB transaction
@@ -57,6 +57,6 @@ void validate(const TileJob& job);
 /// refused with InputError if another slide has its id. Leftovers of an interrupted run
 /// are replaced. On failure the slide's partial tiles are removed and the error rethrown;
 /// other slides of the store are untouched.
-SlideReport tile_slide(TileStore& store, const std::string& path, const TileJob& job);
+SlideReport tile_slide(io::TileStore& store, const std::string& path, const TileJob& job);
 
 }  // namespace mltool::slide

@@ -12,7 +12,7 @@
 
 #include "mltool/util/options.hpp"
 
-namespace mltool::slide {
+namespace mltool::io {
 
 /// An interleaved 8-bit RGB image.
 struct RgbImage {
@@ -59,4 +59,4 @@ void decode_image(const void* data, std::size_t size, RgbImage& out, const std::
 /// Writes `image` as a PNG file, atomically (write aside, rename).
 void write_png(const std::string& path, const RgbImage& image);
 
-}  // namespace mltool::slide
+}  // namespace mltool::io

@@ -1,4 +1,4 @@
-#include "mltool/slide/codec.hpp"
+#include "mltool/io/image_codec.hpp"
 
 #include <png.h>
 #include <turbojpeg.h>
@@ -9,7 +9,7 @@
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 
-namespace mltool::slide {
+namespace mltool::io {
 
 std::string encode_jpeg(const std::uint8_t* rgb, int width, int height, int quality) {
   struct Compressor {
@@ -133,4 +133,4 @@ std::optional<TileEncoding> encoding_named(std::string_view name) {
   return std::nullopt;
 }
 
-}  // namespace mltool::slide
+}  // namespace mltool::io

@@ -1,4 +1,4 @@
-#include "mltool/slide/tile_store.hpp"
+#include "mltool/io/tile_store.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -7,7 +7,7 @@
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 
-namespace mltool::slide {
+namespace mltool::io {
 namespace {
 
 constexpr const char* kStoreKey = "store";
@@ -91,11 +91,11 @@ std::string slide_id_for(const std::string& path) {
 }
 
 TileStore TileStore::open(const std::string& path, bool writable) {
-  io::lmdb::EnvOptions options;
+  lmdb::EnvOptions options;
   options.read_only = !writable;
   options.create = writable;
   auto lock = writable ? std::make_shared<util::OutputLock>(path, "mltool tile") : nullptr;
-  TileStore store(io::lmdb::Env::open(path, options));
+  TileStore store(lmdb::Env::open(path, options));
   store.lock_ = std::move(lock);
   try {
     store.tiles_ = store.env_.db("tiles", writable);
@@ -140,7 +140,7 @@ void TileStore::adopt_settings(const TileSettings& settings) {
     return;
   }
   const std::string text = settings.to_json().dump();
-  env_.write([&](io::lmdb::Txn& txn) { txn.put(meta_, kStoreKey, text); });
+  env_.write([&](lmdb::Txn& txn) { txn.put(meta_, kStoreKey, text); });
 }
 
 std::vector<std::string> TileStore::completed_slides() const {
@@ -201,7 +201,7 @@ std::uint64_t TileStore::discard_incomplete(const std::string& id) {
       }
     }
     more = keys.size() == 65536;
-    env_.write([&](io::lmdb::Txn& txn) {
+    env_.write([&](lmdb::Txn& txn) {
       for (const auto& k : keys) txn.del(tiles_, k);
       if (!more) {
         txn.del(meta_, meta_key("slides", id));
@@ -213,8 +213,7 @@ std::uint64_t TileStore::discard_incomplete(const std::string& id) {
   return deleted;
 }
 
-TileStore::SlideWriter::SlideWriter(TileStore& store, std::string id,
-                                    io::lmdb::BatchOptions options)
+TileStore::SlideWriter::SlideWriter(TileStore& store, std::string id, lmdb::BatchOptions options)
     : store_(&store),
       id_(std::move(id)),
       options_(options),
@@ -222,21 +221,21 @@ TileStore::SlideWriter::SlideWriter(TileStore& store, std::string id,
 
 void TileStore::SlideWriter::commit(const std::string& tiles_record,
                                     const std::string& done_record) {
-  batch_.flush([&](io::lmdb::Txn& txn) {
+  batch_.flush([&](lmdb::Txn& txn) {
     txn.put(store_->meta_, meta_key("tiles", id_), tiles_record);
     txn.put(store_->meta_, meta_key("done", id_), done_record);
   });
 }
 
 void TileStore::SlideWriter::drop() {
-  batch_ = io::lmdb::BatchWriter(store_->env_, store_->tiles_, options_);
+  batch_ = lmdb::BatchWriter(store_->env_, store_->tiles_, options_);
 }
 
 TileStore::SlideWriter TileStore::write_slide(const std::string& id,
                                               const std::string& slide_record,
                                               std::size_t commit_every) {
-  env_.write([&](io::lmdb::Txn& txn) { txn.put(meta_, meta_key("slides", id), slide_record); });
-  io::lmdb::BatchOptions options;
+  env_.write([&](lmdb::Txn& txn) { txn.put(meta_, meta_key("slides", id), slide_record); });
+  lmdb::BatchOptions options;
   options.max_puts = commit_every;
   return SlideWriter(*this, id, options);
 }
@@ -250,7 +249,7 @@ MergeReport merge_store(TileStore& out, const std::string& input, std::size_t co
   const auto settings = in.settings();
   if (!settings) throw InputError(at_file(input, "not a tile store (no meta 'store' record)"));
   out.adopt_settings(*settings);
-  io::lmdb::BatchOptions batch_options;
+  lmdb::BatchOptions batch_options;
   batch_options.max_puts = commit_every;
   for (const std::string& id : in.completed_slides()) {
     const auto record = in.record("slides", id);
@@ -266,14 +265,14 @@ MergeReport merge_store(TileStore& out, const std::string& input, std::size_t co
       }
     }
     out.discard_incomplete(id);
-    io::lmdb::BatchWriter batch(out.env(), out.tiles(), batch_options);
+    lmdb::BatchWriter batch(out.env(), out.tiles(), batch_options);
     auto txn = in.env().begin_read();
     std::int64_t tiles = 0;
     for (const auto& e : txn.prefix(in.tiles(), id + "/")) {
       batch.put(e.key, e.value);
       ++tiles;
     }
-    batch.flush([&](io::lmdb::Txn& w) {
+    batch.flush([&](lmdb::Txn& w) {
       for (const char* kind : {"slides", "tiles", "done"}) {
         const std::string key = TileStore::meta_key(kind, id);
         w.put(out.meta(), key, txn.at(in.meta(), key));
@@ -285,4 +284,4 @@ MergeReport merge_store(TileStore& out, const std::string& input, std::size_t co
   return report;
 }
 
-}  // namespace mltool::slide
+}  // namespace mltool::io

@@ -21,12 +21,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mltool/io/image_codec.hpp"
 #include "mltool/io/lmdb.hpp"
-#include "mltool/slide/codec.hpp"
 #include "mltool/util/options.hpp"
 #include "mltool/util/output_lock.hpp"
 
-namespace mltool::slide {
+namespace mltool::io {
 
 /// The settings that make tiles comparable; every slide of one store shares them.
 /// How tissue is found: Otsu's threshold on a thumbnail, or none (every tile is kept).
@@ -67,9 +67,9 @@ class TileStore {
   static TileStore open(const std::string& path, bool writable);
 
   const std::string& path() const { return env_.path(); }
-  io::lmdb::Env& env() { return env_; }
-  io::lmdb::Dbi tiles() const { return tiles_; }
-  io::lmdb::Dbi meta() const { return meta_; }
+  lmdb::Env& env() { return env_; }
+  lmdb::Dbi tiles() const { return tiles_; }
+  lmdb::Dbi meta() const { return meta_; }
 
   /// The store's settings, or nothing for a new store.
   std::optional<TileSettings> settings() const;
@@ -96,9 +96,9 @@ class TileStore {
 
    private:
     friend class TileStore;
-    Snapshot(io::lmdb::Txn txn, io::lmdb::Dbi tiles) : txn_(std::move(txn)), tiles_(tiles) {}
-    io::lmdb::Txn txn_;
-    io::lmdb::Dbi tiles_;
+    Snapshot(lmdb::Txn txn, lmdb::Dbi tiles) : txn_(std::move(txn)), tiles_(tiles) {}
+    lmdb::Txn txn_;
+    lmdb::Dbi tiles_;
   };
   Snapshot snapshot() const;
 
@@ -123,11 +123,11 @@ class TileStore {
 
    private:
     friend class TileStore;
-    SlideWriter(TileStore& store, std::string id, io::lmdb::BatchOptions options);
+    SlideWriter(TileStore& store, std::string id, lmdb::BatchOptions options);
     TileStore* store_;
     std::string id_;
-    io::lmdb::BatchOptions options_;
-    io::lmdb::BatchWriter batch_;
+    lmdb::BatchOptions options_;
+    lmdb::BatchWriter batch_;
   };
   SlideWriter write_slide(const std::string& id, const std::string& slide_record,
                           std::size_t commit_every);
@@ -137,11 +137,11 @@ class TileStore {
   }
 
  private:
-  TileStore(io::lmdb::Env env) : env_(std::move(env)) {}
+  TileStore(lmdb::Env env) : env_(std::move(env)) {}
   std::shared_ptr<util::OutputLock> lock_;  // writable stores only; taken before the env opens
-  io::lmdb::Env env_;
-  io::lmdb::Dbi tiles_;
-  io::lmdb::Dbi meta_;
+  lmdb::Env env_;
+  lmdb::Dbi tiles_;
+  lmdb::Dbi meta_;
 };
 
 /// What merging one store contributed.
@@ -157,4 +157,4 @@ struct MergeReport {
 /// id present in `out` with another quickhash is an InputError.
 MergeReport merge_store(TileStore& out, const std::string& input, std::size_t commit_every = 2048);
 
-}  // namespace mltool::slide
+}  // namespace mltool::io

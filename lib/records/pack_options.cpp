@@ -1,6 +1,6 @@
 // The options of `mltool pack`, declared once: apps/cmd_pack.cpp binds this table to the
 // command line and pack_dataset checks a job against it; docs/pack.md's synopsis is checked
-// against it (tests/cli/options_test.py).
+// against it (tests/cli/options_docs_test.py).
 #include "mltool/records/pack.hpp"
 
 namespace mltool::records {

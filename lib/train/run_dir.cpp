@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mltool/io/manifest.hpp"
+#include "mltool/train/train.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 
@@ -26,13 +27,6 @@ std::vector<std::string> entries(const std::string& dir) {
   }
   ::closedir(d);
   return out;
-}
-
-// "weight_decay" → "--weight-decay".
-std::string flag(std::string key) {
-  for (auto& c : key)
-    if (c == '_') c = '-';
-  return "--" + key;
 }
 
 }  // namespace
@@ -145,18 +139,16 @@ std::vector<std::string> compare_runs(const json& before, const json& now,
   std::vector<std::string> warnings;
   const auto& o0 = before.at("options");
   const auto& o1 = now.at("options");
-  for (const auto& [key, value] : o1.items()) {
-    // micro_batches, sections and last_batch came later: a run without them had 1, 1, drop.
-    const json old = o0.contains(key)                              ? o0[key]
-                     : key == "micro_batches" || key == "sections" ? json(1)
-                     : key == "last_batch"                         ? json("drop")
-                                                                   : json();
+  for (const auto& o : train_options()) {  // what may change is declared with the option
+    if (o.section != "options" || !o1.contains(o.key())) continue;
+    const json& value = o1[o.key()];
+    const json old = o0.contains(o.key()) ? o0[o.key()] : o.before_it_existed;
     if (old == value) continue;
-    if (key == "batch" || key == "seed" || key == "last_batch")
+    if (o.fixed)
       throw UsageError(at_file(
-          where, "--resume: " + flag(key) + " " + value.dump() + " differs from the run's " +
+          where, "--resume: " + o.flag() + " " + value.dump() + " differs from the run's " +
                      old.dump() + " (the sampler position depends on it); start a new run"));
-    warnings.push_back(flag(key) + " is now " + value.dump() + " (the run had " + old.dump() +
+    warnings.push_back(o.flag() + " is now " + value.dump() + " (the run had " + old.dump() +
                        "): the result will differ from an uninterrupted run");
   }
   return warnings;

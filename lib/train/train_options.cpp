@@ -1,7 +1,9 @@
 // The options of `mltool train`, declared once: the command line (apps/cmd_train.cpp binds
-// this table), check_options in train_model, and run.json's "options" (what decides the
-// result; a resume that changes one is warned or refused) and "runtime" (what does not)
-// come from here. docs/train.md's synopsis is checked against it (tests/cli/options_test.py).
+// this table), check_options in train_model, run.json's "options" (what decides the result)
+// and "runtime" (what does not), and what --resume may change (compare_runs: a changed
+// option is warned about, one fixed_on_resume refused; absent_means is what a run from
+// before the option had). docs/train.md's synopsis is checked against it
+// (tests/cli/options_docs_test.py).
 #include "mltool/train/train.hpp"
 #include "mltool/util/math_env.hpp"
 
@@ -40,20 +42,25 @@ const util::Options<TrainJob>& train_options() {
       option("--epochs", &J::epochs, "Passes over the training split").at_least(1).in("options"),
       option("--batch", &J::batch, "Samples (tiles, bags, images) per step")
           .at_least(1)
-          .in("options"),
+          .in("options")
+          .fixed_on_resume(),
       choice("--last-batch", &J::last_batch, kLastBatches,
              "The samples past an epoch's last full batch: keep (a smaller last step) or drop")
-          .in("options"),
+          .in("options")
+          .absent_means("drop")
+          .fixed_on_resume(),
       option("--micro-batches", &J::micro_batches,
              "Run each batch's forward and backward in this many parts, one optimizer step "
              "(docs/train.md#memory-modes)")
           .at_least(1)
-          .in("options"),
+          .in("options")
+          .absent_means(1),
       option("--sections", &J::sections,
              "Cut the blocks into this many sections, keeping only their inputs and recomputing "
              "each in the backward pass (docs/train.md#memory-modes)")
           .at_least(1)
-          .in("options"),
+          .in("options")
+          .absent_means(1),
       flag("--offload-boundaries", &J::offload_boundaries,
            "Sections: keep the section inputs in pinned host memory until their recompute "
            "(CUDA; no effect on the CPU)")
@@ -75,7 +82,9 @@ const util::Options<TrainJob>& train_options() {
       option("--class-weights", &J::class_weights,
              "Loss weights: none, balanced, or W0,W1,... per label id")
           .in("options"),
-      option("--seed", &J::seed, "Seed of the weights, the sampler and dropout").in("options"),
+      option("--seed", &J::seed, "Seed of the weights, the sampler and dropout")
+          .in("options")
+          .fixed_on_resume(),
       option("--train-split", &J::train_split, "The split to train on"),
       option("--val-split", &J::val_split, "The split to validate on after every epoch"),
       choice("--monitor", &J::monitor, kMonitors, "What best.pt and early stopping follow")

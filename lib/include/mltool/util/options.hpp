@@ -75,6 +75,10 @@ struct Option {
   bool value_optional = false;  ///< may be given without a value (parse gets "")
   bool is_required = false;
   std::string section;  ///< the manifest section it is recorded in (recorded()); empty: none
+  /// Recorded: the value a manifest written before the option existed stands for (null:
+  /// none), and whether a resumed job may not change it (a warning otherwise).
+  nlohmann::json before_it_existed;
+  bool fixed = false;
   std::function<void(Job&, const std::string&)> parse;  ///< sets (appends, if `many`) from text
   std::function<nlohmann::json(const Job&)> value;      ///< the value, as recorded and described
   /// Checks on the parsed value: each returns what is wrong ("must be at least 1") or "".
@@ -107,6 +111,16 @@ struct Option {
   /// Recorded in the manifest's `section` ("options", "runtime", ...).
   Option& in(std::string manifest_section) {
     section = std::move(manifest_section);
+    return *this;
+  }
+  /// Recorded, and older manifests without it had `value`.
+  Option& absent_means(nlohmann::json value) {
+    before_it_existed = std::move(value);
+    return *this;
+  }
+  /// A resumed job must keep the recorded value.
+  Option& fixed_on_resume() {
+    fixed = true;
     return *this;
   }
   /// A check: `ok(job)` or "FLAG must be " + `must`.

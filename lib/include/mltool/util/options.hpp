@@ -2,11 +2,11 @@
 // beside it, as LightGBM's config.h and llama.cpp's option table do: the name, type,
 // default (the job struct's own initializer), allowed values, checks and help of each. The
 // command line is built from the table (apps/cli_options.hpp), the library validates a job
-// against it (check_options), manifests record options from it (recorded), and
-// `mltool help CMD --json` prints it (describe) so the docs can be checked against it.
+// against it (check_options) and manifests record options from it (recorded); `mltool help
+// CMD --json` lists the options as bound, so the docs can be checked against them.
 //
 //   util::option("--epochs", &TrainJob::epochs, "Passes over the training split").at_least(1)
-//   util::choice("--feed", &TrainJob::feed, kFeedNames, "auto (pinned if it fits), ...")
+//   util::choice("--feed", &TrainJob::feed, kFeeds, "auto (pinned if it fits), ...")
 #pragma once
 
 #include <cstdint>
@@ -307,26 +307,6 @@ nlohmann::json recorded(const Options<Job>& table, const Job& job, std::string_v
   nlohmann::json out = nlohmann::json::object();
   for (const auto& o : table)
     if (o.section == section) out[o.key()] = o.value(job);
-  return out;
-}
-
-/// The table as JSON (what `mltool help CMD --json` prints): per option its names, type,
-/// default, choices, whether it is required or a flag or a list, and its help.
-template <class Job>
-nlohmann::json describe(const Options<Job>& table) {
-  const Job defaults{};
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& o : table) {
-    nlohmann::json d = {{"names", o.names}, {"key", o.key()}, {"help", o.help}};
-    d["kind"] = o.positional() ? "positional" : o.is_flag ? "flag" : "option";
-    if (!o.is_flag) d["type"] = o.type;
-    if (!o.is_required && !o.is_flag && !o.value(defaults).is_null())
-      d["default"] = o.value(defaults);
-    if (!o.choices.empty()) d["choices"] = o.choices;
-    if (o.is_required) d["required"] = true;
-    if (o.many) d["many"] = true;
-    out.push_back(d);
-  }
   return out;
 }
 

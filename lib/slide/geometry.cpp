@@ -45,8 +45,11 @@ void check_levels(const SlideGeometry& geometry, const std::string& slide_name) 
 }  // namespace
 
 std::optional<double> slide_mpp(const SlideGeometry& geometry) {
-  const bool has_x = geometry.mpp_x && positive_finite(*geometry.mpp_x);
-  const bool has_y = geometry.mpp_y && positive_finite(*geometry.mpp_y);
+  const auto usable = [](const std::optional<double>& v) {
+    return v && positive_finite(*v) && *v >= kMinPlausibleMpp && *v <= kMaxPlausibleMpp;
+  };
+  const bool has_x = usable(geometry.mpp_x);
+  const bool has_y = usable(geometry.mpp_y);
   if (has_x && has_y) {
     const double x = *geometry.mpp_x;
     const double y = *geometry.mpp_y;
@@ -87,8 +90,11 @@ ReadPlan plan_read(const SlideGeometry& geometry, std::optional<double> target_m
   if (!plan.mpp) {
     throw InputError(
         at_file(slide_name,
-                "no µm/px metadata (openslide.mpp-x or TIFF resolution); pass --level N "
-                "to tile at a pyramid level instead"));
+                "no usable µm/px metadata (openslide.mpp-x or TIFF resolution; a placeholder "
+                "such as 72 dpi, or a value outside " +
+                    num(kMinPlausibleMpp) + "-" + num(kMaxPlausibleMpp) +
+                    " µm/px, counts as none); give the slide's µm per level-0 pixel with "
+                    "--slide-mpp X, or tile a pyramid level with --level N"));
   }
   const double target = *target_mpp / *plan.mpp;
   // Level 0 is the finest there is; a finer target would need upsampling, which

@@ -38,7 +38,12 @@ std::optional<double> mpp_from_tiff_resolution(const std::optional<std::string>&
   const auto per_unit = parse_positive(resolution);
   if (!per_unit || !unit) return std::nullopt;
   if (*unit == "centimeter") return 10000.0 / *per_unit;
-  if (*unit == "inch") return 25400.0 / *per_unit;
+  if (*unit == "inch") {
+    // 72, 96 and 300 dpi are what converters write when they know nothing: no µm/px.
+    for (const double placeholder : {72.0, 96.0, 300.0})
+      if (std::abs(*per_unit - placeholder) < 1e-6) return std::nullopt;
+    return 25400.0 / *per_unit;
+  }
   return std::nullopt;
 }
 

@@ -62,6 +62,21 @@ const util::Options<TileJob>& tile_options() {
           "--tile-size", [](J& j) -> int& { return j.settings.tile_size; }, "Tile side in pixels"),
       mpp_option(),
       level_option(),
+      util::custom<J>(
+          "--slide-mpp", "X",
+          "The slides' µm per level-0 pixel, instead of their metadata (for slides without a "
+          "usable one)",
+          [](J& j, const std::string& text) {
+            j.slide_mpp = util::parse_real(text, "--slide-mpp");
+          },
+          [](const J& j) { return j.slide_mpp ? nlohmann::json(*j.slide_mpp) : nlohmann::json(); })
+          .check(
+              [](const J& j) {
+                return !j.slide_mpp ||
+                       (*j.slide_mpp >= kMinPlausibleMpp && *j.slide_mpp <= kMaxPlausibleMpp);
+              },
+              "between " + util::number_text(kMinPlausibleMpp) + " and " +
+                  util::number_text(kMaxPlausibleMpp) + " µm per pixel"),
       option_at<J>(
           "--overlap", [](J& j) -> int& { return j.settings.overlap; },
           "Pixels shared by neighbouring tiles"),
@@ -115,7 +130,8 @@ nlohmann::json slide_json(const SlideReport& r) {
           {"tissue_fraction",
            r.tissue_fraction ? nlohmann::json(*r.tissue_fraction) : nlohmann::json(nullptr)},
           {"seconds", r.seconds},
-          {"reader", r.reader}};
+          {"reader", r.reader},
+          {"mpp_source", r.mpp_source}};
 }
 
 }  // namespace

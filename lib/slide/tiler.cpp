@@ -191,6 +191,7 @@ bool already_tiled(const io::TileStore& store, const std::string& path, const Id
                       existing->at("grid").value("rows", std::int64_t{0});
   if (done->contains("tissue_fraction") && done->at("tissue_fraction").is_number())
     report.tissue_fraction = done->at("tissue_fraction").get<double>();
+  report.mpp_source = existing->value("mpp_source", "");  // "" in stores of earlier versions
   return true;
 }
 
@@ -250,6 +251,7 @@ json slide_json(const Slide& slide, const Identity& who, const ReadPlan& plan, c
       {"height", geometry.levels[0].height},
       {"levels", levels_json(geometry)},
       {"mpp", plan.mpp ? json(*plan.mpp) : json(nullptr)},
+      {"mpp_source", plan.mpp_source},
       {"level", plan.level},
       {"level_downsample", plan.level_downsample},
       {"target_downsample", plan.target_downsample},
@@ -317,8 +319,11 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
     log::info(id + ": removed " + std::to_string(removed) + " tiles of an interrupted run");
 
   const auto& s = job.settings;
-  const SlideGeometry& geometry = slide.geometry();
-  const ReadPlan plan = plan_read(geometry, s.mpp, s.level, s.tile_size, path);
+  SlideGeometry geometry = slide.geometry();
+  if (job.slide_mpp) geometry.mpp_x = geometry.mpp_y = *job.slide_mpp;
+  ReadPlan plan = plan_read(geometry, s.mpp, s.level, s.tile_size, path);
+  plan.mpp_source = job.slide_mpp ? "override" : plan.mpp ? "metadata" : "none";
+  report.mpp_source = plan.mpp_source;
   const TileGrid grid = make_grid(geometry.levels[0], plan, s.tile_size, s.overlap);
   report.grid_tiles = grid.count();
   const Selection selection = select_tiles(slide, plan, grid, job);

@@ -186,6 +186,9 @@ def make_fixtures():
         ["generic_tiff", [tmp("A.tif"), *A_SIZE, 0.25, A_REGIONS], SCANNER],
         ["generic_tiff", [tmp("C.tif"), *C_SIZE, 0.25, C_REGIONS], SCANNER],
         ["generic_tiff", [tmp("nompp", "N.tif"), *SMALL, None, [(0, 0, 768, 768)]], SCANNER],
+        # resolution tags of 72 dpi read as µm/px: 352.78, no scanner's
+        ["generic_tiff", [tmp("nompp", "P.tif"), *SMALL, 25400 / 72, [(0, 0, 768, 768)]],
+         SCANNER],
         ["blank_tiff", [tmp("blank", "W.tif"), *SMALL, 0.25], SCANNER],
         ["aperio_svs", [tmp("svs", "AP.svs"), 2048, 1536, [(256, 256, 1536, 1280)]], SCANNER],
         ["not_a_slide", [tmp("bad", "text.svs")]],
@@ -678,8 +681,23 @@ def check_no_mpp():
     code, out, err = run([mltool, "tile", path, "-o", tmp("st_i")])
     expect(code == 2, f"no µm/px: exit {code}, expected 2: {err}")
     expect("µm/px" in err and "N.tif" in err, f"stderr names the file and µm/px: {err!r}")
+    expect("--slide-mpp" in err and "--level" in err, f"stderr names the way out: {err!r}")
+    # a placeholder resolution (72 dpi: 352.78 µm/px) counts as none
+    code, out, err = run([mltool, "tile", tmp("nompp", "P.tif"), "-o", tmp("st_ip")])
+    expect(code == 2 and "P.tif" in err and "--slide-mpp" in err,
+           f"72 dpi: exit {code}, expected 2 naming --slide-mpp: {err}")
+    # --slide-mpp says what it is: tiled at --mpp 0.5 from 0.25 µm/px, recorded as an override
+    code, summary, _, err = tile(path, "-o", tmp("st_is"), "--slide-mpp", "0.25")
+    expect(code == 0, f"--slide-mpp 0.25: exit {code}: {err}")
+    sm = Store(tmp("st_is")).meta["slides/N"]
+    expect(sm["mpp"] == 0.25 and sm["mpp_source"] == "override" and sm["target_downsample"] == 2,
+           f"slides/N with --slide-mpp: {sm}")
+    expect(summary["slides"][0]["mpp_source"] == "override", f"--json: {summary['slides'][0]}")
+    code, _, _, err = tile(path, "-o", tmp("st_ib"), "--slide-mpp", "500")
+    expect(code == 1 and "--slide-mpp" in err, f"--slide-mpp 500: exit {code}: {err}")
     code, summary, _, err = tile(path, "-o", tmp("st_i0"), "--level", "0")
     expect(code == 0, f"--level 0: exit {code}: {err}")
+    expect(summary["slides"][0]["mpp_source"] == "none", f"--level 0: {summary['slides'][0]}")
     st = Store(tmp("st_i0"))
     cells, _, _, _ = grid(*SMALL, 1.0, TS, 1.0)
     want = [key("N", r, c) for r, c, x, y in cells
@@ -695,6 +713,7 @@ def check_no_mpp():
     st = Store(tmp("st_i1"))
     expect(st.meta["slides/A"]["level"] == 1 and st.meta["slides/A"]["read_size"] == 256,
            "--level 1 reads level 1 at tile size")
+    expect(st.meta["slides/A"]["mpp_source"] == "metadata", f"slides/A: {st.meta['slides/A']}")
     assert_pixels(st, tmp("A.tif"), "A", 1, 256, "PNG")
     code, _, _, err = tile(tmp("A.tif"), "-o", tmp("st_i2"), "--level", "0", "--mpp", "0.5")
     expect(code == 1, f"--level with --mpp: exit {code}, expected 1 (usage)")

@@ -10,6 +10,7 @@ using mltool::slide::Level;
 using mltool::slide::make_grid;
 using mltool::slide::plan_read;
 using mltool::slide::ReadPlan;
+using mltool::slide::slide_mpp;
 using mltool::slide::SlideGeometry;
 using mltool::slide::tile_grid;
 using mltool::testing::error_of;
@@ -75,16 +76,16 @@ TEST(SlideGeometry, UpsamplingIsRefusedNamingBothResolutions) {
   EXPECT_NE(m.find("0.25"), std::string::npos) << m;
 }
 
-TEST(SlideGeometry, MissingMppNamesTheSlideAndSuggestsLevel) {
+TEST(SlideGeometry, MissingMppNamesTheSlideAndSuggestsSlideMppAndLevel) {
   SlideGeometry g = pyramid();
   g.mpp_x.reset();
   g.mpp_y.reset();
   const std::string m =
       error_of<mltool::InputError>([&] { plan_read(g, 0.5, std::nullopt, 256, "b.ndpi"); });
-  EXPECT_EQ(
-      m,
-      "b.ndpi: no µm/px metadata (openslide.mpp-x or TIFF resolution); pass --level N to tile "
-      "at a pyramid level instead");
+  EXPECT_EQ(m,
+            "b.ndpi: no usable µm/px metadata (openslide.mpp-x or TIFF resolution; a placeholder "
+            "such as 72 dpi, or a value outside 0.05-20 µm/px, counts as none); give the slide's "
+            "µm per level-0 pixel with --slide-mpp X, or tile a pyramid level with --level N");
   // --level needs no metadata.
   const ReadPlan p = plan_read(g, std::nullopt, 2, 256, "b.ndpi");
   EXPECT_EQ(p.level, 2);
@@ -189,4 +190,16 @@ TEST(TileGrid, RejectsBadOverlap) {
   EXPECT_THROW(make_grid(Level{1000, 1000, 1.0}, p, 256, 256), mltool::UsageError);
   EXPECT_THROW(make_grid(Level{1000, 1000, 1.0}, p, 256, -1), mltool::UsageError);
   EXPECT_THROW(make_grid(Level{1000, 1000, 1.0}, p, 0, 0), mltool::UsageError);
+}
+
+TEST(SlideGeometry, ImplausibleMicronsPerPixelCountAsNone) {
+  SlideGeometry g = pyramid();
+  g.mpp_x = g.mpp_y = 25400.0 / 72;  // 72 dpi read as a resolution: 352.78 µm/px
+  EXPECT_FALSE(slide_mpp(g));
+  g.mpp_x = g.mpp_y = 0.01;
+  EXPECT_FALSE(slide_mpp(g));
+  g.mpp_x = g.mpp_y = 0.25;
+  EXPECT_DOUBLE_EQ(slide_mpp(g).value_or(-1), 0.25);
+  g.mpp_y = 500;  // one usable axis is used alone
+  EXPECT_DOUBLE_EQ(slide_mpp(g).value_or(-1), 0.25);
 }

@@ -182,6 +182,15 @@ TEST(SlideIoMpp, NothingWithoutAUsableResolution) {
     EXPECT_FALSE(mpp_from_tiff_resolution(std::string(bad), "centimeter")) << "'" << bad << "'";
 }
 
+TEST(SlideIoMpp, PlaceholderDotsPerInchAreNoResolution) {
+  // What converters write when they know nothing: 72, 96 and 300 dpi.
+  for (const char* placeholder : {"72", "72.000000", "96", "300"})
+    EXPECT_FALSE(mpp_from_tiff_resolution(std::string(placeholder), "inch")) << placeholder;
+  EXPECT_DOUBLE_EQ(mpp_from_tiff_resolution("25400", "inch").value_or(-1), 1.0);
+  // The same numbers per centimetre are not placeholders (and are left to slide_mpp's range).
+  EXPECT_TRUE(mpp_from_tiff_resolution("72", "centimeter"));
+}
+
 // ---------------------------------------------------------------------------------------
 // argb_to_rgb_on_white
 

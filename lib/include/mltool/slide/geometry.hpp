@@ -40,12 +40,20 @@ struct ReadPlan {
   double target_downsample = 1.0;    ///< level-0 pixels per output pixel
   std::int64_t read_size_level = 0;  ///< pixels to read at `level` per tile side
   std::optional<double> mpp;         ///< µm per level-0 pixel used, if known
+  /// Where `mpp` came from: "metadata" (the slide's), "override" (--slide-mpp), "none".
+  std::string mpp_source = "none";
 };
+
+/// Scanned slides lie between these µm per level-0 pixel (about 500x to 0.5x); a value
+/// outside them is a unit or placeholder error, and counts as no µm/px.
+inline constexpr double kMinPlausibleMpp = 0.05;
+inline constexpr double kMaxPlausibleMpp = 20;
 
 /// The µm per level-0 pixel of a slide: mpp_x, or the mean of mpp_x and mpp_y when
 /// they differ by more than 1% (anisotropic pixels cannot be honoured by square
 /// tiles, so the mean errs least in both directions); mpp_y alone if only it is set.
-/// nullopt when neither is set or the values are not positive and finite.
+/// nullopt when neither is usable: positive, finite and within kMinPlausibleMpp to
+/// kMaxPlausibleMpp.
 std::optional<double> slide_mpp(const SlideGeometry& geometry);
 
 /// Chooses the level and read size for tiles of `tile_size` output pixels.

@@ -51,7 +51,8 @@ class Slide {
 };
 
 /// µm per pixel from TIFF resolution properties (tiff.XResolution + tiff.ResolutionUnit
-/// "centimeter" or "inch"), or nothing for another unit or a non-positive value.
+/// "centimeter" or "inch"), or nothing for another unit, a non-positive value or a
+/// placeholder (72, 96 or 300 dpi, which converters write when they know nothing).
 std::optional<double> mpp_from_tiff_resolution(const std::optional<std::string>& resolution,
                                                const std::optional<std::string>& unit);
 

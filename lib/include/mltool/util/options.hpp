@@ -97,7 +97,6 @@ struct Option {
       if (c == '-') c = '_';
     return k;
   }
-  bool positional() const { return names.front() != '-'; }
 
   /// May be given without a value: `--check` alone (parse gets "").
   Option& optional_value() {
@@ -181,27 +180,6 @@ T parse_as(const std::string& text, const std::string& flag) {
 }
 }  // namespace detail
 
-/// An option stored in `member` (a number, text or a list of text).
-template <class Job, class T>
-Option<Job> option(std::string names, T Job::*member, std::string help) {
-  Option<Job> o;
-  o.names = std::move(names);
-  o.help = std::move(help);
-  const std::string flag = o.flag();
-  if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-    o.type = "TEXT";
-    o.many = true;
-    o.parse = [member](Job& j, const std::string& text) { (j.*member).push_back(text); };
-  } else {
-    o.type = detail::type_name<T>();
-    o.parse = [member, flag](Job& j, const std::string& text) {
-      j.*member = detail::parse_as<T>(text, flag);
-    };
-  }
-  o.value = [member](const Job& j) { return nlohmann::json(j.*member); };
-  return o;
-}
-
 /// An option stored where `field(job)` points (a member of a member: job.columns.key).
 template <class Job, class Field,
           class T = std::remove_reference_t<std::invoke_result_t<Field, Job&>>>
@@ -224,6 +202,13 @@ Option<Job> option_at(std::string names, Field field, std::string help) {
   return o;
 }
 
+/// An option stored in `member` (a number, text or a list of text).
+template <class Job, class T>
+Option<Job> option(std::string names, T Job::*member, std::string help) {
+  return option_at<Job>(
+      std::move(names), [member](Job& j) -> T& { return j.*member; }, std::move(help));
+}
+
 /// A flag (no value) that sets where `field(job)` points.
 template <class Job, class Field>
 Option<Job> flag_at(std::string names, Field field, std::string help) {
@@ -237,23 +222,6 @@ template <class Job>
 Option<Job> flag(std::string names, bool Job::*member, std::string help) {
   Option<Job> o = option(std::move(names), member, std::move(help));
   o.is_flag = true;
-  return o;
-}
-
-/// An option that names one value of the enum `member` (its names in `names`).
-template <class Job, class E>
-Option<Job> choice(std::string names, E Job::*member, const EnumNames<E>& values,
-                   std::string help) {
-  Option<Job> o;
-  o.names = std::move(names);
-  o.help = std::move(help);
-  o.type = "TEXT";
-  for (const auto& [v, n] : values) o.choices.emplace_back(n);
-  const std::string flag = o.flag();
-  o.parse = [member, &values, flag](Job& j, const std::string& text) {
-    j.*member = parse_enum(values, text, flag);
-  };
-  o.value = [member, &values](const Job& j) { return nlohmann::json(name_of(values, j.*member)); };
   return o;
 }
 
@@ -275,6 +243,14 @@ Option<Job> choice_at(std::string names, Field field, const EnumNames<E>& values
     return nlohmann::json(name_of(values, field(const_cast<Job&>(j))));
   };
   return o;
+}
+
+/// An option that names one value of the enum `member` (its names in `values`).
+template <class Job, class E>
+Option<Job> choice(std::string names, E Job::*member, const EnumNames<E>& values,
+                   std::string help) {
+  return choice_at<Job>(
+      std::move(names), [member](Job& j) -> E& { return j.*member; }, values, std::move(help));
 }
 
 /// An option with its own parser and value (a list of splits, "I/N", ...).

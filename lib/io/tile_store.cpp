@@ -24,6 +24,8 @@ std::string describe(const nlohmann::json& v) { return v.is_null() ? "none" : v.
 
 const util::EnumNames<TissueDetection> kTissueDetections = {{TissueDetection::otsu, "otsu"},
                                                             {TissueDetection::none, "none"}};
+const util::EnumNames<ArtifactFilter> kArtifactFilters = {{ArtifactFilter::exclude, "exclude"},
+                                                          {ArtifactFilter::keep, "keep"}};
 
 nlohmann::json TileSettings::to_json() const {
   return {{"format", "mltool.tile-store"},
@@ -35,7 +37,8 @@ nlohmann::json TileSettings::to_json() const {
           {"encoding", encoding_info(encoding).name},
           {"quality", quality},
           {"tissue", util::name_of(kTissueDetections, tissue)},
-          {"min_tissue", min_tissue}};
+          {"min_tissue", min_tissue},
+          {"artifacts", util::name_of(kArtifactFilters, artifacts)}};
 }
 
 TileSettings TileSettings::from_json(const nlohmann::json& doc, const std::string& where) {
@@ -50,6 +53,12 @@ TileSettings TileSettings::from_json(const nlohmann::json& doc, const std::strin
   s.tissue = util::parse_enum(kTissueDetections, doc.at("tissue").get<std::string>(),
                               where + ": 'tissue'");  // the schema's enum
   s.min_tissue = doc.at("min_tissue").get<double>();
+  // Stores made before --artifacts existed already called dark pixels background, and on
+  // slides without ink the other rules change well under 1% of the tissue: they continue
+  // as exclude, the default, so a default run still appends to them.
+  if (doc.contains("artifacts"))
+    s.artifacts = util::parse_enum(kArtifactFilters, doc.at("artifacts").get<std::string>(),
+                                   where + ": 'artifacts'");  // the schema's enum
   if (s.mpp.has_value() == s.level.has_value())
     throw FormatError(where + ": exactly one of 'mpp' and 'level' must be set");
   if ((s.mpp && !(*s.mpp > 0)) || (s.level && *s.level < 0) || s.overlap >= s.tile_size)

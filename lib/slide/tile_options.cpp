@@ -83,6 +83,11 @@ const util::Options<TileJob>& tile_options() {
       choice_at<J>(
           "--tissue", [](J& j) -> io::TissueDetection& { return j.settings.tissue; },
           io::kTissueDetections, "Tissue detection: otsu or none (every tile)"),
+      choice_at<J>(
+          "--artifacts", [](J& j) -> io::ArtifactFilter& { return j.settings.artifacts; },
+          io::kArtifactFilters,
+          "Pen ink (blue, green, black), black borders and out-of-slide areas: exclude (not "
+          "tissue) or keep (judged by saturation like the rest)"),
       option_at<J>(
           "--min-tissue", [](J& j) -> double& { return j.settings.min_tissue; },
           "Keep tiles with at least this tissue fraction")

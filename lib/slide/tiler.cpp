@@ -194,6 +194,7 @@ Selection select_tiles(const Slide& slide, const ReadPlan& plan, const TileGrid&
   const double tile_area = (grid.size_level0 / thumb.dx) * (grid.size_level0 / thumb.dy);
   options.min_object_px = std::max<std::int64_t>(4, std::llround(tile_area / 4));
   options.max_hole_px = options.min_object_px;
+  if (s.artifacts == io::ArtifactFilter::keep) options.artifacts.reset();
   out.mask = tissue_mask(thumb.image.pixels.data(), thumb.image.width, thumb.image.height, options);
   std::int64_t tissue_px = 0;
   for (auto v : out.mask->data) tissue_px += v != 0;

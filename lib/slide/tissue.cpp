@@ -134,17 +134,26 @@ void fill_small_holes(Mask& mask, std::int64_t max_px) {
   });
 }
 
+bool is_artifact(int r, int g, int b, const ArtifactRules& rules) {
+  const int hi = std::max({r, g, b});
+  const int lo = std::min({r, g, b});
+  if (hi < rules.dark_below) return true;                                 // dark
+  if (hi < rules.grey_below && hi - lo < rules.grey_chroma) return true;  // grey
+  if (g - r > rules.green_over_red) return true;                          // green/cyan
+  return g >= r && b - std::max(r, g) >= rules.blue_over;                 // blue
+}
+
 Mask tissue_mask(const std::uint8_t* rgb, int width, int height, const TissueOptions& options) {
   const std::size_t n = pixel_count(width, height);
   const std::vector<std::uint8_t> sat = saturation(rgb, width, height);
-  std::vector<std::uint8_t> dark(n, 0);
+  std::vector<std::uint8_t> artifact(n, 0);
   std::array<std::uint64_t, 256> hist{};
   for (std::size_t i = 0; i < n; ++i) {
-    const int hi = std::max({rgb[3 * i], rgb[3 * i + 1], rgb[3 * i + 2]});
-    // Dark pixels stay out of the histogram too: a black scan border would
-    // otherwise be a third mode that drags the threshold.
-    dark[i] = hi < options.dark_below ? 1 : 0;
-    if (!dark[i]) ++hist[sat[i]];
+    // Artifact pixels stay out of the histogram too: a black scan border or a pen stroke
+    // would otherwise be a third mode that drags the threshold.
+    if (options.artifacts)
+      artifact[i] = is_artifact(rgb[3 * i], rgb[3 * i + 1], rgb[3 * i + 2], *options.artifacts);
+    if (!artifact[i]) ++hist[sat[i]];
   }
   int threshold = std::max(otsu_from_histogram(hist), options.min_saturation);
   // Otsu always splits in two. Without glass in view (a thumbnail all tissue) it splits the
@@ -162,7 +171,7 @@ Mask tissue_mask(const std::uint8_t* rgb, int width, int height, const TissueOpt
   mask.threshold = threshold;
   mask.data.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
-    mask.data[i] = (!dark[i] && sat[i] > threshold) ? 1 : 0;
+    mask.data[i] = (!artifact[i] && sat[i] > threshold) ? 1 : 0;
   }
   remove_small_objects(mask, options.min_object_px);
   fill_small_holes(mask, options.max_hole_px);

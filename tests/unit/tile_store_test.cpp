@@ -42,6 +42,7 @@ TileSettings unusual_settings() {
   s.quality = 75;
   s.tissue = mltool::io::TissueDetection::none;
   s.min_tissue = 0.25;
+  s.artifacts = mltool::io::ArtifactFilter::keep;
   return s;
 }
 
@@ -54,6 +55,7 @@ void expect_same(const TileSettings& a, const TileSettings& b) {
   EXPECT_EQ(a.quality, b.quality);
   EXPECT_EQ(a.tissue, b.tissue);
   EXPECT_EQ(a.min_tissue, b.min_tissue);
+  EXPECT_EQ(a.artifacts, b.artifacts);
 }
 
 }  // namespace
@@ -157,6 +159,19 @@ TEST(TileStoreSettings, JsonRoundTrip) {
   EXPECT_EQ(back.level, 2);
 }
 
+// Stores written before --artifacts existed have no "artifacts": they read as exclude (the
+// default, which also calls dark pixels background as those stores did), so a default run
+// still appends to them.
+TEST(TileStoreSettings, RecordWithoutArtifactsReadsAsExclude) {
+  nlohmann::json old = unusual_settings().to_json();
+  old.erase("artifacts");
+  const TileSettings back = TileSettings::from_json(old, "old");
+  EXPECT_EQ(back.artifacts, mltool::io::ArtifactFilter::exclude);
+  TileSettings now = unusual_settings();
+  now.artifacts = mltool::io::ArtifactFilter::exclude;
+  EXPECT_NO_THROW(back.require_same(now, "old.lmdb"));
+}
+
 TEST(TileStoreSettings, FromJsonRejectsInvalidRecordsNamingThePlace) {
   const std::string where = "/stores/t.lmdb: meta 'store'";
   const nlohmann::json good = unusual_settings().to_json();
@@ -182,6 +197,7 @@ TEST(TileStoreSettings, FromJsonRejectsInvalidRecordsNamingThePlace) {
       {"missing tissue", without_tissue, "/tissue"},
       {"other format", with("format", "mltool.features"), "/format"},
       {"unknown property", with("extra", 1), "/extra"},
+      {"unknown artifacts", with("artifacts", "drop"), "/artifacts"},
       {"not an object", nlohmann::json::array({1, 2}), "(root)"},
   };
   for (const auto& c : cases) {
@@ -228,6 +244,11 @@ TEST(TileStoreSettings, RequireSameNamesTheSettingAndBothValues) {
   EXPECT_TRUE(contains(msg, "min_tissue")) << msg;
   EXPECT_TRUE(contains(msg, "0.25")) << msg;
   EXPECT_TRUE(contains(msg, "0.5")) << msg;
+
+  b = a;
+  b.artifacts = mltool::io::ArtifactFilter::exclude;
+  msg = error_of<UsageError>([&] { a.require_same(b, "s.lmdb"); });
+  EXPECT_TRUE(contains(msg, "artifacts \"keep\", not \"exclude\"")) << msg;
 
   b = a;
   b.overlap = 0;

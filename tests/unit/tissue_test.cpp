@@ -316,3 +316,121 @@ TEST(TissueFraction, MatchesBruteForceOnRandomMask) {
 TEST(TissueFraction, RejectsMismatchedData) {
   EXPECT_THROW(IntegralMask(mask_from(4, 4, std::vector<std::uint8_t>(3))), mltool::UsageError);
 }
+
+// ---------------------------------------------------------------- artifacts
+
+namespace {
+
+using mltool::slide::ArtifactRules;
+using mltool::slide::is_artifact;
+
+struct Colour {
+  const char* what;
+  int r, g, b;
+};
+
+// Ink as scanners show it: over glass, and half-transparent at a stroke's edge.
+const std::vector<Colour> kInk = {
+    {"blue marker", 45, 75, 165},
+    {"blue ballpoint", 60, 85, 200},
+    {"pale blue edge", 150, 165, 215},
+    {"violet-blue, g = r", 70, 70, 170},
+    {"green marker", 40, 140, 90},
+    {"pale green edge", 150, 200, 170},
+    {"cyan", 60, 150, 160},
+    {"dark green", 20, 60, 40},
+    {"black ink", 35, 35, 40},
+    {"black ink, bluish", 40, 45, 62},
+    {"grey ink", 85, 82, 95},
+};
+// Black scanner borders and black out-of-slide areas, noisy (values 15..45).
+const std::vector<Colour> kBorder = {
+    {"black", 0, 0, 0},
+    {"border", 30, 30, 30},
+    {"border, noisy", 45, 28, 22},
+    {"border, noisy", 15, 45, 30},
+    {"dark red noise", 39, 4, 4},
+    {"border", 44, 40, 25},
+};
+// H&E: eosin, hematoxylin, their mixes, and the darkest nuclei and folds.
+const std::vector<Colour> kTissue = {
+    {"eosin, pale", 235, 182, 210}, {"eosin", 220, 120, 170},
+    {"eosin, dense", 190, 70, 130}, {"red cells", 200, 60, 80},
+    {"hematoxylin", 120, 60, 160},  {"hematoxylin, pale", 170, 140, 200},
+    {"dark nucleus", 70, 50, 120},  {"darker nucleus", 55, 35, 95},
+    {"fold", 90, 50, 110},          {"dense nuclei", 100, 70, 140},
+    {"lumen edge", 230, 200, 225},  {"DAB brown", 140, 90, 50},
+};
+
+}  // namespace
+
+TEST(Artifacts, InkAndBordersAreArtifactsAndStainedTissueIsNot) {
+  const ArtifactRules rules;
+  for (const auto& c : kInk) EXPECT_TRUE(is_artifact(c.r, c.g, c.b, rules)) << c.what;
+  for (const auto& c : kBorder) EXPECT_TRUE(is_artifact(c.r, c.g, c.b, rules)) << c.what;
+  for (const auto& c : kTissue) EXPECT_FALSE(is_artifact(c.r, c.g, c.b, rules)) << c.what;
+  // Every ink and border colour here would be tissue by saturation alone (> 20/255).
+  for (const auto& list : {kInk, kBorder})
+    for (const auto& c : list) {
+      if (c.r == c.g && c.g == c.b) continue;  // pure greys: excluded by the dark rule
+      const std::uint8_t px[3] = {static_cast<std::uint8_t>(c.r), static_cast<std::uint8_t>(c.g),
+                                  static_cast<std::uint8_t>(c.b)};
+      EXPECT_GT(saturation(px, 1, 1)[0], 20) << c.what;
+    }
+}
+
+TEST(Artifacts, EachRuleAtItsEdge) {
+  const ArtifactRules rules;
+  EXPECT_TRUE(is_artifact(39, 10, 10, rules)) << "dark: hi 39";
+  EXPECT_FALSE(is_artifact(40, 10, 30, rules)) << "hi 40, chroma 30: neither dark nor grey";
+  EXPECT_TRUE(is_artifact(99, 80, 90, rules)) << "grey: hi 99, chroma 19";
+  EXPECT_TRUE(is_artifact(99, 75, 90, rules)) << "grey: chroma 24";
+  EXPECT_FALSE(is_artifact(99, 74, 90, rules)) << "chroma 25 is colour";
+  EXPECT_FALSE(is_artifact(120, 100, 110, rules)) << "hi 120 is not grey";
+  EXPECT_TRUE(is_artifact(100, 111, 105, rules)) << "green: g - r = 11";
+  EXPECT_FALSE(is_artifact(100, 110, 105, rules)) << "g - r = 10 is within noise";
+  EXPECT_TRUE(is_artifact(100, 100, 130, rules)) << "blue: g = r, b 30 above";
+  EXPECT_FALSE(is_artifact(100, 100, 129, rules)) << "b 29 above";
+  EXPECT_FALSE(is_artifact(101, 100, 200, rules)) << "r > g: purple side of 240°";
+}
+
+TEST(Artifacts, PenStrokesAndBordersLeaveTheMaskAndTheThreshold) {
+  // Glass, a block of tissue, a black border band on the left and three pen strokes
+  // (blue, green, black) crossing glass and tissue.
+  const int w = 200, h = 120;
+  Rgb img = white(w, h);
+  std::mt19937 rng(31);
+  paint_tissue(img, 60, 30, 160, 100, rng);
+  std::uniform_int_distribution<int> border(15, 45);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < 16; ++x) img.set(x, y, border(rng), border(rng), border(rng));
+  const Colour pens[3] = {{"blue", 45, 75, 165}, {"green", 40, 140, 90}, {"black", 35, 35, 40}};
+  for (int p = 0; p < 3; ++p)
+    for (int y = 4 + 38 * p; y < 16 + 38 * p; ++y)
+      for (int x = 20; x < 196; ++x) img.set(x, y, pens[p].r, pens[p].g, pens[p].b);
+  const auto count_in = [&](const Mask& m, int x0, int y0, int x1, int y1) {
+    int n = 0;
+    for (int y = y0; y < y1; ++y)
+      for (int x = x0; x < x1; ++x) n += m.data[static_cast<std::size_t>(y) * w + x];
+    return n;
+  };
+  TissueOptions opt;
+  opt.min_object_px = 20;
+  opt.max_hole_px = 20;
+  const Mask m = tissue_mask(img.data.data(), w, h, opt);
+  EXPECT_EQ(count_in(m, 0, 0, 16, h), 0) << "border";
+  for (int p = 0; p < 3; ++p) {
+    EXPECT_EQ(count_in(m, 20, 4 + 38 * p, 60, 16 + 38 * p), 0) << pens[p].what << " over glass";
+    EXPECT_EQ(count_in(m, 160, 4 + 38 * p, 196, 16 + 38 * p), 0) << pens[p].what << " over glass";
+  }
+  // Tissue outside the strokes stays; the threshold splits glass from tissue as without ink.
+  EXPECT_EQ(count_in(m, 60, 54, 160, 80), 100 * 26);
+  EXPECT_LT(m.threshold, 50);
+
+  opt.artifacts.reset();  // --artifacts keep: strokes and border count by saturation
+  const Mask kept = tissue_mask(img.data.data(), w, h, opt);
+  EXPECT_GT(count_in(kept, 0, 0, 16, h), 16 * h / 2) << "border";
+  for (int p = 0; p < 3; ++p)
+    if (p != 2)  // black ink (35, 35, 40) has saturation 32: below this threshold or not
+      EXPECT_EQ(count_in(kept, 20, 4 + 38 * p, 60, 16 + 38 * p), 40 * 12) << pens[p].what;
+}

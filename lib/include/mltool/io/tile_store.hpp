@@ -32,6 +32,10 @@ namespace mltool::io {
 /// How tissue is found: Otsu's threshold on a thumbnail, or none (every tile is kept).
 enum class TissueDetection { otsu, none };
 extern const util::EnumNames<TissueDetection> kTissueDetections;
+/// Whether Otsu tissue detection calls pen ink, black borders and out-of-slide areas
+/// background (exclude; slide::ArtifactRules) or judges them by saturation alone (keep).
+enum class ArtifactFilter { exclude, keep };
+extern const util::EnumNames<ArtifactFilter> kArtifactFilters;
 
 struct TileSettings {
   int tile_size = 256;
@@ -42,6 +46,8 @@ struct TileSettings {
   int quality = 90;  ///< JPEG quality
   TissueDetection tissue = TissueDetection::otsu;
   double min_tissue = 0.5;  ///< keep tiles whose tissue fraction is at least this
+  /// A record without "artifacts" (written before the option existed) reads as exclude.
+  ArtifactFilter artifacts = ArtifactFilter::exclude;
 
   /// The "store" record (format mltool.tile-store, schemas/tile-store.schema.json).
   nlohmann::json to_json() const;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace mltool::slide {
@@ -22,6 +23,30 @@ std::vector<std::uint8_t> saturation(const std::uint8_t* rgb, int width, int hei
 /// nothing is foreground: a blank thumbnail yields no tissue rather than all tissue.
 int otsu_threshold(const std::vector<std::uint8_t>& values);
 
+/// Per-pixel rules for what looks coloured but is not tissue: pen ink, black scanner
+/// borders and dark out-of-slide areas. H&E tissue is eosin pink and hematoxylin purple;
+/// both stains absorb green more than red (Ruifrok & Johnston's stain vectors), so stained
+/// tissue has red >= green practically always, and its darkest parts (dense nuclei, folds)
+/// stay clearly purple. Ink and borders break that: blue, green and cyan inks have
+/// green > red or a blue hue short of purple; black ink and borders are dark and grey.
+/// Values are 8-bit RGB; hi = max(r, g, b), lo = min(r, g, b). docs/tile.md (--tissue)
+/// states the same rules for users.
+struct ArtifactRules {
+  /// Dark: hi < dark_below (black borders, out-of-slide areas, the core of black ink).
+  int dark_below = 40;
+  /// Grey: hi < grey_below and hi - lo < grey_chroma (black/grey ink, a noisy black
+  /// border); the darkest nuclei keep hi >= 100 or a chroma of 40 and more at thumbnail scale.
+  int grey_below = 100;
+  int grey_chroma = 25;
+  /// Green/cyan ink: g - r > green_over_red.
+  int green_over_red = 10;
+  /// Blue ink: g >= r and b - max(r, g) >= blue_over (hue 180°..240°; purple is past 240°).
+  int blue_over = 30;
+};
+
+/// Whether the pixel (r, g, b) is an artifact under `rules`: dark, grey, green or blue.
+bool is_artifact(int r, int g, int b, const ArtifactRules& rules);
+
 /// Settings of tissue_mask. Pixel counts are in thumbnail pixels; the caller scales
 /// them from level-0 areas with the thumbnail's downsample.
 struct TissueOptions {
@@ -34,10 +59,11 @@ struct TissueOptions {
   /// still splits the noise of the glass in two; the floor keeps that from being
   /// called tissue. Stained tissue is well above it.
   int min_saturation = 20;
-  /// Pixels whose brightest channel is below this are background whatever their
-  /// saturation: black scan borders and pen ink have saturation from noise alone
-  /// ((10, 4, 4) is 60% saturated). 0 turns the rule off.
-  int dark_below = 40;
+  /// Pixels that are artifacts under these rules are background whatever their
+  /// saturation (black borders and ink have saturation from noise alone: (10, 4, 4) is
+  /// 60% saturated), and stay out of Otsu's histogram. Nothing: every pixel is judged by
+  /// saturation alone (`--artifacts keep`).
+  std::optional<ArtifactRules> artifacts = ArtifactRules{};
 };
 
 /// A binary image: data[y * width + x] is 1 for tissue and 0 for background.
@@ -50,7 +76,7 @@ struct Mask {
 };
 
 /// The tissue mask of an interleaved 8-bit RGB image of width × height pixels:
-/// saturation > max(otsu_threshold over non-dark pixels, min_saturation), dark
+/// saturation > max(otsu_threshold over non-artifact pixels, min_saturation), artifact
 /// pixels excluded; if the pixels at or below that threshold are on average more
 /// saturated than min_saturation, there is no glass in view (Otsu split the tissue
 /// itself) and the threshold is min_saturation; then remove_small_objects and fill_small_holes, in

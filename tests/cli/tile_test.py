@@ -26,6 +26,7 @@ from cli_common import Failure, expect, run, run_checks, tmp
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
 import make_slides  # noqa: E402  (imports pyvips only in its child processes)
+import marked_slides  # noqa: E402  (numpy only here; pyvips in its own process)
 
 mltool = os.path.abspath(sys.argv[1])
 only = set(sys.argv[2:])
@@ -835,9 +836,140 @@ def check_small_levels():
     expect(not problems, "\n    ".join(problems))
 
 
+# ---------------------------------------------------------------- artifacts, on a real slide
+
+# The real Aperio slide beside the checkout (../shared/slides/README.md); absent in a user's
+# clone, where the checks below skip with a message.
+REAL_SVS = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "slides",
+                                         "CMU-1-Small-Region.svs"))
+_marked = {}
+
+
+def marked():
+    """The copies of REAL_SVS with pen strokes and a black border (scripts/fixtures/
+    marked_slides.py, in a child process), made once: the fixture's JSON plus "dir"; None
+    (after saying so) when REAL_SVS is absent."""
+    if not os.path.isfile(REAL_SVS):
+        print(f"  skipped: {REAL_SVS} is absent (see ../shared/slides/README.md)", flush=True)
+        return None
+    if not _marked:
+        out = tmp("marked")
+        code, text, err = run([sys.executable, marked_slides.__file__, REAL_SVS, out])
+        expect(code == 0, f"marked_slides.py: exit {code}: {err}")
+        _marked.update(json.loads(text), dir=out)
+    return _marked
+
+
+def tile_both(path, name):
+    """`mltool tile PATH` with --artifacts exclude and keep: {value: (Store, summary entry)}."""
+    out = {}
+    for value in ("exclude", "keep"):
+        store = tmp(f"st_art_{name}_{value}")
+        code, summary, _, err = tile(path, "-o", store, "--artifacts", value)
+        expect(code == 0, f"{name} --artifacts {value}: exit {code}: {err}")
+        st = Store(store)
+        expect(st.meta["store"]["artifacts"] == value, f"store record {st.meta['store']}")
+        out[value] = (st, summary["slides"][0])
+    return out
+
+
+def kept_boxes(st, sid):
+    """[(key, (x0, y0, x1, y1))] of the kept tiles of `sid`, level-0 boxes."""
+    tm, size = st.meta[f"tiles/{sid}"], st.meta[f"slides/{sid}"]["size_level0"]
+    return [(k, (x, y, x + size, y + size)) for k, x, y in zip(st.keys(sid), tm["x"], tm["y"])]
+
+
+def coverage(mask, box):
+    x0, y0, x1, y1 = (int(round(v)) for v in box)
+    return float(mask[y0:y1, x0:x1].mean())
+
+
+def tissue_pixels(path):
+    """A level-0 mask of stained pixels of an unmarked slide, read with openslide-python:
+    HSV saturation above 0.15 on pixels not dark (an independent, cruder rule)."""
+    s = openslide.OpenSlide(path)
+    rgb = np.asarray(s.read_region((0, 0), 0, s.dimensions))[..., :3].astype(int)
+    hi, lo = rgb.max(axis=2), rgb.min(axis=2)
+    return (hi - lo > 0.15 * hi) & (hi >= 60)
+
+
+def check_artifacts_real():
+    """n. the real SVS, unmarked: --artifacts exclude keeps (nearly) the tiles keep keeps,
+    and removes well under 1% of what the unfiltered mask calls tissue."""
+    if marked() is None:
+        return
+    for path, sid in ((REAL_SVS, "CMU-1-Small-Region"),
+                      (os.path.join(marked()["dir"], "plain.tif"), "plain")):
+        runs = tile_both(path, sid)
+        ex, keep = (set(runs[v][0].keys(sid)) for v in ("exclude", "keep"))
+        expect(len(ex ^ keep) <= 1 and len(keep) >= 20,
+               f"{sid}: {len(keep)} tiles with keep, {len(ex)} with exclude, differing in "
+               f"{sorted(ex ^ keep)}")
+        f_ex, f_keep = (runs[v][1]["tissue_fraction"] for v in ("exclude", "keep"))
+        lost = (f_keep - f_ex) / f_keep
+        print(f"  {sid}: tissue fraction {f_keep:.4f} (keep) → {f_ex:.4f} (exclude): "
+              f"{100 * lost:.2f}% of the tissue removed", flush=True)
+        expect(lost < 0.01, f"{sid}: the artifact rules remove {100 * lost:.2f}% of the tissue")
+
+
+def check_artifacts_pen():
+    """o. blue, green and black pen strokes over glass: no tile on ink alone is kept by
+    default, and each ink has such tiles with --artifacts keep (it would be tissue); tiles
+    of the unmarked copy that no stroke touches are kept on the marked one too."""
+    m = marked()
+    if m is None:
+        return
+    w, h = m["size"]
+    tissue = tissue_pixels(os.path.join(m["dir"], "plain.tif"))
+    inks = {s["ink"]: marked_slides.stroke_mask(w, h, s) for s in m["strokes"]}
+    runs = tile_both(os.path.join(m["dir"], "pen.tif"), "pen")
+
+    def ink_only(box):
+        """The ink whose stroke covers at least half of the box over glass, or None."""
+        if coverage(tissue, box) > 0.02:
+            return None
+        return next((ink for ink, mask in inks.items() if coverage(mask, box) >= 0.5), None)
+
+    on_ink = {v: [(k, ink_only(b)) for k, b in kept_boxes(runs[v][0], "pen") if ink_only(b)]
+              for v in runs}
+    expect(not on_ink["exclude"], f"default: tiles on ink alone kept: {on_ink['exclude']}")
+    seen = {ink for _, ink in on_ink["keep"]}
+    expect(seen == set(inks), f"--artifacts keep keeps ink-only tiles of {sorted(seen)} only, "
+                              f"expected all of {sorted(inks)}: {on_ink['keep']}")
+    plain = tile_both(os.path.join(m["dir"], "plain.tif"), "pen_plain")["exclude"][0]
+    clean = {k.split("/")[1] for k, b in kept_boxes(plain, "plain")
+             if all(coverage(mask, b) == 0 for mask in inks.values())}
+    got = {k.split("/")[1] for k in runs["exclude"][0].keys("pen")}
+    expect(len(clean - got) <= 1, f"tissue tiles away from the ink lost: {sorted(clean - got)}")
+    print(f"  pen: {len(on_ink['keep'])} ink-only tiles with keep, 0 by default; "
+          f"{len(clean & got)}/{len(clean)} ink-free tissue tiles kept", flush=True)
+
+
+def check_artifacts_border():
+    """p. a black border band (dark noise, 15..45) around the real slide: no tile lying on
+    it alone is kept by default; with --artifacts keep it is called tissue."""
+    m = marked()
+    if m is None:
+        return
+    w, h, band = *m["size"], m["border"]
+    runs = tile_both(os.path.join(m["dir"], "border.tif"), "border")
+
+    def on_border(box):  # the box lies outside the slide's own pixels
+        x0, y0, x1, y1 = box
+        return x1 <= band or y1 <= band or x0 >= band + w or y0 >= band + h
+
+    found = {v: [k for k, b in kept_boxes(runs[v][0], "border") if on_border(b)] for v in runs}
+    expect(not found["exclude"], f"default: tiles on the border kept: {found['exclude']}")
+    expect(len(found["keep"]) >= 10,
+           f"--artifacts keep: {len(found['keep'])} border tiles kept, expected the border "
+           f"to be called tissue (10 or more)")
+    print(f"  border: {len(found['keep'])} border tiles with keep, 0 by default", flush=True)
+
+
 CHECKS = [check_grid, check_pixels, check_resample, check_resume, check_bad_input,
           check_stdin, check_shard, check_empty, check_no_mpp, check_qc, check_aperio,
-          check_rerun, check_small_levels]
+          check_rerun, check_small_levels, check_artifacts_real, check_artifacts_pen,
+          check_artifacts_border]
 
 
 def main():

@@ -90,16 +90,18 @@ void paint(io::RgbImage& image, const Bits& where, const std::uint8_t (&colour)[
     if (where[i]) std::copy(colour, colour + 3, image.pixels.begin() + i * 3);
 }
 
-// The pixel range a box covers: those whose centre lies inside it, clipped to the picture.
+// The pixel range a box touches, clipped to the picture. Touching, not centre inside: tile
+// positions are whole level-0 pixels while their size is not, so neighbouring tiles may
+// leave a sliver of a picture pixel between them, which must not show as a line.
 struct PixelRange {
   int x0, y0, x1, y1;  // inclusive; empty when x1 < x0 or y1 < y0
 };
 
 PixelRange covered(const Box& b, int width, int height) {
-  return {std::max(0, static_cast<int>(std::ceil(b.x0 - 0.5))),
-          std::max(0, static_cast<int>(std::ceil(b.y0 - 0.5))),
-          std::min(width - 1, static_cast<int>(std::ceil(b.x1 - 0.5)) - 1),
-          std::min(height - 1, static_cast<int>(std::ceil(b.y1 - 0.5)) - 1)};
+  return {std::max(0, static_cast<int>(std::floor(b.x0))),
+          std::max(0, static_cast<int>(std::floor(b.y0))),
+          std::min(width - 1, static_cast<int>(std::ceil(b.x1)) - 1),
+          std::min(height - 1, static_cast<int>(std::ceil(b.y1)) - 1)};
 }
 
 // Kept tiles: a box each when they are wide enough to read, else their union's outline.

@@ -25,6 +25,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev liblmdb-dev lmdb-utils libprotobuf-dev protobuf-compiler
   libopenslide-dev libvips-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang-format
+  fonts-dejavu-core  # the font of the QC pictures' captions (vips_text); named, not left to chance
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "mltool/io/tile_store.hpp"
+#include "mltool/slide/qc.hpp"
 #include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
 
 namespace mltool::slide {
@@ -35,6 +38,37 @@ void log_slide(const SlideReport& r, const CohortJob& job) {
               ", " + fixed1(r.seconds) + " s, " + fixed1(r.tiles / std::max(r.seconds, 1e-9)) +
               " tiles/s");
   }
+}
+
+// The run's QC contact sheet: DIR/index.html, or DIR/index-I-of-N.html for --shard I/N, so
+// the tasks of one cohort may share a --qc directory. A failure to write it is logged: it
+// never fails slides that are complete in the store.
+void write_index(const CohortJob& job, const std::vector<SlideReport>& slides) {
+  if (job.tile.qc_dir.empty()) return;
+  std::string name = "index.html";
+  if (!job.shard.empty()) {
+    const auto slash = job.shard.find('/');
+    name = "index-" + job.shard.substr(0, slash) + "-of-" + job.shard.substr(slash + 1) + ".html";
+  }
+  const std::string path = util::join_path(job.tile.qc_dir, name);
+  try {
+    write_qc_index(path, slides);
+    log::info("QC contact sheet: " + path);
+  } catch (const std::exception& e) {
+    log::error(std::string("could not write the QC contact sheet: ") + e.what());
+  }
+}
+
+SlideReport failed_report(const std::string& path, const Error& e) {
+  SlideReport r;
+  r.path = path;
+  r.status = "failed";
+  r.error = e.what();
+  try {
+    r.id = io::slide_id_for(path);
+  } catch (const Error&) {  // no id to give: the report says so with ""
+  }
+  return r;
 }
 
 }  // namespace
@@ -72,20 +106,16 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
       report.empty += r.status == "empty";
       report.slides.push_back(std::move(r));
     } catch (const Error& e) {
-      if (!job.keep_going) throw;
+      report.slides.push_back(failed_report(path, e));
+      if (!job.keep_going) {
+        write_index(job, report.slides);  // the slides so far, and the one that stopped the run
+        throw;
+      }
       ++report.failed;
       log::error(e.what());
-      SlideReport r;
-      r.path = path;
-      r.status = "failed";
-      r.error = e.what();
-      try {
-        r.id = io::slide_id_for(path);
-      } catch (const Error&) {  // no id to give: the report says so with ""
-      }
-      report.slides.push_back(std::move(r));
     }
   }
+  write_index(job, report.slides);
   if (report.failed || report.empty)
     log::warn(std::to_string(report.failed) + " slide(s) failed, " + std::to_string(report.empty) +
               " yielded no tiles");

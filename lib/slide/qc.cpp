@@ -1,40 +1,229 @@
+// The per-slide QC picture (qc.hpp): outlines drawn on the slide's picture, and a caption
+// strip rendered with libvips' vips_text below it.
 #include "mltool/slide/qc.hpp"
+
+#include <vips/vips.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+
+#include "mltool/slide/image.hpp"
+#include "mltool/util/error.hpp"
+#include "thumbnail.hpp"
+#include "vips_internal.hpp"
 
 namespace mltool::slide {
+namespace {
 
-io::RgbImage qc_picture(const io::RgbImage& thumbnail, const Mask* mask,
-                        const std::vector<Box>& kept) {
-  io::RgbImage out = thumbnail;
-  const int w = out.width, h = out.height;
-  auto px = [&](int x, int y) {
-    return out.pixels.data() + (static_cast<std::size_t>(y) * w + x) * 3;
+using detail::ImagePtr;
+using detail::vips_message;
+
+using Bits = std::vector<std::uint8_t>;  // one byte per picture pixel, row-major
+
+// The mask scaled onto a width × height picture: bilinear between mask pixel centres,
+// tissue where the interpolated value is at least one half (smoother than nearest, whose
+// steps would be a mask pixel wide when the mask is coarser than the picture).
+Bits scale_mask(const Mask& mask, int width, int height) {
+  Bits out(static_cast<std::size_t>(width) * height, 0);
+  if (mask.width <= 0 || mask.height <= 0) return out;
+  auto at = [&](int x, int y) {
+    x = std::clamp(x, 0, mask.width - 1), y = std::clamp(y, 0, mask.height - 1);
+    return mask.data[static_cast<std::size_t>(y) * mask.width + x] != 0 ? 1.0 : 0.0;
   };
-  if (mask && mask->width == w && mask->height == h) {
-    constexpr int kTint[3] = {0, 170, 0};
-    for (int y = 0; y < h; ++y)
-      for (int x = 0; x < w; ++x)
-        if (mask->data[static_cast<std::size_t>(y) * w + x]) {
-          std::uint8_t* p = px(x, y);
-          for (int c = 0; c < 3; ++c)
-            p[c] = static_cast<std::uint8_t>((p[c] * 65 + kTint[c] * 35 + 50) / 100);
-        }
-  }
-  auto set = [&](int x, int y) {
-    if (x < 0 || y < 0 || x >= w || y >= h) return;
-    std::uint8_t* p = px(x, y);
-    p[0] = 30, p[1] = 60, p[2] = 255;
-  };
-  for (const Box& b : kept) {
-    const int x0 = static_cast<int>(std::floor(b.x0)), y0 = static_cast<int>(std::floor(b.y0));
-    const int x1 = std::max(x0, static_cast<int>(std::ceil(b.x1)) - 1);
-    const int y1 = std::max(y0, static_cast<int>(std::ceil(b.y1)) - 1);
-    for (int x = x0; x <= x1; ++x) set(x, y0), set(x, y1);
-    for (int y = y0; y <= y1; ++y) set(x0, y), set(x1, y);
+  const double sx = static_cast<double>(mask.width) / width;
+  const double sy = static_cast<double>(mask.height) / height;
+  for (int y = 0; y < height; ++y) {
+    const double v = (y + 0.5) * sy - 0.5;
+    const int y0 = static_cast<int>(std::floor(v));
+    const double fy = v - y0;
+    for (int x = 0; x < width; ++x) {
+      const double u = (x + 0.5) * sx - 0.5;
+      const int x0 = static_cast<int>(std::floor(u));
+      const double fx = u - x0;
+      const double top = at(x0, y0) * (1 - fx) + at(x0 + 1, y0) * fx;
+      const double bottom = at(x0, y0 + 1) * (1 - fx) + at(x0 + 1, y0 + 1) * fx;
+      out[static_cast<std::size_t>(y) * width + x] = top * (1 - fy) + bottom * fy >= 0.5;
+    }
   }
   return out;
+}
+
+// The pixels next to a change of `inside` (4-neighbours; beyond the picture is outside):
+// those on both sides of it, or only the inside ones.
+Bits edges(const Bits& inside, int width, int height, bool both_sides) {
+  Bits out(inside.size(), 0);
+  auto in = [&](int x, int y) {
+    return x >= 0 && y >= 0 && x < width && y < height &&
+           inside[static_cast<std::size_t>(y) * width + x];
+  };
+  for (int y = 0; y < height; ++y)
+    for (int x = 0; x < width; ++x) {
+      const bool here = in(x, y);
+      if (!here && !both_sides) continue;
+      const bool differs = in(x - 1, y) != here || in(x + 1, y) != here || in(x, y - 1) != here ||
+                           in(x, y + 1) != here;
+      out[static_cast<std::size_t>(y) * width + x] = differs;
+    }
+  return out;
+}
+
+// `bits` grown by `radius` pixels in every direction (a square), in two separable passes.
+Bits dilate(const Bits& bits, int width, int height, int radius) {
+  if (radius <= 0) return bits;
+  Bits rows(bits.size(), 0), out(bits.size(), 0);
+  for (int y = 0; y < height; ++y)
+    for (int x = 0; x < width; ++x)
+      for (int d = -radius; d <= radius && !rows[static_cast<std::size_t>(y) * width + x]; ++d)
+        if (x + d >= 0 && x + d < width && bits[static_cast<std::size_t>(y) * width + x + d])
+          rows[static_cast<std::size_t>(y) * width + x] = 1;
+  for (int y = 0; y < height; ++y)
+    for (int x = 0; x < width; ++x)
+      for (int d = -radius; d <= radius && !out[static_cast<std::size_t>(y) * width + x]; ++d)
+        if (y + d >= 0 && y + d < height && rows[static_cast<std::size_t>(y + d) * width + x])
+          out[static_cast<std::size_t>(y) * width + x] = 1;
+  return out;
+}
+
+void paint(io::RgbImage& image, const Bits& where, const std::uint8_t (&colour)[3]) {
+  for (std::size_t i = 0; i < where.size(); ++i)
+    if (where[i]) std::copy(colour, colour + 3, image.pixels.begin() + i * 3);
+}
+
+// The pixel range a box touches, clipped to the picture. Touching, not centre inside: tile
+// positions are whole level-0 pixels while their size is not, so neighbouring tiles may
+// leave a sliver of a picture pixel between them, which must not show as a line.
+struct PixelRange {
+  int x0, y0, x1, y1;  // inclusive; empty when x1 < x0 or y1 < y0
+};
+
+PixelRange covered(const Box& b, int width, int height) {
+  return {std::max(0, static_cast<int>(std::floor(b.x0))),
+          std::max(0, static_cast<int>(std::floor(b.y0))),
+          std::min(width - 1, static_cast<int>(std::ceil(b.x1)) - 1),
+          std::min(height - 1, static_cast<int>(std::ceil(b.y1)) - 1)};
+}
+
+// Kept tiles: a box each when they are wide enough to read, else their union's outline.
+void draw_kept(io::RgbImage& image, const std::vector<Box>& kept, int line) {
+  const int w = image.width, h = image.height;
+  double narrowest = kMinBoxPx;
+  for (const Box& b : kept) narrowest = std::min({narrowest, b.x1 - b.x0, b.y1 - b.y0});
+  Bits cover(static_cast<std::size_t>(w) * h, 0), boxes(cover.size(), 0);
+  for (const Box& b : kept) {
+    const PixelRange r = covered(b, w, h);
+    for (int y = r.y0; y <= r.y1; ++y)
+      for (int x = r.x0; x <= r.x1; ++x) {
+        cover[static_cast<std::size_t>(y) * w + x] = 1;
+        if (x < r.x0 + line || x > r.x1 - line || y < r.y0 + line || y > r.y1 - line)
+          boxes[static_cast<std::size_t>(y) * w + x] = 1;
+      }
+  }
+  if (narrowest >= kMinBoxPx)
+    paint(image, boxes, kKeptOutline);
+  else
+    paint(image, dilate(edges(cover, w, h, false), w, h, line - 1), kKeptOutline);
+}
+
+std::string markup_escape(const std::string& text) {
+  gchar* escaped = g_markup_escape_text(text.c_str(), static_cast<gssize>(text.size()));
+  std::string out = escaped;
+  g_free(escaped);
+  return out;
+}
+
+// The caption lines as one 8-bit image of ink (0 = none, 255 = full), wrapped to `width`.
+ImagePtr render_text(const std::vector<std::string>& lines, int width, int font_px) {
+  init_vips();
+  std::string markup;
+  for (std::size_t i = 0; i < lines.size(); ++i)
+    markup += i == 0 ? "<b>" + markup_escape(lines[i]) + "</b>" : "\n" + markup_escape(lines[i]);
+  const std::string font = "DejaVu Sans " + std::to_string(font_px) + "px";
+  VipsImage* raw = nullptr;
+  if (vips_text(&raw, markup.c_str(), "font", font.c_str(), "width", width, "dpi", 72, nullptr) !=
+      0)
+    throw ResourceError("libvips: rendering the QC caption: " + vips_message());
+  return ImagePtr(raw);
+}
+
+// `picture` with a white strip below it holding the caption in dark text.
+io::RgbImage with_caption(const io::RgbImage& picture, const std::vector<std::string>& lines) {
+  const int long_side = std::max(picture.width, picture.height);
+  const int font_px = std::max(10, long_side / 64), pad = std::max(4, font_px / 2);
+  const int text_width = std::max(1, picture.width - 2 * pad);
+  const ImagePtr text = render_text(lines, text_width, font_px);
+  std::size_t size = 0;
+  void* raw = vips_image_write_to_memory(text.get(), &size);
+  if (!raw) throw ResourceError("libvips: the QC caption: " + vips_message());
+  const std::unique_ptr<void, decltype(&g_free)> ink(raw, g_free);
+  const int tw = text->Xsize, th = text->Ysize;
+  io::RgbImage out{picture.width, picture.height + th + 2 * pad + 1, {}};
+  out.pixels.assign(static_cast<std::size_t>(out.width) * out.height * 3, 255);
+  std::copy(picture.pixels.begin(), picture.pixels.end(), out.pixels.begin());
+  const std::size_t rule = static_cast<std::size_t>(picture.height) * out.width * 3;
+  std::fill_n(out.pixels.begin() + rule, out.width * 3, 160);  // a grey rule above the strip
+  constexpr int kInk = 25;
+  const auto* a = static_cast<const std::uint8_t*>(raw);
+  for (int y = 0; y < th; ++y)
+    for (int x = 0; x < std::min(tw, out.width - pad); ++x) {
+      const int v = 255 - (a[static_cast<std::size_t>(y) * tw + x] * (255 - kInk) + 127) / 255;
+      const std::size_t at =
+          (static_cast<std::size_t>(picture.height + 1 + pad + y) * out.width + pad + x) * 3;
+      std::fill_n(out.pixels.begin() + at, 3, static_cast<std::uint8_t>(v));
+    }
+  return out;
+}
+
+std::string number(double v, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, v);
+  return text;
+}
+
+}  // namespace
+
+io::RgbImage qc_picture(const io::RgbImage& slide, const QcOverlay& overlay) {
+  io::RgbImage out = slide;
+  const int w = out.width, h = out.height, long_side = std::max(w, h);
+  if (overlay.tissue && w > 0 && h > 0) {
+    const int radius = std::max(1, static_cast<int>(std::lround(long_side / 1024.0)));
+    const Bits outline = edges(scale_mask(*overlay.tissue, w, h), w, h, true);
+    paint(out, dilate(outline, w, h, radius - 1), kTissueOutline);
+  }
+  draw_kept(out, overlay.kept, std::max(1, static_cast<int>(std::lround(long_side / 2048.0))));
+  if (overlay.caption.empty()) return out;
+  return with_caption(out, overlay.caption);
+}
+
+std::vector<std::string> caption_lines(const QcCaption& c) {
+  const std::string size = std::to_string(c.width) + " × " + std::to_string(c.height) + " px";
+  const std::string mpp = c.mpp ? number(*c.mpp, 4) + " µm/px (" + c.mpp_source + ")"
+                                : "µm/px unknown (" + c.mpp_source + ")";
+  const std::string at = c.target_mpp ? " at " + number(*c.target_mpp, 3) + " µm/px" : "";
+  const std::string tissue =
+      c.tissue_threshold
+          ? "tissue: saturation > " + std::to_string(*c.tissue_threshold) + " (Otsu)" +
+                (c.tissue_fraction ? ", " + number(*c.tissue_fraction * 100, 1) + "% of the slide"
+                                   : "") +
+                "; tiles kept with ≥ " + number(c.min_tissue * 100, 0) + "% tissue"
+          : std::string("tissue: none (every tile of the grid kept)");
+  return {c.id, "level 0: " + size + ", " + mpp,
+          "tiles kept: " + std::to_string(c.tiles) + " / " + std::to_string(c.grid_tiles) +
+              " grid (" + std::to_string(c.tile_size) + " px" + at + ", read from level " +
+              std::to_string(c.level) + ")",
+          tissue,
+          "reader: " + (c.reader.empty() ? std::string("-") : c.reader) +
+              "    green: tissue outline, blue: kept tiles"};
+}
+
+io::RgbImage read_qc_image(const Slide& slide, int long_side) {
+  const Level& l0 = slide.geometry().levels[0];
+  const double longest = static_cast<double>(std::max(l0.width, l0.height));
+  const int width = std::max(1, static_cast<int>(std::lround(l0.width * long_side / longest)));
+  const int height = std::max(1, static_cast<int>(std::lround(l0.height * long_side / longest)));
+  Thumbnail t = slide_thumbnail(slide, longest / long_side);
+  if (t.image.width == width && t.image.height == height) return std::move(t.image);
+  return resize(t.image.pixels.data(), t.image.width, t.image.height, width, height);
 }
 
 }  // namespace mltool::slide

@@ -100,7 +100,11 @@ const util::Options<TileJob>& tile_options() {
           "--quality", [](J& j) -> int& { return j.settings.quality; }, "JPEG quality")
           .at_least(1)
           .at_most(100),
-      util::option("--qc", &J::qc_dir, "Write a QC picture per slide into this directory"),
+      util::option("--qc", &J::qc_dir,
+                   "Write a QC picture per slide and the run's index.html into this directory"),
+      util::option("--qc-size", &J::qc_size, "Long side of the slide in a QC picture, in pixels")
+          .at_least(256)
+          .at_most(8192),
       util::option("--commit-every", &J::commit_every, "Tiles per LMDB transaction").at_least(1),
       util::choice("--reader", &J::reader, kReaderChoices,
                    "Tile decoder: auto (libvips' TIFF decoder for plain TIFF pyramids, checked "

@@ -165,6 +165,8 @@ bool already_tiled(const io::TileStore& store, const std::string& path, const Id
   if (done->contains("tissue_fraction") && done->at("tissue_fraction").is_number())
     report.tissue_fraction = done->at("tissue_fraction").get<double>();
   report.mpp_source = existing->value("mpp_source", "");  // "" in stores of earlier versions
+  if (existing->contains("mpp") && existing->at("mpp").is_number())
+    report.mpp = existing->at("mpp").get<double>();
   return true;
 }
 
@@ -253,17 +255,30 @@ json done_json(const SlideReport& report) {
       {"reader", report.reader}};
 }
 
-// The QC picture <dir>/<id>.png: the thumbnail, the tissue mask and a box per kept tile.
-void write_qc(const std::string& dir, const std::string& id, const Selection& selection,
-              const TileGrid& grid) {
-  const Thumbnail& thumb = *selection.thumb;
-  std::vector<Box> boxes;
+// The QC picture <dir>/<id>.png (qc.hpp): the slide at --qc-size, its tissue outline, the
+// kept tiles and a caption saying what chose them.
+void write_qc(const Slide& slide, const TileJob& job, const ReadPlan& plan, const TileGrid& grid,
+              const Selection& selection, const SlideReport& report) {
+  const Level& l0 = slide.geometry().levels[0];
+  const io::RgbImage image = read_qc_image(slide, job.qc_size);
+  const double sx = static_cast<double>(image.width) / l0.width;
+  const double sy = static_cast<double>(image.height) / l0.height;
+  QcOverlay overlay;
+  overlay.tissue = selection.mask ? &*selection.mask : nullptr;
   for (const auto& k : selection.kept)
-    boxes.push_back({k.x / thumb.dx, k.y / thumb.dy, (k.x + grid.size_level0) / thumb.dx,
-                     (k.y + grid.size_level0) / thumb.dy});
-  util::make_directories(dir);
-  io::write_png(util::join_path(dir, id + ".png"),
-                qc_picture(thumb.image, selection.mask ? &*selection.mask : nullptr, boxes));
+    overlay.kept.push_back(
+        {k.x * sx, k.y * sy, (k.x + grid.size_level0) * sx, (k.y + grid.size_level0) * sy});
+  QcCaption c;
+  c.id = report.id, c.width = l0.width, c.height = l0.height;
+  c.mpp = plan.mpp, c.mpp_source = plan.mpp_source, c.target_mpp = job.settings.mpp;
+  c.level = plan.level, c.tile_size = job.settings.tile_size;
+  c.tiles = static_cast<std::int64_t>(selection.kept.size()), c.grid_tiles = grid.count();
+  if (selection.mask) c.tissue_threshold = selection.mask->threshold;
+  c.tissue_fraction = selection.tissue_fraction, c.min_tissue = job.settings.min_tissue;
+  c.reader = report.reader;
+  overlay.caption = caption_lines(c);
+  util::make_directories(job.qc_dir);
+  io::write_png(util::join_path(job.qc_dir, report.id + ".png"), qc_picture(image, overlay));
 }
 
 }  // namespace
@@ -298,6 +313,7 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
   ReadPlan plan = plan_read(geometry, s.mpp, s.level, s.tile_size, path);
   plan.mpp_source = job.slide_mpp ? "override" : plan.mpp ? "metadata" : "none";
   report.mpp_source = plan.mpp_source;
+  report.mpp = plan.mpp;
   const TileGrid grid = make_grid(geometry.levels[0], plan, s.tile_size, s.overlap);
   report.grid_tiles = grid.count();
   const Selection selection = select_tiles(slide, plan, grid, job);
@@ -309,7 +325,7 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
     const auto reader = make_region_reader(slide, plan.level, job.reader);
     if (!selection.kept.empty()) write_tiles(*reader, plan, job, id, selection.kept, batch);
     report.reader = reader->name();
-    if (!job.qc_dir.empty()) write_qc(job.qc_dir, id, selection, grid);
+    if (!job.qc_dir.empty()) write_qc(slide, job, plan, grid, selection, report);
     report.tiles = static_cast<std::int64_t>(selection.kept.size());
     report.seconds = seconds_since(start);
     const std::string tiles_text = kept_json(selection.kept).dump();

@@ -720,26 +720,113 @@ def check_no_mpp():
     expect(code == 1, f"--level with --mpp: exit {code}, expected 1 (usage)")
 
 
-def check_qc():
-    """j. --qc DIR writes DIR/<id>.png, RGB, the thumbnail's size from slides/<id>."""
-    qc = tmp("qc")
-    code, _, _, err = tile(tmp("A.tif"), "-o", tmp("st_j"), "--qc", qc)
-    expect(code == 0, f"--qc: exit {code}: {err}")
-    png = os.path.join(qc, "A.png")
+# ../shared/slides beside the checkout: real scanner files for development (not in the repo).
+SHARED_SLIDES = os.path.join(HERE, "..", "..", "..", "shared", "slides")
+GREEN, BLUE = (0, 200, 0), (20, 60, 255)  # qc.hpp: kTissueOutline, kKeptOutline
+
+
+def qc_size_of(width, height, long_side):
+    """The slide's part of a QC picture: long_side on the longer side, the other in proportion."""
+    m = max(width, height)
+    return (max(1, math.floor(width * long_side / m + 0.5)),
+            max(1, math.floor(height * long_side / m + 0.5)))
+
+
+def assert_qc_picture(png, slide_size, long_side, outlines=True):
+    """png holds the slide at long_side px over a caption strip (white, grey text); with
+    `outlines`, a slide with tissue: its outline and the kept tiles in their colours."""
     expect(os.path.isfile(png), f"{png} written")
     img = Image.open(png)
     img.load()
+    expect(img.format == "PNG" and img.mode == "RGB", f"{png}: {img.format} {img.mode}")
+    w, h = qc_size_of(*slide_size, long_side)
+    expect(img.width == w and img.height > h + 20,
+           f"{png}: {img.size}, expected {w} wide and the slide's {h} rows over a caption")
+    a = np.asarray(img).astype(int)
+    if outlines:
+        expect(a[:h].std() > 5, f"{png}: the slide part is not blank")
+    strip = a[h + 1:]
+    grey = (strip[..., 0] == strip[..., 1]) & (strip[..., 1] == strip[..., 2])
+    white = (strip == 255).all(axis=2).mean()
+    dark = (strip.max(axis=2) < 100).sum()
+    expect(grey.all() and white > 0.7 and dark > 200,
+           f"{png}: caption strip (rows {h + 1}-{img.height - 1}) not white with dark text: "
+           f"grey {grey.mean():.3f}, white {white:.3f}, dark pixels {dark}")
+    rows_with_text = (strip.min(axis=(1, 2)) < 100).sum()
+    expect(rows_with_text >= 25, f"{png}: {rows_with_text} rows of text, expected 5 lines")
+    if outlines:
+        for name, colour in (("tissue outline", GREEN), ("kept tiles", BLUE)):
+            n = (a[:h] == colour).all(axis=2).sum()
+            expect(n > 50, f"{png}: {n} pixels of the {name} colour {colour}")
+
+
+def check_qc():
+    """j. --qc DIR writes DIR/<id>.png: the slide at 1024 px (--qc-size N: N) on its long
+    side, the tissue outline and kept tiles, a caption strip; DIR/index.html lists the run."""
+    qc = tmp("qc")
+    code, _, _, err = tile(tmp("A.tif"), "-o", tmp("st_j"), "--qc", qc)
+    expect(code == 0, f"--qc: exit {code}: {err}")
+    assert_qc_picture(os.path.join(qc, "A.png"), A_SIZE, 1024)
+    # The tissue thumbnail stays small: ≈ tile_size·t/8 = 64 here, and its size follows.
     th = Store(tmp("st_j")).meta["slides/A"]["thumbnail"]
-    expect(img.format == "PNG" and img.mode == "RGB", f"QC image {img.format} {img.mode}")
-    expect(img.size == (th["width"], th["height"]),
-           f"QC image {img.size}, thumbnail {th['width']}x{th['height']}")
-    # The thumbnail's downsample: ≈ tile_size·t/8 = 64 here, and its size follows from it.
     expect(32 <= th["downsample"] <= 128, f"thumbnail downsample {th['downsample']} ≈ 64")
     expect(abs(th["width"] - A_SIZE[0] / th["downsample"]) <= 1
            and abs(th["height"] - A_SIZE[1] / th["downsample"]) <= 1,
            f"thumbnail {th['width']}x{th['height']} = slide / {th['downsample']}")
-    a = np.asarray(img).astype(int)
-    expect(a.std() > 5, "the QC image is not blank")
+    code, _, _, err = tile(tmp("C.tif"), "-o", tmp("st_j2"), "--qc", qc, "--qc-size", "600")
+    expect(code == 0, f"--qc-size 600: exit {code}: {err}")
+    assert_qc_picture(os.path.join(qc, "C.png"), C_SIZE, 600)
+    code, _, _, err = tile(tmp("C.tif"), "-o", tmp("st_j3"), "--qc", qc, "--qc-size", "100")
+    expect(code == 1 and "--qc-size" in err, f"--qc-size 100: exit {code}: {err}")
+    real = os.path.join(SHARED_SLIDES, "CMU-1-Small-Region.svs")
+    if not os.path.isfile(real):
+        print(f"  (skipped the real SVS: {os.path.normpath(real)} is absent)")
+        return
+    size = openslide.OpenSlide(real).dimensions
+    for extra, long_side in (([], 1024), (["--qc-size", "1500"], 1500)):
+        out = tmp(f"qc_real{long_side}")
+        code, _, _, err = tile(real, "-o", tmp(f"st_jr{long_side}"), "--qc", out, *extra)
+        expect(code == 0, f"CMU-1-Small-Region.svs {extra}: exit {code}: {err}")
+        assert_qc_picture(os.path.join(out, "CMU-1-Small-Region.png"), size, long_side)
+
+
+def check_qc_index():
+    """j2. DIR/index.html after a run: every slide of the call (tiled, empty, failed, then
+    skipped on a re-run) with its counts and picture, the empty and failed ones marked."""
+    qc = tmp("qc_index")
+    paths = [tmp("A.tif"), tmp("blank", "W.tif"), tmp("bad", "text.svs")]
+    code, summary, _, err = tile(*paths, "-o", tmp("st_jx"), "--qc", qc, "--keep-going")
+    expect(code == 4, f"a run with an empty and a failed slide: exit {code}, expected 4: {err}")
+    s = by_id(summary)
+
+    def cards():
+        html = open(os.path.join(qc, "index.html"), encoding="utf-8").read()
+        found = {}
+        for part in html.split('<div class="card')[1:]:
+            sid = part.split('id="', 1)[1].split('"', 1)[0]
+            found[sid] = part.split('<div class="card', 1)[0]
+        expect(list(found) == ["A", "W", "text"], f"index.html cards {list(found)}")
+        return found
+
+    c = cards()
+    expect(f"tiles {s['A']['tiles']} / {s['A']['grid_tiles']} grid" in c["A"]
+           and '<img src="A.png"' in c["A"] and "(metadata)" in c["A"],
+           f"A's card: {c['A']}")
+    expect(c["W"].startswith(' empty"') and "NO TILES" in c["W"]
+           and f"tiles 0 / {s['W']['grid_tiles']} grid" in c["W"] and 'src="W.png"' in c["W"],
+           f"W's card marks it empty: {c['W']}")
+    expect(c["text"].startswith(' failed"') and 'class="error"' in c["text"]
+           and "<img" not in c["text"], f"text's card marks it failed: {c['text']}")
+    assert_qc_picture(os.path.join(qc, "W.png"), SMALL, 1024, outlines=False)
+    before = open(os.path.join(qc, "A.png"), "rb").read()
+    code, summary, _, err = tile(*paths, "-o", tmp("st_jx"), "--qc", qc, "--keep-going")
+    expect(by_id(summary)["A"]["status"] == "skipped", f"re-run: {summary}")
+    c = cards()
+    expect('<img src="A.png"' in c["A"] and "skipped" in c["A"]
+           and f"tiles {s['A']['tiles']} / {s['A']['grid_tiles']} grid" in c["A"],
+           f"a skipped slide keeps its card and picture: {c['A']}")
+    expect(open(os.path.join(qc, "A.png"), "rb").read() == before,
+           "a skipped slide's picture is the earlier run's")
 
 
 def check_aperio():
@@ -967,9 +1054,9 @@ def check_artifacts_border():
 
 
 CHECKS = [check_grid, check_pixels, check_resample, check_resume, check_bad_input,
-          check_stdin, check_shard, check_empty, check_no_mpp, check_qc, check_aperio,
-          check_rerun, check_small_levels, check_artifacts_real, check_artifacts_pen,
-          check_artifacts_border]
+          check_stdin, check_shard, check_empty, check_no_mpp, check_qc, check_qc_index,
+          check_aperio, check_rerun, check_small_levels, check_artifacts_real,
+          check_artifacts_pen, check_artifacts_border]
 
 
 def main():

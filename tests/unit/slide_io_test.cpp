@@ -1,6 +1,6 @@
 // Tests of the pixel plumbing of `mltool tile`: µm/px from TIFF tags, OpenSlide's ARGB to
 // RGB, JPEG and PNG encoding, resampling, opening slides, region readers on a pyramid TIFF
-// made here with libvips, and the QC picture.
+// made here with libvips. (The QC picture: slide_qc_test.cpp.)
 #include <gtest/gtest.h>
 #include <turbojpeg.h>
 #include <vips/vips.h>
@@ -15,7 +15,6 @@
 
 #include "mltool/slide/image.hpp"
 #include "mltool/slide/openslide.hpp"
-#include "mltool/slide/qc.hpp"
 #include "mltool/slide/region_reader.hpp"
 #include "mltool/slide/tissue.hpp"
 #include "mltool/util/error.hpp"
@@ -28,10 +27,7 @@ using mltool::io::encode_jpeg;
 using mltool::io::encode_png;
 using mltool::io::RgbImage;
 using mltool::slide::argb_to_rgb_on_white;
-using mltool::slide::Box;
-using mltool::slide::Mask;
 using mltool::slide::mpp_from_tiff_resolution;
-using mltool::slide::qc_picture;
 using mltool::slide::Slide;
 using mltool::testing::contains;
 using mltool::testing::error_of;
@@ -498,84 +494,4 @@ TEST_F(SlideIoTiff, ThumbnailIsTheShrunkLevel) {
   const std::string msg =
       error_of<InputError>([&] { mltool::slide::read_thumbnail(tmp_ / "none.tiff", 0, 0.5); });
   EXPECT_TRUE(contains(msg, tmp_ / "none.tiff")) << msg;
-}
-
-// ---------------------------------------------------------------------------------------
-// qc_picture
-
-TEST(SlideIoQc, TintsTissueOutlinesBoxesAndLeavesTheRest) {
-  const RgbImage thumb = test_picture(40, 30);
-  Mask mask{40, 30, std::vector<std::uint8_t>(40 * 30, 0)};
-  for (int y = 5; y < 15; ++y)
-    for (int x = 20; x < 35; ++x) mask.data[y * 40 + x] = 1;
-  const std::vector<Box> boxes = {Box{2, 2, 6, 6}, Box{9.5, 20.25, 14.5, 25.75}};
-  const RgbImage out = qc_picture(thumb, &mask, boxes);
-  ASSERT_EQ(out.width, 40);
-  ASSERT_EQ(out.height, 30);
-  ASSERT_EQ(out.pixels.size(), thumb.pixels.size());
-
-  auto on_outline = [](int x, int y, int x0, int y0, int x1, int y1) {
-    return (x >= x0 && x <= x1 && (y == y0 || y == y1)) ||
-           (y >= y0 && y <= y1 && (x == x0 || x == x1));
-  };
-  int tinted = 0;
-  for (int y = 0; y < 30; ++y)
-    for (int x = 0; x < 40; ++x) {
-      const std::uint8_t* in = pixel(thumb, x, y);
-      const std::uint8_t* o = pixel(out, x, y);
-      // Box {2,2,6,6} covers pixels 2..5; {9.5,20.25,14.5,25.75} covers 9..14 × 20..25.
-      if (on_outline(x, y, 2, 2, 5, 5) || on_outline(x, y, 9, 20, 14, 25)) {
-        EXPECT_EQ(o[0], 30) << x << "," << y;
-        EXPECT_EQ(o[1], 60) << x << "," << y;
-        EXPECT_EQ(o[2], 255) << x << "," << y;
-      } else if (mask.data[y * 40 + x]) {
-        // 35% towards green: red and blue shrink (or stay at 0), green moves towards 170, and
-        // green gains on both.
-        EXPECT_LE(o[0], in[0]) << x << "," << y;
-        EXPECT_LE(o[2], in[2]) << x << "," << y;
-        EXPECT_NEAR(o[1], (in[1] * 65 + 170 * 35) / 100.0, 1.0) << x << "," << y;
-        EXPECT_GT(o[1] - o[0], in[1] - in[0]) << x << "," << y;
-        ++tinted;
-      } else {
-        EXPECT_TRUE(o[0] == in[0] && o[1] == in[1] && o[2] == in[2])
-            << "changed outside at " << x << "," << y;
-      }
-    }
-  EXPECT_EQ(tinted, 150);
-  // A box interior without tissue is left alone.
-  EXPECT_TRUE(std::equal(pixel(out, 3, 3), pixel(out, 3, 3) + 3, pixel(thumb, 3, 3)));
-}
-
-TEST(SlideIoQc, WhiteTissueTurnsGreenish) {
-  const RgbImage thumb = constant(4, 4, 240, 240, 240);
-  Mask mask{4, 4, std::vector<std::uint8_t>(16, 1)};
-  const RgbImage out = qc_picture(thumb, &mask, {});
-  for (int i = 0; i < 16; ++i) {
-    const std::uint8_t* p = &out.pixels[i * 3];
-    EXPECT_EQ(p[0], 156);  // (240 * 65 + 50) / 100
-    EXPECT_EQ(p[1], 216);  // (240 * 65 + 170 * 35 + 50) / 100
-    EXPECT_EQ(p[2], 156);
-  }
-}
-
-TEST(SlideIoQc, MaskOfAnotherSizeIsIgnoredAndBoxesAreClipped) {
-  const RgbImage thumb = test_picture(16, 12);
-  const Mask wrong{8, 6, std::vector<std::uint8_t>(48, 1)};
-  EXPECT_TRUE(qc_picture(thumb, &wrong, {}).pixels == thumb.pixels);
-  EXPECT_TRUE(qc_picture(thumb, nullptr, {}).pixels == thumb.pixels);
-
-  // A box running off the picture outlines only what is inside.
-  const RgbImage out = qc_picture(thumb, nullptr, {Box{-5, -5, 4, 4}, Box{12, 8, 30, 30}});
-  const std::vector<std::uint8_t> blue = {30, 60, 255};
-  auto at = [](const RgbImage& img, int x, int y) {
-    return std::vector<std::uint8_t>(pixel(img, x, y), pixel(img, x, y) + 3);
-  };
-  EXPECT_EQ(at(out, 3, 0), blue) << "right edge of the first box, x = 3";
-  EXPECT_EQ(at(out, 0, 3), blue) << "its bottom edge, y = 3";
-  EXPECT_EQ(at(out, 12, 8), blue) << "top-left corner of the second box";
-  EXPECT_EQ(at(out, 12, 11), blue) << "left edge of the second box";
-  EXPECT_EQ(at(out, 15, 8), blue) << "top edge of the second box";
-  EXPECT_EQ(at(out, 15, 11), at(thumb, 15, 11)) << "the second box's far sides are outside";
-  EXPECT_EQ(at(out, 1, 1), at(thumb, 1, 1)) << "inside the first box";
-  EXPECT_EQ(at(out, 8, 6), at(thumb, 8, 6)) << "between the boxes";
 }

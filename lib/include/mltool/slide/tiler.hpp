@@ -23,6 +23,7 @@ struct TileJob {
   io::TileSettings settings;
   int threads = 0;                  ///< read/encode workers; 0 = one per core
   std::string qc_dir;               ///< where to write <id>.png QC pictures ("" = none)
+  int qc_size = 1024;               ///< long side of the slide in a QC picture, in pixels
   std::size_t commit_every = 2048;  ///< tiles per LMDB transaction
   ReaderChoice reader = ReaderChoice::automatic;
   /// µm per level-0 pixel of every slide, instead of their metadata (--slide-mpp).
@@ -40,9 +41,10 @@ struct SlideReport {
   std::int64_t grid_tiles = 0;            ///< tiles of the full grid
   std::optional<double> tissue_fraction;  ///< share of the slide that is tissue (otsu only)
   double seconds = 0;
-  std::string reader;      ///< what decoded the tiles: "openslide" or "libvips-tiff"
-  std::string mpp_source;  ///< ReadPlan::mpp_source: "metadata", "override" or "none"
-  std::string error;       ///< status "failed" (tile_slides with keep_going): the message
+  std::string reader;         ///< what decoded the tiles: "openslide" or "libvips-tiff"
+  std::string mpp_source;     ///< ReadPlan::mpp_source: "metadata", "override" or "none"
+  std::optional<double> mpp;  ///< µm per level-0 pixel (ReadPlan::mpp), if known
+  std::string error;          ///< status "failed" (tile_slides with keep_going): the message
 };
 
 /// The target µm/px when neither --mpp nor --level is given (tile_slides applies it).

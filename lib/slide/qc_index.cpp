@@ -1,0 +1,123 @@
+// The contact sheet of a run (qc.hpp, write_qc_index): one static HTML page, no scripts, no
+// external resources, so it opens from the QC directory anywhere (a laptop, a shared drive).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "mltool/slide/qc.hpp"
+#include "mltool/util/file.hpp"
+
+namespace mltool::slide {
+namespace {
+
+std::string html_escape(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// A file name as a relative URL: every byte but unreserved ones percent-encoded.
+std::string url_encode(const std::string& name) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (const unsigned char c : name) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string fixed(double v, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, v);
+  return text;
+}
+
+constexpr const char* kStyle = R"(<style>
+body{font-family:sans-serif;margin:16px;background:#f4f4f4;color:#222}
+.sheet{display:flex;flex-wrap:wrap;gap:12px}
+.card{background:#fff;border:3px solid #ccc;padding:6px;width:300px;font-size:13px}
+.card img{display:block;max-width:300px;max-height:300px;margin:0 auto 4px}
+.card .none{height:120px;display:flex;align-items:center;justify-content:center;color:#888}
+.card.empty{border-color:#e08000;background:#fff4e0}
+.card.failed{border-color:#d00000;background:#ffe8e8}
+.status{font-weight:bold}.empty .status,.failed .status{color:#b00000}
+.error{color:#b00000;white-space:pre-wrap;word-break:break-word}
+</style>)";
+
+// One slide's card: its picture, id, status and counts.
+std::string card(const std::string& dir, const SlideReport& r) {
+  const bool failed = r.status == "failed";
+  const bool empty = !failed && r.tiles == 0;
+  const std::string png = r.id + ".png";
+  std::string out = "<div class=\"card" +
+                    std::string(failed  ? " failed"
+                                : empty ? " empty"
+                                        : "") +
+                    "\" id=\"" + html_escape(r.id) + "\">\n";
+  if (!failed && !r.id.empty() && util::exists(util::join_path(dir, png)))
+    out += "<a href=\"" + url_encode(png) + "\"><img src=\"" + url_encode(png) + "\" alt=\"" +
+           html_escape(r.id) + "\"></a>\n";
+  else
+    out += "<div class=\"none\">no QC picture</div>\n";
+  out += "<div><b>" + html_escape(r.id.empty() ? r.path : r.id) + "</b> <span class=\"status\">" +
+         html_escape(r.status) + (empty ? " — NO TILES" : "") + "</span></div>\n";
+  if (failed) return out + "<div class=\"error\">" + html_escape(r.error) + "</div>\n</div>\n";
+  out += "<div class=\"counts\">tiles " + std::to_string(r.tiles) + " / " +
+         std::to_string(r.grid_tiles) + " grid";
+  if (r.tissue_fraction) out += ", tissue " + fixed(*r.tissue_fraction * 100, 1) + "%";
+  out += "</div>\n<div>" + (r.mpp ? fixed(*r.mpp, 4) + " µm/px" : std::string("µm/px unknown")) +
+         (r.mpp_source.empty() ? "" : " (" + html_escape(r.mpp_source) + ")") +
+         (r.reader.empty() ? "" : ", " + html_escape(r.reader)) + "</div>\n";
+  return out + "<div class=\"path\">" + html_escape(r.path) + "</div>\n</div>\n";
+}
+
+// "12 slides: 9 tiled, 1 empty, 1 skipped, 1 failed; 3456 tiles".
+std::string summary(const std::vector<SlideReport>& slides) {
+  int tiled = 0, empty = 0, skipped = 0, failed = 0;
+  std::int64_t tiles = 0;
+  for (const auto& r : slides) {
+    tiled += r.status == "tiled";
+    empty += r.status == "empty";
+    skipped += r.status == "skipped";
+    failed += r.status == "failed";
+    tiles += r.tiles;
+  }
+  return std::to_string(slides.size()) + " slides: " + std::to_string(tiled) + " tiled, " +
+         std::to_string(empty) + " empty, " + std::to_string(skipped) + " skipped, " +
+         std::to_string(failed) + " failed; " + std::to_string(tiles) + " tiles";
+}
+
+}  // namespace
+
+void write_qc_index(const std::string& path, const std::vector<SlideReport>& slides) {
+  const std::string dir = util::parent_directory(path);
+  std::string html =
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      "<title>mltool tile QC</title>\n" +
+      std::string(kStyle) + "\n</head>\n<body>\n<h1>mltool tile QC</h1>\n<p class=\"summary\">" +
+      html_escape(summary(slides)) +
+      ". Green: tissue outline; blue: kept tiles. Orange: no tiles; red: failed.</p>\n"
+      "<div class=\"sheet\">\n";
+  for (const auto& r : slides) html += card(dir, r);
+  html += "</div>\n</body>\n</html>\n";
+  util::make_directories(dir);
+  util::write_file_atomic(path, html);
+}
+
+}  // namespace mltool::slide

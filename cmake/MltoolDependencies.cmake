@@ -20,7 +20,27 @@ pkg_check_modules(TURBOJPEG REQUIRED IMPORTED_TARGET libturbojpeg)
 find_package(PNG REQUIRED)
 
 if(MLTOOL_WITH_SLIDE)
-  pkg_check_modules(OPENSLIDE REQUIRED IMPORTED_TARGET openslide)
+  # OpenSlide 4 (DICOM WSI among its formats) from the OpenSlide project's openslide-bin
+  # wheel, which scripts/setup.sh installs in the venv: libopenslide.so.1 with its
+  # dependencies linked in and only openslide_* exported. Not Debian's libopenslide-dev
+  # (3.4.1, libopenslide.so.0), which Debian's libvips loads for its own openslideload:
+  # mltool never calls that loader, and libopenslide.so.1, a direct dependency of
+  # libmltool_core, comes first in the process's symbol lookup (lib/slide/openslide_api.h).
+  if(NOT MLTOOL_OPENSLIDE_LIBRARY)
+    find_package(Python3 REQUIRED COMPONENTS Interpreter)
+    execute_process(
+      COMMAND "${Python3_EXECUTABLE}" -c
+              "import openslide_bin, os; print(os.path.join(os.path.dirname(openslide_bin.__file__), 'libopenslide.so.1'))"
+      OUTPUT_VARIABLE _mltool_openslide OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _rc)
+    if(NOT _rc EQUAL 0 OR NOT EXISTS "${_mltool_openslide}")
+      message(FATAL_ERROR "OpenSlide 4: no openslide-bin in ${Python3_EXECUTABLE}'s packages; "
+                          "run scripts/setup.sh or pass -DMLTOOL_OPENSLIDE_LIBRARY=/path/libopenslide.so.1")
+    endif()
+    set(MLTOOL_OPENSLIDE_LIBRARY "${_mltool_openslide}" CACHE FILEPATH "OpenSlide 4 library")
+  endif()
+  add_library(mltool_openslide SHARED IMPORTED)
+  set_target_properties(mltool_openslide PROPERTIES IMPORTED_LOCATION "${MLTOOL_OPENSLIDE_LIBRARY}"
+                                                    IMPORTED_SONAME libopenslide.so.1)
   pkg_check_modules(VIPS REQUIRED IMPORTED_TARGET vips)
 endif()
 

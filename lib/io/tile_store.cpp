@@ -228,9 +228,11 @@ TileStore::SlideWriter::SlideWriter(TileStore& store, std::string id, lmdb::Batc
       options_(options),
       batch_(store.env_, store.tiles_, options) {}
 
-void TileStore::SlideWriter::commit(const std::string& tiles_record,
+void TileStore::SlideWriter::commit(const std::string& slide_record,
+                                    const std::string& tiles_record,
                                     const std::string& done_record) {
   batch_.flush([&](lmdb::Txn& txn) {
+    txn.put(store_->meta_, meta_key("slides", id_), slide_record);
     txn.put(store_->meta_, meta_key("tiles", id_), tiles_record);
     txn.put(store_->meta_, meta_key("done", id_), done_record);
   });

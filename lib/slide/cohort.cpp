@@ -91,6 +91,10 @@ std::vector<std::string> shard_slides(const std::vector<std::string>& slides,
 CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob& asked) {
   CohortJob job = asked;
   auto& s = job.tile.settings;
+  if (job.tile.mag) {
+    if (s.mpp || s.level) throw UsageError("give one of --mpp, --mag and --level");
+    s.mpp = 10.0 / *job.tile.mag;  // the convention: 10x ~ 1 µm/px
+  }
   if (!s.mpp && !s.level) s.mpp = kDefaultMpp;
   util::check_options(cohort_options(), job);
   validate(job.tile);

@@ -44,6 +44,12 @@ void check_levels(const SlideGeometry& geometry, const std::string& slide_name) 
 
 }  // namespace
 
+bool is_placeholder_dpi(double dpi) {
+  for (const double placeholder : {72.0, 96.0, 300.0})
+    if (std::abs(dpi - placeholder) < 0.05) return true;
+  return false;
+}
+
 std::optional<double> slide_mpp(const SlideGeometry& geometry) {
   const auto usable = [](const std::optional<double>& v) {
     return v && positive_finite(*v) && *v >= kMinPlausibleMpp && *v <= kMaxPlausibleMpp;
@@ -94,7 +100,9 @@ ReadPlan plan_read(const SlideGeometry& geometry, std::optional<double> target_m
                 "such as 72 dpi, or a value outside " +
                     num(kMinPlausibleMpp) + "-" + num(kMaxPlausibleMpp) +
                     " µm/px, counts as none); give the slide's µm per level-0 pixel with "
-                    "--slide-mpp X, or tile a pyramid level with --level N"));
+                    "--slide-mpp X (or per slide with --slide-mpp-table CSV), take 10 / the "
+                    "objective power the slide declares with --mpp-from-power, or tile a "
+                    "pyramid level with --level N"));
   }
   const double target = *target_mpp / *plan.mpp;
   // Level 0 is the finest there is; a finer target would need upsampling, which

@@ -7,7 +7,9 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <vector>
 
+#include "flat_image.hpp"
 #include "mltool/util/error.hpp"
 #include "vips_internal.hpp"
 
@@ -80,29 +82,69 @@ io::RgbImage resize(const std::uint8_t* rgb, int width, int height, int out_widt
   return to_memory(out.get(), "libvips resize");
 }
 
-io::RgbImage read_thumbnail(const std::string& path, int level, double scale) {
-  init_vips();
+namespace detail {
+
+void read_region_rgb(VipsImage* image, const std::string& path, std::int64_t x, std::int64_t y,
+                     std::int64_t w, std::int64_t h, std::uint8_t* rgb) {
+  const VipsRect rect{static_cast<int>(x), static_cast<int>(y), static_cast<int>(w),
+                      static_cast<int>(h)};
+  VipsRect valid = rect;
+  const VipsRect bounds{0, 0, image->Xsize, image->Ysize};
+  vips_rect_intersectrect(&valid, &bounds, &valid);
+  if (valid.width != rect.width || valid.height != rect.height)
+    std::memset(rgb, 255, static_cast<std::size_t>(w) * h * 3);
+  if (vips_rect_isempty(&valid)) return;
+  // Regions belong to the thread that made them; one per read costs little next to a decode.
+  VipsRegion* region = vips_region_new(image);
+  if (!region) throw ResourceError(at_file(path, "libvips region: " + vips_message()));
+  if (vips_region_prepare(region, &valid) != 0) {
+    g_object_unref(region);
+    throw InputError(at_file(path, "reading " + std::to_string(w) + "x" + std::to_string(h) +
+                                       " at (" + std::to_string(x) + ", " + std::to_string(y) +
+                                       "): libvips: " + vips_message()));
+  }
+  const int bands = image->Bands;
+  for (int row = 0; row < valid.height; ++row) {
+    const auto* src = reinterpret_cast<const std::uint8_t*>(
+        VIPS_REGION_ADDR(region, valid.left, valid.top + row));
+    std::uint8_t* dst = rgb + (static_cast<std::size_t>(valid.top - rect.top + row) * rect.width +
+                               (valid.left - rect.left)) *
+                                  3;
+    if (bands == 3) {
+      std::memcpy(dst, src, static_cast<std::size_t>(valid.width) * 3);
+    } else {  // RGBA, straight alpha: composite on white
+      for (int i = 0; i < valid.width; ++i) {
+        const unsigned a = src[4 * i + 3];
+        for (int c = 0; c < 3; ++c)
+          dst[3 * i + c] =
+              static_cast<std::uint8_t>((src[4 * i + c] * a + 255 * (255 - a) + 127) / 255);
+      }
+    }
+  }
+  g_object_unref(region);
+}
+
+io::RgbImage shrink_to_memory(ImagePtr image, int out_w, int out_h, const std::string& path) {
   VipsImage* raw = nullptr;
-  if (vips_openslideload(path.c_str(), &raw, "level", level, nullptr) != 0)
-    throw InputError(at_file(
-        path, "libvips cannot read level " + std::to_string(level) + ": " + vips_message()));
-  ImagePtr image(raw);
-  VipsArrayDouble* white = vips_array_double_newv(3, 255.0, 255.0, 255.0);
-  const int flattened = vips_flatten(image.get(), &raw, "background", white, nullptr);
-  vips_area_unref(VIPS_AREA(white));
-  if (flattened != 0) throw ResourceError(at_file(path, "libvips flatten: " + vips_message()));
-  image.reset(raw);
-  if (scale < 1.0) {
-    if (vips_resize(image.get(), &raw, scale, "kernel", VIPS_KERNEL_LANCZOS3, nullptr) != 0)
+  if (image->Xsize != out_w || image->Ysize != out_h) {
+    if (vips_resize(image.get(), &raw, static_cast<double>(out_w) / image->Xsize, "vscale",
+                    static_cast<double>(out_h) / image->Ysize, "kernel", VIPS_KERNEL_LANCZOS3,
+                    nullptr) != 0)
       throw ResourceError(at_file(path, "libvips thumbnail resize: " + vips_message()));
     image.reset(raw);
+    if (image->Xsize != out_w || image->Ysize != out_h) {
+      if (vips_embed(image.get(), &raw, 0, 0, out_w, out_h, "extend", VIPS_EXTEND_COPY, nullptr) !=
+          0)
+        throw ResourceError(at_file(path, "libvips embed: " + vips_message()));
+      image.reset(raw);
+    }
   }
   if (image->BandFmt != VIPS_FORMAT_UCHAR) {
     if (vips_cast_uchar(image.get(), &raw, nullptr) != 0)
       throw ResourceError(at_file(path, "libvips cast: " + vips_message()));
     image.reset(raw);
   }
-  // One large image: let libvips use every core while it streams the level.
+  // One large image: let libvips use every core while it streams it.
   const int concurrency = vips_concurrency_get();
   vips_concurrency_set(0);  // 0 = the default, one thread per core
   io::RgbImage out;
@@ -115,5 +157,60 @@ io::RgbImage read_thumbnail(const std::string& path, int level, double scale) {
   vips_concurrency_set(concurrency);
   return out;
 }
+
+}  // namespace detail
+
+namespace {
+
+// A pyramid level as a libvips image whose pixels OpenSlide reads on demand, so libvips
+// shrinks it in strips on all cores without holding the level.
+struct LevelSource {
+  const Slide* slide;
+  int level;
+  double downsample;
+};
+
+int generate_level(VipsRegion* out, void* /*seq*/, void* a, void* /*b*/, gboolean* /*stop*/) {
+  const auto* source = static_cast<const LevelSource*>(a);
+  const VipsRect& r = out->valid;
+  thread_local std::vector<std::uint8_t> rgb;
+  rgb.resize(static_cast<std::size_t>(r.width) * r.height * 3);
+  try {
+    // Level pixels → level-0 position, as libvips' own OpenSlide loader does.
+    source->slide->read_rgb(static_cast<std::int64_t>(r.left * source->downsample),
+                            static_cast<std::int64_t>(r.top * source->downsample), source->level,
+                            r.width, r.height, rgb.data());
+  } catch (const std::exception& e) {
+    vips_error("mltool", "%s", e.what());
+    return -1;
+  }
+  for (int row = 0; row < r.height; ++row)
+    std::memcpy(VIPS_REGION_ADDR(out, r.left, r.top + row),
+                rgb.data() + static_cast<std::size_t>(row) * r.width * 3,
+                static_cast<std::size_t>(r.width) * 3);
+  return 0;
+}
+
+}  // namespace
+
+io::RgbImage read_thumbnail(const Slide& slide, int level, double scale) {
+  init_vips();
+  if (const flat::Info* info = slide.flat_info())
+    return flat::thumbnail(slide.path(), *info, scale * slide.geometry().levels[level].downsample);
+  const Level& l = slide.geometry().levels[level];
+  LevelSource source{&slide, level, l.downsample};
+  ImagePtr image(vips_image_new());
+  vips_image_init_fields(image.get(), static_cast<int>(l.width), static_cast<int>(l.height), 3,
+                         VIPS_FORMAT_UCHAR, VIPS_CODING_NONE, VIPS_INTERPRETATION_sRGB, 1.0, 1.0);
+  if (vips_image_pipelinev(image.get(), VIPS_DEMAND_STYLE_SMALLTILE, nullptr) != 0 ||
+      vips_image_generate(image.get(), nullptr, generate_level, nullptr, &source, nullptr) != 0)
+    throw ResourceError(at_file(slide.path(), "libvips: " + vips_message()));
+  scale = std::min(scale, 1.0);
+  const int out_w = std::max(1, static_cast<int>(std::lround(l.width * scale)));
+  const int out_h = std::max(1, static_cast<int>(std::lround(l.height * scale)));
+  return detail::shrink_to_memory(std::move(image), out_w, out_h, slide.path());
+}
+
+std::string libvips_version() { return std::string("libvips ") + vips_version_string(); }
 
 }  // namespace mltool::slide

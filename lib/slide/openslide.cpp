@@ -1,20 +1,29 @@
 #include "mltool/slide/openslide.hpp"
 
-#include <openslide.h>
+#include "openslide_api.h"
 
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <vector>
 
+#include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <mutex>
+
+#include "flat_image.hpp"
 #include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
 
 namespace mltool::slide {
 
 struct Slide::Handle {
-  openslide_t* osr = nullptr;
+  openslide_t* osr = nullptr;                  // a pyramid, or
+  std::optional<flat::Info> flat;              // a flat image,
+  std::unique_ptr<flat::RandomAccess> pixels;  // read by random access when asked
+  std::once_flag pixels_once;
   ~Handle() {
     if (osr) openslide_close(osr);
   }
@@ -39,9 +48,7 @@ std::optional<double> mpp_from_tiff_resolution(const std::optional<std::string>&
   if (!per_unit || !unit) return std::nullopt;
   if (*unit == "centimeter") return 10000.0 / *per_unit;
   if (*unit == "inch") {
-    // 72, 96 and 300 dpi are what converters write when they know nothing: no µm/px.
-    for (const double placeholder : {72.0, 96.0, 300.0})
-      if (std::abs(*per_unit - placeholder) < 1e-6) return std::nullopt;
+    if (is_placeholder_dpi(*per_unit)) return std::nullopt;
     return 25400.0 / *per_unit;
   }
   return std::nullopt;
@@ -58,47 +65,94 @@ void argb_to_rgb_on_white(const std::uint32_t* argb, std::size_t pixels, std::ui
   }
 }
 
+namespace {
+
+// The first .dcm file (by name) of a DICOM WSI directory.
+std::string dicom_file_in(const std::string& dir) {
+  std::vector<std::string> files;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.size() > 4 && name.compare(name.size() - 4, 4, ".dcm") == 0)
+        files.push_back(util::join_path(dir, name));
+    }
+    ::closedir(d);
+  }
+  if (files.empty())
+    throw InputError(at_file(dir,
+                             "a directory is read as a DICOM WSI series, but it holds no "
+                             ".dcm file"));
+  return *std::min_element(files.begin(), files.end());
+}
+
+}  // namespace
+
+std::string openslide_version() { return std::string("OpenSlide ") + openslide_get_version(); }
+
 Slide Slide::open(const std::string& path) {
   if (::access(path.c_str(), R_OK) != 0)
     throw InputError(sys_message(path, "cannot open slide", errno));
-  const char* vendor = openslide_detect_vendor(path.c_str());
-  if (!vendor) throw InputError(at_file(path, "not a slide format OpenSlide reads"));
   Slide s;
   s.path_ = path;
-  s.vendor_ = vendor;
+  s.file_ = util::is_directory(path) ? dicom_file_in(path) : path;
   s.handle_ = std::make_unique<Handle>();
-  s.handle_->osr = openslide_open(path.c_str());
+  const char* vendor = openslide_detect_vendor(s.file_.c_str());
+  if (!vendor) {
+    s.handle_->flat = flat::probe(s.file_);
+    if (!s.handle_->flat)
+      throw InputError(
+          at_file(path, "not a slide format " + openslide_version() +
+                            " reads, nor a flat image (TIFF, PNG, JPEG) libvips reads"));
+    const flat::Info& info = *s.handle_->flat;
+    s.vendor_ = "flat-" + info.format;
+    s.geometry_.levels.push_back({info.width, info.height, 1.0});
+    s.geometry_.mpp_x = info.mpp_x;
+    s.geometry_.mpp_y = info.mpp_y;
+    return s;
+  }
+  s.vendor_ = vendor;
+  s.handle_->osr = openslide_open(s.file_.c_str());
   if (!s.handle_->osr)
     throw InputError(at_file(path, "OpenSlide cannot open this " + s.vendor_ + " file"));
   if (const char* err = openslide_get_error(s.handle_->osr))
     throw InputError(at_file(path, std::string("OpenSlide: ") + err));
+  s.read_pyramid();
+  return s;
+}
 
-  openslide_t* osr = s.handle_->osr;
+void Slide::read_pyramid() {
+  openslide_t* osr = handle_->osr;
   const int levels = openslide_get_level_count(osr);
-  if (levels < 1) throw InputError(at_file(path, "OpenSlide reports no pyramid levels"));
+  if (levels < 1) throw InputError(at_file(path_, "OpenSlide reports no pyramid levels"));
   for (int l = 0; l < levels; ++l) {
     Level level;
     openslide_get_level_dimensions(osr, l, &level.width, &level.height);
     level.downsample = openslide_get_level_downsample(osr, l);
     if (level.width <= 0 || level.height <= 0 || !(level.downsample > 0))
-      throw InputError(at_file(path, "OpenSlide reports an invalid level " + std::to_string(l)));
-    s.geometry_.levels.push_back(level);
+      throw InputError(at_file(path_, "OpenSlide reports an invalid level " + std::to_string(l)));
+    geometry_.levels.push_back(level);
   }
-  s.geometry_.mpp_x = parse_positive(s.property(OPENSLIDE_PROPERTY_NAME_MPP_X));
-  s.geometry_.mpp_y = parse_positive(s.property(OPENSLIDE_PROPERTY_NAME_MPP_Y));
-  if (!s.geometry_.mpp_x && !s.geometry_.mpp_y) {
-    const auto unit = s.property("tiff.ResolutionUnit");
-    s.geometry_.mpp_x = mpp_from_tiff_resolution(s.property("tiff.XResolution"), unit);
-    s.geometry_.mpp_y = mpp_from_tiff_resolution(s.property("tiff.YResolution"), unit);
+  geometry_.mpp_x = parse_positive(property(kOpenSlideMppX));
+  geometry_.mpp_y = parse_positive(property(kOpenSlideMppY));
+  if (!geometry_.mpp_x && !geometry_.mpp_y) {
+    const auto unit = property("tiff.ResolutionUnit");
+    geometry_.mpp_x = mpp_from_tiff_resolution(property("tiff.XResolution"), unit);
+    geometry_.mpp_y = mpp_from_tiff_resolution(property("tiff.YResolution"), unit);
   }
-  return s;
 }
+
+const flat::Info* Slide::flat_info() const { return handle_->flat ? &*handle_->flat : nullptr; }
 
 Slide::Slide(Slide&&) noexcept = default;
 Slide& Slide::operator=(Slide&&) noexcept = default;
 Slide::~Slide() = default;
 
 std::optional<std::string> Slide::property(const std::string& name) const {
+  if (handle_->flat) {
+    const auto it = handle_->flat->properties.find(name);
+    if (it == handle_->flat->properties.end()) return std::nullopt;
+    return it->second;
+  }
   const char* v = openslide_get_property_value(handle_->osr, name.c_str());
   if (!v) return std::nullopt;
   return std::string(v);
@@ -106,6 +160,11 @@ std::optional<std::string> Slide::property(const std::string& name) const {
 
 void Slide::read_rgb(std::int64_t x, std::int64_t y, int level, std::int64_t w, std::int64_t h,
                      std::uint8_t* rgb) const {
+  if (handle_->flat) {
+    std::call_once(handle_->pixels_once,
+                   [&] { handle_->pixels = std::make_unique<flat::RandomAccess>(file_); });
+    return handle_->pixels->read_rgb(x, y, w, h, rgb);
+  }
   const auto pixels = static_cast<std::size_t>(w) * static_cast<std::size_t>(h);
   thread_local std::vector<std::uint32_t> argb;
   argb.resize(pixels);

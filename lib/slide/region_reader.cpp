@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "flat_image.hpp"
 #include "mltool/slide/image.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/log.hpp"
@@ -49,48 +50,11 @@ class VipsTiffReader final : public RegionReader {
 
  private:
   void decode(std::int64_t x, std::int64_t y, std::int64_t w, std::int64_t h, std::uint8_t* rgb) {
-    // Regions belong to the thread that made them; one per read costs little next to a decode.
-    VipsRegion* region = vips_region_new(page_.get());
-    if (!region) throw ResourceError(at_file(slide_.path(), "libvips region: " + vips_message()));
-    // Level-0 position → level pixels, as OpenSlide does for a 1:1 TIFF level.
-    const VipsRect rect{static_cast<int>(static_cast<double>(x) / downsample_),
-                        static_cast<int>(static_cast<double>(y) / downsample_), static_cast<int>(w),
-                        static_cast<int>(h)};
-    // Pixels outside the level are white, as OpenSlide gives them; libvips clips the region.
-    VipsRect valid = rect;
-    const VipsRect bounds{0, 0, page_->Xsize, page_->Ysize};
-    vips_rect_intersectrect(&valid, &bounds, &valid);
-    if (valid.width != rect.width || valid.height != rect.height)
-      std::memset(rgb, 255, static_cast<std::size_t>(w) * h * 3);
-    const bool ok = vips_rect_isempty(&valid) || vips_region_prepare(region, &valid) == 0;
-    std::string message = ok ? "" : vips_message();
-    if (ok && !vips_rect_isempty(&valid)) {
-      const int bands = page_->Bands;
-      for (int row = 0; row < valid.height; ++row) {
-        const auto* src = reinterpret_cast<const std::uint8_t*>(
-            VIPS_REGION_ADDR(region, valid.left, valid.top + row));
-        std::uint8_t* dst =
-            rgb + (static_cast<std::size_t>(valid.top - rect.top + row) * rect.width +
-                   (valid.left - rect.left)) *
-                      3;
-        if (bands == 3) {
-          std::memcpy(dst, src, static_cast<std::size_t>(valid.width) * 3);
-        } else {  // RGBA, straight alpha: composite on white
-          for (int i = 0; i < valid.width; ++i) {
-            const unsigned a = src[4 * i + 3];
-            for (int c = 0; c < 3; ++c)
-              dst[3 * i + c] =
-                  static_cast<std::uint8_t>((src[4 * i + c] * a + 255 * (255 - a) + 127) / 255);
-          }
-        }
-      }
-    }
-    g_object_unref(region);
-    if (!ok)
-      throw InputError(at_file(slide_.path(),
-                               "reading " + std::to_string(w) + "x" + std::to_string(h) + " at (" +
-                                   std::to_string(x) + ", " + std::to_string(y) + ") level " +
-                                   std::to_string(level_) + ": libvips: " + message));
+    // Level-0 position → level pixels, as OpenSlide does for a 1:1 TIFF level; pixels outside
+    // the level are white, as OpenSlide gives them.
+    detail::read_region_rgb(
+        page_.get(), slide_.path(), static_cast<std::int64_t>(static_cast<double>(x) / downsample_),
+        static_cast<std::int64_t>(static_cast<double>(y) / downsample_), w, h, rgb);
   }
 
   // The first region is read both ways; any disagreement beyond JPEG decoder rounding sends
@@ -164,6 +128,7 @@ ImagePtr find_page(const Slide& slide, int level) {
 
 std::unique_ptr<RegionReader> make_region_reader(const Slide& slide, int level,
                                                  ReaderChoice choice) {
+  if (const flat::Info* info = slide.flat_info()) return flat::band_reader(slide.path(), *info);
   const bool tiff_levels = slide.vendor() == "generic-tiff" || slide.vendor() == "aperio";
   if (choice == ReaderChoice::automatic && tiff_levels) {
     init_vips();

@@ -77,6 +77,24 @@ const util::Options<TileJob>& tile_options() {
               },
               "between " + util::number_text(kMinPlausibleMpp) + " and " +
                   util::number_text(kMaxPlausibleMpp) + " µm per pixel"),
+      util::custom<J>(
+          "--slide-mpp-table", "CSV",
+          "µm per level-0 pixel per slide: a CSV file with the columns slide (a path as given "
+          "or a slide id) and mpp; a listed slide takes it over --slide-mpp and its metadata",
+          [](J& j, const std::string& text) { j.slide_mpp_table = load_mpp_table(text); },
+          [](const J& j) {
+            return j.slide_mpp_table.path.empty() ? nlohmann::json()
+                                                  : nlohmann::json(j.slide_mpp_table.path);
+          }),
+      util::custom<J>(
+          "--mag", "M",
+          "Target objective power instead of --mpp: 10 / M µm per pixel (20 → 0.5, 40 → 0.25)",
+          [](J& j, const std::string& text) { j.mag = util::parse_real(text, "--mag"); },
+          [](const J& j) { return j.mag ? nlohmann::json(*j.mag) : nlohmann::json(); })
+          .check([](const J& j) { return !j.mag || (*j.mag >= 0.5 && *j.mag <= 200); },
+                 "between 0.5 and 200"),
+      util::flag("--mpp-from-power", &J::mpp_from_power,
+                 "A slide without a usable µm/px is read at 10 / the objective power it declares"),
       option_at<J>(
           "--overlap", [](J& j) -> int& { return j.settings.overlap; },
           "Pixels shared by neighbouring tiles"),

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -19,6 +20,7 @@
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
 #include "mltool/util/parallel.hpp"
+#include "slide_mpp.hpp"
 #include "thumbnail.hpp"
 
 namespace mltool::slide {
@@ -82,6 +84,9 @@ void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
   std::atomic<int> active{workers};
   std::mutex error_mutex;
   std::exception_ptr error;
+  std::mutex turn_mutex;  // the next tile to read, for an in-order reader
+  std::condition_variable turn_changed;
+  std::size_t turn = 0;
   auto fail = [&](std::exception_ptr e) {
     {
       std::lock_guard lock(error_mutex);
@@ -89,14 +94,35 @@ void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
     }
     stop = true;
     queue.close();
+    { std::lock_guard lock(turn_mutex); }
+    turn_changed.notify_all();
+  };
+
+  // A reader that decodes top to bottom (a flat image) is read in the tiles' order: tile i
+  // waits for tile i - 1's read; resampling and encoding still run side by side.
+  const bool ordered = reader.in_order();
+  auto read_tile = [&](std::size_t i, std::uint8_t* rgb) {
+    const KeptTile& k = kept[i];
+    if (!ordered) return reader.read_rgb(k.x, k.y, read, read, rgb);
+    {
+      std::unique_lock lock(turn_mutex);
+      turn_changed.wait(lock, [&] { return turn == i || stop; });
+      if (stop) return;
+    }
+    reader.read_rgb(k.x, k.y, read, read, rgb);
+    {
+      std::lock_guard lock(turn_mutex);
+      turn = i + 1;
+    }
+    turn_changed.notify_all();
   };
 
   auto work = [&] {
     try {
       std::vector<std::uint8_t> rgb(static_cast<std::size_t>(read) * read * 3);
       for (std::size_t i; !stop && (i = next++) < kept.size();) {
-        const KeptTile& k = kept[i];
-        reader.read_rgb(k.x, k.y, read, read, rgb.data());
+        read_tile(i, rgb.data());
+        if (stop) break;
         const std::uint8_t* pixels = rgb.data();
         io::RgbImage resized;
         if (read != tile) {
@@ -165,6 +191,8 @@ bool already_tiled(const io::TileStore& store, const std::string& path, const Id
   if (done->contains("tissue_fraction") && done->at("tissue_fraction").is_number())
     report.tissue_fraction = done->at("tissue_fraction").get<double>();
   report.mpp_source = existing->value("mpp_source", "");  // "" in stores of earlier versions
+  report.reader = existing->value("reader", done->value("reader", ""));
+  report.reader_version = existing->value("reader_version", "");
   if (existing->contains("mpp") && existing->at("mpp").is_number())
     report.mpp = existing->at("mpp").get<double>();
   return true;
@@ -309,9 +337,13 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
 
   const auto& s = job.settings;
   SlideGeometry geometry = slide.geometry();
-  if (job.slide_mpp) geometry.mpp_x = geometry.mpp_y = *job.slide_mpp;
+  const SlideMpp mpp = resolve_slide_mpp(slide, id, job);
+  geometry.mpp_x = geometry.mpp_y = mpp.mpp;
+  if (mpp.source == "power")
+    log::warn(id + ": no usable µm/px metadata; " + util::number_text(*mpp.mpp) +
+              " µm/px from its objective power (--mpp-from-power)");
   ReadPlan plan = plan_read(geometry, s.mpp, s.level, s.tile_size, path);
-  plan.mpp_source = job.slide_mpp ? "override" : plan.mpp ? "metadata" : "none";
+  plan.mpp_source = mpp.source;
   report.mpp_source = plan.mpp_source;
   report.mpp = plan.mpp;
   const TileGrid grid = make_grid(geometry.levels[0], plan, s.tile_size, s.overlap);
@@ -319,18 +351,21 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
   const Selection selection = select_tiles(slide, plan, grid, job);
   report.tissue_fraction = selection.tissue_fraction;
 
-  const std::string slide_text = slide_json(slide, who, plan, grid, s, selection).dump();
-  auto batch = store.write_slide(id, slide_text, job.commit_every);
+  json slide_record = slide_json(slide, who, plan, grid, s, selection);
+  auto batch = store.write_slide(id, slide_record.dump(), job.commit_every);
   try {
     const auto reader = make_region_reader(slide, plan.level, job.reader);
     if (!selection.kept.empty()) write_tiles(*reader, plan, job, id, selection.kept, batch);
     report.reader = reader->name();
+    report.reader_version = report.reader == "openslide" ? openslide_version() : libvips_version();
+    slide_record["reader"] = report.reader;
+    slide_record["reader_version"] = report.reader_version;
     if (!job.qc_dir.empty()) write_qc(slide, job, plan, grid, selection, report);
     report.tiles = static_cast<std::int64_t>(selection.kept.size());
     report.seconds = seconds_since(start);
     const std::string tiles_text = kept_json(selection.kept).dump();
     const std::string done_text = done_json(report).dump();
-    batch.commit(tiles_text, done_text);
+    batch.commit(slide_record.dump(), tiles_text, done_text);
   } catch (...) {
     batch.drop();
     try {

@@ -1,8 +1,9 @@
 #include "mltool/util/build_info.hpp"
 
 #ifdef MLTOOL_HAVE_SLIDE
-#include <openslide.h>
 #include <vips/vips.h>
+
+#include "../slide/openslide_api.h"
 #endif
 
 namespace mltool {

@@ -485,13 +485,14 @@ TEST_F(SlideIoTiff, RegionReadersAgreeWithOpenSlide) {
 }
 
 TEST_F(SlideIoTiff, ThumbnailIsTheShrunkLevel) {
-  const RgbImage thumb = mltool::slide::read_thumbnail(path_, 0, 0.25);
+  const RgbImage thumb = mltool::slide::read_thumbnail(Slide::open(path_), 0, 0.25);
   EXPECT_EQ(thumb.width, kWidth / 4);
   EXPECT_EQ(thumb.height, kHeight / 4);
   const RgbImage ref =
       mltool::slide::resize(picture_.pixels.data(), kWidth, kHeight, kWidth / 4, kHeight / 4);
   EXPECT_LT(mean_abs_diff(thumb, ref), 2.0);
   const std::string msg =
-      error_of<InputError>([&] { mltool::slide::read_thumbnail(tmp_ / "none.tiff", 0, 0.5); });
+      error_of<InputError>(
+      [&] { mltool::slide::read_thumbnail(Slide::open(tmp_ / "none.tiff"), 0, 0.5); });
   EXPECT_TRUE(contains(msg, tmp_ / "none.tiff")) << msg;
 }

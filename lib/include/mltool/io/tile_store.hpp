@@ -121,8 +121,10 @@ class TileStore {
    public:
     /// Buffers tile `key` (a tile_key of this slide); commits a batch when it is full.
     void put_tile(std::string_view key, std::string_view encoded) { batch_.put(key, encoded); }
-    /// Commits the pending tiles, the tiles record and the done marker together.
-    void commit(const std::string& tiles_record, const std::string& done_record);
+    /// Commits the pending tiles, the tiles record and the done marker together, with the
+    /// slide record rewritten as `slide_record` (what tiling learnt: the reader that read it).
+    void commit(const std::string& slide_record, const std::string& tiles_record,
+                const std::string& done_record);
     /// Drops the pending tiles (after an error); what was committed stays until
     /// discard_incomplete removes it.
     void drop();

@@ -40,7 +40,8 @@ struct ReadPlan {
   double target_downsample = 1.0;    ///< level-0 pixels per output pixel
   std::int64_t read_size_level = 0;  ///< pixels to read at `level` per tile side
   std::optional<double> mpp;         ///< µm per level-0 pixel used, if known
-  /// Where `mpp` came from: "metadata" (the slide's), "override" (--slide-mpp), "none".
+  /// Where `mpp` came from: "metadata" (the slide's), "override" (--slide-mpp), "table"
+  /// (--slide-mpp-table), "power" (10 / objective power, --mpp-from-power) or "none".
   std::string mpp_source = "none";
 };
 
@@ -48,6 +49,10 @@ struct ReadPlan {
 /// outside them is a unit or placeholder error, and counts as no µm/px.
 inline constexpr double kMinPlausibleMpp = 0.05;
 inline constexpr double kMaxPlausibleMpp = 20;
+
+/// Whether `dpi` is a resolution that converters write when they know nothing: 72, 96 or 300
+/// pixels per inch (within 0.05). Such a resolution counts as no µm/px.
+bool is_placeholder_dpi(double dpi);
 
 /// The µm per level-0 pixel of a slide: mpp_x, or the mean of mpp_x and mpp_y when
 /// they differ by more than 1% (anisotropic pixels cannot be honoured by square

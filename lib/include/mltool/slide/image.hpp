@@ -6,6 +6,7 @@
 #include <string>
 
 #include "mltool/io/image_codec.hpp"
+#include "mltool/slide/openslide.hpp"
 
 namespace mltool::slide {
 
@@ -17,9 +18,13 @@ void init_vips();
 /// vips does). Runs on the calling thread only, so callers parallelise over tiles.
 io::RgbImage resize(const std::uint8_t* rgb, int width, int height, int out_width, int out_height);
 
-/// The whole of `level` of the slide at `path`, read through libvips' OpenSlide loader,
-/// flattened on white and shrunk by `scale` (< 1) with vips_resize: a thumbnail made in
-/// bounded memory (libvips streams the level in strips), on all cores.
-io::RgbImage read_thumbnail(const std::string& path, int level, double scale);
+/// The whole of `level` of `slide` shrunk by `scale` (<= 1) to round(size * scale) with
+/// vips_resize: a thumbnail made in bounded memory, on all cores. A pyramid's level is read
+/// through the Slide (OpenSlide, on white) in libvips' strips; a flat image is decoded once
+/// by libvips (JPEG shrinking while it decodes).
+io::RgbImage read_thumbnail(const Slide& slide, int level, double scale);
+
+/// "libvips 8.14.1": the libvips this process runs.
+std::string libvips_version();
 
 }  // namespace mltool::slide

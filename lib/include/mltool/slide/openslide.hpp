@@ -1,6 +1,7 @@
-// A whole-slide image opened with OpenSlide: its pyramid, its µm/px and thread-safe region
-// reads as plain RGB. One Slide may be read from any number of threads at once (OpenSlide
-// handles are thread-safe); it is movable, not copyable.
+// A whole-slide image: a pyramid OpenSlide 4 reads (every vendor format, DICOM WSI included)
+// or a flat image libvips reads (TIFF without a pyramid, BigTIFF, PNG, JPEG); its levels, its
+// µm/px and thread-safe region reads as plain RGB. One Slide may be read from any number of
+// threads at once; it is movable, not copyable.
 #pragma once
 
 #include <cstdint>
@@ -13,11 +14,18 @@
 
 namespace mltool::slide {
 
+namespace flat {
+struct Info;
+}
+
 class Slide {
  public:
-  /// Opens `path`. Throws InputError naming the file for a missing or unreadable file, a
-  /// file OpenSlide does not recognise ("not a slide format OpenSlide reads"), and a
-  /// recognised file that OpenSlide fails to open (its message is quoted).
+  /// Opens `path`: a file OpenSlide recognises, else a flat TIFF, PNG or JPEG. A directory is
+  /// a DICOM WSI series: OpenSlide opens its first .dcm file (by name) and finds the rest of
+  /// the series beside it. Throws InputError naming the file for a missing or unreadable
+  /// file, a format neither reads ("not a slide format OpenSlide 4.0.1 reads, nor a flat
+  /// image ..."), a directory without .dcm files, and a recognised file that OpenSlide fails
+  /// to open (its message is quoted).
   static Slide open(const std::string& path);
 
   Slide(Slide&&) noexcept;
@@ -25,12 +33,17 @@ class Slide {
   ~Slide();
 
   const std::string& path() const { return path_; }
-  /// OpenSlide's vendor ("aperio", "hamamatsu", "generic-tiff", ...).
+  /// OpenSlide's vendor ("aperio", "hamamatsu", "dicom", "generic-tiff", ...), or for a flat
+  /// image "flat-tiff", "flat-png" or "flat-jpeg".
   const std::string& vendor() const { return vendor_; }
+  /// The file OpenSlide or libvips opened: path(), or the .dcm file of a DICOM directory.
+  const std::string& file() const { return file_; }
+  /// A flat image's header (one level, read by libvips), or null for an OpenSlide pyramid.
+  const flat::Info* flat_info() const;
   /// Levels and µm/px. The µm/px is openslide.mpp-x/-y or, where OpenSlide gives none
   /// (OpenSlide 3.4 on generic TIFF), the TIFF resolution tags as OpenSlide 4 reads them.
   const SlideGeometry& geometry() const { return geometry_; }
-  /// A property value, or nothing.
+  /// A property value (OpenSlide's, or flat.* for a flat image), or nothing.
   std::optional<std::string> property(const std::string& name) const;
 
   /// Reads w × h pixels of `level` whose top-left corner is (x, y) in level-0 pixels into
@@ -44,11 +57,16 @@ class Slide {
  private:
   struct Handle;
   Slide() = default;
+  void read_pyramid();  // levels and µm/px from OpenSlide
   std::string path_;
+  std::string file_;
   std::string vendor_;
   SlideGeometry geometry_;
   std::unique_ptr<Handle> handle_;
 };
+
+/// "OpenSlide 4.0.1": the OpenSlide this process reads slides with.
+std::string openslide_version();
 
 /// µm per pixel from TIFF resolution properties (tiff.XResolution + tiff.ResolutionUnit
 /// "centimeter" or "inch"), or nothing for another unit, a non-positive value or a

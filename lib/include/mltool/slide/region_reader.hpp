@@ -23,8 +23,11 @@ class RegionReader {
   /// w × h pixels of the level at level-0 position (x, y), interleaved RGB on white.
   virtual void read_rgb(std::int64_t x, std::int64_t y, std::int64_t w, std::int64_t h,
                         std::uint8_t* rgb) = 0;
-  /// "openslide" or "libvips-tiff", for logs and the slide record.
+  /// "openslide", "libvips-tiff" or "libvips-flat", for logs and the slide record.
   virtual const char* name() const = 0;
+  /// True when reads must come in order of y (a flat image decoded once, top to bottom):
+  /// callers then issue reads in their tiles' row-major order.
+  virtual bool in_order() const { return false; }
 };
 
 /// Which reader to use.

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,18 @@
 #include "mltool/slide/region_reader.hpp"
 
 namespace mltool::slide {
+
+/// Slides' µm per level-0 pixel from a CSV file (--slide-mpp-table).
+struct MppTable {
+  std::string path;                   ///< the file, as given ("" = none)
+  std::map<std::string, double> mpp;  ///< slide path as written in the file, or slide id
+};
+
+/// Reads a CSV file with a header line naming the columns `slide` and `mpp` (others are
+/// ignored; fields may be double-quoted): slide = a path as given to tile or a slide id.
+/// InputError naming the file and line for a missing column, a bad or implausible number
+/// (outside kMinPlausibleMpp..kMaxPlausibleMpp) and a slide listed twice.
+MppTable load_mpp_table(const std::string& path);
 
 /// How to tile, beyond the store's settings.
 struct TileJob {
@@ -28,6 +41,16 @@ struct TileJob {
   ReaderChoice reader = ReaderChoice::automatic;
   /// µm per level-0 pixel of every slide, instead of their metadata (--slide-mpp).
   std::optional<double> slide_mpp;
+  /// µm per level-0 pixel per slide (--slide-mpp-table CSV, read by load_mpp_table): keys are
+  /// slide paths as given or slide ids. A slide listed here takes this over --slide-mpp and
+  /// its metadata.
+  MppTable slide_mpp_table;
+  /// Objective power M for the target resolution, 10 / M µm per pixel (--mag; tile_slides
+  /// turns it into settings.mpp). 20 → 0.5, 40 → 0.25.
+  std::optional<double> mag;
+  /// A slide without a usable µm/px is read at 10 / the objective power it declares
+  /// (--mpp-from-power; OpenSlide's openslide.objective-power).
+  bool mpp_from_power = false;
 };
 
 /// What happened to one slide.
@@ -41,10 +64,11 @@ struct SlideReport {
   std::int64_t grid_tiles = 0;            ///< tiles of the full grid
   std::optional<double> tissue_fraction;  ///< share of the slide that is tissue (otsu only)
   double seconds = 0;
-  std::string reader;         ///< what decoded the tiles: "openslide" or "libvips-tiff"
-  std::string mpp_source;     ///< ReadPlan::mpp_source: "metadata", "override" or "none"
-  std::optional<double> mpp;  ///< µm per level-0 pixel (ReadPlan::mpp), if known
-  std::string error;          ///< status "failed" (tile_slides with keep_going): the message
+  std::string reader;  ///< what decoded the tiles: "openslide", "libvips-tiff", "libvips-flat"
+  std::string reader_version;  ///< "OpenSlide 4.0.1" or "libvips 8.14.1"
+  std::string mpp_source;      ///< ReadPlan::mpp_source: metadata, override, table, power, none
+  std::optional<double> mpp;   ///< µm per level-0 pixel (ReadPlan::mpp), if known
+  std::string error;           ///< status "failed" (tile_slides with keep_going): the message
 };
 
 /// The target µm/px when neither --mpp nor --level is given (tile_slides applies it).

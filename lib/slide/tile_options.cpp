@@ -158,6 +158,7 @@ nlohmann::json slide_json(const SlideReport& r) {
            r.tissue_fraction ? nlohmann::json(*r.tissue_fraction) : nlohmann::json(nullptr)},
           {"seconds", r.seconds},
           {"reader", r.reader},
+          {"reader_version", r.reader_version},
           {"mpp_source", r.mpp_source}};
 }
 

@@ -491,8 +491,7 @@ TEST_F(SlideIoTiff, ThumbnailIsTheShrunkLevel) {
   const RgbImage ref =
       mltool::slide::resize(picture_.pixels.data(), kWidth, kHeight, kWidth / 4, kHeight / 4);
   EXPECT_LT(mean_abs_diff(thumb, ref), 2.0);
-  const std::string msg =
-      error_of<InputError>(
+  const std::string msg = error_of<InputError>(
       [&] { mltool::slide::read_thumbnail(Slide::open(tmp_ / "none.tiff"), 0, 0.5); });
   EXPECT_TRUE(contains(msg, tmp_ / "none.tiff")) << msg;
 }

@@ -20,10 +20,12 @@ sudo_cmd=()
 log() { printf 'setup: %s\n' "$*" >&2; }
 
 # --- Debian packages -------------------------------------------------------------------
+# OpenSlide is not among them: mltool links OpenSlide 4 from the openslide-bin wheel (below,
+# scripts/requirements.txt); Debian's 3.4.1 comes in only as libvips-dev's dependency.
 packages=(
   build-essential cmake ninja-build ccache pkg-config git python3 python3-venv python3-pip
   libcli11-dev nlohmann-json3-dev liblmdb-dev lmdb-utils libprotobuf-dev protobuf-compiler
-  libopenslide-dev libvips-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
+  libvips-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang-format
   fonts-dejavu-core  # the font of the QC pictures' captions (vips_text); named, not left to chance
 )

@@ -720,8 +720,9 @@ def check_no_mpp():
     expect(code == 1, f"--level with --mpp: exit {code}, expected 1 (usage)")
 
 
-# ../shared/slides beside the checkout: real scanner files for development (not in the repo).
-SHARED_SLIDES = os.path.join(HERE, "..", "..", "..", "shared", "slides")
+# ../shared/slides beside the checkout: a real scanner file for development (not in the repo).
+REAL_SVS = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "slides",
+                                         "CMU-1-Small-Region.svs"))
 GREEN, BLUE = (0, 200, 0), (20, 60, 255)  # qc.hpp: kTissueOutline, kKeptOutline
 
 
@@ -778,7 +779,7 @@ def check_qc():
     assert_qc_picture(os.path.join(qc, "C.png"), C_SIZE, 600)
     code, _, _, err = tile(tmp("C.tif"), "-o", tmp("st_j3"), "--qc", qc, "--qc-size", "100")
     expect(code == 1 and "--qc-size" in err, f"--qc-size 100: exit {code}: {err}")
-    real = os.path.join(SHARED_SLIDES, "CMU-1-Small-Region.svs")
+    real = REAL_SVS
     if not os.path.isfile(real):
         print(f"  (skipped the real SVS: {os.path.normpath(real)} is absent)")
         return
@@ -927,8 +928,6 @@ def check_small_levels():
 
 # The real Aperio slide beside the checkout (../shared/slides/README.md); absent in a user's
 # clone, where the checks below skip with a message.
-REAL_SVS = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "slides",
-                                         "CMU-1-Small-Region.svs"))
 _marked = {}
 
 

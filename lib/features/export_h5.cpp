@@ -16,6 +16,7 @@
 
 #include "h5_interop_internal.hpp"
 #include "mltool/features/h5_interop.hpp"
+#include "mltool/io/crc32c.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/h5.hpp"
 #include "mltool/io/half.hpp"
@@ -261,8 +262,11 @@ ExportH5Report export_h5(const ExportH5Job& job) {
   const Plan plan = group_rows(store);
   Geometry geometry(store, job.tiles);
   const std::string outdir = util::absolute_path(job.output);
+  // The manifest by its CRC: an imported store's holds every slide's attributes.
+  const std::string manifest = store.manifest().dump();
   const json fingerprint = {{"features", util::absolute_path(job.features)},
-                            {"manifest", store.manifest()},
+                            {"manifest_crc32c", io::crc32c(manifest.data(), manifest.size())},
+                            {"manifest_bytes", manifest.size()},
                             {"coordinates", geometry.label()},
                             {"format", util::name_of(kExportFormats, job.format)},
                             {"dtype", util::name_of(kInteropDTypes, job.dtype)}};

@@ -39,8 +39,34 @@ bool names_builtin_command(int argc, char** argv) {
   return false;
 }
 
-// The help of a subcommand, identical whether asked as `mltool CMD --help` or `mltool help CMD`.
-std::string command_help(const CLI::App& sub) { return sub.help("mltool"); }
+// The help of a subcommand, identical whether asked as `mltool CMD --help` or `mltool help CMD`
+// (`mltool export h5 --help`, `mltool help export h5` for a subcommand's subcommand).
+std::string command_help(const CLI::App& sub) {
+  std::string prefix;
+  for (const CLI::App* p = sub.get_parent(); p && p->get_parent(); p = p->get_parent())
+    prefix = " " + p->get_name() + prefix;
+  return sub.help("mltool" + prefix);
+}
+
+// The subcommand of `sub` named `name`, or null.
+CLI::App* child(CLI::App* sub, const std::string& name) {
+  for (CLI::App* c : sub->get_subcommands([](const CLI::App*) { return true; }))
+    if (c->get_name() == name) return c;
+  return nullptr;
+}
+
+// The innermost parsed subcommand at or below `sub`.
+CLI::App* innermost_parsed(CLI::App* sub) {
+  for (CLI::App* c : sub->get_subcommands([](const CLI::App*) { return true; }))
+    if (c->parsed()) return innermost_parsed(c);
+  return sub;
+}
+
+// A command that cannot run without more arguments: required options, or subcommands.
+bool needs_arguments(CLI::App* sub) {
+  return !sub->get_options([](const CLI::Option* o) { return o->get_required(); }).empty() ||
+         !sub->get_subcommands([](const CLI::App*) { return true; }).empty();
+}
 
 // `mltool help CMD --json`: the options as declared (each command's option table, bound by
 // cli_options.hpp, and the shared ones), for wrappers and for the test that checks the docs.
@@ -101,11 +127,13 @@ int run(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(command.name, command.summary);
     add_common_options(*sub, *common);
     actions.emplace_back(sub, command.setup(*sub, *common));
+    for (CLI::App* nested : sub->get_subcommands([](const CLI::App*) { return true; }))
+      add_common_options(*nested, *common);
   }
   CLI::App* help = app.add_subcommand("help", "Show the help of a command: mltool help CMD");
-  std::string help_topic;
+  std::vector<std::string> help_topic;
   bool help_json = false;
-  help->add_option("command", help_topic, "Command name");
+  help->add_option("command", help_topic, "Command name (and subcommand: export h5)");
   help->add_flag("--json", help_json,
                  "The command's options as JSON: names, type, default, choices, help");
 
@@ -115,10 +143,11 @@ int run(int argc, char** argv) {
     return nullptr;
   };
 
-  // `mltool CMD` alone prints the command's usage, as samtools does.
-  if (argc == 2) {
-    const CLI::App* sub = find_sub(argv[1]);
-    if (sub && !sub->get_options([](const CLI::Option* o) { return o->get_required(); }).empty()) {
+  // `mltool CMD` (or `mltool CMD SUB`) alone prints the command's usage, as samtools does.
+  if (argc >= 2) {
+    CLI::App* sub = find_sub(argv[1]);
+    for (int i = 2; sub && i < argc; ++i) sub = child(sub, argv[i]);
+    if (sub && needs_arguments(sub)) {
       std::cout << command_help(*sub);
       return exit_code::usage;
     }
@@ -129,7 +158,7 @@ int run(int argc, char** argv) {
   } catch (const CLI::CallForHelp&) {
     for (auto& [sub, action] : actions)
       if (sub->parsed()) {
-        std::cout << command_help(*sub);
+        std::cout << command_help(*innermost_parsed(sub));
         return exit_code::ok;
       }
     std::cout << app.help();
@@ -150,11 +179,17 @@ int run(int argc, char** argv) {
       std::cout << app.help();
       return exit_code::ok;
     }
-    if (const CLI::App* sub = find_sub(help_topic)) {
+    CLI::App* sub = find_sub(help_topic[0]);
+    std::string name = help_topic[0];
+    for (std::size_t i = 1; sub && i < help_topic.size(); ++i) {
+      sub = child(sub, help_topic[i]);
+      name += " " + help_topic[i];
+    }
+    if (sub) {
       std::cout << (help_json ? command_options(*sub).dump(2) + "\n" : command_help(*sub));
       return exit_code::ok;
     }
-    throw UsageError("unknown command '" + help_topic + "' (see mltool --help)");
+    throw UsageError("unknown command '" + name + "' (see mltool --help)");
   }
   for (auto& [sub, action] : actions)
     if (sub->parsed()) {

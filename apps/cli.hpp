@@ -39,6 +39,12 @@ const std::vector<Command>& commands();
 /// commands) placed in pipeline order, before `pack`.
 std::vector<Command> all_commands(const std::vector<Command>& module);
 
+/// Makes `app` a command of subcommands (`mltool export h5`, `mltool import h5`): each row of
+/// `table` becomes a subcommand of `app` (cli.cpp gives it the shared options too), one of
+/// which must be named; the returned action runs the one that was.
+Action add_subcommands(CLI::App& app, const CommonOptions& common,
+                       const std::vector<Command>& table);
+
 /// Adds --threads, --json, --verbose and --quiet to a subcommand.
 void add_common_options(CLI::App& app, CommonOptions& options);
 

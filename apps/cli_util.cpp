@@ -1,6 +1,7 @@
 // The helpers commands share, linked into both the program and its LibTorch module.
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 #include "cli.hpp"
 
@@ -12,6 +13,21 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_flag("--json", o.json, "Print one machine-readable JSON summary on stdout");
   app.add_flag("-v,--verbose", o.verbose, "More logging on stderr");
   app.add_flag("-q,--quiet", o.quiet, "Only errors on stderr");
+}
+
+Action add_subcommands(CLI::App& app, const CommonOptions& common,
+                       const std::vector<Command>& table) {
+  app.require_subcommand(1, 1);
+  auto actions = std::make_shared<std::vector<std::pair<CLI::App*, Action>>>();
+  for (const auto& command : table) {
+    CLI::App* sub = app.add_subcommand(command.name, command.summary);
+    actions->emplace_back(sub, command.setup(*sub, common));
+  }
+  return [actions] {
+    for (auto& [sub, action] : *actions)
+      if (sub->parsed()) return action();
+    return 1;  // not reached: CLI11 requires one subcommand
+  };
 }
 
 std::string format_fixed(double v, int digits) {

@@ -1,5 +1,6 @@
 // The command table: the only list of subcommands built into the program. A command is
-// added here when it works. Commands that need LibTorch (extract, train) live in the
+// added here when it works. `import` and `export` are tables of subcommands, one per format
+// (cmd_import.cpp, cmd_export.cpp). Commands that need LibTorch (extract, train) live in the
 // LibTorch module (torch_module.cpp), which only they load.
 #include "cli.hpp"
 
@@ -8,6 +9,8 @@ namespace mltool::cli {
 Command index_command();
 Command pack_command();
 Command inspect_command();
+Command import_command();
+Command export_command();
 #ifdef MLTOOL_HAVE_SLIDE
 Command tile_command();
 #endif
@@ -17,9 +20,7 @@ const std::vector<Command>& commands() {
 #ifdef MLTOOL_HAVE_SLIDE
       tile_command(),
 #endif
-      pack_command(),
-      inspect_command(),
-      index_command(),
+      pack_command(), inspect_command(), index_command(), import_command(), export_command(),
   };
   return table;
 }

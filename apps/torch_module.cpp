@@ -1,6 +1,7 @@
 // The entry point of the LibTorch module (see torch_module.hpp): its command table.
 #include "torch_module.hpp"
 
+#include "mltool/io/pt_tensor.hpp"
 #include "mltool/util/build_info.hpp"
 
 namespace mltool::cli {
@@ -15,6 +16,7 @@ mltool_torch_module() {
   static const mltool::cli::TorchModule module{
       {mltool::cli::extract_command(), mltool::cli::train_command()},
       &mltool::torch_component_versions,
+      &mltool::io::encode_pt_tensor,
   };
   return &module;
 }

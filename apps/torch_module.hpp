@@ -7,11 +7,13 @@
 // by the build) or where the environment variable MLTOOL_TORCH_MODULE points.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "cli.hpp"
+#include "mltool/io/npy.hpp"
 
 namespace mltool::cli {
 
@@ -20,6 +22,9 @@ struct TorchModule {
   std::vector<Command> commands;
   /// (component, version) pairs for `mltool --version`: LibTorch, CUDA.
   std::vector<std::pair<std::string, std::string>> (*versions)();
+  /// The .pt encoder of `mltool export h5 --format pt` (io::encode_pt_tensor).
+  std::string (*encode_pt)(const void* data, std::uint64_t rows, std::uint64_t dims,
+                           io::DType dtype);
 };
 
 /// The module's entry point, looked up with dlsym.

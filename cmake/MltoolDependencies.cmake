@@ -18,6 +18,8 @@ endif()
 # Tile codecs, always: extract decodes tiles without OpenSlide or libvips.
 pkg_check_modules(TURBOJPEG REQUIRED IMPORTED_TARGET libturbojpeg)
 find_package(PNG REQUIRED)
+# CLAM/TRIDENT interchange (export/import h5): the HDF5 C library, Debian's libhdf5-dev.
+find_package(HDF5 REQUIRED COMPONENTS C)
 
 if(MLTOOL_WITH_SLIDE)
   # OpenSlide 4 (DICOM WSI among its formats) from the OpenSlide project's openslide-bin

@@ -31,6 +31,18 @@ for cmd in commands:
         expect(shared in a, f"{cmd} accepts the shared option {shared}")
     code, c, _ = run([mltool, cmd])
     expect(code == 1 and c == a, f"mltool {cmd} with no arguments prints its usage and exits 1")
+    # A command of subcommands (export h5): the same rules one level down.
+    subs = a.split("Subcommands:", 1)
+    for sub in ([m.group(1) for m in re.finditer(r"^\s+(\S+)\s", subs[1], re.M)]
+                if len(subs) == 2 else []):
+        code, a2, _ = run([mltool, cmd, sub, "--help"])
+        code2, b2, _ = run([mltool, "help", cmd, sub])
+        expect(code == code2 == 0 and a2 == b2 and f"mltool {cmd} {sub}" in a2,
+               f"mltool {cmd} {sub} --help and mltool help {cmd} {sub} agree")
+        for shared in ("--threads", "--json", "--verbose", "--quiet"):
+            expect(shared in a2, f"{cmd} {sub} accepts the shared option {shared}")
+        code, c2, _ = run([mltool, cmd, sub])
+        expect(code == 1 and c2 == a2, f"mltool {cmd} {sub} alone prints its usage, exit 1")
 
 code, _, err = run([mltool, "no-such-command"])
 expect(code == 1 and "no-such-command" in err, "an unknown command is a usage error naming it")

@@ -15,15 +15,19 @@ from cli_common import expect, run
 
 mltool, docs, schemas = sys.argv[1:4]
 PAGES = {"tile": "tile.md", "extract": "extract.md", "pack": "pack.md", "inspect": "inspect.md",
-         "train": "train.md", "index": "dali-index.md"}
+         "train": "train.md", "index": "dali-index.md", "export h5": "export.md",
+         "import h5": "import.md"}
 SHARED = {"--threads", "--json", "--verbose", "--quiet", "-v", "-q"}  # docs/cli.md
 
 
-def synopsis(page):
+def synopsis(page, cmd):
+    """The first code block of the page that starts with `mltool CMD` (a page of subcommands,
+    docs/export.md, has one per subcommand), else the page's first block."""
     text = open(os.path.join(docs, page)).read()
-    m = re.search(r"^```\n(.*?)^```", text, re.M | re.S)
-    expect(m, f"docs/{page} starts with a synopsis block")
-    return m.group(1)
+    blocks = re.findall(r"^```\n(.*?)^```", text, re.M | re.S)
+    expect(blocks, f"docs/{page} starts with a synopsis block")
+    mine = [b for b in blocks if re.match(rf"mltool {re.escape(cmd)}(\s|$)", b)]
+    return mine[0] if mine else blocks[0]
 
 
 def occurrences(text, name):
@@ -33,10 +37,10 @@ def occurrences(text, name):
 
 code, _, _ = run([mltool, "--help"])
 for cmd, page in PAGES.items():
-    code, out, err = run([mltool, "help", cmd, "--json"])
+    code, out, err = run([mltool, "help", *cmd.split(), "--json"])
     expect(code == 0, f"mltool help {cmd} --json exits 0: {err}")
     options = json.loads(out)
-    text = synopsis(page)
+    text = synopsis(page, cmd)
     declared = set()
     for o in options:
         if o["positional"]:

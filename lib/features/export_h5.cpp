@@ -1,0 +1,312 @@
+// mltool export h5: a feature store → one CLAM/TRIDENT file per slide (h5_interop.hpp).
+//
+// Phases: open the store and group its rows by slide (store order); find where coordinates
+// come from (the tile store, or x<X>_y<Y> keys); open the journal that makes the export
+// resumable; write each slide's file aside and rename it into place, then note it in the
+// journal.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "h5_interop_internal.hpp"
+#include "mltool/features/h5_interop.hpp"
+#include "mltool/io/crc32c.hpp"
+#include "mltool/io/feature_store.hpp"
+#include "mltool/io/h5.hpp"
+#include "mltool/io/half.hpp"
+#include "mltool/io/tile_store.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
+#include "mltool/util/log.hpp"
+#include "mltool/util/output_lock.hpp"
+
+namespace mltool::features {
+namespace {
+
+using json = nlohmann::json;
+constexpr std::uint64_t kBlockRows = 4096;
+constexpr const char* kJournal = ".mltool-export.journal";
+
+struct Slide {
+  std::string id;
+  std::vector<std::uint64_t> rows;  // valid rows of the store, in store order
+};
+
+struct Plan {
+  std::vector<Slide> slides;
+  std::uint64_t invalid = 0;
+};
+
+Plan group_rows(const io::FeatureStore& store) {
+  Plan plan;
+  std::unordered_map<std::string, std::size_t> index;
+  const auto& invalid = store.invalid_rows();
+  std::size_t next_invalid = 0;
+  for (std::uint64_t r = 0; r < store.rows(); ++r) {
+    if (next_invalid < invalid.size() && invalid[next_invalid] == r) {
+      ++next_invalid;
+      ++plan.invalid;
+      continue;
+    }
+    const std::string slide = detail::slide_of(store.key(r));
+    auto [it, added] = index.emplace(slide, plan.slides.size());
+    if (added) plan.slides.push_back({slide, {}});
+    plan.slides[it->second].rows.push_back(r);
+  }
+  return plan;
+}
+
+// Where coordinates and geometry come from: the tile store, or the keys themselves.
+class Geometry {
+ public:
+  Geometry(const io::FeatureStore& store, const std::string& tiles_option) : store_(store) {
+    const json& source = store.manifest().value("source", json::object());
+    std::string path = tiles_option;
+    if (path.empty() && source.is_object() && source.value("tile_store", json()).is_string())
+      path = source["tile_store"].get<std::string>();
+    if (!path.empty()) {
+      if (!util::exists(util::join_path(path, "data.mdb")))
+        throw InputError(
+            path + ": the tile store " +
+            (tiles_option.empty() ? "named by " + store.dir() + "/features.json " : std::string()) +
+            "is not there (give the moved store with --tiles STORE)");
+      tiles_.emplace(io::TileStore::open(path, false));
+      label_ = util::absolute_path(path);
+    } else {
+      label_ = "keys";
+      if (source.is_object() && source.value("slides", json()).is_object())
+        imported_ = source["slides"];
+    }
+  }
+
+  const std::string& label() const { return label_; }
+
+  // coords (rows x 2) and the attributes of `coords` for one slide.
+  std::pair<std::vector<std::int64_t>, json> slide(const Slide& s, const std::string& outdir) {
+    return tiles_ ? from_tiles(s, outdir) : from_keys(s, outdir);
+  }
+
+ private:
+  std::pair<std::vector<std::int64_t>, json> from_tiles(const Slide& s, const std::string& outdir) {
+    const auto info = tiles_->record("slides", s.id);
+    const auto grid = tiles_->record("tiles", s.id);
+    if (!info || !grid)
+      throw InputError(tiles_->path() + ": no slide '" + s.id + "' (the features of " +
+                       store_.dir() + " name it); is this the tile store they came from?");
+    std::unordered_map<std::string, std::pair<std::int64_t, std::int64_t>> at;
+    try {
+      const auto &r = grid->at("row"), &c = grid->at("col"), &x = grid->at("x"), &y = grid->at("y");
+      for (std::size_t i = 0; i < r.size(); ++i)
+        at[io::tile_key(s.id, r.at(i).get<std::int64_t>(), c.at(i).get<std::int64_t>())] = {
+            x.at(i).get<std::int64_t>(), y.at(i).get<std::int64_t>()};
+    } catch (const json::exception& e) {
+      throw FormatError(tiles_->path() + ": meta 'tiles/" + s.id + "': " + e.what());
+    }
+    std::vector<std::int64_t> coords;
+    coords.reserve(2 * s.rows.size());
+    for (const auto row : s.rows) {
+      const std::string key(store_.key(row));
+      const auto found = at.find(key);
+      if (found == at.end())
+        throw InputError(store_.dir() + "/keys.txt: line " + std::to_string(row + 1) + ": tile '" +
+                         key + "' is not in the tile store " + tiles_->path());
+      coords.push_back(found->second.first);
+      coords.push_back(found->second.second);
+    }
+    return {std::move(coords), detail::coords_attributes(*info, s.id, outdir)};
+  }
+
+  std::pair<std::vector<std::int64_t>, json> from_keys(const Slide& s, const std::string& outdir) {
+    std::vector<std::int64_t> coords;
+    coords.reserve(2 * s.rows.size());
+    for (const auto row : s.rows) {
+      const auto xy = detail::parse_xy_key(store_.key(row));
+      if (!xy)
+        throw InputError(store_.dir() + "/keys.txt: line " + std::to_string(row + 1) + ": key '" +
+                         std::string(store_.key(row)) +
+                         "' has no coordinates and features.json names no tile store: give the "
+                         "tile store the features came from with --tiles STORE");
+      coords.push_back(xy->first);
+      coords.push_back(xy->second);
+    }
+    json attrs = imported_.value(s.id, json::object()).value("coords_attrs", json::object());
+    attrs["name"] = s.id;
+    if (attrs.contains("savetodir")) attrs["savetodir"] = outdir;
+    if (attrs.contains("save_path")) attrs["save_path"] = outdir;
+    return {std::move(coords), attrs};
+  }
+
+  const io::FeatureStore& store_;
+  std::optional<io::TileStore> tiles_;
+  std::string label_;
+  json imported_ = json::object();
+};
+
+// The journal of a resumable export: its first line the fingerprint, then one slide id per
+// published file. A torn last line (a kill mid-write) is ignored.
+class Journal {
+ public:
+  Journal(const std::string& dir, const json& fingerprint) : path_(util::join_path(dir, kJournal)) {
+    const std::string first = fingerprint.dump();
+    if (util::exists(path_)) {
+      const std::string text = util::read_file(path_);
+      const auto eol = text.find('\n');
+      if (eol == std::string::npos || text.substr(0, eol) != first)
+        throw UsageError(dir +
+                         ": holds an export of another feature store, tile store, format or "
+                         "dtype (" +
+                         path_ + "); export into another directory, or remove it");
+      std::size_t at = eol + 1;
+      for (auto next = text.find('\n', at); next != std::string::npos;
+           at = next + 1, next = text.find('\n', at))
+        done_.insert(text.substr(at, next - at));
+    }
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw ResourceError(path_ + ": cannot open: " + std::strerror(errno));
+    if (done_.empty() && ::lseek(fd_, 0, SEEK_END) == 0) append(first);
+  }
+  ~Journal() { ::close(fd_); }
+  Journal(const Journal&) = delete;
+  Journal& operator=(const Journal&) = delete;
+
+  bool done(const std::string& slide) const { return done_.count(slide) > 0; }
+  void append(const std::string& line) {
+    const std::string text = line + "\n";
+    if (::write(fd_, text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
+        ::fdatasync(fd_) != 0)
+      throw ResourceError(path_ + ": cannot write: " + std::strerror(errno));
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::unordered_set<std::string> done_;
+};
+
+// One block of a slide's rows in the output dtype, converted as numpy's astype would.
+void gather_block(const io::FeatureStore& store, const std::uint64_t* rows, std::size_t n,
+                  io::DType out, std::vector<float>& f32, std::vector<std::uint16_t>& f16) {
+  const std::uint64_t dims = store.dims();
+  if (out == io::DType::float16 && store.dtype() == io::DType::float16) {
+    f16.resize(n * dims);  // copied, not widened and rounded again: the bits stay
+    const auto* base = static_cast<const std::uint8_t*>(store.data());
+    for (std::size_t i = 0; i < n; ++i)
+      std::memcpy(&f16[i * dims], base + rows[i] * store.row_bytes(), store.row_bytes());
+    return;
+  }
+  f32.resize(n * dims);
+  store.gather_f32(rows, n, f32.data());
+  if (out == io::DType::float16) {
+    f16.resize(n * dims);
+    io::floats_to_halves(f32.data(), f16.data(), f32.size());
+  }
+}
+
+void write_h5(const std::string& path, const io::FeatureStore& store, const Slide& s,
+              const ExportH5Job& job, const std::vector<std::int64_t>& coords,
+              const json& coords_attrs, const json& features_attrs) {
+  auto file = io::H5File::create(path);
+  const bool half = job.dtype == io::DType::float16;
+  const auto element = half ? io::H5Element::float16 : io::H5Element::float32;
+  file.create_dataset("features", element, s.rows.size(), store.dims());
+  std::vector<float> f32;
+  std::vector<std::uint16_t> f16;
+  for (std::uint64_t at = 0; at < s.rows.size(); at += kBlockRows) {
+    const std::size_t n = std::min<std::uint64_t>(kBlockRows, s.rows.size() - at);
+    gather_block(store, &s.rows[at], n, job.dtype, f32, f16);
+    file.write_rows("features", at, n, element,
+                    half ? static_cast<const void*>(f16.data()) : f32.data());
+  }
+  file.create_dataset("coords", io::H5Element::int64, s.rows.size(), 2);
+  file.write_rows("coords", 0, s.rows.size(), io::H5Element::int64, coords.data());
+  file.set_attributes("features", features_attrs);
+  file.set_attributes("coords", coords_attrs);
+  file.close();
+}
+
+std::string encode_pt(const io::FeatureStore& store, const Slide& s, const ExportH5Job& job) {
+  std::vector<float> f32;
+  std::vector<std::uint16_t> f16;
+  gather_block(store, s.rows.data(), s.rows.size(), job.dtype, f32, f16);
+  const bool half = job.dtype == io::DType::float16;
+  return job.encode_pt(half ? static_cast<const void*>(f16.data()) : f32.data(), s.rows.size(),
+                       store.dims(), job.dtype);
+}
+
+json features_attributes(const io::FeatureStore& store, const std::string& slide,
+                         const std::string& outdir) {
+  return {{"name", slide}, {"savetodir", outdir}, {"encoder", detail::encoder_name(store)}};
+}
+
+void check_job(const ExportH5Job& job) {
+  util::check_options(export_h5_options(), job);
+  if (job.format == ExportFormat::pt && !job.encode_pt)
+    throw ResourceError("--format pt needs LibTorch, which this program could not load");
+}
+
+}  // namespace
+
+ExportH5Report export_h5(const ExportH5Job& job) {
+  const auto start = std::chrono::steady_clock::now();
+  check_job(job);
+  const auto store = io::FeatureStore::open(job.features);
+  util::make_directories(job.output);
+  util::OutputLock lock(job.output, "mltool export");
+  util::remove_stale_partials(job.output);
+  const Plan plan = group_rows(store);
+  Geometry geometry(store, job.tiles);
+  const std::string outdir = util::absolute_path(job.output);
+  // The manifest by its CRC: an imported store's holds every slide's attributes.
+  const std::string manifest = store.manifest().dump();
+  const json fingerprint = {{"features", util::absolute_path(job.features)},
+                            {"manifest_crc32c", io::crc32c(manifest.data(), manifest.size())},
+                            {"manifest_bytes", manifest.size()},
+                            {"coordinates", geometry.label()},
+                            {"format", util::name_of(kExportFormats, job.format)},
+                            {"dtype", util::name_of(kInteropDTypes, job.dtype)}};
+  Journal journal(job.output, fingerprint);
+  ExportH5Report r;
+  r.output = outdir;
+  r.format = util::name_of(kExportFormats, job.format);
+  r.dtype = util::name_of(kInteropDTypes, job.dtype);
+  r.slides = plan.slides.size();
+  r.invalid_rows = plan.invalid;
+  r.dims = store.dims();
+  r.coordinates = geometry.label();
+  const std::string ext = job.format == ExportFormat::pt ? ".pt" : ".h5";
+  for (const auto& s : plan.slides) {
+    const std::string path = util::join_path(job.output, s.id + ext);
+    r.rows += s.rows.size();
+    if (journal.done(s.id) && util::exists(path)) {
+      ++r.resumed;
+    } else {
+      const std::string temp = path + ".partial-" + std::to_string(::getpid());
+      try {
+        if (job.format == ExportFormat::pt) {
+          util::write_file_atomic(path, encode_pt(store, s, job));
+        } else {
+          auto [coords, attrs] = geometry.slide(s, outdir);
+          write_h5(temp, store, s, job, coords, attrs, features_attributes(store, s.id, outdir));
+          detail::publish(temp, path);
+        }
+      } catch (...) {
+        ::unlink(temp.c_str());
+        throw;
+      }
+      journal.append(s.id);
+      ++r.written;
+    }
+    if (job.on_slide) job.on_slide(s.id, r.written + r.resumed, r.slides);
+  }
+  r.status = r.written == 0 && r.slides > 0 ? "skipped" : "exported";
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+}  // namespace mltool::features

@@ -1,6 +1,8 @@
 // mltool extract TILES.lmdb -o FEATURES/ [options]      tile store → feature store
+// mltool extract --merge FEATURES... -o MERGED/          join the stores of --shard runs
 //
-// Option parsing and the summary; the pipeline is mltool::features::extract_features.
+// Option parsing and the summary; the pipeline is mltool::features::extract_features, --merge
+// is mltool::features::merge_shards.
 #include <iostream>
 #include <memory>
 
@@ -9,13 +11,32 @@
 #include "cli.hpp"
 #include "cli_options.hpp"
 #include "mltool/features/extract.hpp"
+#include "mltool/features/shard.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/log.hpp"
 
 namespace mltool::cli {
 namespace {
 
-int run_extract(features::ExtractJob& job, const CommonOptions& common) {
+// Extract from a tile store, or (--merge) join the feature stores of shards.
+struct ExtractOptions {
+  std::shared_ptr<features::ExtractJob> job = std::make_shared<features::ExtractJob>();
+  std::vector<std::string> merge;
+};
+
+int run_merge(const ExtractOptions& o, const CommonOptions& common) {
+  if (!o.job->store.empty())
+    throw UsageError("--merge takes feature stores, not a tile store ('" + o.job->store +
+                     "'): mltool extract --merge FEATURES... -o MERGED");
+  const auto r = features::merge_shards(expand_stdin_list(o.merge), o.job->output);
+  if (common.json) std::cout << features::to_json(r).dump(2) << "\n";
+  return exit_code::ok;
+}
+
+int run_extract(ExtractOptions& o, const CommonOptions& common) {
+  if (!o.merge.empty()) return run_merge(o, common);
+  auto& job = *o.job;
+  if (job.store.empty()) throw UsageError("store is required (or --merge FEATURES...)");
   job.threads = common.threads;
   const auto r = features::extract_features(job);
   std::string devices;
@@ -39,9 +60,15 @@ int run_extract(features::ExtractJob& job, const CommonOptions& common) {
 Command extract_command() {
   return {"extract", "Turn a tile store into a feature matrix with a TorchScript or built-in model",
           [](CLI::App& app, const CommonOptions& common) -> Action {
-            auto job = std::make_shared<features::ExtractJob>();
-            add_options(app, features::extract_options(), job);
-            return [job, &common] { return run_extract(*job, common); };
+            auto o = std::make_shared<ExtractOptions>();
+            add_options(app, features::extract_options(), o->job);
+            // The tile store is not given with --merge, whose inputs are feature stores.
+            app.get_option("store")->required(false);
+            app.add_option("--merge", o->merge,
+                           "Join the feature stores of extract --shard runs into -o "
+                           "('-' reads paths from stdin)")
+                ->type_name("FEATURES...");
+            return [o, &common] { return run_extract(*o, common); };
           }};
 }
 

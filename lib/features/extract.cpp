@@ -22,6 +22,7 @@
 
 #include "mltool/features/chunked_writer.hpp"
 #include "mltool/features/extractor.hpp"
+#include "mltool/features/shard.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/image_codec.hpp"
 #include "mltool/io/manifest.hpp"
@@ -109,8 +110,9 @@ bool already_complete(const std::string& dir, const json& source, const json& mo
     return false;
   try {
     const json doc = io::read_manifest(manifest, "features");
-    return doc.value("source", json()) == source && doc.at("model") == model &&
-           doc.at("dtype") == io::name(dtype);
+    json found = doc.value("source", json());
+    if (found.is_object()) found.erase("merged_from");  // --merge of shards: one run's rows
+    return found == source && doc.at("model") == model && doc.at("dtype") == io::name(dtype);
   } catch (const Error&) {
     return false;  // unreadable or old: extract again, which replaces it
   }
@@ -158,6 +160,9 @@ void check_resume(const std::string& dir, const json& stored, const json& now) {
   };
   if (!stored.is_object())
     refuse("other settings (" + util::join_path(partial, "config.json") + ")");
+  if (const json before = stored.value("shard", json()); before != now.value("shard", json()))
+    refuse("--shard " + (before.is_null() ? "unset" : value_text(before)) + " (now " +
+           (now.contains("shard") ? value_text(now.at("shard")) : "unset") + ")");
   if (const json before = stored.value("source", json()); before != now.at("source"))
     refuse("another tile store, or before the tile store changed (then: " +
            (before.is_object() ? value_text(before.value("tiles", json())) + " tiles in " +
@@ -165,7 +170,7 @@ void check_resume(const std::string& dir, const json& stored, const json& now) {
                                : std::string("unknown")) +
            ")");
   for (const auto& [field, value] : now.items()) {
-    if (field == "source" || field == "model") continue;
+    if (field == "source" || field == "model" || field == "shard") continue;
     const json before = stored.value(field, json());
     if (before != value) refuse(option_value(field, before, value));
   }
@@ -197,14 +202,26 @@ std::vector<std::unique_ptr<Extractor>> load_replicas(const ExtractJob& job,
 // row 0, so a resumed run forms exactly the batches an uninterrupted one does; on the CPU
 // the math library splits a batch over the math threads, so their count is part of it too.
 json fingerprint_of(const ExtractJob& job, const json& source, const json& model, bool on_cpu,
-                    int math_threads) {
+                    int math_threads, const util::Shard& shard) {
   json fingerprint = {{"source", source},
                       {"model", model},
                       {"dtype", io::name(job.dtype)},
                       {"batch", job.batch},
                       {"device", on_cpu ? "cpu" : "cuda"}};
   if (on_cpu) fingerprint["math_threads"] = math_threads;
+  if (!shard.whole()) fingerprint["shard"] = shard.text();  // absent: older partial runs match
   return fingerprint;
+}
+
+// What features.json records as its source: the tile store, and for a shard which slides of
+// it, with the settings a merge must find equal (--batch, the device kind, math threads).
+json store_source(const json& source, const ShardPlan& plan, const json& fingerprint) {
+  if (plan.shard.whole()) return source;
+  json run = fingerprint;
+  for (const char* field : {"source", "model", "dtype", "shard"}) run.erase(field);
+  json out = source;
+  out["shard"] = plan.to_json(run);
+  return out;
 }
 
 void warn_if_other_cpu(const json& stored_note, const json& note) {
@@ -217,11 +234,11 @@ void warn_if_other_cpu(const json& stored_note, const json& note) {
 }
 
 // The rows an earlier run committed, where this one resumes.
-std::uint64_t resume_position(const ChunkedFeatureWriter& writer, std::size_t tiles) {
+std::uint64_t resume_position(const ChunkedFeatureWriter& writer, std::uint64_t tiles) {
   const std::uint64_t first = writer.committed_rows();
   if (first > tiles)
-    throw FormatError(
-        at_file(writer.partial_dir(), "holds more rows than the tile store has tiles"));
+    throw FormatError(at_file(writer.partial_dir(),
+                              "holds more rows than the tile store (or its shard) has tiles"));
   if (first > 0)
     log::info("resuming after " + std::to_string(first) + " of " + std::to_string(tiles) +
               " tiles");
@@ -232,11 +249,12 @@ std::uint64_t resume_position(const ChunkedFeatureWriter& writer, std::size_t ti
 // one thread per device computes them and returns the buffers, the caller writes the rows.
 struct Pipeline {
   Pipeline(const ExtractJob& job, const io::TileStore& store, const std::vector<std::string>& keys,
-           int tile, std::int64_t dims, std::uint64_t first,
+           const ShardPlan& plan, int tile, std::int64_t dims, std::uint64_t first,
            const std::vector<torch::Device>& devices)
       : job(job),
         store(store),
         keys(keys),
+        plan(plan),
         tile(tile),
         dims(dims),
         first(first),
@@ -250,16 +268,23 @@ struct Pipeline {
       pool.push(torch::empty({job.batch, tile, tile, 3},
                              torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pinned)));
   }
+  // Whether store row `row` is written: this run's (shard's) and not committed before.
+  bool writes(std::uint64_t row) const { return row >= first_row && plan.takes_row(row); }
+
   const ExtractJob& job;
   const io::TileStore& store;
-  const std::vector<std::string>& keys;
+  const std::vector<std::string>& keys;  // the whole store's: batches count rows from its row 0
+  const ShardPlan& plan;
   const int tile;
   const std::int64_t dims;
   const std::uint64_t first;  // rows committed by an earlier run
   const std::uint64_t batch = static_cast<std::uint64_t>(job.batch);
-  const std::uint64_t first_batch =
-      first / batch;  // rows below `first` in it are recomputed, not written
-  const std::uint64_t batches = (keys.size() + batch - 1) / batch - first_batch;
+  // The store row of the first row to write; the batch's rows before it, and rows of other
+  // shards' slides in the batches, are computed (so each row is computed where one run over
+  // the store computes it) but not written.
+  const std::uint64_t first_row = first < plan.rows ? plan.store_row(first) : keys.size();
+  const std::vector<std::uint64_t> batch_ids = plan.batches(first, batch);
+  const std::uint64_t batches = batch_ids.size();
   const std::size_t pool_size;
   util::BoundedQueue<torch::Tensor> pool;
   util::BoundedQueue<HostBatch> ready;
@@ -277,7 +302,7 @@ HostBatch decode_batch(Pipeline& p, std::uint64_t b, torch::Tensor buffer) {
   const std::size_t tile_bytes = static_cast<std::size_t>(tile) * tile * 3;
   HostBatch hb;
   hb.index = b;
-  hb.first_row = (p.first_batch + b) * p.batch;
+  hb.first_row = p.batch_ids[b] * p.batch;
   hb.size =
       static_cast<std::int64_t>(std::min<std::uint64_t>(job.batch, p.keys.size() - hb.first_row));
   hb.pixels = buffer;
@@ -293,7 +318,7 @@ HostBatch decode_batch(Pipeline& p, std::uint64_t b, torch::Tensor buffer) {
       p.store.decode_tile(p.keys[hb.first_row + i], values[i], tile, image);
       std::memcpy(slot, image.pixels.data(), tile_bytes);
     } catch (const Error& e) {
-      const bool recomputed = hb.first_row + i < p.first;  // committed already, not written again
+      const bool recomputed = !p.writes(hb.first_row + i);  // committed already, or not ours
       if (!job.keep_going && !recomputed) throw;
       if (!recomputed) log::warn(std::string(e.what()) + "; its row is marked invalid (NaN)");
       std::memset(slot, 0, tile_bytes);
@@ -392,18 +417,17 @@ std::uint64_t write_rows(Pipeline& p, ChunkedFeatureWriter& writer, Clock::time_
       auto r = p.results.take(b, [&] { return p.failure.stopped || p.live_workers == 0; });
       if (!r) break;
       const float* rows = r->features.data_ptr<float>();
-      const std::int64_t skip =
-          r->first_row < p.first ? static_cast<std::int64_t>(p.first - r->first_row) : 0;
-      for (std::int64_t i = skip; i < r->size; ++i) {
+      for (std::int64_t i = 0; i < r->size; ++i) {
+        if (!p.writes(r->first_row + i)) continue;
         const bool invalid = r->invalid[i] != 0;
         writer.append(p.keys[r->first_row + i], invalid ? nan_row.data() : rows + i * p.dims,
                       invalid);
+        ++written;
       }
-      written += static_cast<std::uint64_t>(r->size - skip);
       if (std::chrono::duration<double>(Clock::now() - last_report).count() >= 10) {
         last_report = Clock::now();
         const double s = std::chrono::duration<double>(Clock::now() - run_start).count();
-        log::info(std::to_string(p.first + written) + "/" + std::to_string(p.keys.size()) +
+        log::info(std::to_string(p.first + written) + "/" + std::to_string(p.plan.rows) +
                   " tiles, " + std::to_string(static_cast<int>(written / s)) + " tiles/s");
       }
     }
@@ -435,6 +459,29 @@ std::uint64_t run_pipeline(Pipeline& p, ChunkedFeatureWriter& writer,
   return written;
 }
 
+// The tile store's complete tiles, and the rows of them this run (its shard) takes.
+struct Tiles {
+  io::TileStore store;
+  int tile = 0;
+  std::vector<std::string> keys;
+  ShardPlan plan;
+};
+
+Tiles open_tiles(const ExtractJob& job) {
+  Tiles t{io::TileStore::open(job.store, false), 0, {}, {}};
+  const auto settings = t.store.settings();
+  if (!settings) throw InputError(at_file(job.store, "not a tile store (no meta 'store' record)"));
+  t.tile = settings->tile_size;
+  t.keys = t.store.complete_tile_keys();
+  if (t.keys.empty()) throw InputError(at_file(job.store, "holds no complete slide with tiles"));
+  t.plan = plan_shard(t.keys, util::parse_shard(job.shard));
+  if (!t.plan.shard.whole())
+    log::info("shard " + t.plan.shard.text() + ": " + std::to_string(t.plan.slides.size()) +
+              " of " + std::to_string(t.plan.store_slides) + " slides, " +
+              std::to_string(t.plan.rows) + " of " + std::to_string(t.keys.size()) + " tiles");
+  return t;
+}
+
 }  // namespace
 
 ExtractReport extract_features(const ExtractJob& job) {
@@ -442,13 +489,8 @@ ExtractReport extract_features(const ExtractJob& job) {
   check_job(job);
   const Amp amp = job.amp;
   const util::OutputLock lock(job.output, "mltool extract");  // one writer per feature store
-
-  auto store = io::TileStore::open(job.store, false);
-  const auto settings = store.settings();
-  if (!settings) throw InputError(at_file(job.store, "not a tile store (no meta 'store' record)"));
-  const int tile = settings->tile_size;
-  const std::vector<std::string> keys = store.complete_tile_keys();
-  if (keys.empty()) throw InputError(at_file(job.store, "holds no complete slide with tiles"));
+  const Tiles tiles = open_tiles(job);
+  const ShardPlan& plan = tiles.plan;
 
   const auto devices = util::resolve_devices(job.device);
   const bool on_cpu = devices.front().is_cpu();
@@ -459,7 +501,7 @@ ExtractReport extract_features(const ExtractJob& job) {
       on_cpu ? util::set_math_threads(job.math_threads,
                                       stored.is_object() ? stored.value("math_threads", 0) : 0)
              : 0;
-  const auto replicas = load_replicas(job, devices, tile, amp);
+  const auto replicas = load_replicas(job, devices, tiles.tile, amp);
   const std::int64_t dims = replicas.front()->dims();
 
   ExtractReport report;
@@ -468,33 +510,35 @@ ExtractReport extract_features(const ExtractJob& job) {
   report.model = replicas.front()->describe();
   for (const auto& d : devices) report.devices.push_back(d.str());
   report.math_threads = math_threads;
-  const json source = source_json(store, keys, tile);
-  if (already_complete(job.output, source, report.model, job.dtype)) {
+  report.shard = plan.shard.whole() ? "" : plan.shard.text();
+  report.rows = plan.rows;
+  const json source = source_json(tiles.store, tiles.keys, tiles.tile);
+  const json fingerprint =
+      fingerprint_of(job, source, report.model, on_cpu, math_threads, plan.shard);
+  const json recorded = store_source(source, plan, fingerprint);
+  if (already_complete(job.output, recorded, report.model, job.dtype)) {
     report.skipped = true;
-    report.rows = keys.size();
     report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     return report;
   }
 
-  const json fingerprint = fingerprint_of(job, source, report.model, on_cpu, math_threads);
   check_resume(job.output, stored, fingerprint);
   const json note = {{"cpu", cpu_model()}};
   if (on_cpu) warn_if_other_cpu(stored_note, note);
   ChunkedFeatureWriter writer(job.output, static_cast<std::uint64_t>(dims), fingerprint,
                               job.chunk_rows, note);
-  const std::uint64_t first = resume_position(writer, keys.size());
+  const std::uint64_t first = resume_position(writer, plan.rows);
   report.resumed_from = first;
 
-  Pipeline pipeline(job, store, keys, tile, dims, first, devices);
+  Pipeline pipeline(job, tiles.store, tiles.keys, plan, tiles.tile, dims, first, devices);
   Clock::time_point run_start;
   const std::uint64_t written = run_pipeline(pipeline, writer, replicas, run_start);
-  const std::uint64_t total = keys.size() - first;
+  const std::uint64_t total = plan.rows - first;
   if (written != total)
     throw ResourceError("extraction stopped after " + std::to_string(written) + " of " +
                         std::to_string(total) + " tiles");
 
-  report.invalid = writer.finish(job.dtype, report.model, source);
-  report.rows = keys.size();
+  report.invalid = writer.finish(job.dtype, report.model, recorded);
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const double run_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
   report.tiles_per_second = run_seconds > 0 ? written / run_seconds : 0;

@@ -7,7 +7,9 @@
 #include <sstream>
 
 #include "mltool/features/extract.hpp"
+#include "mltool/util/error.hpp"
 #include "mltool/util/math_env.hpp"
+#include "mltool/util/shard.hpp"
 
 namespace mltool::features {
 
@@ -81,6 +83,19 @@ const util::Options<ExtractJob>& extract_options() {
       util::math_threads_option(&J::math_threads),
       flag("--keep-going", &J::keep_going,
            "Undecodable tiles become invalid rows (NaN, listed in features.json); exit 4"),
+      option("--shard", &J::shard,
+             "Only the complete slides I, I+N, I+2N, ... in slide-id order (I/N, 0-based); "
+             "join the stores with --merge")
+          .check(
+              [](const J& j) {
+                try {
+                  util::parse_shard(j.shard);
+                  return true;
+                } catch (const UsageError&) {
+                  return false;
+                }
+              },
+              "I/N with 0 <= I < N (e.g. 0/4)"),
   };
   return table;
 }
@@ -95,6 +110,7 @@ nlohmann::json to_json(const ExtractReport& r) {
           {"invalid", r.invalid},
           {"devices", r.devices},
           {"math_threads", r.math_threads},
+          {"shard", r.shard.empty() ? nlohmann::json() : nlohmann::json(r.shard)},
           {"model", r.model},
           {"seconds", r.seconds},
           {"tiles_per_second", r.tiles_per_second}};

@@ -84,6 +84,17 @@ void FeatureStoreWriter::append(std::string_view key, const float* row) {
   ++rows_;
 }
 
+void FeatureStoreWriter::append_stored(std::string_view key, const void* row) {
+  if (finished_) throw UsageError(at_file(dir_, "append after finish()"));
+  check_feature_key(key, join(dir_, kFeaturesKeysFile) + ": row " + std::to_string(rows_));
+  failed_ = true;  // as in append()
+  matrix_.write_rows(row, 1);
+  keys_.write(key);
+  keys_.write("\n", 1);
+  failed_ = false;
+  ++rows_;
+}
+
 void FeatureStoreWriter::append_rows(const std::string* keys, std::size_t count,
                                      const float* rows) {
   // Check every key first so a bad key rejects the batch as a whole.

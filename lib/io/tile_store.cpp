@@ -85,6 +85,13 @@ std::string tile_key(const std::string& slide_id, std::int64_t row, std::int64_t
   return slide_id + position;
 }
 
+std::string_view slide_of_key(std::string_view key) {
+  const auto slash = key.rfind('/');
+  return slash == std::string_view::npos ? key : key.substr(0, slash);
+}
+
+bool before_in_key_order(const std::string& a, const std::string& b) { return a + "/" < b + "/"; }
+
 std::string slide_id_for(const std::string& path) {
   std::string name = path;
   while (name.size() > 1 && name.back() == '/') name.pop_back();
@@ -160,10 +167,8 @@ std::vector<std::string> TileStore::completed_slides() const {
 }
 
 std::vector<std::string> TileStore::complete_tile_keys() const {
-  // Key order is by "<id>/", which differs from id order ("a-b/" < "a/" though "a" < "a-b").
   auto ids = completed_slides();
-  std::sort(ids.begin(), ids.end(),
-            [](const std::string& a, const std::string& b) { return a + "/" < b + "/"; });
+  std::sort(ids.begin(), ids.end(), before_in_key_order);
   std::vector<std::string> keys;
   auto txn = env_.begin_read();
   for (const auto& id : ids) {

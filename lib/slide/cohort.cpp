@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +11,7 @@
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
+#include "mltool/util/shard.hpp"
 
 namespace mltool::slide {
 namespace {
@@ -75,15 +75,10 @@ SlideReport failed_report(const std::string& path, const Error& e) {
 
 std::vector<std::string> shard_slides(const std::vector<std::string>& slides,
                                       const std::string& shard) {
-  if (shard.empty()) return slides;
-  std::size_t index = 0, count = 0;
-  char slash = 0;
-  std::istringstream in(shard);
-  if (!(in >> index >> slash >> count) || slash != '/' || !in.eof() || count == 0 || index >= count)
-    throw UsageError("--shard must be I/N with 0 <= I < N (e.g. 0/4), not '" + shard + "'");
-  std::vector<std::string> out;
-  for (std::size_t i = index; i < slides.size(); i += count) out.push_back(slides[i]);
-  log::info("shard " + shard + ": " + std::to_string(out.size()) + " of " +
+  const util::Shard part = util::parse_shard(shard);
+  if (part.whole()) return slides;
+  std::vector<std::string> out = util::take_shard(slides, part);
+  log::info("shard " + part.text() + ": " + std::to_string(out.size()) + " of " +
             std::to_string(slides.size()) + " slides");
   return out;
 }

@@ -207,7 +207,7 @@ def make_fixtures():
 # ---------------------------------------------------------------- running mltool extract
 
 SUMMARY_FIELDS = ("command", "output", "status", "rows", "dims", "resumed_from", "invalid",
-                  "devices", "model", "seconds", "tiles_per_second")
+                  "devices", "model", "shard", "seconds", "tiles_per_second")
 
 
 def extract(store, out, *args):
@@ -644,6 +644,127 @@ def check_resume_anywhere():
     expect(not problems, "; ".join(problems))
 
 
+# ---------------------------------------------------------------- --shard and --merge
+
+def shard_store():
+    """The fixture store plus four slides made of its tiles ("A", "C-3", "D", "E": 5, 9, 13
+    and 1 tiles), so that 2 and 3 shards each get several slides, in id order (A, C, C-2,
+    C-3, D, E) and key order (A, C-2, C-3, C, D, E) alike."""
+    store = tmp("tiles_shards.lmdb")
+    if os.path.exists(store):
+        return store
+    shutil.copytree(STORE, store)
+    tiles, meta, start = {}, {}, 0
+    for slide, n in (("A", 5), ("C-3", 9), ("D", 13), ("E", 1)):
+        for i, key in enumerate(KEYS[start:start + n]):
+            tiles[f"{slide}/{i:06d}_000000"] = get_tile(STORE, key)
+        meta[f"done/{slide}"] = json.dumps({"tiles": n, "tissue_fraction": None,
+                                            "seconds": 0, "reader": "test"}).encode()
+        start += n
+    put_tiles(store, tiles, meta)
+    return store
+
+
+def merge(out, *inputs):
+    return run_json([mltool, "extract", "--merge", *inputs, "-o", out, "--json"])
+
+
+def sharded_runs(store, args, name, count):
+    """The stores of `extract --shard I/count` for every I."""
+    outs = []
+    for i in range(count):
+        outs.append(tmp(f"f_{name}_{i}of{count}"))
+        s = extract_ok(store, outs[-1], *args, "--shard", f"{i}/{count}")
+        expect(s["shard"] == f"{i}/{count}" and s["rows"] > 0, f"shard summary {s}")
+    return outs
+
+
+def check_shard_merge():
+    """e. --shard I/N for N = 2 and 3, joined by --merge in several orders: the same
+    features.npy and keys.txt as one run, byte for byte, for the built-in extractor and a
+    TorchScript model with a Linear layer (whose bits may depend on the batch a row is in);
+    the manifest lists the shards."""
+    store = shard_store()
+    keys, _ = read_store(store)
+    model = tmp("linear1_s.pt")
+    torch.jit.script(seeded(Linear1)).save(model)
+    problems = []
+    for name, args in (("ct", ["--device", "cpu", "--batch", "5"]),
+                       ("lin", ["--model", model, "--input-size", "64", "--device", "cpu",
+                                "--batch", "7", "--dtype", "f16"])):
+        one = tmp(f"f_{name}_one")
+        s = extract_ok(store, one, *args)
+        expect(s["rows"] == len(keys) and s["shard"] is None, f"one run: {s}")
+        for count, orders in ((2, [(0, 1), (1, 0)]), (3, [(0, 1, 2), (2, 0, 1), (1, 2, 0)])):
+            shards = sharded_runs(store, args, name, count)
+            rows = [json.load(open(os.path.join(d, "features.json")))["rows"] for d in shards]
+            expect(sum(rows) == len(keys), f"{count} shards hold {rows} rows of {len(keys)}")
+            for order in orders:
+                out = tmp(f"f_{name}_merged{count}_{''.join(map(str, order))}")
+                code, m, err = merge(out, *[shards[i] for i in order])
+                expect(code == 0 and m and m["status"] == "merged" and m["rows"] == len(keys),
+                       f"merge of {count} shards in order {order} exits 0 ({code}): {m} {err}")
+                diff = differing_rows(out, one) if m else "no store"
+                if diff and diff != "features.json differs":
+                    problems.append(f"{name}, {count} shards merged in order {order}: {diff}")
+                _, _, meta = load_features(out)
+                src = dict(meta["source"])
+                merged_from = src.pop("merged_from")
+                expect(src == load_features(one)[2]["source"], f"merged source {meta['source']}")
+                expect([f["shard"] for f in merged_from] == [f"{i}/{count}" for i in range(count)]
+                       and [f["path"] for f in merged_from] == [os.path.realpath(d) for d in shards],
+                       f"merged_from lists the shards by index: {merged_from}")
+            # Run again on the merged output's settings: one run would find it complete.
+            s = extract_ok(store, tmp(f"f_{name}_merged{count}_{''.join(map(str, orders[0]))}"), *args)
+            expect(s["status"] == "skipped", f"extract over a merged store: {s}")
+    expect(not problems, "; ".join(problems))
+
+
+def check_shard_refusals():
+    """A shard missing from the merge, a shard (so its slides) given twice, stores of another
+    model, of another shard count, an unsharded store: exit 1 naming what is wrong, nothing
+    written. A partial shard resumes only with its --shard, and then gives the bytes of an
+    uninterrupted shard."""
+    store = shard_store()
+    args = ["--device", "cpu", "--batch", "5"]
+    s = sharded_runs(store, args, "r", 3)
+    other = tmp("f_r_other")
+    extract_ok(store, other, *args, "--shard", "1/3", "--model", tmp("m_script.pt"),
+               "--input-size", "64")
+    two = tmp("f_r_two")
+    extract_ok(store, two, *args, "--shard", "1/2")
+    one = tmp("f_r_one")
+    extract_ok(store, one, *args)
+    dup = tmp("f_r_dup")
+    shutil.copytree(s[1], dup)
+    out = tmp("f_r_merged")
+    for inputs, words in (([s[0], s[2]], ["1/3", "missing"]),
+                          ([s[0], s[1], dup, s[2]], [dup, "shard 1/3", "twice"]),
+                          ([s[0], other, s[2]], [other, "--model", "m_script.pt"]),
+                          ([s[0], two], [two, "--shard 1/2", "0/3"]),
+                          ([s[0], s[1], s[2], one], [one, "--shard"])):
+        code, m, err = merge(out, *inputs)
+        expect(code == 1 and m is None and all(w in err for w in words),
+               f"merge of {inputs}: exits 1 naming {words} ({code}): {err}")
+        expect(not os.path.exists(out), f"a refused merge wrote {out}")
+    code, _, err = run([mltool, "extract", "--merge", s[0], s[1], s[2], "-o", s[1]])
+    expect(code == 1 and "both an input and the output" in err, f"merge into an input: {err}")
+
+    # Resume: killed with --shard 1/3, refused with another or none, resumed with it.
+    ref = s[1]
+    part = tmp("f_r_partial")
+    kill_at_chunk(store, part, args + ["--shard", "1/3", "--chunk-rows", "4"], 2)
+    for changed, recorded in ((["--shard", "2/3"], "--shard 1/3 (now 2/3)"),
+                              ([], "--shard 1/3 (now unset)")):
+        code, _, err = extract(store, part, *args, *changed)
+        expect(code == 1 and recorded in err and part in err,
+               f"resume with {changed or 'no --shard'}: exits 1 naming {recorded} ({code}): {err}")
+    r = extract_ok(store, part, *args, "--shard", "1/3")
+    expect(r["resumed_from"] == 8, f"the shard resumed after 8 rows: {r}")
+    diff = differing_rows(part, ref)
+    expect(diff is None, f"resumed shard vs an uninterrupted one: {diff}")
+
+
 def check_one_writer():
     """Two extracts into one output (a re-queued job): the second exits 3 at once naming the
     output and the first's pid and host, and the first finishes with a single run's store."""
@@ -883,7 +1004,7 @@ def check_bad_options():
     problems = []
     for args in (["--mean", "0.5,0.5"], ["--std", "0.2,0,0.2"], ["--batch", "0"],
                  ["--input-size", "0"], ["--chunk-rows", "0"], ["--dtype", "f64"],
-                 ["--amp", "f8"], ["--device", "tpu"]):
+                 ["--amp", "f8"], ["--device", "tpu"], ["--shard", "3/3"], ["--shard", "1"]):
         out = tmp("f_opts")
         code, s, err = extract(STORE, out, "--device", "cpu", *args)
         what = " ".join(args)
@@ -898,7 +1019,7 @@ def check_bad_options():
 
 
 CHECKS = [check_torchscript, check_f16, check_color_texture, check_resume, check_resume_anywhere,
-          check_one_writer, check_changed_inputs,
+          check_shard_merge, check_shard_refusals, check_one_writer, check_changed_inputs,
           check_corrupt_tile,
           check_bad_model, check_bad_options, check_not_a_store]
 

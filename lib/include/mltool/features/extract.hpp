@@ -46,6 +46,9 @@ struct ExtractJob {
   int math_threads = 0;
   bool keep_going = false;          ///< undecodable tiles become invalid (NaN) rows
   std::uint64_t chunk_rows = 8192;  ///< rows per committed chunk (the resume granularity)
+  /// "I/N": only the complete slides I, I+N, I+2N, ... in slide-id order (features/shard.hpp);
+  /// "" = all of them.
+  std::string shard;
 };
 
 struct ExtractReport {
@@ -59,6 +62,7 @@ struct ExtractReport {
   double tiles_per_second = 0;  ///< tiles extracted by this run / seconds
   std::vector<std::string> devices;
   int math_threads = 0;  ///< LibTorch's math threads (CPU extraction), else 0
+  std::string shard;     ///< "I/N" of a --shard run, else ""
   nlohmann::json model;
 };
 

@@ -46,6 +46,9 @@ class FeatureStoreWriter {
   /// Appends one row of dims() floats under `key` (see check_feature_key; an
   /// invalid key throws InputError and leaves the writer usable).
   void append(std::string_view key, const float* row);
+  /// Appends one row already in dtype() (dims() values, little-endian), copied as is: a
+  /// float16 row is not widened and rounded again.
+  void append_stored(std::string_view key, const void* row);
   /// Appends `count` rows (row-major, count * dims() floats) under `keys`.
   void append_rows(const std::string* keys, std::size_t count, const float* rows);
   void append_rows(const std::vector<std::string>& keys, const float* rows) {

@@ -60,6 +60,13 @@ struct TileSettings {
 /// "<slide id>/<row:06>_<col:06>".
 std::string tile_key(const std::string& slide_id, std::int64_t row, std::int64_t col);
 
+/// The slide id of tile key `key` (the text before its last '/').
+std::string_view slide_of_key(std::string_view key);
+
+/// Whether slide `a`'s tiles come before slide `b`'s in the store: key order is by "<id>/",
+/// which differs from id order ("a-b/" < "a/" though "a" < "a-b").
+bool before_in_key_order(const std::string& a, const std::string& b);
+
 /// The id of a slide file: its basename without the last extension ("/a/S1.svs" → "S1").
 /// InputError if that is empty or holds a control character.
 std::string slide_id_for(const std::string& path);

@@ -39,8 +39,32 @@ bool names_builtin_command(int argc, char** argv) {
   return false;
 }
 
-// The help of a subcommand, identical whether asked as `mltool CMD --help` or `mltool help CMD`.
-std::string command_help(const CLI::App& sub) { return sub.help("mltool"); }
+// The help of a subcommand, identical whether asked as `mltool CMD [SUB] --help` or
+// `mltool help CMD [SUB]`; a subcommand's usage line names its parents (mltool export geojson).
+std::string command_help(const CLI::App& sub) {
+  std::string prefix;
+  for (const CLI::App* a = sub.get_parent(); a && a->get_parent(); a = a->get_parent())
+    prefix = " " + a->get_name() + prefix;
+  return sub.help("mltool" + prefix);
+}
+
+// The innermost parsed subcommand of `sub` (`export geojson`: geojson), or `sub` itself.
+const CLI::App* innermost(const CLI::App* sub) {
+  for (const CLI::App* inner : sub->get_subcommands())
+    if (inner->parsed()) return innermost(inner);
+  return sub;
+}
+
+// `mltool help CMD SUB...`: the subcommand the words name, or nothing.
+const CLI::App* named_subcommand(const CLI::App* sub, const std::vector<std::string>& words) {
+  for (std::size_t i = 1; sub && i < words.size(); ++i) {
+    const CLI::App* next = nullptr;
+    for (const CLI::App* inner : sub->get_subcommands({}))
+      if (inner->get_name() == words[i]) next = inner;
+    sub = next;
+  }
+  return sub;
+}
 
 // `mltool help CMD --json`: the options as declared (each command's option table, bound by
 // cli_options.hpp, and the shared ones), for wrappers and for the test that checks the docs.
@@ -103,9 +127,9 @@ int run(int argc, char** argv) {
     actions.emplace_back(sub, command.setup(*sub, *common));
   }
   CLI::App* help = app.add_subcommand("help", "Show the help of a command: mltool help CMD");
-  std::string help_topic;
+  std::vector<std::string> help_topic;
   bool help_json = false;
-  help->add_option("command", help_topic, "Command name");
+  help->add_option("command", help_topic, "Command name (and subcommand: export geojson)");
   help->add_flag("--json", help_json,
                  "The command's options as JSON: names, type, default, choices, help");
 
@@ -115,10 +139,14 @@ int run(int argc, char** argv) {
     return nullptr;
   };
 
-  // `mltool CMD` alone prints the command's usage, as samtools does.
-  if (argc == 2) {
+  // `mltool CMD [SUB]` alone prints the command's usage, as samtools does.
+  if (argc == 2 || argc == 3) {
     const CLI::App* sub = find_sub(argv[1]);
-    if (sub && !sub->get_options([](const CLI::Option* o) { return o->get_required(); }).empty()) {
+    if (sub && argc == 3) sub = named_subcommand(sub, {argv[1], argv[2]});
+    const bool needs_more =
+        sub && (!sub->get_options([](const CLI::Option* o) { return o->get_required(); }).empty() ||
+                sub->get_require_subcommand_min() > 0);
+    if (needs_more) {
       std::cout << command_help(*sub);
       return exit_code::usage;
     }
@@ -129,7 +157,7 @@ int run(int argc, char** argv) {
   } catch (const CLI::CallForHelp&) {
     for (auto& [sub, action] : actions)
       if (sub->parsed()) {
-        std::cout << command_help(*sub);
+        std::cout << command_help(*innermost(sub));
         return exit_code::ok;
       }
     std::cout << app.help();
@@ -150,11 +178,13 @@ int run(int argc, char** argv) {
       std::cout << app.help();
       return exit_code::ok;
     }
-    if (const CLI::App* sub = find_sub(help_topic)) {
+    if (const CLI::App* sub = named_subcommand(find_sub(help_topic[0]), help_topic)) {
       std::cout << (help_json ? command_options(*sub).dump(2) + "\n" : command_help(*sub));
       return exit_code::ok;
     }
-    throw UsageError("unknown command '" + help_topic + "' (see mltool --help)");
+    std::string topic;
+    for (const auto& word : help_topic) topic += (topic.empty() ? "" : " ") + word;
+    throw UsageError("unknown command '" + topic + "' (see mltool --help)");
   }
   for (auto& [sub, action] : actions)
     if (sub->parsed()) {

@@ -8,6 +8,7 @@ namespace mltool::cli {
 Command index_command();
 Command pack_command();
 Command inspect_command();
+Command export_command();
 #ifdef MLTOOL_HAVE_SLIDE
 Command tile_command();
 #endif
@@ -17,9 +18,7 @@ const std::vector<Command>& commands() {
 #ifdef MLTOOL_HAVE_SLIDE
       tile_command(),
 #endif
-      pack_command(),
-      inspect_command(),
-      index_command(),
+      pack_command(), inspect_command(), index_command(), export_command(),
   };
   return table;
 }

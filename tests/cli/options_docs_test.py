@@ -1,5 +1,5 @@
 """The docs agree with the options as declared: each command page's synopsis (the first code
-block of docs/CMD.md) names every option `mltool help CMD --json` lists, and nothing else;
+block of docs/CMD.md, or of a subcommand's section: `## mltool export geojson`) names every option `mltool help CMD --json` lists, and nothing else;
 an option with allowed values shows them all, in order (`--feed auto|pinned|host|sync`);
 an option with a default shows it or a placeholder (`--epochs 10`, `--shard I/N`). And the
 run.json schema lists train's recorded options with the same allowed values.
@@ -16,13 +16,20 @@ from cli_common import expect, run
 mltool, docs, schemas = sys.argv[1:4]
 PAGES = {"tile": "tile.md", "extract": "extract.md", "pack": "pack.md", "inspect": "inspect.md",
          "train": "train.md", "index": "dali-index.md"}
+# Subcommands: their section of the command's page (its first code block is the synopsis).
+SUBPAGES = {"export geojson": ("export.md", "## mltool export geojson")}
 SHARED = {"--threads", "--json", "--verbose", "--quiet", "-v", "-q"}  # docs/cli.md
 
 
-def synopsis(page):
+def synopsis(page, heading=None):
     text = open(os.path.join(docs, page)).read()
+    if heading:
+        at = text.find("\n" + heading + "\n")
+        expect(at >= 0, f"docs/{page} has a section '{heading}'")
+        text = text[at:]
     m = re.search(r"^```\n(.*?)^```", text, re.M | re.S)
-    expect(m, f"docs/{page} starts with a synopsis block")
+    expect(m, f"docs/{page} starts with a synopsis block" +
+           (f" after '{heading}'" if heading else ""))
     return m.group(1)
 
 
@@ -32,12 +39,14 @@ def occurrences(text, name):
 
 
 code, _, _ = run([mltool, "--help"])
-for cmd, page in PAGES.items():
-    code, out, err = run([mltool, "help", cmd, "--json"])
+for cmd, where in [*PAGES.items(), *SUBPAGES.items()]:
+    page, heading = (where, None) if isinstance(where, str) else where
+    code, out, err = run([mltool, "help", *cmd.split(), "--json"])
     expect(code == 0, f"mltool help {cmd} --json exits 0: {err}")
     options = json.loads(out)
-    text = synopsis(page)
-    declared = set()
+    text = synopsis(page, heading)
+    # A subcommand takes the shared options through its command (export geojson: export's).
+    declared = set(SHARED) if heading else set()
     for o in options:
         if o["positional"]:
             continue

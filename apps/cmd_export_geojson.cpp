@@ -19,10 +19,14 @@ Action export_geojson_subcommand(CLI::App& export_app, const CommonOptions& comm
       "geojson", "Tissue outlines and tile squares per slide as QuPath GeoJSON (level-0 pixels)");
   auto job = std::make_shared<io::GeojsonExportJob>();
   add_options(*sub, io::geojson_export_options(), job);
-  // --threads, --json, -v and -q are export's own (cli.cpp adds them to every command).
+  // --threads, --json, -v and -q are export's own (cli.cpp adds them to every command); given
+  // after `geojson` they fall through to it.
   sub->fallthrough();
-  sub->footer("Also: --json, -v, -q (mltool export --help). Exit codes: mltool --help.");
+  sub->footer(
+      "Also: --threads N (slides side by side), --json, -v, -q (mltool export --help). Exit codes: "
+      "mltool --help.");
   return [job, &common] {
+    job->threads = common.threads;
     const auto report = io::export_geojson(*job);
     if (common.json) std::cout << io::to_json(report).dump(2) << "\n";
     return exit_code::ok;

@@ -16,6 +16,7 @@
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
 #include "mltool/util/output_lock.hpp"
+#include "mltool/util/parallel.hpp"
 
 namespace mltool::io {
 namespace {
@@ -159,6 +160,17 @@ GeojsonSlideReport export_slide(const TileStore& store, const std::string& id,
   return r;
 }
 
+void log_slide(const GeojsonSlideReport& r) {
+  if (r.status == "skipped") {
+    log::debug(r.id + ": " + r.file + " is there already; skipped");
+    return;
+  }
+  log::info(r.id + ": " + std::to_string(r.tiles) + " tiles, " +
+            (r.outline_polygons ? std::to_string(*r.outline_polygons) + " tissue polygons"
+                                : std::string("no tissue mask")) +
+            " → " + r.file);
+}
+
 }  // namespace
 
 const util::EnumNames<TileObjectType> kTileObjectTypes = {{TileObjectType::tile, "tile"},
@@ -194,21 +206,19 @@ GeojsonExportReport export_geojson(const GeojsonExportJob& job) {
   util::make_directories(job.output);
   util::OutputLock lock(job.output, "mltool export geojson");
   util::remove_stale_partials(job.output);
-  for (const auto& id : ids) {
-    GeojsonSlideReport r = export_slide(store, id, job);
+  report.slides.resize(ids.size());
+  util::parallel_for(ids.size(), job.threads, [&](std::size_t i) {
+    report.slides[i] = export_slide(store, ids[i], job);
+    log_slide(report.slides[i]);
+  });
+  for (const auto& r : report.slides) {
     if (r.status == "skipped") {
       ++report.skipped;
-      log::debug(id + ": " + r.file + " is there already; skipped");
-    } else {
-      ++report.written;
-      report.tiles += r.tiles;
-      if (!r.outline_polygons) ++report.without_mask;
-      log::info(id + ": " + std::to_string(r.tiles) + " tiles, " +
-                (r.outline_polygons ? std::to_string(*r.outline_polygons) + " tissue polygons"
-                                    : std::string("no tissue mask")) +
-                " → " + r.file);
+      continue;
     }
-    report.slides.push_back(std::move(r));
+    ++report.written;
+    report.tiles += r.tiles;
+    if (!r.outline_polygons) ++report.without_mask;
   }
   if (report.without_mask > 0)
     log::warn(std::to_string(report.without_mask) +

@@ -29,6 +29,7 @@ struct GeojsonExportJob {
   std::vector<std::string> slides;  ///< slide ids to export; empty: every complete slide
   TileObjectType tile_object = TileObjectType::tile;
   bool overwrite = false;  ///< rewrite files that exist instead of skipping them
+  int threads = 0;         ///< slides written side by side (--threads; 0 = one per core)
 };
 
 /// The options of `mltool export geojson`, declared once.

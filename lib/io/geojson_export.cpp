@@ -95,8 +95,9 @@ std::int64_t write_tiles(FeatureWriter& out, const std::string& id, const json& 
   for (std::size_t i = 0; i < n; ++i) {
     const auto row = tiles["row"][i].get<std::int64_t>();
     const auto col = tiles["col"][i].get<std::int64_t>();
-    const double x = tiles["x"][i].get<double>(), y = tiles["y"][i].get<double>();
-    const double x1 = coordinate(x + size), y1 = coordinate(y + size);
+    const json& x = tiles["x"][i];  // integers: written as the store has them
+    const json& y = tiles["y"][i];
+    const double x1 = coordinate(x.get<double>() + size), y1 = coordinate(y.get<double>() + size);
     const double tissue = tiles["tissue"][i].get<double>();
     const std::string key = tile_key(id, row, col);
     out.add(

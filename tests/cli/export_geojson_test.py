@@ -205,6 +205,41 @@ def check_without_mask():
             check_tiles_and_outline(sid, meta, tissue, tiles, object_type="detection")
 
 
+def check_noisy_mask():
+    # Masks with every awkward shape: pixels meeting at corners, holes touching exteriors,
+    # islands in lakes. GEOS (shapely) must find every polygon valid, the polygons must not
+    # overlap, and together they must cover the mask exactly.
+    store = tmp("noisy.lmdb")
+    shutil.copytree(tmp("tiles.lmdb"), store)
+    rng = np.random.default_rng(7)
+    env = lmdb.open(store, max_dbs=8)
+    meta = env.open_db(b"meta", create=False)
+    masks = {}
+    with env.begin(write=True) as txn:
+        for sid, p in (("A", 0.5), ("B", 0.75)):
+            m = json.loads(txn.get(f"mask/{sid}".encode(), db=meta))
+            png = (rng.random((m["height"], m["width"])) < p).astype(np.uint8) * 255
+            buf = io.BytesIO()
+            Image.fromarray(png, "L").save(buf, format="PNG")
+            m["png"] = base64.b64encode(buf.getvalue()).decode()
+            txn.put(f"mask/{sid}".encode(), json.dumps(m).encode(), db=meta)
+            masks[sid] = (png, m["downsample"])
+    env.close()
+    code, summary, err = export(store, "-o", tmp("noisy"))
+    expect(code == 0, f"exit {code}: {err}")
+    for sid, (png, (dx, dy)) in masks.items():
+        tissue, _ = read_features(tmp("noisy", f"{sid}.geojson"))  # each one valid
+        polygons = [shape(f["geometry"]) for f in tissue]
+        union = unary_union(polygons)
+        want = (png > 0).sum() * dx * dy
+        total = sum(p.area for p in polygons)
+        expect(abs(total - want) <= 1e-4 * want and abs(union.area - want) <= 1e-4 * want,
+               f"{sid}: {len(polygons)} polygons of area {total:.0f} (union {union.area:.0f}), "
+               f"mask {want:.0f}")
+        holes = sum(len(p.interiors) for p in polygons)
+        expect(holes > 0 and len(polygons) > 10, f"{sid}: {len(polygons)} polygons, {holes} holes")
+
+
 def check_slide_option():
     out = tmp("one")
     code, summary, err = export(tmp("tiles.lmdb"), "-o", out, "--slide", "B")
@@ -256,6 +291,6 @@ def check_help():
     expect("export" in out, "mltool --help lists export")
 
 
-run_checks("export geojson", [check_export, check_resume, check_without_mask,
+run_checks("export geojson", [check_export, check_resume, check_without_mask, check_noisy_mask,
                               check_slide_option, check_bad_input, check_help],
            only, fixtures=make_fixtures)

@@ -48,6 +48,39 @@ std::string encode_png(const std::uint8_t* rgb, int width, int height) {
   return out;
 }
 
+std::string encode_png_grey(const std::uint8_t* grey, int width, int height) {
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  image.width = static_cast<png_uint_32>(width);
+  image.height = static_cast<png_uint_32>(height);
+  image.format = PNG_FORMAT_GRAY;
+  png_alloc_size_t size = 0;
+  if (!png_image_write_to_memory(&image, nullptr, &size, 0, grey, width, nullptr))
+    throw ResourceError(std::string("libpng: ") + image.message);
+  std::string out(size, '\0');
+  if (!png_image_write_to_memory(&image, out.data(), &size, 0, grey, width, nullptr))
+    throw ResourceError(std::string("libpng: ") + image.message);
+  out.resize(size);
+  return out;
+}
+
+GreyImage decode_png_grey(const void* data, std::size_t size, const std::string& what) {
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_memory(&image, data, size))
+    throw FormatError(what + ": not a readable PNG: " + image.message);
+  image.format = PNG_FORMAT_GRAY;
+  GreyImage out;
+  out.width = static_cast<int>(image.width);
+  out.height = static_cast<int>(image.height);
+  out.pixels.resize(PNG_IMAGE_SIZE(image));
+  if (!png_image_finish_read(&image, nullptr, out.pixels.data(), 0, nullptr)) {
+    png_image_free(&image);
+    throw FormatError(what + ": corrupt PNG: " + image.message);
+  }
+  return out;
+}
+
 namespace {
 
 void decode_jpeg(const unsigned char* data, std::size_t size, RgbImage& out,

@@ -12,6 +12,8 @@ namespace {
 
 constexpr const char* kStoreKey = "store";
 constexpr const char* kSchema = "tile-store";
+// The meta records of a slide besides its done marker; "mask" is optional.
+constexpr const char* kSlideRecords[] = {"slides", "tiles", "mask"};
 
 template <typename T>
 nlohmann::json optional_json(const std::optional<T>& v) {
@@ -217,10 +219,8 @@ std::uint64_t TileStore::discard_incomplete(const std::string& id) {
     more = keys.size() == 65536;
     env_.write([&](lmdb::Txn& txn) {
       for (const auto& k : keys) txn.del(tiles_, k);
-      if (!more) {
-        txn.del(meta_, meta_key("slides", id));
-        txn.del(meta_, meta_key("tiles", id));
-      }
+      if (!more)
+        for (const char* kind : kSlideRecords) txn.del(meta_, meta_key(kind, id));
     });
     deleted += keys.size();
   }
@@ -239,12 +239,15 @@ void TileStore::SlideWriter::commit(const std::string& slide_record,
   batch_.flush([&](lmdb::Txn& txn) {
     txn.put(store_->meta_, meta_key("slides", id_), slide_record);
     txn.put(store_->meta_, meta_key("tiles", id_), tiles_record);
+    for (const auto& [kind, text] : records_) txn.put(store_->meta_, meta_key(kind, id_), text);
     txn.put(store_->meta_, meta_key("done", id_), done_record);
   });
+  records_.clear();
 }
 
 void TileStore::SlideWriter::drop() {
   batch_ = lmdb::BatchWriter(store_->env_, store_->tiles_, options_);
+  records_.clear();
 }
 
 TileStore::SlideWriter TileStore::write_slide(const std::string& id,
@@ -293,6 +296,8 @@ MergeReport merge_store(TileStore& out, const std::string& input, std::size_t co
         const std::string key = TileStore::meta_key(kind, id);
         w.put(out.meta(), key, txn.at(in.meta(), key));
       }
+      const std::string mask_key = TileStore::meta_key("mask", id);
+      if (const auto mask = txn.get(in.meta(), mask_key)) w.put(out.meta(), mask_key, *mask);
     });
     ++report.slides;
     report.tiles += tiles;

@@ -274,6 +274,16 @@ json slide_json(const Slide& slide, const Identity& who, const ReadPlan& plan, c
   };
 }
 
+// The store's "mask" record: the tissue mask tiles were kept by, for outlines (export).
+std::string mask_record(const Mask& mask, const Thumbnail& thumb) {
+  io::TissueMask record;
+  record.mask.width = mask.width, record.mask.height = mask.height;
+  record.mask.pixels.resize(mask.data.size());
+  for (std::size_t i = 0; i < mask.data.size(); ++i) record.mask.pixels[i] = mask.data[i] ? 255 : 0;
+  record.downsample_x = thumb.dx, record.downsample_y = thumb.dy;
+  return record.to_record();
+}
+
 // The store's "done" record, written with the last tiles.
 json done_json(const SlideReport& report) {
   return {
@@ -365,6 +375,7 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
     report.seconds = seconds_since(start);
     const std::string tiles_text = kept_json(selection.kept).dump();
     const std::string done_text = done_json(report).dump();
+    if (selection.mask) batch.put_record("mask", mask_record(*selection.mask, *selection.thumb));
     batch.commit(slide_record.dump(), tiles_text, done_text);
   } catch (...) {
     batch.drop();

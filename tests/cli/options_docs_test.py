@@ -1,5 +1,5 @@
 """The docs agree with the options as declared: each command page's synopsis (the first code
-block of docs/CMD.md) names every option `mltool help CMD --json` lists, and nothing else;
+block of docs/CMD.md, or of a subcommand's section: `## mltool export geojson`) names every option `mltool help CMD --json` lists, and nothing else;
 an option with allowed values shows them all, in order (`--feed auto|pinned|host|sync`);
 an option with a default shows it or a placeholder (`--epochs 10`, `--shard I/N`). And the
 run.json schema lists train's recorded options with the same allowed values.
@@ -16,7 +16,7 @@ from cli_common import expect, run
 mltool, docs, schemas = sys.argv[1:4]
 PAGES = {"tile": "tile.md", "extract": "extract.md", "pack": "pack.md", "inspect": "inspect.md",
          "train": "train.md", "index": "dali-index.md", "export h5": "export.md",
-         "import h5": "import.md"}
+         "import h5": "import.md", "export geojson": "export.md"}
 SHARED = {"--threads", "--json", "--verbose", "--quiet", "-v", "-q"}  # docs/cli.md
 
 

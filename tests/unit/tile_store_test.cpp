@@ -21,11 +21,13 @@ using mltool::Error;
 using mltool::FormatError;
 using mltool::InputError;
 using mltool::UsageError;
+using mltool::io::merge_store;
 using mltool::io::slide_id_for;
 using mltool::io::tile_key;
 using mltool::io::TileEncoding;
 using mltool::io::TileSettings;
 using mltool::io::TileStore;
+using mltool::io::TissueMask;
 using mltool::testing::contains;
 using mltool::testing::error_of;
 
@@ -431,4 +433,83 @@ TEST_F(TileStoreTest, ReadOnlyStoreWithoutTileDatabasesIsAnError) {
   }
   const std::string msg = error_of<Error>([&] { TileStore::open(path_, false); });
   EXPECT_TRUE(contains(msg, path_)) << msg;
+}
+
+// ---------------------------------------------------------------------------------------
+// The "mask/<id>" record
+
+TEST(TileStoreMask, RecordRoundTripsThroughJsonAndPng) {
+  TissueMask m;
+  m.mask.width = 7, m.mask.height = 3;
+  m.mask.pixels = {0,   255, 255, 0, 0, 0, 255,  // 7 × 3
+                   255, 255, 255, 0, 0, 0, 0,   0, 0, 255, 0, 0, 255, 255};
+  m.downsample_x = 31.5, m.downsample_y = 32.25;
+  const auto doc = nlohmann::json::parse(m.to_record());
+  EXPECT_EQ(doc.at("width"), 7);
+  EXPECT_EQ(doc.at("height"), 3);
+  EXPECT_EQ(doc.at("encoding"), "png");
+  const TissueMask back = TissueMask::from_record(doc, "here");
+  EXPECT_EQ(back.mask.width, 7);
+  EXPECT_EQ(back.mask.height, 3);
+  EXPECT_EQ(back.mask.pixels, m.mask.pixels);
+  EXPECT_EQ(back.downsample_x, 31.5);
+  EXPECT_EQ(back.downsample_y, 32.25);
+}
+
+TEST(TileStoreMask, MalformedRecordsAreFormatErrorsNamingThePlace) {
+  TissueMask m;
+  m.mask.width = 2, m.mask.height = 2;
+  m.mask.pixels = {0, 255, 255, 0};
+  const auto good = nlohmann::json::parse(m.to_record());
+  auto expect_bad = [](nlohmann::json doc, const std::string& what) {
+    const std::string msg =
+        error_of<FormatError>([&] { TissueMask::from_record(doc, "s.lmdb: meta 'mask/S1'"); });
+    EXPECT_TRUE(contains(msg, "mask/S1")) << msg;
+    EXPECT_TRUE(contains(msg, what)) << msg;
+  };
+  auto doc = good;
+  doc["png"] = "not base64!";
+  expect_bad(doc, "base64");
+  doc = good;
+  doc["png"] = "AAAA";
+  expect_bad(doc, "PNG");
+  doc = good;
+  doc["width"] = 3;
+  expect_bad(doc, "2x2");
+  doc = good;
+  doc["downsample"] = {0, 1};
+  expect_bad(doc, "downsample");
+  doc = good;
+  doc.erase("encoding");
+  expect_bad(doc, "encoding");
+}
+
+TEST_F(TileStoreTest, PutRecordCommitsWithTheMarkerAndDiscardOrMergeHandlesIt) {
+  TissueMask m;
+  m.mask.width = 2, m.mask.height = 1;
+  m.mask.pixels = {255, 0};
+  const std::string record = m.to_record();
+  {
+    TileStore store = TileStore::open(path_, true);
+    store.adopt_settings(unusual_settings());
+    auto writer = store.write_slide("S1", "{}", 16);
+    writer.put_tile(tile_key("S1", 0, 0), "jpeg");
+    writer.put_record("mask", record);
+    EXPECT_FALSE(has_meta(store, "mask/S1"));  // not before the marker
+    writer.commit("{\"id\": \"S1\"}", R"({"row": [0]})", R"({"tiles": 1})");
+    EXPECT_TRUE(has_meta(store, "mask/S1"));
+    ASSERT_TRUE(store.tissue_mask("S1").has_value());
+    EXPECT_EQ(store.tissue_mask("S1")->mask.pixels, m.mask.pixels);
+    EXPECT_FALSE(store.tissue_mask("S2").has_value());
+    // An interrupted slide's mask goes with its other records.
+    put_meta(store, "slides/S2", "{}");
+    put_meta(store, "mask/S2", record);
+    store.discard_incomplete("S2");
+    EXPECT_FALSE(has_meta(store, "mask/S2"));
+  }
+  const std::string merged = tmp_ / "merged.lmdb";
+  TileStore out = TileStore::open(merged, true);
+  merge_store(out, path_);
+  ASSERT_TRUE(out.tissue_mask("S1").has_value());
+  EXPECT_EQ(out.tissue_mask("S1")->mask.pixels, m.mask.pixels);
 }

@@ -28,6 +28,18 @@ std::string encode_jpeg(const std::uint8_t* rgb, int width, int height, int qual
 /// Lossless PNG (libpng, default zlib level).
 std::string encode_png(const std::uint8_t* rgb, int width, int height);
 
+/// An 8-bit single-channel image (a mask).
+struct GreyImage {
+  int width = 0;
+  int height = 0;
+  std::vector<std::uint8_t> pixels;  ///< width * height bytes, row-major
+};
+
+/// Lossless 8-bit greyscale PNG (libpng), for masks.
+std::string encode_png_grey(const std::uint8_t* grey, int width, int height);
+/// Decodes a PNG as 8-bit grey (colour converted); FormatError "<what>: ..." if it is not one.
+GreyImage decode_png_grey(const void* data, std::size_t size, const std::string& what);
+
 /// How tiles are encoded, and the table of codecs: adding an encoding adds an enumerator and
 /// a row of kEncodings (decode_image recognises every encoding by its signature).
 enum class TileEncoding { jpeg, png };

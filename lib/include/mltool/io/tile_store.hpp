@@ -6,6 +6,8 @@
 //          "slides/<id>"  → the slide: path, pyramid, µm/px, level read, tile geometry
 //          "tiles/<id>"   → per kept tile, in key order: row, col, level-0 x, y, tissue
 //          "done/<id>"    → completion marker: committed with the slide's last tiles
+//          "mask/<id>"    → the tissue mask tiles were chosen by (TissueMask; --tissue otsu,
+//                           and absent in stores written before it was kept)
 //
 // Only slides with a done marker are complete. A slide without one was interrupted: its
 // tiles are ignored by readers and replaced by the next run (discard_incomplete).
@@ -71,6 +73,21 @@ bool before_in_key_order(const std::string& a, const std::string& b);
 /// InputError if that is empty or holds a control character.
 std::string slide_id_for(const std::string& path);
 
+/// A slide's tissue mask as the store keeps it (meta "mask/<id>", committed with its done
+/// marker): the thumbnail-sized mask `mltool tile` kept tiles by, after small objects and
+/// holes were cleaned, and its scale. The record is JSON like every meta record:
+/// {"width", "height", "downsample": [x, y] (level-0 pixels per mask pixel), "encoding":
+/// "png", "png": base64 of an 8-bit grey PNG, 255 tissue, 0 background}.
+struct TissueMask {
+  GreyImage mask;  ///< nonzero: tissue
+  double downsample_x = 1;
+  double downsample_y = 1;
+
+  std::string to_record() const;
+  /// FormatError naming `where` if the record is malformed or its PNG does not decode.
+  static TissueMask from_record(const nlohmann::json& doc, const std::string& where);
+};
+
 /// An open tile store.
 class TileStore {
  public:
@@ -97,6 +114,9 @@ class TileStore {
   std::vector<std::string> complete_tile_keys() const;
   /// A meta record ("slides", "tiles" or "done") of slide `id`, or nothing.
   std::optional<nlohmann::json> record(const std::string& kind, const std::string& id) const;
+  /// The tissue mask of slide `id`, or nothing (no "mask" record: --tissue none, or a store
+  /// written before masks were kept).
+  std::optional<TissueMask> tissue_mask(const std::string& id) const;
   /// Deletes the tiles and records of slide `id` unless it is complete; returns the number
   /// of tiles deleted.
   std::uint64_t discard_incomplete(const std::string& id);
@@ -128,6 +148,10 @@ class TileStore {
    public:
     /// Buffers tile `key` (a tile_key of this slide); commits a batch when it is full.
     void put_tile(std::string_view key, std::string_view encoded) { batch_.put(key, encoded); }
+    /// Adds meta record "<kind>/<id>" (e.g. "mask") to what commit() writes with the marker.
+    void put_record(const std::string& kind, std::string text) {
+      records_.emplace_back(kind, std::move(text));
+    }
     /// Commits the pending tiles, the tiles record and the done marker together, with the
     /// slide record rewritten as `slide_record` (what tiling learnt: the reader that read it).
     void commit(const std::string& slide_record, const std::string& tiles_record,
@@ -143,6 +167,7 @@ class TileStore {
     std::string id_;
     lmdb::BatchOptions options_;
     lmdb::BatchWriter batch_;
+    std::vector<std::pair<std::string, std::string>> records_;  // put_record's, until commit
   };
   SlideWriter write_slide(const std::string& id, const std::string& slide_record,
                           std::size_t commit_every);

@@ -1,0 +1,250 @@
+// `mltool export geojson`: the options, and per slide a FeatureCollection streamed feature by
+// feature into an AtomicFile (memory stays one slide's "tiles" record, whatever the size).
+// What QuPath reads (its PathObjectTypeAdapters): properties.objectType ("annotation",
+// "detection", "tile"), name, classification {"name", "color": [r, g, b]} and measurements as
+// an object of numbers; other properties are ignored by QuPath and kept for other readers.
+#include "mltool/io/geojson_export.hpp"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+
+#include "mltool/io/contours.hpp"
+#include "mltool/io/tile_store.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
+#include "mltool/util/log.hpp"
+#include "mltool/util/output_lock.hpp"
+#include "mltool/util/parallel.hpp"
+
+namespace mltool::io {
+namespace {
+
+using json = nlohmann::json;
+
+// QuPath's classes and colours for what we write (docs/export.md).
+constexpr const char* kTissueClass = "Tissue";
+constexpr std::array<int, 3> kTissueColour = {32, 160, 32};
+constexpr const char* kTileClass = "Tile";
+constexpr std::array<int, 3> kTileColour = {0, 128, 255};
+
+// Level-0 coordinates to 1/100 pixel: what QuPath's viewer can show, and shorter files.
+double coordinate(double v) { return std::round(v * 100) / 100; }
+
+json classification(const char* name, const std::array<int, 3>& colour) {
+  return {{"name", name}, {"color", colour}};
+}
+
+// A closed GeoJSON ring (first point repeated) of mask corners scaled to level 0.
+json ring_json(const Ring& ring, double sx, double sy) {
+  json out = json::array();
+  for (const auto& p : ring) out.push_back({coordinate(p.x * sx), coordinate(p.y * sy)});
+  out.push_back(out.front());
+  return out;
+}
+
+class FeatureWriter {
+ public:
+  explicit FeatureWriter(const std::string& path) : file_(path) {
+    file_.write("{\"type\": \"FeatureCollection\", \"features\": [");
+  }
+  void add(const json& feature) {
+    file_.write(first_ ? "\n" : ",\n");
+    first_ = false;
+    file_.write(feature.dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+  void commit() {
+    file_.write("\n]}\n");
+    file_.commit();
+  }
+
+ private:
+  util::AtomicFile file_;
+  bool first_ = true;
+};
+
+// The tissue outline: one annotation per polygon of the mask. Returns the polygons written.
+std::int64_t write_outline(FeatureWriter& out, const TissueMask& m) {
+  const auto polygons = trace_polygons(m.mask.pixels.data(), m.mask.width, m.mask.height);
+  for (std::size_t i = 0; i < polygons.size(); ++i) {
+    json rings = json::array({ring_json(polygons[i].exterior, m.downsample_x, m.downsample_y)});
+    for (const auto& hole : polygons[i].holes)
+      rings.push_back(ring_json(hole, m.downsample_x, m.downsample_y));
+    out.add({{"type", "Feature"},
+             {"geometry", {{"type", "Polygon"}, {"coordinates", rings}}},
+             {"properties",
+              {{"objectType", "annotation"},
+               {"name", std::string(kTissueClass) + " " + std::to_string(i + 1)},
+               {"classification", classification(kTissueClass, kTissueColour)}}}});
+  }
+  return static_cast<std::int64_t>(polygons.size());
+}
+
+// One square per kept tile, from the "tiles" record's columns. Returns the tiles written.
+std::int64_t write_tiles(FeatureWriter& out, const std::string& id, const json& tiles, double size,
+                         TileObjectType type, const std::string& where) {
+  const char* columns[] = {"row", "col", "x", "y", "tissue"};
+  for (const char* c : columns)
+    if (!tiles.contains(c) || !tiles.at(c).is_array() ||
+        tiles.at(c).size() != tiles.at("row").size())
+      throw FormatError(where + ": expected the columns row, col, x, y, tissue of equal length");
+  const json tile_class = classification(kTileClass, kTileColour);
+  const char* object_type = util::name_of(kTileObjectTypes, type);
+  const std::size_t n = tiles.at("row").size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto row = tiles["row"][i].get<std::int64_t>();
+    const auto col = tiles["col"][i].get<std::int64_t>();
+    const json& x = tiles["x"][i];  // integers: written as the store has them
+    const json& y = tiles["y"][i];
+    const double x1 = coordinate(x.get<double>() + size), y1 = coordinate(y.get<double>() + size);
+    const double tissue = tiles["tissue"][i].get<double>();
+    const std::string key = tile_key(id, row, col);
+    out.add(
+        {{"type", "Feature"},
+         {"geometry",
+          {{"type", "Polygon"}, {"coordinates", {{{x, y}, {x1, y}, {x1, y1}, {x, y1}, {x, y}}}}}},
+         {"properties",
+          {{"objectType", object_type},
+           {"name", key},
+           {"classification", tile_class},
+           {"measurements", {{"Tissue fraction", tissue}}},
+           {"key", key},
+           {"row", row},
+           {"col", col},
+           {"tissue", tissue}}}});
+  }
+  return static_cast<std::int64_t>(n);
+}
+
+// The complete slides to export: all of them, or those named (each must be complete).
+std::vector<std::string> slides_to_export(const TileStore& store,
+                                          const std::vector<std::string>& wanted) {
+  auto complete = store.completed_slides();
+  if (wanted.empty()) return complete;
+  std::vector<std::string> out;
+  for (const auto& id : wanted) {
+    if (!std::binary_search(complete.begin(), complete.end(), id))
+      throw InputError(at_file(
+          store.path(),
+          "--slide " + id + ": " +
+              (store.record("slides", id) ? "the slide is not complete (an interrupted mltool tile)"
+                                          : "no such slide in the store") +
+              " (" + std::to_string(complete.size()) + " complete slides)"));
+    if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
+  }
+  return out;
+}
+
+GeojsonSlideReport export_slide(const TileStore& store, const std::string& id,
+                                const GeojsonExportJob& job) {
+  GeojsonSlideReport r;
+  r.id = id;
+  r.file = util::join_path(job.output, id + ".geojson");
+  const auto slide = store.record("slides", id);
+  const auto tiles = store.record("tiles", id);
+  const std::string where = store.path() + ": meta 'tiles/" + id + "'";
+  if (!slide || !tiles || !slide->contains("size_level0") || !tiles->is_object())
+    throw FormatError(store.path() + ": slide '" + id +
+                      "' lacks its 'slides' or 'tiles' record or their fields");
+  if (!job.overwrite && util::exists(r.file)) {
+    r.status = "skipped";
+    r.tiles = static_cast<std::int64_t>(tiles->value("row", json::array()).size());
+    return r;
+  }
+  FeatureWriter out(r.file);
+  if (const auto mask = store.tissue_mask(id)) r.outline_polygons = write_outline(out, *mask);
+  r.tiles =
+      write_tiles(out, id, *tiles, slide->at("size_level0").get<double>(), job.tile_object, where);
+  out.commit();
+  r.status = "written";
+  return r;
+}
+
+void log_slide(const GeojsonSlideReport& r) {
+  if (r.status == "skipped") {
+    log::debug(r.id + ": " + r.file + " is there already; skipped");
+    return;
+  }
+  log::info(r.id + ": " + std::to_string(r.tiles) + " tiles, " +
+            (r.outline_polygons ? std::to_string(*r.outline_polygons) + " tissue polygons"
+                                : std::string("no tissue mask")) +
+            " → " + r.file);
+}
+
+}  // namespace
+
+const util::EnumNames<TileObjectType> kTileObjectTypes = {{TileObjectType::tile, "tile"},
+                                                          {TileObjectType::detection, "detection"}};
+
+const util::Options<GeojsonExportJob>& geojson_export_options() {
+  using J = GeojsonExportJob;
+  static const util::Options<J> table = {
+      util::option("store", &J::store, "The tile store (mltool tile)").required(),
+      util::option("-o,--output", &J::output,
+                   "Directory that receives SLIDE.geojson per slide (created if missing)")
+          .required(),
+      util::option("--slide", &J::slides,
+                   "Export only this slide id (repeatable; '-' reads ids from stdin); "
+                   "default: every complete slide"),
+      util::choice("--tile-object", &J::tile_object, kTileObjectTypes,
+                   "QuPath object type of the tile squares: tile or detection"),
+      util::flag("--overwrite", &J::overwrite,
+                 "Rewrite files already in the directory (default: skip them, which resumes)"),
+  };
+  return table;
+}
+
+GeojsonExportReport export_geojson(const GeojsonExportJob& job) {
+  util::check_options(geojson_export_options(), job);
+  GeojsonExportReport report;
+  report.store = job.store;
+  report.output = job.output;
+  const TileStore store = TileStore::open(job.store, false);
+  if (!store.settings())
+    throw InputError(at_file(job.store, "not a tile store (no meta 'store' record)"));
+  const auto ids = slides_to_export(store, job.slides);
+  util::make_directories(job.output);
+  util::OutputLock lock(job.output, "mltool export geojson");
+  util::remove_stale_partials(job.output);
+  report.slides.resize(ids.size());
+  util::parallel_for(ids.size(), job.threads, [&](std::size_t i) {
+    report.slides[i] = export_slide(store, ids[i], job);
+    log_slide(report.slides[i]);
+  });
+  for (const auto& r : report.slides) {
+    if (r.status == "skipped") {
+      ++report.skipped;
+      continue;
+    }
+    ++report.written;
+    report.tiles += r.tiles;
+    if (!r.outline_polygons) ++report.without_mask;
+  }
+  if (report.without_mask > 0)
+    log::warn(std::to_string(report.without_mask) +
+              " slide(s) have no tissue mask in the store (tiled with --tissue none, or before "
+              "mltool kept masks): their files hold the tiles only");
+  return report;
+}
+
+json to_json(const GeojsonExportReport& r) {
+  json slides = json::array();
+  for (const auto& s : r.slides)
+    slides.push_back(
+        {{"id", s.id},
+         {"file", s.file},
+         {"status", s.status},
+         {"tiles", s.tiles},
+         {"outline_polygons", s.outline_polygons ? json(*s.outline_polygons) : json(nullptr)}});
+  return {{"command", "export geojson"},
+          {"store", r.store},
+          {"output", r.output},
+          {"slides", slides},
+          {"written", r.written},
+          {"skipped", r.skipped},
+          {"without_mask", r.without_mask},
+          {"tiles", r.tiles}};
+}
+
+}  // namespace mltool::io

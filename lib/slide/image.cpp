@@ -1,6 +1,8 @@
 #include "mltool/slide/image.hpp"
 
 #include <vips/vips.h>
+// after vips.h, which it needs
+#include <vips/vector.h>
 
 #include <algorithm>
 #include <cmath>
@@ -57,6 +59,11 @@ void init_vips() {
     // oversubscribe the cores. read_thumbnail raises it for its one large image.
     vips_concurrency_set(1);
     vips_cache_set_max(0);  // every image is new; a cache only holds memory
+    // No run-time generated SIMD (orc): its code depends on the CPU it runs on, so resampled
+    // pixels and tissue masks could differ between machines; and orc 0.4.33 (Debian 12)
+    // stalled at 100% CPU in orc_code_allocate_codemem after thousands of per-tile resizes
+    // (a 50k x 50k flat image). libvips' C paths cost about 13% on tile resampling.
+    vips_vector_set_enabled(FALSE);
   });
 }
 

@@ -23,8 +23,17 @@ SHARED = {"--threads", "--json", "--verbose", "--quiet", "-v", "-q"}  # docs/cli
 def synopsis(page, cmd):
     """The first code block of the page that starts with `mltool CMD` (a page of subcommands,
     docs/export.md, has one per subcommand), else the page's first block."""
-    text = open(os.path.join(docs, page)).read()
-    blocks = re.findall(r"^```\n(.*?)^```", text, re.M | re.S)
+    blocks, block, plain = [], None, False
+    for line in open(os.path.join(docs, page)):  # fences pair up in order: ```sh ... ``` too
+        if line.startswith("```"):
+            if block is None:
+                block, plain = [], line.strip() == "```"
+            else:
+                if plain:
+                    blocks.append("".join(block))
+                block = None
+        elif block is not None:
+            block.append(line)
     expect(blocks, f"docs/{page} starts with a synopsis block")
     mine = [b for b in blocks if re.match(rf"mltool {re.escape(cmd)}(\s|$)", b)]
     return mine[0] if mine else blocks[0]

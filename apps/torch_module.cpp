@@ -8,13 +8,15 @@ namespace mltool::cli {
 
 Command extract_command();
 Command train_command();
+Command predict_command();
 
 }  // namespace mltool::cli
 
 extern "C" __attribute__((visibility("default"))) const mltool::cli::TorchModule*
 mltool_torch_module() {
   static const mltool::cli::TorchModule module{
-      {mltool::cli::extract_command(), mltool::cli::train_command()},
+      {mltool::cli::extract_command(), mltool::cli::train_command(),
+       mltool::cli::predict_command()},
       &mltool::torch_component_versions,
       &mltool::io::encode_pt_tensor,
   };

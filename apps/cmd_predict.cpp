@@ -1,0 +1,31 @@
+// mltool predict RUN/ FEATURES/ -o PRED/ [options]      a finished run → predictions
+//
+// Option parsing and the summary; the prediction is mltool::train::predict.
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli.hpp"
+#include "cli_options.hpp"
+#include "mltool/train/predict.hpp"
+#include "mltool/util/log.hpp"
+
+namespace mltool::cli {
+
+Command predict_command() {
+  return {"predict", "Apply a finished run to a feature store (tile and bag models)",
+          [](CLI::App& app, const CommonOptions& common) -> Action {
+            auto job = std::make_shared<train::PredictJob>();
+            add_options(app, train::predict_options(), job);
+            return [job, &common] {
+              const auto r = train::predict(*job);
+              log::info(r.output + ": " + std::to_string(r.samples) + " " + r.unit +
+                        " predictions from " + std::to_string(r.tiles) + " tiles on " + r.device +
+                        " (" + r.weights + " weights), " + format_fixed(r.seconds, 2) + " s");
+              if (common.json) std::cout << train::to_json(r).dump(2) << "\n";
+              return exit_code::ok;
+            };
+          }};
+}
+
+}  // namespace mltool::cli

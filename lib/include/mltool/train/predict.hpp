@@ -1,0 +1,57 @@
+// `mltool predict` as a library call: a finished run (mltool train) applied to a feature
+// store. No LibTorch in this header, so the command line compiles without it.
+//
+//   pred/
+//     predictions.csv   one row per sample in store order: sample (tile key, or slide for
+//                       bags), slide, prediction, logit_LABEL..., prob_LABEL... (float32,
+//                       %.9g: the exact float)
+//     attention.csv     bag models: key, slide, attention (each tile's softmax weight in its
+//                       slide's bag), in store order
+//
+// Every file is written aside and renamed into place; predictions.csv last, so its
+// presence means the prediction is complete.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "mltool/util/options.hpp"
+
+namespace mltool::train {
+
+/// Which weights of a run: best.safetensors (the monitored best epoch) or model.safetensors.
+enum class Weights { best, final_weights };
+extern const util::EnumNames<Weights> kWeights;
+
+struct PredictJob {
+  std::string run;     ///< the run directory (mltool train), finished
+  std::string input;   ///< a feature store (mltool extract)
+  std::string output;  ///< the prediction directory (created)
+  Weights weights = Weights::best;
+  std::string device = "auto";  ///< auto (the first GPU, else CPU), cpu, cuda or cuda:N
+  int batch = 4096;             ///< tiles per forward pass (tile models)
+};
+
+/// The table of PredictJob's options (docs/predict.md's synopsis is checked against it).
+const util::Options<PredictJob>& predict_options();
+
+struct PredictReport {
+  std::string output;
+  std::string unit;    ///< tile or bag
+  std::string device;  ///< e.g. "cpu", "cuda:0"
+  std::string weights;
+  std::int64_t samples = 0;  ///< rows of predictions.csv
+  std::int64_t tiles = 0;    ///< feature rows read
+  double seconds = 0;
+};
+
+nlohmann::json to_json(const PredictReport& report);
+
+/// Predicts (see the layout above). InputError for a run that is not finished (still
+/// running, stopped or failed), a feature store whose dims or extractor differ from those the run
+/// was trained on (run.json and the features its dataset names), or a missing file; FormatError for
+/// weights that do not match the run's model; UsageError for an image (pixel) model (not yet).
+PredictReport predict(const PredictJob& job);
+
+}  // namespace mltool::train

@@ -1,0 +1,323 @@
+// mltool predict: a finished run's weights applied to a feature store (see predict.hpp).
+#include "mltool/train/predict.hpp"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "dataset.hpp"
+#include "mltool/io/feature_store.hpp"
+#include "mltool/io/tile_store.hpp"
+#include "mltool/train/model_spec.hpp"
+#include "mltool/train/models.hpp"
+#include "mltool/util/device.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
+#include "mltool/util/log.hpp"
+
+namespace mltool::train {
+
+const util::EnumNames<Weights> kWeights = {{Weights::best, "best"},
+                                           {Weights::final_weights, "final"}};
+
+const util::Options<PredictJob>& predict_options() {
+  using J = PredictJob;
+  using util::choice, util::option;
+  static const util::Options<PredictJob> table = {
+      option("run", &J::run, "The run directory (mltool train), finished").required(),
+      option("input", &J::input, "The feature store (mltool extract) to predict on").required(),
+      option("-o,--output", &J::output, "The prediction directory (created)").required(),
+      choice("--weights", &J::weights, kWeights,
+             "best (best.safetensors, the monitored best epoch) or final (model.safetensors)"),
+      option("--device", &J::device, "auto (the first GPU, else CPU), cpu, cuda or cuda:N"),
+      option("--batch", &J::batch, "Tiles per forward pass (tile models)").at_least(1),
+  };
+  return table;
+}
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// run.json of a finished run; InputError for one still running, stopped or failed.
+json read_finished_run(const std::string& dir) {
+  const std::string path = dir + "/run.json";
+  if (!util::exists(path))
+    throw InputError(at_file(path, "no run.json: not a run directory (mltool train)"));
+  json run;
+  try {
+    run = json::parse(util::read_file(path));
+  } catch (const json::exception& e) {
+    throw FormatError(at_file(path, std::string("not JSON: ") + e.what()));
+  }
+  const std::string status = run.value("status", "");
+  if (status != "complete" && status != "early_stopped")
+    throw InputError(at_file(path, "the run's status is '" + status +
+                                       "': only a finished run (complete or early_stopped) "
+                                       "has weights to predict with"));
+  return run;
+}
+
+// The extractor (features.json "model") the run's training features came from, or null if
+// its dataset or feature store is no longer there (then only the dims are checked).
+json trained_extractor(const json& run) {
+  const std::string dataset = run.at("dataset").value("path", "");
+  try {
+    const auto info = read_dataset_info(dataset);
+    return io::FeatureStore::open(info.features).manifest().value("model", json());
+  } catch (const Error& e) {
+    log::warn("cannot read the features the run was trained on (" + std::string(e.what()) +
+              "): checking the feature dims only");
+    return nullptr;
+  }
+}
+
+void check_features(const json& run, const io::FeatureStore& store, const std::string& where) {
+  const auto dims = run.at("model").at("input_dims").get<std::int64_t>();
+  if (static_cast<std::int64_t>(store.dims()) != dims)
+    throw InputError(at_file(where, "features of " + std::to_string(store.dims()) +
+                                        " dims, but the run was trained on " +
+                                        std::to_string(dims) + "-dim features"));
+  const json want = trained_extractor(run);
+  const json got = store.manifest().value("model", json());
+  if (!want.is_null() && want != got)
+    throw InputError(at_file(where, "features of extractor " + got.dump() +
+                                        ", but the run was trained on features of " + want.dump()));
+}
+
+torch::ScalarType tensor_dtype(const std::string& name, const std::string& where) {
+  if (name == "F32") return torch::kFloat32;
+  if (name == "F16") return torch::kFloat16;
+  if (name == "F64") return torch::kFloat64;
+  if (name == "I64") return torch::kInt64;
+  throw FormatError(at_file(where, "unsupported safetensors dtype " + name));
+}
+
+// Copies every parameter and buffer of `model` from the safetensors file at `path`.
+void load_safetensors(BlockModel& model, const std::string& path) {
+  if (!util::exists(path)) throw InputError(at_file(path, "missing"));
+  const std::string data = util::read_file(path);
+  std::uint64_t n = 0;
+  if (data.size() < 8) throw FormatError(at_file(path, "too short for safetensors"));
+  std::memcpy(&n, data.data(), 8);
+  if (n > data.size() - 8) throw FormatError(at_file(path, "header past the end of the file"));
+  const json header = json::parse(data.substr(8, n), nullptr, false);
+  if (!header.is_object()) throw FormatError(at_file(path, "header is not a JSON object"));
+  std::vector<std::pair<std::string, torch::Tensor>> targets;
+  for (const auto& p : model.named_parameters(true)) targets.emplace_back(p.key(), p.value());
+  for (const auto& b : model.named_buffers(true)) targets.emplace_back(b.key(), b.value());
+  torch::NoGradGuard no_grad;
+  for (auto& [name, target] : targets) {
+    if (!header.contains(name))
+      throw FormatError(at_file(path, "no tensor " + name + " (the run's model has it)"));
+    const auto& h = header[name];
+    const auto offsets = h.at("data_offsets").get<std::vector<std::uint64_t>>();
+    const auto shape = h.at("shape").get<std::vector<std::int64_t>>();
+    if (offsets.size() != 2 || offsets[1] < offsets[0] || 8 + n + offsets[1] > data.size())
+      throw FormatError(at_file(path, name + ": data_offsets outside the file"));
+    auto t = torch::from_blob(const_cast<char*>(data.data() + 8 + n + offsets[0]), shape,
+                              tensor_dtype(h.at("dtype").get<std::string>(), path));
+    if (t.sizes() != target.sizes() || t.nbytes() != offsets[1] - offsets[0])
+      throw FormatError(at_file(path, name + ": shape differs from the run's model"));
+    target.copy_(t);
+  }
+}
+
+// The run's model with the chosen weights, on `device`, in eval mode.
+std::shared_ptr<BlockModel> load_model(const json& run, const PredictJob& job,
+                                       const torch::Device& device) {
+  const ModelSpec spec = parse_model_spec(run.at("spec"), job.run + "/run.json#/spec");
+  const auto& m = run.at("model");
+  auto model = build_model(spec, m.at("input_dims").get<std::int64_t>(),
+                           m.at("classes").get<std::int64_t>());
+  const std::string file = job.weights == Weights::best ? "best.safetensors" : "model.safetensors";
+  load_safetensors(*model, job.run + "/" + file);
+  model->to(device);
+  model->eval();
+  return model;
+}
+
+// Every row of the store as a CPU tensor of its stored dtype, viewing the memory map.
+torch::Tensor matrix_view(const io::FeatureStore& store) {
+  const auto type = store.dtype() == io::DType::float16 ? torch::kFloat16 : torch::kFloat32;
+  return torch::from_blob(
+      const_cast<void*>(store.data()),
+      {static_cast<std::int64_t>(store.rows()), static_cast<std::int64_t>(store.dims())}, type);
+}
+
+// Rows [begin, end) of the store as float32 on `device`.
+torch::Tensor rows(const io::FeatureStore& store, std::int64_t begin, std::int64_t end,
+                   const torch::Device& device) {
+  return matrix_view(store).slice(0, begin, end).to(device).to(torch::kFloat32);
+}
+
+// Logits of every row, `batch` rows per forward pass.
+torch::Tensor tile_logits(BlockModel& model, const io::FeatureStore& store, std::int64_t batch,
+                          const torch::Device& device) {
+  const auto n = static_cast<std::int64_t>(store.rows());
+  std::vector<torch::Tensor> parts;
+  for (std::int64_t b = 0; b < n; b += batch)
+    parts.push_back(model.forward({rows(store, b, std::min(n, b + batch), device), {}}).cpu());
+  return parts.empty() ? torch::zeros({0, 0}) : torch::cat(parts);
+}
+
+// The bags of a store: each slide's rows, slides in order of their first row.
+struct Bags {
+  std::vector<std::string> slides;
+  std::vector<std::vector<std::int64_t>> rows;
+};
+
+Bags bags_of(const io::FeatureStore& store) {
+  Bags b;
+  std::map<std::string, std::size_t, std::less<>> index;
+  for (std::size_t i = 0; i < store.rows(); ++i) {
+    const std::string slide(io::slide_of_key(store.key(i)));
+    auto [it, added] = index.emplace(slide, b.slides.size());
+    if (added) {
+      b.slides.push_back(slide);
+      b.rows.emplace_back();
+    }
+    b.rows[it->second].push_back(static_cast<std::int64_t>(i));
+  }
+  return b;
+}
+
+// The attention block's softmax weights over one bag (1 × L) given its input `h`.
+torch::Tensor attention_weights(Block& block, const torch::Tensor& h) {
+  auto children = block.named_children();
+  auto linear = [&](const char* name) { return children[name]->as<torch::nn::Linear>(); };
+  auto a = torch::tanh(linear("V")->forward(h));
+  if (children.contains("U")) a = a * torch::sigmoid(linear("U")->forward(h));
+  return torch::softmax(linear("w")->forward(a).squeeze(-1), 1);
+}
+
+struct BagOutput {
+  torch::Tensor logits;          ///< bags × classes
+  std::vector<float> attention;  ///< per store row
+};
+
+// One forward pass per bag (bags differ in length; no padding needed).
+BagOutput bag_logits(BlockModel& model, const io::FeatureStore& store, const Bags& bags,
+                     const torch::Device& device) {
+  BagOutput out;
+  out.attention.assign(store.rows(), 0.0f);
+  std::size_t pool = 0;
+  while (pool < model.size() && model.names()[pool] != "attention") ++pool;
+  if (pool == model.size()) throw UsageError("the bag model has no attention block");
+  const auto view = matrix_view(store);
+  std::vector<torch::Tensor> parts;
+  for (const auto& r : bags.rows) {
+    const auto x =
+        view.index_select(0, torch::tensor(r, torch::kInt64)).to(device).to(torch::kFloat32);
+    const auto h = model.forward(
+        {x.unsqueeze(0), torch::ones({1, x.size(0)}, torch::kBool).to(device)}, 0, pool);
+    const auto w = attention_weights(model.block(pool), h.x).cpu().contiguous();
+    for (std::size_t i = 0; i < r.size(); ++i)
+      out.attention[static_cast<std::size_t>(r[i])] = w.data_ptr<float>()[i];
+    parts.push_back(model.forward(h, pool, model.size()).x.cpu());
+  }
+  out.logits = torch::cat(parts);
+  return out;
+}
+
+std::string csv(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string out = "\"";
+  for (const char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string number(float v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", static_cast<double>(v));  // round-trips float32
+  return text;
+}
+
+// predictions.csv: sample, slide, prediction, logit_LABEL..., prob_LABEL...
+void write_predictions(const std::string& path, const std::vector<std::string>& samples,
+                       const std::vector<std::string>& slides, const torch::Tensor& logits,
+                       const std::vector<std::string>& labels) {
+  const auto l = logits.to(torch::kFloat32).contiguous();
+  const auto p = torch::softmax(l, 1).contiguous();
+  const auto k = static_cast<std::int64_t>(labels.size());
+  std::string out = "sample,slide,prediction";
+  for (const auto& name : labels) out += "," + csv("logit_" + name);
+  for (const auto& name : labels) out += "," + csv("prob_" + name);
+  out += "\n";
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    const float* row = l.data_ptr<float>() + static_cast<std::int64_t>(i) * k;
+    const float* prob = p.data_ptr<float>() + static_cast<std::int64_t>(i) * k;
+    const auto best = std::max_element(row, row + k) - row;
+    out +=
+        csv(samples[i]) + "," + csv(slides[i]) + "," + csv(labels[static_cast<std::size_t>(best)]);
+    for (std::int64_t c = 0; c < k; ++c) out += "," + number(row[c]);
+    for (std::int64_t c = 0; c < k; ++c) out += "," + number(prob[c]);
+    out += "\n";
+  }
+  util::write_file_atomic(path, out);
+}
+
+void write_attention(const std::string& path, const io::FeatureStore& store,
+                     const std::vector<float>& attention) {
+  std::string out = "key,slide,attention\n";
+  for (std::size_t i = 0; i < store.rows(); ++i) {
+    const std::string key(store.key(i));
+    out += csv(key) + "," + csv(std::string(io::slide_of_key(key))) + "," + number(attention[i]) +
+           "\n";
+  }
+  util::write_file_atomic(path, out);
+}
+
+}  // namespace
+
+json to_json(const PredictReport& r) {
+  return {{"output", r.output},   {"unit", r.unit},   {"device", r.device},  {"weights", r.weights},
+          {"samples", r.samples}, {"tiles", r.tiles}, {"seconds", r.seconds}};
+}
+
+PredictReport predict(const PredictJob& job) {
+  const auto start = Clock::now();
+  const json run = read_finished_run(job.run);
+  const std::string unit = run.at("dataset").value("unit", "tile");
+  if (unit != "tile" && unit != "bag")
+    throw UsageError(at_file(job.run + "/run.json",
+                             "a model of unit '" + unit + "': predict takes tile and bag models"));
+  const auto store = io::FeatureStore::open(job.input);
+  check_features(run, store, job.input);
+  const torch::Device device = util::resolve_devices(job.device).front();
+  const auto model = load_model(run, job, device);
+  const auto labels = run.at("dataset").at("labels").get<std::vector<std::string>>();
+  util::make_directories(job.output);
+  torch::NoGradGuard no_grad;
+  std::vector<std::string> samples, slides;
+  torch::Tensor logits;
+  if (unit == "tile") {
+    logits = tile_logits(*model, store, job.batch, device);
+    for (std::size_t i = 0; i < store.rows(); ++i) {
+      samples.emplace_back(store.key(i));
+      slides.emplace_back(io::slide_of_key(samples.back()));
+    }
+  } else {
+    const Bags bags = bags_of(store);
+    const BagOutput out = bag_logits(*model, store, bags, device);
+    logits = out.logits;
+    samples = slides = bags.slides;
+    write_attention(job.output + "/attention.csv", store, out.attention);
+  }
+  write_predictions(job.output + "/predictions.csv", samples, slides, logits, labels);
+  PredictReport r;
+  r.output = job.output;
+  r.unit = unit;
+  r.device = device.str();
+  r.weights = util::name_of(kWeights, job.weights);
+  r.samples = static_cast<std::int64_t>(samples.size());
+  r.tiles = static_cast<std::int64_t>(store.rows());
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return r;
+}
+
+}  // namespace mltool::train

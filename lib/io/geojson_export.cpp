@@ -83,7 +83,8 @@ std::int64_t write_outline(FeatureWriter& out, const TissueMask& m) {
 
 // One square per kept tile, from the "tiles" record's columns. Returns the tiles written.
 std::int64_t write_tiles(FeatureWriter& out, const std::string& id, const json& tiles, double size,
-                         TileObjectType type, const std::string& where) {
+                         TileObjectType type, const std::string& where,
+                         const TileMeasurements& extra) {
   const char* columns[] = {"row", "col", "x", "y", "tissue"};
   for (const char* c : columns)
     if (!tiles.contains(c) || !tiles.at(c).is_array() ||
@@ -92,6 +93,7 @@ std::int64_t write_tiles(FeatureWriter& out, const std::string& id, const json& 
   const json tile_class = classification(kTileClass, kTileColour);
   const char* object_type = util::name_of(kTileObjectTypes, type);
   const std::size_t n = tiles.at("row").size();
+  std::int64_t written = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const auto row = tiles["row"][i].get<std::int64_t>();
     const auto col = tiles["col"][i].get<std::int64_t>();
@@ -100,6 +102,9 @@ std::int64_t write_tiles(FeatureWriter& out, const std::string& id, const json& 
     const double x1 = coordinate(x.get<double>() + size), y1 = coordinate(y.get<double>() + size);
     const double tissue = tiles["tissue"][i].get<double>();
     const std::string key = tile_key(id, row, col);
+    json measurements = {{"Tissue fraction", tissue}};
+    if (extra && !extra(key, measurements)) continue;
+    ++written;
     out.add(
         {{"type", "Feature"},
          {"geometry",
@@ -108,13 +113,13 @@ std::int64_t write_tiles(FeatureWriter& out, const std::string& id, const json& 
           {{"objectType", object_type},
            {"name", key},
            {"classification", tile_class},
-           {"measurements", {{"Tissue fraction", tissue}}},
+           {"measurements", measurements},
            {"key", key},
            {"row", row},
            {"col", col},
            {"tissue", tissue}}}});
   }
-  return static_cast<std::int64_t>(n);
+  return written;
 }
 
 // The complete slides to export: all of them, or those named (each must be complete).
@@ -138,27 +143,19 @@ std::vector<std::string> slides_to_export(const TileStore& store,
 
 GeojsonSlideReport export_slide(const TileStore& store, const std::string& id,
                                 const GeojsonExportJob& job) {
-  GeojsonSlideReport r;
-  r.id = id;
-  r.file = util::join_path(job.output, id + ".geojson");
-  const auto slide = store.record("slides", id);
-  const auto tiles = store.record("tiles", id);
-  const std::string where = store.path() + ": meta 'tiles/" + id + "'";
-  if (!slide || !tiles || !slide->contains("size_level0") || !tiles->is_object())
-    throw FormatError(store.path() + ": slide '" + id +
-                      "' lacks its 'slides' or 'tiles' record or their fields");
-  if (!job.overwrite && util::exists(r.file)) {
+  const std::string file = util::join_path(job.output, id + ".geojson");
+  if (!job.overwrite && util::exists(file)) {
+    GeojsonSlideReport r;
+    r.id = id;
+    r.file = file;
     r.status = "skipped";
-    r.tiles = static_cast<std::int64_t>(tiles->value("row", json::array()).size());
+    const auto tiles = store.record("tiles", id);
+    r.tiles = tiles && tiles->is_object()
+                  ? static_cast<std::int64_t>(tiles->value("row", json::array()).size())
+                  : 0;
     return r;
   }
-  FeatureWriter out(r.file);
-  if (const auto mask = store.tissue_mask(id)) r.outline_polygons = write_outline(out, *mask);
-  r.tiles =
-      write_tiles(out, id, *tiles, slide->at("size_level0").get<double>(), job.tile_object, where);
-  out.commit();
-  r.status = "written";
-  return r;
+  return write_slide_geojson(store, id, file, job.tile_object);
 }
 
 void log_slide(const GeojsonSlideReport& r) {
@@ -173,6 +170,27 @@ void log_slide(const GeojsonSlideReport& r) {
 }
 
 }  // namespace
+
+GeojsonSlideReport write_slide_geojson(const TileStore& store, const std::string& id,
+                                       const std::string& file, TileObjectType type,
+                                       const TileMeasurements& extra) {
+  GeojsonSlideReport r;
+  r.id = id;
+  r.file = file;
+  const auto slide = store.record("slides", id);
+  const auto tiles = store.record("tiles", id);
+  const std::string where = store.path() + ": meta 'tiles/" + id + "'";
+  if (!slide || !tiles || !slide->contains("size_level0") || !tiles->is_object())
+    throw FormatError(store.path() + ": slide '" + id +
+                      "' lacks its 'slides' or 'tiles' record or their fields");
+  FeatureWriter out(r.file);
+  if (const auto mask = store.tissue_mask(id)) r.outline_polygons = write_outline(out, *mask);
+  r.tiles =
+      write_tiles(out, id, *tiles, slide->at("size_level0").get<double>(), type, where, extra);
+  out.commit();
+  r.status = "written";
+  return r;
+}
 
 const util::EnumNames<TileObjectType> kTileObjectTypes = {{TileObjectType::tile, "tile"},
                                                           {TileObjectType::detection, "detection"}};

@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <unordered_map>
 
 #include "dataset.hpp"
 #include "mltool/io/feature_store.hpp"
+#include "mltool/io/geojson_export.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/train/model_spec.hpp"
 #include "mltool/train/models.hpp"
@@ -34,6 +36,8 @@ const util::Options<PredictJob>& predict_options() {
              "best (best.safetensors, the monitored best epoch) or final (model.safetensors)"),
       option("--device", &J::device, "auto (the first GPU, else CPU), cpu, cuda or cuda:N"),
       option("--batch", &J::batch, "Tiles per forward pass (tile models)").at_least(1),
+      option("--tiles", &J::tiles,
+             "The tile store for heatmaps (default: the one the features name, if it exists)"),
   };
   return table;
 }
@@ -272,11 +276,64 @@ void write_attention(const std::string& path, const io::FeatureStore& store,
   util::write_file_atomic(path, out);
 }
 
+// The tile store for heatmaps: --tiles, else the features' own if it is still there, else
+// none ("").
+std::string heatmap_store(const PredictJob& job, const io::FeatureStore& store) {
+  if (!job.tiles.empty()) {
+    if (!util::exists(job.tiles)) throw InputError(at_file(job.tiles, "no such tile store"));
+    return job.tiles;
+  }
+  const json source = store.manifest().value("source", json::object());
+  if (!source.is_object() || !source.contains("tile_store") || !source["tile_store"].is_string())
+    return "";
+  const std::string path = source["tile_store"];
+  if (util::exists(path)) return path;
+  log::warn(at_file(store.dir(),
+                    "its tile store " + path + " is not there: no heatmaps (pass --tiles STORE)"));
+  return "";
+}
+
+// heatmaps/SLIDE.geojson for every complete slide of the tile store that the features have
+// tiles of; `measure` adds row i's scores. Returns the slides written.
+std::int64_t write_heatmaps(const std::string& tiles, const io::FeatureStore& store,
+                            const std::string& dir,
+                            const std::function<void(std::size_t, json&)>& measure) {
+  const auto tile_store = io::TileStore::open(tiles, false);
+  std::unordered_map<std::string, std::size_t> row_of;
+  std::vector<std::string> slides;
+  for (std::size_t i = 0; i < store.rows(); ++i) {
+    const std::string key(store.key(i));
+    const std::string slide(io::slide_of_key(key));
+    if (slides.empty() || slides.back() != slide) slides.push_back(slide);
+    row_of.emplace(key, i);
+  }
+  std::sort(slides.begin(), slides.end());
+  slides.erase(std::unique(slides.begin(), slides.end()), slides.end());
+  util::make_directories(dir);
+  std::int64_t written = 0;
+  for (const auto& slide : slides) {
+    if (!tile_store.is_complete(slide)) {
+      log::warn(at_file(tiles, "no complete slide '" + slide + "': no heatmap for it"));
+      continue;
+    }
+    io::write_slide_geojson(tile_store, slide, util::join_path(dir, slide + ".geojson"),
+                            io::TileObjectType::tile, [&](const std::string& key, json& m) {
+                              const auto it = row_of.find(key);
+                              if (it == row_of.end()) return false;
+                              measure(it->second, m);
+                              return true;
+                            });
+    ++written;
+  }
+  return written;
+}
+
 }  // namespace
 
 json to_json(const PredictReport& r) {
-  return {{"output", r.output},   {"unit", r.unit},   {"device", r.device},  {"weights", r.weights},
-          {"samples", r.samples}, {"tiles", r.tiles}, {"seconds", r.seconds}};
+  return {{"output", r.output},     {"unit", r.unit},       {"device", r.device},
+          {"weights", r.weights},   {"samples", r.samples}, {"tiles", r.tiles},
+          {"heatmaps", r.heatmaps}, {"seconds", r.seconds}};
 }
 
 PredictReport predict(const PredictJob& job) {
@@ -291,10 +348,12 @@ PredictReport predict(const PredictJob& job) {
   const torch::Device device = util::resolve_devices(job.device).front();
   const auto model = load_model(run, job, device);
   const auto labels = run.at("dataset").at("labels").get<std::vector<std::string>>();
+  const std::string tiles = heatmap_store(job, store);
   util::make_directories(job.output);
   torch::NoGradGuard no_grad;
   std::vector<std::string> samples, slides;
   torch::Tensor logits;
+  std::vector<float> attention;
   if (unit == "tile") {
     logits = tile_logits(*model, store, job.batch, device);
     for (std::size_t i = 0; i < store.rows(); ++i) {
@@ -303,10 +362,24 @@ PredictReport predict(const PredictJob& job) {
     }
   } else {
     const Bags bags = bags_of(store);
-    const BagOutput out = bag_logits(*model, store, bags, device);
+    BagOutput out = bag_logits(*model, store, bags, device);
     logits = out.logits;
+    attention = std::move(out.attention);
     samples = slides = bags.slides;
-    write_attention(job.output + "/attention.csv", store, out.attention);
+    write_attention(job.output + "/attention.csv", store, attention);
+  }
+  std::int64_t heatmaps = 0;
+  if (!tiles.empty()) {
+    const auto probs = torch::softmax(logits.to(torch::kFloat32), 1).contiguous();
+    const auto k = static_cast<std::int64_t>(labels.size());
+    heatmaps = write_heatmaps(tiles, store, job.output + "/heatmaps", [&](std::size_t i, json& m) {
+      if (!attention.empty()) {
+        m["attention"] = attention[i];
+        return;
+      }
+      const float* p = probs.data_ptr<float>() + static_cast<std::int64_t>(i) * k;
+      for (std::int64_t c = 0; c < k; ++c) m["prob_" + labels[static_cast<std::size_t>(c)]] = p[c];
+    });
   }
   write_predictions(job.output + "/predictions.csv", samples, slides, logits, labels);
   PredictReport r;
@@ -316,6 +389,7 @@ PredictReport predict(const PredictJob& job) {
   r.weights = util::name_of(kWeights, job.weights);
   r.samples = static_cast<std::int64_t>(samples.size());
   r.tiles = static_cast<std::int64_t>(store.rows());
+  r.heatmaps = heatmaps;
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return r;
 }

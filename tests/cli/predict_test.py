@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import torch
 
-import train_test as T
+import train_test as T  # also puts scripts/fixtures on sys.path
 from cli_common import expect, run, run_checks, tmp, write_feature_store
 
 mltool = os.path.abspath(sys.argv[1])
@@ -96,6 +96,42 @@ def check_abmil():
         expect(torch.allclose(mine, w, atol=1e-6), f"bag {p['sample']}: attention differs")
 
 
+def geojson_tiles(path):
+    """{key: measurements} of the tile features of a heatmap GeoJSON."""
+    doc = json.load(open(path))
+    return {f["properties"]["key"]: f["properties"]["measurements"]
+            for f in doc["features"] if f["properties"]["objectType"] == "tile"}
+
+
+def check_heatmaps():
+    import tile_store
+    # A tile store holding the tiles the synthetic features name: S00..S19, 15 rows of 1.
+    tile_store.write_store(tmp("tiles.lmdb"), [{"id": f"S{i:02d}", "rows": 15, "cols": 1} for i in range(20)],
+                           16, encoding="png")
+    out = tmp("pred_heat")
+    s = predict_ok(tmp("run_mlp"), tmp("feat"), "-o", out, "--tiles", tmp("tiles.lmdb"))
+    expect(s["heatmaps"] == 20, f"summary {s}")
+    preds = {p["sample"]: p for p in rows_of(os.path.join(out, "predictions.csv"))}
+    for i in range(20):
+        tiles = geojson_tiles(os.path.join(out, "heatmaps", f"S{i:02d}.geojson"))
+        expect(len(tiles) == 15, f"S{i:02d}: {len(tiles)} tiles in the heatmap")
+        for key, m in tiles.items():
+            for n in ("normal", "stroma", "tumor"):
+                expect(abs(m[f"prob_{n}"] - float(preds[key][f"prob_{n}"])) < 1e-6, f"{key}: prob_{n}")
+            expect("Tissue fraction" in m, f"{key}: measurements {m}")
+    # Bags: the attention per tile, for the slides of the tile store only (B.. has none).
+    tile_store.write_store(tmp("bagtiles.lmdb"), [{"id": "B00", "rows": 20, "cols": 1}], 16, encoding="png")
+    s = predict_ok(tmp("run_bag"), tmp("bagfeat"), "-o", tmp("pred_bag_heat"), "--tiles", tmp("bagtiles.lmdb"))
+    expect(s["heatmaps"] == 1, f"summary {s}")
+    att = {a["key"]: float(a["attention"]) for a in rows_of(tmp("pred_bag_heat", "attention.csv"))}
+    tiles = geojson_tiles(tmp("pred_bag_heat", "heatmaps", "B00.geojson"))
+    expect(set(tiles) == {k for k in att if k.startswith("B00/")}, f"B00 heatmap tiles {sorted(tiles)}")
+    expect(all(abs(m["attention"] - att[k]) < 1e-6 for k, m in tiles.items()), "attention in the heatmap")
+    # No tile store: no heatmaps directory.
+    predict_ok(tmp("run_mlp"), tmp("feat"), "-o", tmp("pred_plain"))
+    expect(not os.path.exists(tmp("pred_plain", "heatmaps")), "heatmaps without a tile store")
+
+
 def check_bad_input():
     def refused(args, code, words):
         c, _, err = predict(*args)
@@ -121,4 +157,4 @@ def check_bad_input():
 
 
 if __name__ == "__main__":
-    run_checks("predict", [check_mlp, check_abmil, check_bad_input], only, fixtures)
+    run_checks("predict", [check_mlp, check_abmil, check_heatmaps, check_bad_input], only, fixtures)

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,5 +61,18 @@ GeojsonExportReport export_geojson(const GeojsonExportJob& job);
 
 /// The --json summary.
 nlohmann::json to_json(const GeojsonExportReport& report);
+
+class TileStore;
+
+/// Adds to tile `key`'s measurements (an object of numbers QuPath shows per tile); false
+/// leaves the tile out of the file.
+using TileMeasurements = std::function<bool(const std::string& key, nlohmann::json& measurements)>;
+
+/// Slide `id` of `store` as `export geojson` writes it, to `file` (atomically), each tile's
+/// measurements extended by `extra` (mltool predict's heatmaps). FormatError for a slide
+/// without its "slides" or "tiles" record.
+GeojsonSlideReport write_slide_geojson(const TileStore& store, const std::string& id,
+                                       const std::string& file, TileObjectType type,
+                                       const TileMeasurements& extra = {});
 
 }  // namespace mltool::io

@@ -7,6 +7,10 @@
 //                       %.9g: the exact float)
 //     attention.csv     bag models: key, slide, attention (each tile's softmax weight in its
 //                       slide's bag), in store order
+//     heatmaps/SLIDE.geojson  with a tile store (--tiles, or the one features.json names):
+//                       the slide as `export geojson` writes it, each tile of the features
+//                       with prob_LABEL... (tile models) or attention (bag models) among its
+//                       QuPath measurements
 //
 // Every file is written aside and renamed into place; predictions.csv last, so its
 // presence means the prediction is complete.
@@ -31,6 +35,7 @@ struct PredictJob {
   Weights weights = Weights::best;
   std::string device = "auto";  ///< auto (the first GPU, else CPU), cpu, cuda or cuda:N
   int batch = 4096;             ///< tiles per forward pass (tile models)
+  std::string tiles;            ///< the tile store for heatmaps; empty: the one features.json names
 };
 
 /// The table of PredictJob's options (docs/predict.md's synopsis is checked against it).
@@ -41,8 +46,9 @@ struct PredictReport {
   std::string unit;    ///< tile or bag
   std::string device;  ///< e.g. "cpu", "cuda:0"
   std::string weights;
-  std::int64_t samples = 0;  ///< rows of predictions.csv
-  std::int64_t tiles = 0;    ///< feature rows read
+  std::int64_t samples = 0;   ///< rows of predictions.csv
+  std::int64_t tiles = 0;     ///< feature rows read
+  std::int64_t heatmaps = 0;  ///< slides with a heatmap
   double seconds = 0;
 };
 

@@ -182,6 +182,10 @@ std::string number(double v, int digits) {
 
 }  // namespace
 
+io::RgbImage caption_picture(const io::RgbImage& picture, const std::vector<std::string>& lines) {
+  return with_caption(picture, lines);
+}
+
 io::RgbImage qc_picture(const io::RgbImage& slide, const QcOverlay& overlay) {
   io::RgbImage out = slide;
   const int w = out.width, h = out.height, long_side = std::max(w, h);

@@ -19,6 +19,11 @@
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
+#ifdef MLTOOL_HAVE_SLIDE
+#include "mltool/slide/heatmap.hpp"
+#include "mltool/slide/openslide.hpp"
+#include "mltool/slide/qc.hpp"
+#endif
 
 namespace mltool::train {
 
@@ -38,6 +43,10 @@ const util::Options<PredictJob>& predict_options() {
       option("--batch", &J::batch, "Tiles per forward pass (tile models)").at_least(1),
       option("--tiles", &J::tiles,
              "The tile store for heatmaps (default: the one the features name, if it exists)"),
+      option("--label", &J::label,
+             "The class whose probability the PNG heatmaps show (default: the last label)"),
+      option("--heatmap-size", &J::heatmap_size, "The PNG heatmaps' long side in pixels")
+          .at_least(64),
   };
   return table;
 }
@@ -293,11 +302,62 @@ std::string heatmap_store(const PredictJob& job, const io::FeatureStore& store) 
   return "";
 }
 
-// heatmaps/SLIDE.geojson for every complete slide of the tile store that the features have
-// tiles of; `measure` adds row i's scores. Returns the slides written.
+#ifdef MLTOOL_HAVE_SLIDE
+// The slide's picture at `long_side`: its thumbnail when the slide file opens, else a light
+// grey canvas of its proportions.
+io::RgbImage slide_picture(const json& record, int long_side) {
+  try {
+    const auto slide = slide::Slide::open(record.at("path").get<std::string>());
+    return slide::read_qc_image(slide, long_side);
+  } catch (const Error& e) {
+    log::warn(std::string(e.what()) + ": the heatmap is drawn on a blank picture");
+  }
+  const double w = record.at("width").get<double>(), h = record.at("height").get<double>();
+  const double scale = long_side / std::max({w, h, 1.0});
+  io::RgbImage out{std::max(1, static_cast<int>(std::lround(w * scale))),
+                   std::max(1, static_cast<int>(std::lround(h * scale))),
+                   {}};
+  out.pixels.assign(static_cast<std::size_t>(out.width) * out.height * 3, 235);
+  return out;
+}
+
+// heatmaps/SLIDE.png: `value(row)` in [0, 1] over each tile of the features.
+void write_heatmap_png(const io::TileStore& tiles, const std::string& slide,
+                       const std::string& file, int long_side,
+                       const std::unordered_map<std::string, std::size_t>& row_of,
+                       const std::function<float(std::size_t)>& value,
+                       const std::vector<std::string>& caption) {
+  const json record = *tiles.record("slides", slide);
+  const json t = *tiles.record("tiles", slide);
+  const io::RgbImage picture = slide_picture(record, long_side);
+  const double sx = picture.width / record.at("width").get<double>();
+  const double sy = picture.height / record.at("height").get<double>();
+  const double size = record.at("size_level0").get<double>();
+  std::vector<slide::HeatTile> heat;
+  for (std::size_t i = 0; i < t.at("row").size(); ++i) {
+    const auto it = row_of.find(
+        io::tile_key(slide, t["row"][i].get<std::int64_t>(), t["col"][i].get<std::int64_t>()));
+    if (it == row_of.end()) continue;
+    const double x = t["x"][i].get<double>(), y = t["y"][i].get<double>();
+    heat.push_back({x * sx, y * sy, (x + size) * sx, (y + size) * sy, value(it->second)});
+  }
+  io::write_png(file, slide::heatmap_picture(picture, heat, caption));
+}
+#endif
+
+// What the heatmaps show of feature row i: GeoJSON measurements, and the PNG's value in [0, 1]
+// with its caption.
+struct HeatmapScores {
+  std::function<void(std::size_t, json&)> measure;
+  std::function<float(std::size_t)> value;
+  std::string what;  ///< the PNG caption's name of the value
+  int size = 1024;
+};
+
+// heatmaps/SLIDE.geojson (and .png where slides can be drawn) for every complete slide of the
+// tile store that the features have tiles of. Returns the slides written.
 std::int64_t write_heatmaps(const std::string& tiles, const io::FeatureStore& store,
-                            const std::string& dir,
-                            const std::function<void(std::size_t, json&)>& measure) {
+                            const std::string& dir, const HeatmapScores& scores) {
   const auto tile_store = io::TileStore::open(tiles, false);
   std::unordered_map<std::string, std::size_t> row_of;
   std::vector<std::string> slides;
@@ -316,16 +376,63 @@ std::int64_t write_heatmaps(const std::string& tiles, const io::FeatureStore& st
       log::warn(at_file(tiles, "no complete slide '" + slide + "': no heatmap for it"));
       continue;
     }
-    io::write_slide_geojson(tile_store, slide, util::join_path(dir, slide + ".geojson"),
-                            io::TileObjectType::tile, [&](const std::string& key, json& m) {
-                              const auto it = row_of.find(key);
-                              if (it == row_of.end()) return false;
-                              measure(it->second, m);
-                              return true;
-                            });
+    const auto report =
+        io::write_slide_geojson(tile_store, slide, util::join_path(dir, slide + ".geojson"),
+                                io::TileObjectType::tile, [&](const std::string& key, json& m) {
+                                  const auto it = row_of.find(key);
+                                  if (it == row_of.end()) return false;
+                                  scores.measure(it->second, m);
+                                  return true;
+                                });
+#ifdef MLTOOL_HAVE_SLIDE
+    write_heatmap_png(tile_store, slide, util::join_path(dir, slide + ".png"), scores.size, row_of,
+                      scores.value,
+                      {slide, "colour: " + scores.what + ", from 0 (blue) to 1 (red)",
+                       std::to_string(report.tiles) + " tiles"});
+#endif
     ++written;
   }
   return written;
+}
+
+// The heatmaps' scores: per label probabilities and --label's for the PNG (tile models), or
+// attention, scaled by the largest of its slide for the PNG (bag models).
+HeatmapScores heatmap_scores(const PredictJob& job, const torch::Tensor& logits,
+                             const std::vector<std::string>& labels,
+                             const std::vector<float>& attention, const io::FeatureStore& store) {
+  HeatmapScores h;
+  h.size = job.heatmap_size;
+  if (!attention.empty()) {
+    std::unordered_map<std::string, float> largest;
+    for (std::size_t i = 0; i < store.rows(); ++i) {
+      float& m = largest[std::string(io::slide_of_key(store.key(i)))];
+      m = std::max(m, attention[i]);
+    }
+    h.measure = [&attention](std::size_t i, json& m) { m["attention"] = attention[i]; };
+    h.value = [&attention, &store, largest](std::size_t i) {
+      const float m = largest.at(std::string(io::slide_of_key(store.key(i))));
+      return m > 0 ? attention[i] / m : 0.0f;
+    };
+    h.what = "attention / the slide's largest";
+    return h;
+  }
+  const auto label = job.label.empty()
+                         ? labels.size() - 1
+                         : static_cast<std::size_t>(
+                               std::find(labels.begin(), labels.end(), job.label) - labels.begin());
+  if (label == labels.size()) throw UsageError("--label " + job.label + ": not a label of the run");
+  const auto probs = torch::softmax(logits.to(torch::kFloat32), 1).contiguous();
+  const auto k = static_cast<std::int64_t>(labels.size());
+  h.measure = [probs, k, &labels](std::size_t i, json& m) {
+    const float* p = probs.data_ptr<float>() + static_cast<std::int64_t>(i) * k;
+    for (std::int64_t c = 0; c < k; ++c) m["prob_" + labels[static_cast<std::size_t>(c)]] = p[c];
+  };
+  h.value = [probs, k, label](std::size_t i) {
+    return probs
+        .data_ptr<float>()[static_cast<std::int64_t>(i) * k + static_cast<std::int64_t>(label)];
+  };
+  h.what = "probability of " + labels[label];
+  return h;
 }
 
 }  // namespace
@@ -369,18 +476,9 @@ PredictReport predict(const PredictJob& job) {
     write_attention(job.output + "/attention.csv", store, attention);
   }
   std::int64_t heatmaps = 0;
-  if (!tiles.empty()) {
-    const auto probs = torch::softmax(logits.to(torch::kFloat32), 1).contiguous();
-    const auto k = static_cast<std::int64_t>(labels.size());
-    heatmaps = write_heatmaps(tiles, store, job.output + "/heatmaps", [&](std::size_t i, json& m) {
-      if (!attention.empty()) {
-        m["attention"] = attention[i];
-        return;
-      }
-      const float* p = probs.data_ptr<float>() + static_cast<std::int64_t>(i) * k;
-      for (std::int64_t c = 0; c < k; ++c) m["prob_" + labels[static_cast<std::size_t>(c)]] = p[c];
-    });
-  }
+  if (!tiles.empty())
+    heatmaps = write_heatmaps(tiles, store, job.output + "/heatmaps",
+                              heatmap_scores(job, logits, labels, attention, store));
   write_predictions(job.output + "/predictions.csv", samples, slides, logits, labels);
   PredictReport r;
   r.output = job.output;

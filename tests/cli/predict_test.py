@@ -112,6 +112,17 @@ def check_heatmaps():
     s = predict_ok(tmp("run_mlp"), tmp("feat"), "-o", out, "--tiles", tmp("tiles.lmdb"))
     expect(s["heatmaps"] == 20, f"summary {s}")
     preds = {p["sample"]: p for p in rows_of(os.path.join(out, "predictions.csv"))}
+    from PIL import Image
+    for i in range(20):
+        img = np.asarray(Image.open(os.path.join(out, "heatmaps", f"S{i:02d}.png")).convert("RGB"))
+        expect(max(img.shape[:2]) >= 1024, f"S{i:02d}.png is {img.shape}")
+        # The tiles' colours differ where the model tells classes apart: many colours on top.
+        top = img[: img.shape[0] // 2].reshape(-1, 3)
+        expect(len(np.unique(top, axis=0)) >= 4, f"S{i:02d}.png: {len(np.unique(top, axis=0))} colours")
+    small = predict_ok(tmp("run_mlp"), tmp("feat"), "-o", tmp("pred_small"), "--tiles", tmp("tiles.lmdb"),
+                       "--heatmap-size", "300", "--label", "normal")
+    img = Image.open(tmp("pred_small", "heatmaps", "S00.png"))
+    expect(img.size[0] < 300 and img.size[1] > 300, f"--heatmap-size 300 gives {img.size}")
     for i in range(20):
         tiles = geojson_tiles(os.path.join(out, "heatmaps", f"S{i:02d}.geojson"))
         expect(len(tiles) == 15, f"S{i:02d}: {len(tiles)} tiles in the heatmap")
@@ -127,6 +138,7 @@ def check_heatmaps():
     tiles = geojson_tiles(tmp("pred_bag_heat", "heatmaps", "B00.geojson"))
     expect(set(tiles) == {k for k in att if k.startswith("B00/")}, f"B00 heatmap tiles {sorted(tiles)}")
     expect(all(abs(m["attention"] - att[k]) < 1e-6 for k, m in tiles.items()), "attention in the heatmap")
+    expect(os.path.isfile(tmp("pred_bag_heat", "heatmaps", "B00.png")), "B00.png missing")
     # No tile store: no heatmaps directory.
     predict_ok(tmp("run_mlp"), tmp("feat"), "-o", tmp("pred_plain"))
     expect(not os.path.exists(tmp("pred_plain", "heatmaps")), "heatmaps without a tile store")

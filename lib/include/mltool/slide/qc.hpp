@@ -53,6 +53,9 @@ inline constexpr double kMinBoxPx = 12;
 /// gives the same pixels.
 io::RgbImage qc_picture(const io::RgbImage& slide, const QcOverlay& overlay);
 
+/// `picture` with qc_picture's caption strip below it (the first line bold).
+io::RgbImage caption_picture(const io::RgbImage& picture, const std::vector<std::string>& lines);
+
 /// What a slide's caption says.
 struct QcCaption {
   std::string id;

@@ -11,6 +11,8 @@
 //                       the slide as `export geojson` writes it, each tile of the features
 //                       with prob_LABEL... (tile models) or attention (bag models) among its
 //                       QuPath measurements
+//     heatmaps/SLIDE.png  the same scores (--label's probability, or attention / the slide's
+//                       largest) on the slide's thumbnail, with a colour bar and a caption
 //
 // Every file is written aside and renamed into place; predictions.csv last, so its
 // presence means the prediction is complete.
@@ -36,6 +38,8 @@ struct PredictJob {
   std::string device = "auto";  ///< auto (the first GPU, else CPU), cpu, cuda or cuda:N
   int batch = 4096;             ///< tiles per forward pass (tile models)
   std::string tiles;            ///< the tile store for heatmaps; empty: the one features.json names
+  std::string label;        ///< the class whose probability the PNG heatmaps show; empty: the last
+  int heatmap_size = 1024;  ///< the PNG heatmaps' long side, pixels
 };
 
 /// The table of PredictJob's options (docs/predict.md's synopsis is checked against it).

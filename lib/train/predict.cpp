@@ -395,6 +395,19 @@ std::int64_t write_heatmaps(const std::string& tiles, const io::FeatureStore& st
   return written;
 }
 
+// --label's id (the last label's if empty); UsageError naming the run's labels if it has none
+// such.
+std::size_t label_index(const PredictJob& job, const std::vector<std::string>& labels) {
+  if (job.label.empty()) return labels.size() - 1;
+  const auto it = std::find(labels.begin(), labels.end(), job.label);
+  if (it == labels.end()) {
+    std::string names;
+    for (const auto& l : labels) names += (names.empty() ? "" : ", ") + l;
+    throw UsageError("--label " + job.label + ": not a label of the run (" + names + ")");
+  }
+  return static_cast<std::size_t>(it - labels.begin());
+}
+
 // The heatmaps' scores: per label probabilities and --label's for the PNG (tile models), or
 // attention, scaled by the largest of its slide for the PNG (bag models).
 HeatmapScores heatmap_scores(const PredictJob& job, const torch::Tensor& logits,
@@ -416,11 +429,7 @@ HeatmapScores heatmap_scores(const PredictJob& job, const torch::Tensor& logits,
     h.what = "attention / the slide's largest";
     return h;
   }
-  const auto label = job.label.empty()
-                         ? labels.size() - 1
-                         : static_cast<std::size_t>(
-                               std::find(labels.begin(), labels.end(), job.label) - labels.begin());
-  if (label == labels.size()) throw UsageError("--label " + job.label + ": not a label of the run");
+  const auto label = label_index(job, labels);
   const auto probs = torch::softmax(logits.to(torch::kFloat32), 1).contiguous();
   const auto k = static_cast<std::int64_t>(labels.size());
   h.measure = [probs, k, &labels](std::size_t i, json& m) {
@@ -455,6 +464,7 @@ PredictReport predict(const PredictJob& job) {
   const torch::Device device = util::resolve_devices(job.device).front();
   const auto model = load_model(run, job, device);
   const auto labels = run.at("dataset").at("labels").get<std::vector<std::string>>();
+  label_index(job, labels);  // a bad --label stops before anything is written
   const std::string tiles = heatmap_store(job, store);
   util::make_directories(job.output);
   torch::NoGradGuard no_grad;

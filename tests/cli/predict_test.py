@@ -165,7 +165,16 @@ def check_bad_input():
     m["model"] = {"name": "another-extractor"}
     json.dump(m, open(tmp("feat_other", "features.json"), "w"))
     refused([tmp("run_mlp"), tmp("feat_other"), "-o", tmp("p_bad")], 2, ["extractor", "another-extractor"])
-    expect(not os.path.exists(tmp("p_bad", "predictions.csv")), "a refused prediction wrote predictions.csv")
+    # A pixel (rescnn) run: not predicted on features.
+    d = tmp("run_image")
+    shutil.copytree(tmp("run_mlp"), d)
+    doc = json.load(open(os.path.join(d, "run.json")))
+    doc["dataset"]["unit"] = "image"
+    json.dump(doc, open(os.path.join(d, "run.json"), "w"))
+    refused([d, tmp("feat"), "-o", tmp("p_bad")], 1, ["unit 'image'"])
+    refused([tmp("run_mlp"), tmp("feat"), "-o", tmp("p_bad"), "--label", "bone"], 1,
+            ["--label bone", "normal, stroma, tumor"])
+    expect(not os.path.exists(tmp("p_bad")), "a refused prediction wrote its output directory")
 
 
 if __name__ == "__main__":

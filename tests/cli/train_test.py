@@ -553,9 +553,155 @@ def check_one_writer():
     expect(metrics(out) == metrics(tmp("run_w_ref")), "the first run's metrics differ from a single run's")
 
 
+# ---------------------------------------------------------------- TorchScript models
+
+class ScriptMLP(torch.nn.Module):
+    """dims → hidden → classes, ReLU: the TorchScript model the checks train."""
+
+    def __init__(self, dims=32, hidden=32, classes=3):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(dims, hidden), torch.nn.ReLU(),
+                                        torch.nn.Linear(hidden, classes))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def script_file(name, module):
+    torch.jit.script(module).save(tmp(name))
+    return tmp(name)
+
+
+def mix64(x):
+    """lib/train/loop.cpp's SplitMix64 finaliser."""
+    m = (1 << 64) - 1
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & m
+    return x ^ (x >> 31)
+
+
+def epoch_order(seed, epoch, n):
+    """The training order of an epoch, as lib/train/loop.cpp's epoch_order draws it."""
+    m = (1 << 64) - 1
+    g = torch.Generator().manual_seed(mix64((seed * 0x9E3779B97F4A7C15 + epoch + 0x632BE59BD9B4E019) & m))
+    return torch.randperm(n, generator=g)
+
+
+def check_script_matches_python():
+    """A TorchScript MLP trained by mltool (CPU, f32) ends within 1e-5 of the same module
+    trained by a plain PyTorch loop over the same batches in the same order; the exported
+    TorchScript file and state dict load in Python and reproduce the tool's logits."""
+    torch.manual_seed(3)
+    ref = ScriptMLP()
+    path = script_file("mlp_script.pt", ref)
+    epochs, batch, lr, seed = 3, 32, 0.01, 7
+    out = tmp("run_script")
+    # --val-split train: predictions.csv then lists the training split in its order.
+    s = train_ok(tmp("ds"), "--model", path, "-o", out, "--epochs", str(epochs), "--batch", str(batch),
+                 "--lr", str(lr), "--schedule", "constant", "--seed", str(seed), "--val-split", "train",
+                 "--device", "cpu", "--math-threads", "1")
+    expect(s["status"] == "complete" and s["blocks"] == ["script"], f"summary {s}")
+    manifest = json.load(open(os.path.join(out, "run.json")))
+    expect(manifest["spec"]["family"] == "torchscript" and len(manifest["spec"]["sha256"]) == 64,
+           f"run.json spec {manifest['spec']}")
+    labels = manifest["dataset"]["labels"]
+    preds = predictions(out)
+    rows = [int(p["sample"]) for p in preds]
+    feats = torch.from_numpy(np.load(tmp("feat", "features.npy")).astype(np.float32))
+    x = feats[rows]
+    y = torch.tensor([labels.index(p["label"]) for p in preds])
+
+    torch.set_num_threads(1)
+    decay = [p for p in ref.parameters() if p.dim() >= 2]
+    plain = [p for p in ref.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": plain, "weight_decay": 0.0}],
+                            lr=lr, foreach=False)
+    n = len(rows)
+    for epoch in range(epochs):
+        order = epoch_order(seed, epoch, n)
+        for b in range(0, n, batch):
+            idx = order[b:b + batch]
+            opt.zero_grad()
+            F.cross_entropy(ref(x[idx]), y[idx]).backward()
+            opt.step()
+    want = {k: v.detach().numpy() for k, v in ref.state_dict().items()}
+    got, meta = read_safetensors(os.path.join(out, "model.safetensors"))
+    expect(set(got) == set(want), f"exported names {sorted(got)}, expected {sorted(want)}")
+    for k in want:
+        d = float(np.abs(got[k] - want[k]).max())
+        expect(d <= 1e-5, f"{k}: differs from the PyTorch loop's by {d}")
+    sd = torch.load(os.path.join(out, "model.pt"), weights_only=True)
+    expect(all(torch.equal(sd[k], torch.from_numpy(got[k].copy())) for k in got), "model.pt differs from model.safetensors")
+    module = torch.jit.load(os.path.join(out, "model.script.pt"))
+    with torch.no_grad():
+        logits = module(x).numpy()
+    tool = np.array([[float(p["logit_" + l]) for l in labels] for p in preds], dtype=np.float32)
+    d = float(np.abs(logits - tool).max())
+    expect(d <= 1e-5, f"model.script.pt's logits differ from predictions.csv's by {d}")
+
+
+def check_script_learns():
+    """A TorchScript MLP reaches the built-in MLP's accuracy (check_mlp_learns: >= 0.95)."""
+    torch.manual_seed(4)
+    path = script_file("mlp_script_learn.pt", ScriptMLP())
+    s = train_ok(tmp("ds"), "--model", path, "-o", tmp("run_script_learn"), "--epochs", "8",
+                 "--batch", "32", "--lr", "0.01", "--warmup", "3")
+    epochs = [l for l in metrics(tmp("run_script_learn")) if l["event"] == "epoch"]
+    expect(s["status"] == "complete" and epochs[-1]["val_accuracy"] >= 0.95,
+           f"final val accuracy {epochs[-1]['val_accuracy']}")
+
+
+class TupleOut(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(32, 3)
+
+    def forward(self, x):
+        return self.fc(x), x
+
+
+def check_script_bad_input():
+    base = ["-o", tmp("run_bad_script")]
+    torch.manual_seed(0)
+    two = script_file("two_classes.pt", ScriptMLP(classes=2))
+    expect_error([tmp("ds"), *base, "--model", two], 2, "two_classes.pt: forward returned a tensor of 2 x 2",
+                 "expected 2 x 3")
+    tup = script_file("tuple_out.pt", TupleOut())
+    expect_error([tmp("ds"), *base, "--model", tup], 2, "tuple_out.pt: forward returned Tuple")
+    wide = script_file("wide.pt", ScriptMLP(dims=64))
+    expect_error([tmp("ds"), *base, "--model", wide], 2, "wide.pt: forward failed on a batch of 2 x 32")
+    mlp = script_file("mlp_bad.pt", ScriptMLP())
+    expect_error([tmp("bagds"), *base, "--model", mlp], 2, "mlp_bad.pt: a TorchScript model trains on tile",
+                 "--unit bag")
+    expect_error([tmp("ds"), *base, "--model", mlp, "--sections", "2"], 1, "--sections: not for TorchScript")
+    torch.save(ScriptMLP().state_dict(), tmp("state_dict.pt"))
+    expect_error([tmp("ds"), *base, "--model", tmp("state_dict.pt")], 2,
+                 "state_dict.pt: not a TorchScript module")
+    expect(not os.path.exists(tmp("run_bad_script")), "a run directory was created for bad input")
+
+
+def check_script_resume():
+    """A stopped TorchScript run resumes to exactly the weights of an uninterrupted one, and
+    --resume refuses another module file."""
+    torch.manual_seed(5)
+    path = script_file("mlp_resume.pt", ScriptMLP())
+    args = [tmp("ds"), "--model", path, "--epochs", "2", "--batch", "16"]
+    train_ok(*args, "-o", tmp("run_script_full"))
+    train_ok(*args, "-o", tmp("run_script_cut"), "--max-steps", "20")
+    torch.manual_seed(6)
+    other = script_file("mlp_other.pt", ScriptMLP())
+    expect_error([tmp("ds"), "--model", other, "--epochs", "2", "--batch", "16", "-o", tmp("run_script_cut"),
+                  "--resume"], 1, "the model spec differs")
+    train_ok(*args, "-o", tmp("run_script_cut"), "--resume")
+    a = open(tmp("run_script_full", "model.safetensors"), "rb").read()
+    b = open(tmp("run_script_cut", "model.safetensors"), "rb").read()
+    expect(a == b, "the resumed TorchScript run's weights differ from an uninterrupted run's")
+
+
 if __name__ == "__main__":
     run_checks("train", [check_mlp_learns, check_feeds_agree, check_resume, check_kill_and_resume,
                          check_pytorch_loads, check_abmil_learns, check_image, check_bad_input,
                          check_nan_loss, check_micro_batches, check_sections, check_reproducible,
-                         check_one_writer],
+                         check_one_writer, check_script_matches_python, check_script_learns,
+                         check_script_bad_input, check_script_resume],
               only, fixtures)

@@ -1,0 +1,42 @@
+// `mltool train --model MODEL.pt`: a TorchScript module (torch.jit.script or torch.jit.trace,
+// then .save) trained in place of a built-in family. Told apart from a JSON spec by content:
+// a zip archive (TorchScript's container) is a module, anything else a spec. Internal to
+// lib/train.
+#pragma once
+
+#include <torch/script.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mltool/train/models.hpp"
+
+namespace mltool::train {
+
+/// Whether `path` starts like a zip archive (TorchScript's container), not a JSON spec.
+bool is_script_file(const std::string& path);
+
+struct ScriptModel {
+  std::string path;
+  std::string sha256;  ///< of the file, recorded in run.json so --resume refuses another
+  std::shared_ptr<torch::jit::Module> module;
+};
+
+/// Loads the module on the CPU (InputError naming the file if it is not one).
+ScriptModel load_script_model(const std::string& path);
+
+/// A forward on a batch of 2 x input_dims zeros in eval mode, before anything is written:
+/// InputError naming the file if it fails or returns anything but one 2 x classes tensor.
+void probe_script(const ScriptModel& m, std::int64_t input_dims, std::int64_t classes);
+
+/// The module as a one-block model ("script"): its parameters and buffers are the module's
+/// own tensors (trained in place), train()/eval() reach it, and every forward checks that the
+/// output is one N x classes tensor (InputError naming the file otherwise).
+std::shared_ptr<BlockModel> script_block_model(const ScriptModel& m, std::int64_t classes);
+
+/// Saves a CPU copy of the module in eval mode as TorchScript (torch.jit.load reads it).
+void save_script(const torch::jit::Module& m, const std::string& path);
+
+}  // namespace mltool::train

@@ -35,48 +35,68 @@ std::string last_line(const std::string& what) {
   return what.substr(begin == std::string::npos ? 0 : begin + 1, end + 1 - (begin + 1));
 }
 
-// The logits of a forward on `n` samples: one n x classes tensor, else InputError naming the file.
-torch::Tensor logits_of(const std::string& path, const c10::IValue& out, std::int64_t n,
-                        std::int64_t classes) {
-  if (!out.isTensor())
-    throw InputError(at_file(path, "forward returned " + out.tagKind() +
-                                       ", not one tensor of logits (batch x classes)"));
-  auto y = out.toTensor();
-  if (y.dim() != 2 || y.size(0) != n || y.size(1) != classes) {
-    std::string shape;
-    for (const auto s : y.sizes()) shape += (shape.empty() ? "" : " x ") + std::to_string(s);
-    throw InputError(at_file(path, "forward returned a tensor of " + shape + " for a batch of " +
-                                       std::to_string(n) + "; expected " + std::to_string(n) +
-                                       " x " + std::to_string(classes) + " (batch x classes)"));
+std::string shape_of(const torch::Tensor& t) {
+  std::string shape;
+  for (const auto s : t.sizes()) shape += (shape.empty() ? "" : " x ") + std::to_string(s);
+  return t.dim() == 0 ? "a scalar" : "a tensor of " + shape;
+}
+
+// One forward on `x` ("what" names it in messages): its output, errors as InputError naming
+// the file.
+c10::IValue call(const ScriptModel& m, const torch::Tensor& x, const std::string& what) {
+  try {
+    return m.module->forward({x});
+  } catch (const std::exception& e) {  // torch::jit::JITException, c10::Error
+    if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) throw;
+    throw InputError(at_file(m.path, "forward failed on " + what + ": " + last_line(e.what())));
   }
-  return y;
+}
+
+// The logits of a forward on `n` samples, 1 x classes: a bag's (classes or 1 x classes);
+// n x classes: a batch of tiles'. Anything else is an InputError naming the file.
+torch::Tensor logits_of(const ScriptModel& m, const c10::IValue& out, std::int64_t n,
+                        std::int64_t classes, const std::string& what) {
+  if (!out.isTensor())
+    throw InputError(at_file(m.path, "forward returned " + out.tagKind() + " for " + what +
+                                         ", not one tensor of logits"));
+  auto y = out.toTensor();
+  if (m.bag && y.dim() == 1 && y.size(0) == classes) return y.unsqueeze(0);
+  if (y.dim() == 2 && y.size(0) == n && y.size(1) == classes) return y;
+  const std::string want =
+      m.bag ? std::to_string(classes) + " or 1 x " + std::to_string(classes) + " (one bag's logits)"
+            : std::to_string(n) + " x " + std::to_string(classes) + " (batch x classes)";
+  const bool pooled = !m.bag && y.dim() >= 1 && y.size(0) == 1 && n > 1;
+  throw InputError(
+      at_file(m.path, "forward returned " + shape_of(y) + " for " + what + "; expected " + want +
+                          (pooled ? " (a bag model? the dataset's unit is tile)" : "")));
 }
 
 class ScriptBlock : public Block {
  public:
-  ScriptBlock(const ScriptModel& m, std::int64_t classes)
-      : module_(m.module), path_(m.path), classes_(classes) {
-    mirror(*this, *module_);
+  ScriptBlock(const ScriptModel& m, std::int64_t classes) : m_(m), classes_(classes) {
+    mirror(*this, *m_.module);
   }
 
+  // Tiles: one call on the batch. Bags: one call per bag on its real instances (L_b x D), the
+  // logits stacked.
   Activation forward(const Activation& in) override {
-    c10::IValue out;
-    try {
-      out = module_->forward({in.x});
-    } catch (const torch::jit::JITException& e) {
-      throw InputError(at_file(path_, "forward failed: " + last_line(e.what())));
+    const auto n = in.x.size(0);
+    if (!m_.bag) return {logits_of(m_, call(m_, in.x, "a batch"), n, classes_, "a batch"), {}};
+    std::vector<torch::Tensor> rows;
+    for (std::int64_t b = 0; b < n; ++b) {
+      const auto x = in.mask.defined() ? in.x[b].index({in.mask[b]}) : in.x[b];
+      rows.push_back(logits_of(m_, call(m_, x, "a bag"), 1, classes_, "a bag"));
     }
-    return {logits_of(path_, out, in.x.size(0), classes_), {}};
+    return {torch::cat(rows), {}};
   }
 
   void train(bool on) override {
     Block::train(on);
-    module_->train(on);
+    m_.module->train(on);
   }
 
  private:
-  std::shared_ptr<torch::jit::Module> module_;
-  std::string path_;
+  ScriptModel m_;
   std::int64_t classes_;
 };
 
@@ -108,20 +128,15 @@ ScriptModel load_script_model(const std::string& path) {
 }
 
 void probe_script(const ScriptModel& m, std::int64_t input_dims, std::int64_t classes) {
-  const std::int64_t n = 2;
+  const std::int64_t n = m.bag ? 3 : 2;
+  const std::string what = (m.bag ? "a bag of " : "a batch of ") + std::to_string(n) + " x " +
+                           std::to_string(input_dims) + " features (float32)";
   torch::NoGradGuard no_grad;
   const bool training = m.module->is_training();
   m.module->eval();
-  c10::IValue out;
-  try {
-    out = m.module->forward({torch::zeros({n, input_dims})});
-  } catch (const std::exception& e) {  // torch::jit::JITException, c10::Error
-    throw InputError(at_file(m.path, "forward failed on a batch of " + std::to_string(n) + " x " +
-                                         std::to_string(input_dims) +
-                                         " features (float32): " + last_line(e.what())));
-  }
+  const auto out = call(m, torch::zeros({n, input_dims}), what);
   m.module->train(training);
-  logits_of(m.path, out, n, classes);
+  logits_of(m, out, m.bag ? 1 : n, classes, what);
 }
 
 std::shared_ptr<BlockModel> script_block_model(const ScriptModel& m, std::int64_t classes) {

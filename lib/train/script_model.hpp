@@ -22,18 +22,22 @@ struct ScriptModel {
   std::string path;
   std::string sha256;  ///< of the file, recorded in run.json so --resume refuses another
   std::shared_ptr<torch::jit::Module> module;
+  /// Trained on bags: forward(bag) on each bag's L x D instances returns its logits
+  /// (classes, or 1 x classes); else forward(features) on N x D returns N x classes.
+  bool bag = false;
 };
 
 /// Loads the module on the CPU (InputError naming the file if it is not one).
 ScriptModel load_script_model(const std::string& path);
 
-/// A forward on a batch of 2 x input_dims zeros in eval mode, before anything is written:
-/// InputError naming the file if it fails or returns anything but one 2 x classes tensor.
+/// A forward on zeros in eval mode, before anything is written (a batch of 2 x input_dims, or
+/// a bag of 3 instances): InputError naming the file if it fails or returns anything but the
+/// logits.
 void probe_script(const ScriptModel& m, std::int64_t input_dims, std::int64_t classes);
 
 /// The module as a one-block model ("script"): its parameters and buffers are the module's
-/// own tensors (trained in place), train()/eval() reach it, and every forward checks that the
-/// output is one N x classes tensor (InputError naming the file otherwise).
+/// own tensors (trained in place), train()/eval() reach it, and every forward checks the
+/// output's shape (InputError naming the file otherwise).
 std::shared_ptr<BlockModel> script_block_model(const ScriptModel& m, std::int64_t classes);
 
 /// Saves a CPU copy of the module in eval mode as TorchScript (torch.jit.load reads it).

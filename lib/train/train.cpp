@@ -206,19 +206,18 @@ struct Plan {
 };
 
 // --model MODEL.pt: the module loaded; the spec stands for it in run.json (its sha256, so
-// --resume refuses another file). Tile datasets only.
+// --resume refuses another file). Tile and bag datasets.
 void read_script(const TrainJob& job, Plan& p) {
   p.script = load_script_model(job.spec);
   p.spec.family = "torchscript";
   p.spec.document = {{"family", "torchscript"},
                      {"file", util::absolute_path(job.spec)},
                      {"sha256", p.script->sha256}};
-  require<InputError>(p.data.unit == records::PackUnit::tile,
-                      at_file(job.spec,
-                              "a TorchScript model trains on tile datasets (forward(features) "
-                              "-> logits), but " +
-                                  p.data.manifest_path + " was packed with --unit " +
-                                  records::to_string(p.data.unit)));
+  require<InputError>(
+      p.data.unit != records::PackUnit::image,
+      at_file(job.spec, "a TorchScript model trains on tile or bag datasets, but " +
+                            p.data.manifest_path + " was packed with --unit image"));
+  p.script->bag = p.data.unit == records::PackUnit::bag;
   probe_script(*p.script, p.data.dims, static_cast<std::int64_t>(p.data.labels.size()));
 }
 

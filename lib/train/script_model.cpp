@@ -1,6 +1,8 @@
 #include "script_model.hpp"
 
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include <torch/csrc/jit/runtime/jit_exception.h>
@@ -100,7 +102,73 @@ class ScriptBlock : public Block {
   std::int64_t classes_;
 };
 
+// One top-level child of a module whose forward runs its children in sequence: a block of its
+// own, so sections can cut between children. The last one checks the logits.
+class ChildBlock : public Block {
+ public:
+  ChildBlock(const ScriptModel& m, torch::jit::Module child, std::int64_t classes, bool last)
+      : m_(m), child_(std::move(child)), classes_(classes), last_(last) {
+    mirror(*this, child_);
+  }
+
+  Activation forward(const Activation& in) override {
+    c10::IValue out;
+    try {
+      out = child_.forward({in.x});
+    } catch (const torch::jit::JITException& e) {
+      throw InputError(at_file(m_.path, "forward failed: " + last_line(e.what())));
+    }
+    if (last_) return {logits_of(m_, out, in.x.size(0), classes_, "a batch"), {}};
+    if (!out.isTensor())
+      throw InputError(at_file(m_.path, "a child's forward returned " + out.tagKind() +
+                                            ", not a tensor for the next child"));
+    return {out.toTensor(), {}};
+  }
+
+  void train(bool on) override {
+    Block::train(on);
+    child_.train(on);
+  }
+
+ private:
+  ScriptModel m_;
+  torch::jit::Module child_;
+  std::int64_t classes_;
+  bool last_;
+};
+
 }  // namespace
+
+std::vector<std::string> sequential_children(const torch::jit::Module& m) {
+  if (m.named_parameters(false).size() > 0 || m.named_buffers(false).size() > 0) return {};
+  const auto graph = m.get_method("forward").graph();
+  if (graph->inputs().size() != 2 || graph->outputs().size() != 1) return {};
+  std::set<std::string> children;
+  for (const auto& c : m.named_children()) children.insert(c.name);
+  const torch::jit::Value* self = graph->inputs()[0];
+  const torch::jit::Value* value = graph->inputs()[1];
+  std::map<const torch::jit::Value*, std::string> attrs;
+  std::vector<std::string> order;
+  for (const auto* n : graph->nodes()) {
+    if (n->kind() == c10::prim::GetAttr && n->input(0) == self &&
+        children.count(n->s(c10::attr::name))) {
+      attrs[n->output()] = n->s(c10::attr::name);
+      continue;
+    }
+    const bool call = n->kind() == c10::prim::CallMethod && n->s(c10::attr::name) == "forward" &&
+                      n->inputs().size() == 2 && attrs.count(n->input(0)) && n->input(1) == value &&
+                      n->outputs().size() == 1 && value->uses().size() == 1;
+    if (!call) return {};
+    order.push_back(attrs.at(n->input(0)));
+    value = n->output();
+  }
+  // Each child once; none named "script" (the whole-module block's name, see export.cpp).
+  const std::set<std::string> distinct(order.begin(), order.end());
+  if (graph->outputs()[0] != value || order.empty() || distinct.size() != order.size() ||
+      distinct.count("script"))
+    return {};
+  return order;
+}
 
 bool is_script_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -141,7 +209,14 @@ void probe_script(const ScriptModel& m, std::int64_t input_dims, std::int64_t cl
 
 std::shared_ptr<BlockModel> script_block_model(const ScriptModel& m, std::int64_t classes) {
   auto model = std::make_shared<BlockModel>();
-  model->add("script", std::make_shared<ScriptBlock>(m, classes));
+  const auto children = m.bag ? std::vector<std::string>{} : sequential_children(*m.module);
+  if (children.empty()) {
+    model->add("script", std::make_shared<ScriptBlock>(m, classes));
+    return model;
+  }
+  for (std::size_t i = 0; i < children.size(); ++i)
+    model->add(children[i], std::make_shared<ChildBlock>(m, m.module->attr(children[i]).toModule(),
+                                                         classes, i + 1 == children.size()));
   return model;
 }
 

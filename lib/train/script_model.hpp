@@ -35,9 +35,16 @@ ScriptModel load_script_model(const std::string& path);
 /// logits.
 void probe_script(const ScriptModel& m, std::int64_t input_dims, std::int64_t classes);
 
-/// The module as a one-block model ("script"): its parameters and buffers are the module's
-/// own tensors (trained in place), train()/eval() reach it, and every forward checks the
-/// output's shape (InputError naming the file otherwise).
+/// The root's children in the order its forward runs them, when forward is exactly
+/// child_k(...child_1(x)) (each child once, the root holding no tensors of its own); else
+/// empty.
+std::vector<std::string> sequential_children(const torch::jit::Module& m);
+
+/// The module as a block model whose parameters and buffers are the module's own tensors
+/// (trained in place) under its own names, train()/eval() reaching it, every forward checking
+/// the output's shape (InputError naming the file otherwise). On tiles, a module whose
+/// forward runs its children in sequence has one block per child (what --sections cuts
+/// at); otherwise, and on bags, one block, "script".
 std::shared_ptr<BlockModel> script_block_model(const ScriptModel& m, std::int64_t classes);
 
 /// Saves a CPU copy of the module in eval mode as TorchScript (torch.jit.load reads it).

@@ -256,11 +256,14 @@ std::vector<std::size_t> check_sections(const TrainJob& job, const Plan& p) {
   require<UsageError>(!job.offload_boundaries || job.sections > 1 || !p.spec.section_starts.empty(),
                       "--offload-boundaries needs sections (--sections K, or the spec's "
                       "\"sections\")");
-  require<UsageError>(!p.script || job.sections == 1,
-                      "--sections: not for TorchScript models (" + job.spec +
-                          "); train it whole, or with --micro-batches");
-  if (p.script) return {};
-  const auto names = build_model(p.spec, p.data.dims, p.classes)->names();
+  const auto names = p.script ? script_block_model(*p.script, p.classes)->names()
+                              : build_model(p.spec, p.data.dims, p.classes)->names();
+  require<UsageError>(!p.script || job.sections == 1 || names != std::vector<std::string>{"script"},
+                      "--sections: " + job.spec +
+                          (p.script && p.script->bag
+                               ? " trains on bags, which sections do not cut"
+                               : "'s forward does not run its top-level children in sequence") +
+                          "; train it whole, or with --micro-batches");
   if (!p.spec.section_starts.empty()) return named_sections(names, p.spec.section_starts, job.spec);
   if (job.sections > 1)
     balance_sections(std::vector<std::int64_t>(names.size(), 1),

@@ -600,7 +600,7 @@ def check_script_matches_python():
     s = train_ok(tmp("ds"), "--model", path, "-o", out, "--epochs", str(epochs), "--batch", str(batch),
                  "--lr", str(lr), "--schedule", "constant", "--seed", str(seed), "--val-split", "train",
                  "--device", "cpu", "--math-threads", "1")
-    expect(s["status"] == "complete" and s["blocks"] == ["script"], f"summary {s}")
+    expect(s["status"] == "complete" and s["blocks"] == ["body"], f"summary {s}")  # its one child
     manifest = json.load(open(os.path.join(out, "run.json")))
     expect(manifest["spec"]["family"] == "torchscript" and len(manifest["spec"]["sha256"]) == 64,
            f"run.json spec {manifest['spec']}")
@@ -725,6 +725,37 @@ def check_script_bag_matches_python():
     expect(v["val_accuracy"] >= 0.9, f"bag task not learned: {v}")
 
 
+class Residual(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(32, 32)
+        self.b = torch.nn.Linear(32, 3)
+
+    def forward(self, x):
+        return self.b(x + self.a(x))
+
+
+def check_script_sections():
+    """--sections K on a module whose forward runs its top-level children in sequence: cut at
+    the children, the weights of plain training, exports under the module's names."""
+    torch.manual_seed(9)
+    seq = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32),
+                              torch.nn.ReLU(), torch.nn.Linear(32, 3))
+    path = script_file("seq.pt", seq)
+    args = [tmp("ds"), "--model", path, "--epochs", "2", "--batch", "16"]
+    s1 = train_ok(*args, "-o", tmp("run_script_sec1"))
+    expect(s1["blocks"] == ["0", "1", "2", "3", "4"], f"blocks {s1['blocks']}")
+    s = train_ok(*args, "-o", tmp("run_script_sec2"), "--sections", "2")
+    m = s["memory"]
+    expect(m["mode"] == "sections" and len(m["sections"]) == 2 and sum(m["sections"], []) == s1["blocks"],
+           f"memory {m}")
+    tensors_close(tmp("run_script_sec2", "model.safetensors"), tmp("run_script_sec1", "model.safetensors"), 1e-5)
+    got, _ = read_safetensors(tmp("run_script_sec2", "model.safetensors"))
+    expect(set(got) == set(seq.state_dict()), f"exported names {sorted(got)}")
+    module = torch.jit.load(tmp("run_script_sec2", "model.script.pt"))
+    module.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in got.items()})
+
+
 def check_script_bad_input():
     base = ["-o", tmp("run_bad_script")]
     torch.manual_seed(0)
@@ -741,7 +772,14 @@ def check_script_bad_input():
     bag = script_file("bag_model.pt", ScriptMIL(dims=32, classes=3))
     expect_error([tmp("ds"), *base, "--model", bag], 2, "bag_model.pt: forward returned a tensor of 1 x 3",
                  "a bag model? the dataset's unit is tile")
-    expect_error([tmp("ds"), *base, "--model", mlp, "--sections", "2"], 1, "--sections: not for TorchScript")
+    expect_error([tmp("ds"), *base, "--model", mlp, "--sections", "2"], 1,
+                 "--sections 2", "1 blocks")
+    expect_error([tmp("ds"), *base, "--model", script_file("tuple_sec.pt", TupleOut()), "--sections", "2"], 2,
+                 "tuple_sec.pt: forward returned Tuple")
+    expect_error([tmp("ds"), *base, "--model", script_file("residual.pt", Residual()), "--sections", "2"], 1,
+                 "residual.pt's forward does not run its top-level children in sequence")
+    expect_error([tmp("bagds"), *base, "--model", script_file("mil_sec.pt", ScriptMIL()), "--sections", "2"], 1,
+                 "mil_sec.pt trains on bags, which sections do not cut")
     torch.save(ScriptMLP().state_dict(), tmp("state_dict.pt"))
     expect_error([tmp("ds"), *base, "--model", tmp("state_dict.pt")], 2,
                  "state_dict.pt: not a TorchScript module")
@@ -771,5 +809,6 @@ if __name__ == "__main__":
                          check_pytorch_loads, check_abmil_learns, check_image, check_bad_input,
                          check_nan_loss, check_micro_batches, check_sections, check_reproducible,
                          check_one_writer, check_script_matches_python, check_script_learns,
-                         check_script_bad_input, check_script_resume, check_script_bag_matches_python],
+                         check_script_bad_input, check_script_resume, check_script_bag_matches_python,
+                         check_script_sections],
               only, fixtures)

@@ -737,7 +737,8 @@ class Residual(torch.nn.Module):
 
 def check_script_sections():
     """--sections K on a module whose forward runs its top-level children in sequence: cut at
-    the children, the weights of plain training, exports under the module's names."""
+    the children, the weights of plain training, exports under the module's names; and
+    --micro-batches, the weights of plain training too."""
     torch.manual_seed(9)
     seq = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32),
                               torch.nn.ReLU(), torch.nn.Linear(32, 3))
@@ -750,6 +751,8 @@ def check_script_sections():
     expect(m["mode"] == "sections" and len(m["sections"]) == 2 and sum(m["sections"], []) == s1["blocks"],
            f"memory {m}")
     tensors_close(tmp("run_script_sec2", "model.safetensors"), tmp("run_script_sec1", "model.safetensors"), 1e-5)
+    train_ok(*args, "-o", tmp("run_script_mb"), "--micro-batches", "3")
+    tensors_close(tmp("run_script_mb", "model.safetensors"), tmp("run_script_sec1", "model.safetensors"), 1e-5)
     got, _ = read_safetensors(tmp("run_script_sec2", "model.safetensors"))
     expect(set(got) == set(seq.state_dict()), f"exported names {sorted(got)}")
     module = torch.jit.load(tmp("run_script_sec2", "model.script.pt"))

@@ -14,12 +14,16 @@
 namespace mltool::train {
 namespace {
 
-// The state dict, in module order: parameters and buffers of each module, recursively.
+// The state dict, in module order: parameters and buffers of each module, recursively. A
+// TorchScript model's one block, "script", is no prefix: its names are the module's own.
 std::vector<std::pair<std::string, torch::Tensor>> state_dict(BlockModel& model) {
+  const bool script = model.size() == 1 && model.names()[0] == "script";
+  const auto name = [&](const std::string& key) { return script ? key.substr(7) : key; };
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& item : model.named_parameters(true))
-    out.emplace_back(item.key(), item.value().detach());
-  for (const auto& item : model.named_buffers(true)) out.emplace_back(item.key(), item.value());
+    out.emplace_back(name(item.key()), item.value().detach());
+  for (const auto& item : model.named_buffers(true))
+    out.emplace_back(name(item.key()), item.value());
   return out;
 }
 

@@ -26,6 +26,7 @@
 #include "mltool/util/parallel.hpp"
 #include "mltool/util/version.hpp"
 #include "run_dir.hpp"
+#include "script_model.hpp"
 #include "section_plan.hpp"
 
 namespace mltool::train {
@@ -201,15 +202,33 @@ struct Plan {
   std::shared_ptr<const RowSource> source;
   std::string tile_store;                 ///< image unit: the tile store read
   std::vector<std::size_t> named_bounds;  ///< the spec's "sections"; empty: --sections
+  std::optional<ScriptModel> script;      ///< --model MODEL.pt: the TorchScript module
 };
+
+// --model MODEL.pt: the module loaded; the spec stands for it in run.json (its sha256, so
+// --resume refuses another file). Tile and bag datasets.
+void read_script(const TrainJob& job, Plan& p) {
+  p.script = load_script_model(job.spec);
+  p.spec.family = "torchscript";
+  p.spec.document = {{"family", "torchscript"},
+                     {"file", util::absolute_path(job.spec)},
+                     {"sha256", p.script->sha256}};
+  require<InputError>(
+      p.data.unit != records::PackUnit::image,
+      at_file(job.spec, "a TorchScript model trains on tile or bag datasets, but " +
+                            p.data.manifest_path + " was packed with --unit image"));
+  p.script->bag = p.data.unit == records::PackUnit::bag;
+  probe_script(*p.script, p.data.dims, static_cast<std::int64_t>(p.data.labels.size()));
+}
 
 void check_spec_against_data(const TrainJob& job, const Plan& p) {
   const auto& data = p.data;
-  require<InputError>(p.spec.unit() == data.unit,
-                      at_file(job.spec, "family " + p.spec.family + " trains on " +
-                                            records::to_string(p.spec.unit()) + " records, but " +
-                                            data.manifest_path + " was packed with --unit " +
-                                            records::to_string(data.unit)));
+  if (!p.script)  // a TorchScript model's unit is checked by read_script
+    require<InputError>(p.spec.unit() == data.unit,
+                        at_file(job.spec, "family " + p.spec.family + " trains on " +
+                                              records::to_string(p.spec.unit()) + " records, but " +
+                                              data.manifest_path + " was packed with --unit " +
+                                              records::to_string(data.unit)));
   require<InputError>(p.classes >= 2, at_file(data.manifest_path,
                                               "has " + std::to_string(p.classes) +
                                                   " label(s); classification needs at least 2"));
@@ -237,7 +256,14 @@ std::vector<std::size_t> check_sections(const TrainJob& job, const Plan& p) {
   require<UsageError>(!job.offload_boundaries || job.sections > 1 || !p.spec.section_starts.empty(),
                       "--offload-boundaries needs sections (--sections K, or the spec's "
                       "\"sections\")");
-  const auto names = build_model(p.spec, p.data.dims, p.classes)->names();
+  const auto names = p.script ? script_block_model(*p.script, p.classes)->names()
+                              : build_model(p.spec, p.data.dims, p.classes)->names();
+  require<UsageError>(!p.script || job.sections == 1 || names != std::vector<std::string>{"script"},
+                      "--sections: " + job.spec +
+                          (p.script && p.script->bag
+                               ? " trains on bags, which sections do not cut"
+                               : "'s forward does not run its top-level children in sequence") +
+                          "; train it whole, or with --micro-batches");
   if (!p.spec.section_starts.empty()) return named_sections(names, p.spec.section_starts, job.spec);
   if (job.sections > 1)
     balance_sections(std::vector<std::int64_t>(names.size(), 1),
@@ -250,8 +276,11 @@ std::vector<std::size_t> check_sections(const TrainJob& job, const Plan& p) {
 Plan resolve_plan(const TrainJob& job) {
   check_job(job);
   Plan p;
-  p.spec = read_model_spec(job.spec);
   p.data = read_dataset_info(job.dataset);
+  if (is_script_file(job.spec))
+    read_script(job, p);
+  else
+    p.spec = read_model_spec(job.spec);
   p.classes = static_cast<std::int64_t>(p.data.labels.size());
   check_spec_against_data(job, p);
   const auto store = open_store(p.data);
@@ -391,7 +420,8 @@ json run_manifest(const TrainJob& job, const Plan& p, const Feeds& feeds, const 
 // The model on the device (data parallel: rank 0's weights and buffers everywhere).
 std::shared_ptr<BlockModel> make_model(const TrainJob& job, const Plan& p) {
   torch::manual_seed(job.seed);
-  auto model = build_model(p.spec, p.data.dims, p.classes);
+  auto model = p.script ? script_block_model(*p.script, p.classes)
+                        : build_model(p.spec, p.data.dims, p.classes);
   model->to(p.device);
   if (p.dp) {
     auto tensors = model->parameters();
@@ -478,6 +508,7 @@ void finish_run(const TrainJob& job, const Plan& p, Loop& loop, const LoopState&
   if (report.status != "stopped" && run.writes()) {
     export_safetensors(loop.model, run.path("model.safetensors"), run.export_metadata);
     export_state_dict(loop.model, run.path("model.pt"));
+    if (p.script) save_script(*p.script->module, run.path("model.script.pt"));
     const auto eval = evaluate(loop.model, loop.val_feed, p.val, job.batch, p.classes);
     write_predictions(run.path("predictions.csv"), p.val, eval.logits, p.data.labels);
     report.validation = eval.to_json();

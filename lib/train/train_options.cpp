@@ -30,7 +30,10 @@ const util::Options<TrainJob>& train_options() {
   using util::choice, util::flag, util::option;
   static const util::Options<TrainJob> table = {
       option("dataset", &J::dataset, "The dataset directory (mltool pack)").required(),
-      option("--model", &J::spec, "The model spec, JSON (docs/train.md#model-specs)").required(),
+      option("--model", &J::spec,
+             "The model: a spec, JSON (docs/train.md#model-specs), or a TorchScript module "
+             "(docs/train.md#torchscript-models)")
+          .required(),
       option("-o,--output", &J::output, "The run directory (created; see --resume, --overwrite)")
           .required(),
       choice("--feed", &J::feed, kFeeds,

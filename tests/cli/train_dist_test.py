@@ -127,6 +127,27 @@ def check_nproc_matches_one_process():
         same_weights(tmp("one_sgd"), out)
 
 
+def check_script_nproc():
+    """A TorchScript module (--model MODEL.pt) trains data parallel to one process's weights."""
+    import torch
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
+    path = tmp("mlp_script.pt")
+    torch.jit.script(model).save(path)
+    base = [mltool, "train", tmp("ds"), "--model", path, "--epochs", "2", "-q", "--log-every", "1"]
+    for name, opt, batch in (("sgd", "sgd", "16"), ("adamw", "adamw", "15")):
+        common = [*base, "--optimizer", opt, "--batch", batch]
+        one, two = tmp(f"script_one_{name}"), tmp(f"script_two_{name}")
+        ok([*common, "-o", one], f"TorchScript, 1 process, {name}")
+        ok([*common, "-o", two, "--nproc", "2"], f"TorchScript, --nproc 2, {name}")
+        same_weights(one, two)
+        same_metrics(one, two)
+    out = tmp("script_two_sections")
+    ok([*base, "--optimizer", "sgd", "--batch", "16", "--sections", "2", "--nproc", "2", "-o", out],
+       "TorchScript, --nproc 2 --sections 2")
+    same_weights(tmp("script_one_sgd"), out)
+
+
 def check_overlapped_buckets():
     # Buckets of ~100 bytes: each of the 4 tensors its own, every all-reduce launched from its
     # gradient's hook during backward; the weights are still one process's.
@@ -301,4 +322,4 @@ if __name__ == "__main__":
                               check_uneven_last_batch, check_resume, check_environment_launch,
                               check_group_of_one,
                               check_nproc_failure, check_killed_rank, check_hung_rank,
-                              check_nproc_killed_child], only, fixtures)
+                              check_nproc_killed_child, check_script_nproc], only, fixtures)

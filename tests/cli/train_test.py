@@ -553,9 +553,265 @@ def check_one_writer():
     expect(metrics(out) == metrics(tmp("run_w_ref")), "the first run's metrics differ from a single run's")
 
 
+# ---------------------------------------------------------------- TorchScript models
+
+class ScriptMLP(torch.nn.Module):
+    """dims → hidden → classes, ReLU: the TorchScript model the checks train."""
+
+    def __init__(self, dims=32, hidden=32, classes=3):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(dims, hidden), torch.nn.ReLU(),
+                                        torch.nn.Linear(hidden, classes))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def script_file(name, module):
+    torch.jit.script(module).save(tmp(name))
+    return tmp(name)
+
+
+def mix64(x):
+    """lib/train/loop.cpp's SplitMix64 finaliser."""
+    m = (1 << 64) - 1
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & m
+    return x ^ (x >> 31)
+
+
+def epoch_order(seed, epoch, n):
+    """The training order of an epoch, as lib/train/loop.cpp's epoch_order draws it."""
+    m = (1 << 64) - 1
+    g = torch.Generator().manual_seed(mix64((seed * 0x9E3779B97F4A7C15 + epoch + 0x632BE59BD9B4E019) & m))
+    return torch.randperm(n, generator=g)
+
+
+def check_script_matches_python():
+    """A TorchScript MLP trained by mltool (CPU, f32) ends within 1e-5 of the same module
+    trained by a plain PyTorch loop over the same batches in the same order; the exported
+    TorchScript file and state dict load in Python and reproduce the tool's logits."""
+    torch.manual_seed(3)
+    ref = ScriptMLP()
+    path = script_file("mlp_script.pt", ref)
+    epochs, batch, lr, seed = 3, 32, 0.01, 7
+    out = tmp("run_script")
+    # --val-split train: predictions.csv then lists the training split in its order.
+    s = train_ok(tmp("ds"), "--model", path, "-o", out, "--epochs", str(epochs), "--batch", str(batch),
+                 "--lr", str(lr), "--schedule", "constant", "--seed", str(seed), "--val-split", "train",
+                 "--device", "cpu", "--math-threads", "1")
+    expect(s["status"] == "complete" and s["blocks"] == ["body"], f"summary {s}")  # its one child
+    manifest = json.load(open(os.path.join(out, "run.json")))
+    expect(manifest["spec"]["family"] == "torchscript" and len(manifest["spec"]["sha256"]) == 64,
+           f"run.json spec {manifest['spec']}")
+    labels = manifest["dataset"]["labels"]
+    preds = predictions(out)
+    rows = [int(p["sample"]) for p in preds]
+    feats = torch.from_numpy(np.load(tmp("feat", "features.npy")).astype(np.float32))
+    x = feats[rows]
+    y = torch.tensor([labels.index(p["label"]) for p in preds])
+
+    torch.set_num_threads(1)
+    decay = [p for p in ref.parameters() if p.dim() >= 2]
+    plain = [p for p in ref.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": plain, "weight_decay": 0.0}],
+                            lr=lr, foreach=False)
+    n = len(rows)
+    for epoch in range(epochs):
+        order = epoch_order(seed, epoch, n)
+        for b in range(0, n, batch):
+            idx = order[b:b + batch]
+            opt.zero_grad()
+            F.cross_entropy(ref(x[idx]), y[idx]).backward()
+            opt.step()
+    want = {k: v.detach().numpy() for k, v in ref.state_dict().items()}
+    got, meta = read_safetensors(os.path.join(out, "model.safetensors"))
+    expect(set(got) == set(want), f"exported names {sorted(got)}, expected {sorted(want)}")
+    for k in want:
+        d = float(np.abs(got[k] - want[k]).max())
+        expect(d <= 1e-5, f"{k}: differs from the PyTorch loop's by {d}")
+    sd = torch.load(os.path.join(out, "model.pt"), weights_only=True)
+    expect(all(torch.equal(sd[k], torch.from_numpy(got[k].copy())) for k in got), "model.pt differs from model.safetensors")
+    module = torch.jit.load(os.path.join(out, "model.script.pt"))
+    with torch.no_grad():
+        logits = module(x).numpy()
+    tool = np.array([[float(p["logit_" + l]) for l in labels] for p in preds], dtype=np.float32)
+    d = float(np.abs(logits - tool).max())
+    expect(d <= 1e-5, f"model.script.pt's logits differ from predictions.csv's by {d}")
+
+
+def check_script_learns():
+    """A TorchScript MLP reaches the built-in MLP's accuracy (check_mlp_learns: >= 0.95)."""
+    torch.manual_seed(4)
+    path = script_file("mlp_script_learn.pt", ScriptMLP())
+    s = train_ok(tmp("ds"), "--model", path, "-o", tmp("run_script_learn"), "--epochs", "8",
+                 "--batch", "32", "--lr", "0.01", "--warmup", "3")
+    epochs = [l for l in metrics(tmp("run_script_learn")) if l["event"] == "epoch"]
+    expect(s["status"] == "complete" and epochs[-1]["val_accuracy"] >= 0.95,
+           f"final val accuracy {epochs[-1]['val_accuracy']}")
+
+
+class TupleOut(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(32, 3)
+
+    def forward(self, x):
+        return self.fc(x), x
+
+
+class ScriptMIL(torch.nn.Module):
+    """Attention MIL over one bag (L x dims) → 1 x classes. The score has no last bias: softmax
+    ignores it, so its gradient is rounding noise that Adam would amplify."""
+
+    def __init__(self, dims=16, hidden=16, attention=8, classes=2):
+        super().__init__()
+        self.embed = torch.nn.Linear(dims, hidden)
+        self.score = torch.nn.Sequential(torch.nn.Linear(hidden, attention), torch.nn.Tanh(),
+                                         torch.nn.Linear(attention, 1, bias=False))
+        self.head = torch.nn.Linear(hidden, classes)
+
+    def forward(self, bag):
+        h = torch.relu(self.embed(bag))
+        a = torch.softmax(self.score(h), dim=0)
+        return self.head((a * h).sum(0, keepdim=True))
+
+
+def check_script_bag_matches_python():
+    """A TorchScript attention-MIL model on bags: forward(bag) per bag, trained by mltool, is
+    within 1e-5 of a PyTorch loop over the same bags in the same order, and learns the task
+    (accuracy on its training split: --val-split train lists the bags in training order).
+    SGD, not AdamW: AdamW's first steps move each weight by about lr * sign(gradient), and
+    attention pooling leaves gradients at rounding-noise size whose sign the two differently
+    ordered sums do not share (AdamW ended 3e-4 apart after one epoch)."""
+    torch.manual_seed(8)
+    ref = ScriptMIL()
+    path = script_file("mil_script.pt", ref)
+    epochs, batch, lr, seed = 15, 4, 0.01, 2
+    out = tmp("run_script_bag")
+    s = train_ok(tmp("bagds"), "--model", path, "-o", out, "--epochs", str(epochs), "--batch", str(batch),
+                 "--lr", str(lr), "--schedule", "constant", "--optimizer", "sgd", "--momentum", "0.9", "--seed", str(seed), "--val-split", "train",
+                 "--device", "cpu", "--math-threads", "1")
+    expect(s["status"] == "complete" and s["unit"] == "bag", f"summary {s}")
+    labels = json.load(open(os.path.join(out, "run.json")))["dataset"]["labels"]
+    X = torch.from_numpy(np.load(tmp("bagfeat", "features.npy")).astype(np.float32))
+    keys = open(tmp("bagfeat", "keys.txt")).read().split()
+    preds = predictions(out)
+    bags = [X[[i for i, k in enumerate(keys) if k.startswith(p["sample"] + "/")]] for p in preds]
+    y = torch.tensor([labels.index(p["label"]) for p in preds])
+    torch.set_num_threads(1)
+    decay = [p for p in ref.parameters() if p.dim() >= 2]
+    plain = [p for p in ref.parameters() if p.dim() < 2]
+    opt = torch.optim.SGD([{"params": decay, "weight_decay": 0.01}, {"params": plain, "weight_decay": 0.0}],
+                          lr=lr, momentum=0.9, foreach=False)
+    n = len(bags)
+    for epoch in range(epochs):
+        order = epoch_order(seed, epoch, n)
+        for b in range(0, n, batch):
+            idx = order[b:b + batch].tolist()
+            opt.zero_grad()
+            F.cross_entropy(torch.cat([ref(bags[i]) for i in idx]), y[idx]).backward()
+            opt.step()
+    got, _ = read_safetensors(os.path.join(out, "model.safetensors"))
+    for k, v in ref.state_dict().items():
+        d = float(np.abs(got[k] - v.detach().numpy()).max())
+        expect(d <= 1e-5, f"{k}: differs from the PyTorch loop's by {d}")
+    module = torch.jit.load(os.path.join(out, "model.script.pt"))
+    with torch.no_grad():
+        logits = torch.cat([module(b) for b in bags]).numpy()
+    tool = np.array([[float(p["logit_" + l]) for l in labels] for p in preds], dtype=np.float32)
+    expect(float(np.abs(logits - tool).max()) <= 1e-5, "model.script.pt's bag logits differ from predictions.csv's")
+    v = s["validation"]
+    expect(v["val_accuracy"] >= 0.9, f"bag task not learned: {v}")
+
+
+class Residual(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(32, 32)
+        self.b = torch.nn.Linear(32, 3)
+
+    def forward(self, x):
+        return self.b(x + self.a(x))
+
+
+def check_script_sections():
+    """--sections K on a module whose forward runs its top-level children in sequence: cut at
+    the children, the weights of plain training, exports under the module's names; and
+    --micro-batches, the weights of plain training too."""
+    torch.manual_seed(9)
+    seq = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32),
+                              torch.nn.ReLU(), torch.nn.Linear(32, 3))
+    path = script_file("seq.pt", seq)
+    args = [tmp("ds"), "--model", path, "--epochs", "2", "--batch", "16"]
+    s1 = train_ok(*args, "-o", tmp("run_script_sec1"))
+    expect(s1["blocks"] == ["0", "1", "2", "3", "4"], f"blocks {s1['blocks']}")
+    s = train_ok(*args, "-o", tmp("run_script_sec2"), "--sections", "2")
+    m = s["memory"]
+    expect(m["mode"] == "sections" and len(m["sections"]) == 2 and sum(m["sections"], []) == s1["blocks"],
+           f"memory {m}")
+    tensors_close(tmp("run_script_sec2", "model.safetensors"), tmp("run_script_sec1", "model.safetensors"), 1e-5)
+    train_ok(*args, "-o", tmp("run_script_mb"), "--micro-batches", "3")
+    tensors_close(tmp("run_script_mb", "model.safetensors"), tmp("run_script_sec1", "model.safetensors"), 1e-5)
+    got, _ = read_safetensors(tmp("run_script_sec2", "model.safetensors"))
+    expect(set(got) == set(seq.state_dict()), f"exported names {sorted(got)}")
+    module = torch.jit.load(tmp("run_script_sec2", "model.script.pt"))
+    module.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in got.items()})
+
+
+def check_script_bad_input():
+    base = ["-o", tmp("run_bad_script")]
+    torch.manual_seed(0)
+    two = script_file("two_classes.pt", ScriptMLP(classes=2))
+    expect_error([tmp("ds"), *base, "--model", two], 2, "two_classes.pt: forward returned a tensor of 2 x 2",
+                 "expected 2 x 3")
+    tup = script_file("tuple_out.pt", TupleOut())
+    expect_error([tmp("ds"), *base, "--model", tup], 2, "tuple_out.pt: forward returned Tuple")
+    wide = script_file("wide.pt", ScriptMLP(dims=64))
+    expect_error([tmp("ds"), *base, "--model", wide], 2, "wide.pt: forward failed on a batch of 2 x 32")
+    mlp = script_file("mlp_bad.pt", ScriptMLP())
+    expect_error([tmp("bagds"), *base, "--model", script_file("mlp16.pt", ScriptMLP(dims=16, classes=2))], 2,
+                 "mlp16.pt: forward returned a tensor of 3 x 2 for a bag of 3 x 16", "expected 2 or 1 x 2")
+    bag = script_file("bag_model.pt", ScriptMIL(dims=32, classes=3))
+    expect_error([tmp("ds"), *base, "--model", bag], 2, "bag_model.pt: forward returned a tensor of 1 x 3",
+                 "a bag model? the dataset's unit is tile")
+    expect_error([tmp("ds"), *base, "--model", mlp, "--sections", "2"], 1,
+                 "--sections 2", "1 blocks")
+    expect_error([tmp("ds"), *base, "--model", script_file("tuple_sec.pt", TupleOut()), "--sections", "2"], 2,
+                 "tuple_sec.pt: forward returned Tuple")
+    expect_error([tmp("ds"), *base, "--model", script_file("residual.pt", Residual()), "--sections", "2"], 1,
+                 "residual.pt's forward does not run its top-level children in sequence")
+    expect_error([tmp("bagds"), *base, "--model", script_file("mil_sec.pt", ScriptMIL()), "--sections", "2"], 1,
+                 "mil_sec.pt trains on bags, which sections do not cut")
+    torch.save(ScriptMLP().state_dict(), tmp("state_dict.pt"))
+    expect_error([tmp("ds"), *base, "--model", tmp("state_dict.pt")], 2,
+                 "state_dict.pt: not a TorchScript module")
+    expect(not os.path.exists(tmp("run_bad_script")), "a run directory was created for bad input")
+
+
+def check_script_resume():
+    """A stopped TorchScript run resumes to exactly the weights of an uninterrupted one, and
+    --resume refuses another module file."""
+    torch.manual_seed(5)
+    path = script_file("mlp_resume.pt", ScriptMLP())
+    args = [tmp("ds"), "--model", path, "--epochs", "2", "--batch", "16"]
+    train_ok(*args, "-o", tmp("run_script_full"))
+    train_ok(*args, "-o", tmp("run_script_cut"), "--max-steps", "20")
+    torch.manual_seed(6)
+    other = script_file("mlp_other.pt", ScriptMLP())
+    expect_error([tmp("ds"), "--model", other, "--epochs", "2", "--batch", "16", "-o", tmp("run_script_cut"),
+                  "--resume"], 1, "the model spec differs")
+    train_ok(*args, "-o", tmp("run_script_cut"), "--resume")
+    a = open(tmp("run_script_full", "model.safetensors"), "rb").read()
+    b = open(tmp("run_script_cut", "model.safetensors"), "rb").read()
+    expect(a == b, "the resumed TorchScript run's weights differ from an uninterrupted run's")
+
+
 if __name__ == "__main__":
     run_checks("train", [check_mlp_learns, check_feeds_agree, check_resume, check_kill_and_resume,
                          check_pytorch_loads, check_abmil_learns, check_image, check_bad_input,
                          check_nan_loss, check_micro_batches, check_sections, check_reproducible,
-                         check_one_writer],
+                         check_one_writer, check_script_matches_python, check_script_learns,
+                         check_script_bad_input, check_script_resume, check_script_bag_matches_python,
+                         check_script_sections],
               only, fixtures)

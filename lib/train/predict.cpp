@@ -144,9 +144,10 @@ void load_safetensors(BlockModel& model, const std::string& path) {
 std::shared_ptr<BlockModel> load_model(const json& run, const PredictJob& job,
                                        const torch::Device& device) {
   if (run.at("spec").value("family", "") == "torchscript")
-    throw InputError(at_file(job.run, "a run of a TorchScript model (train --model MODEL.pt): "
-                                      "predict applies built-in families only so far; its "
-                                      "model.script.pt loads in PyTorch"));
+    throw InputError(at_file(job.run,
+                             "a run of a TorchScript model (train --model MODEL.pt): "
+                             "predict applies built-in families only so far; its "
+                             "model.script.pt loads in PyTorch"));
   const ModelSpec spec = parse_model_spec(run.at("spec"), job.run + "/run.json#/spec");
   const auto& m = run.at("model");
   auto model = build_model(spec, m.at("input_dims").get<std::int64_t>(),

@@ -1,10 +1,11 @@
 // Where a slide's µm per level-0 pixel comes from: --slide-mpp-table, --slide-mpp, the
 // slide's metadata, or (--mpp-from-power) the objective power it declares.
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 
+#include "mltool/io/table.hpp"
 #include "mltool/slide/geometry.hpp"
 #include "mltool/slide/tiler.hpp"
 #include "mltool/util/error.hpp"
@@ -14,28 +15,10 @@
 namespace mltool::slide {
 namespace {
 
-// The fields of one CSV line: commas separate, double quotes enclose ("" is a quote).
-std::vector<std::string> csv_fields(const std::string& line) {
-  std::vector<std::string> out(1);
-  bool quoted = false;
-  for (std::size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-      out.back() += '"';
-      ++i;
-    } else if (c == '"') {
-      quoted = !quoted;
-    } else if (c == ',' && !quoted) {
-      out.emplace_back();
-    } else if (c != '\r' || i + 1 != line.size()) {
-      out.back() += c;
-    }
-  }
-  for (auto& f : out) {  // surrounding blanks are not part of a value
-    const auto a = f.find_first_not_of(" \t"), b = f.find_last_not_of(" \t");
-    f = a == std::string::npos ? "" : f.substr(a, b - a + 1);
-  }
-  return out;
+// `s` without surrounding blanks: " 0.5 " in a hand-written table is 0.5.
+std::string trimmed(const std::string& s) {
+  const auto a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
 }
 
 std::optional<double> positive_number(const std::string& text) {
@@ -50,42 +33,33 @@ std::optional<double> positive_number(const std::string& text) {
 }  // namespace
 
 MppTable load_mpp_table(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(sys_message(path, "cannot read --slide-mpp-table", errno));
+  io::Table t;
+  try {
+    t = io::read_table(path);
+  } catch (const FormatError& e) {  // a malformed or empty file is the user's input
+    throw InputError(std::string(e.what()) + " (--slide-mpp-table)");
+  }
+  const auto column = [&](const std::string& name) {
+    const auto it = std::find(t.columns.begin(), t.columns.end(), name);
+    if (it == t.columns.end())
+      throw InputError(path + ":1: --slide-mpp-table needs a header line with the columns " +
+                       "slide,mpp; no column '" + name + "'");
+    return static_cast<std::size_t>(it - t.columns.begin());
+  };
+  const std::size_t slide_col = column("slide"), mpp_col = column("mpp");
   MppTable table;
   table.path = path;
-  std::string line;
-  std::size_t slide_col = 0, mpp_col = 0, line_no = 0;
-  auto where = [&] { return path + ":" + std::to_string(line_no); };
-  if (!std::getline(in, line)) throw InputError(at_file(path, "--slide-mpp-table is empty"));
-  ++line_no;
-  {
-    const auto header = csv_fields(line);
-    const auto find = [&](const std::string& name) {
-      for (std::size_t i = 0; i < header.size(); ++i)
-        if (header[i] == name) return i;
-      throw InputError(where() + ": --slide-mpp-table needs a header line with the columns " +
-                       "slide,mpp; no column '" + name + "'");
-    };
-    slide_col = find("slide");
-    mpp_col = find("mpp");
-  }
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const auto fields = csv_fields(line);
-    if (fields.size() <= std::max(slide_col, mpp_col))
-      throw InputError(where() + ": " + std::to_string(fields.size()) + " fields, the header has " +
-                       std::to_string(std::max(slide_col, mpp_col) + 1) + " or more");
-    const std::string& slide = fields[slide_col];
-    if (slide.empty()) throw InputError(where() + ": the slide field is empty");
-    const auto mpp = positive_number(fields[mpp_col]);
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    const std::string where = path + ":" + std::to_string(t.lines[i]);
+    const std::string slide = trimmed(t.rows[i][slide_col]), text = trimmed(t.rows[i][mpp_col]);
+    if (slide.empty()) throw InputError(where + ": the slide field is empty");
+    const auto mpp = positive_number(text);
     if (!mpp || *mpp < kMinPlausibleMpp || *mpp > kMaxPlausibleMpp)
-      throw InputError(where() + ": mpp '" + fields[mpp_col] + "' of " + slide +
+      throw InputError(where + ": mpp '" + text + "' of " + slide +
                        " is not a µm per pixel between " + std::to_string(kMinPlausibleMpp) +
                        " and " + std::to_string(kMaxPlausibleMpp));
     if (!table.mpp.emplace(slide, *mpp).second)
-      throw InputError(where() + ": slide " + slide + " is listed twice");
+      throw InputError(where + ": slide " + slide + " is listed twice");
   }
   return table;
 }

@@ -25,10 +25,11 @@ struct MppTable {
   std::map<std::string, double> mpp;  ///< slide path as written in the file, or slide id
 };
 
-/// Reads a CSV file with a header line naming the columns `slide` and `mpp` (others are
-/// ignored; fields may be double-quoted): slide = a path as given to tile or a slide id.
-/// InputError naming the file and line for a missing column, a bad or implausible number
-/// (outside kMinPlausibleMpp..kMaxPlausibleMpp) and a slide listed twice.
+/// Reads a table (io::read_table: CSV, TSV or JSONL by extension) with the columns `slide`
+/// and `mpp` (others are ignored; blanks around a value too): slide = a path as given to tile
+/// or a slide id. InputError naming the file and line for a missing column, a malformed file,
+/// a bad or implausible number (outside kMinPlausibleMpp..kMaxPlausibleMpp) and a slide
+/// listed twice.
 MppTable load_mpp_table(const std::string& path);
 
 /// How to tile, beyond the store's settings.

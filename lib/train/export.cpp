@@ -41,21 +41,20 @@ const char* safetensors_dtype(torch::ScalarType t) {
   }
 }
 
-// CSV field: quoted when it holds a comma, quote or line break.
-std::string csv(const std::string& s) {
+}  // namespace
+
+std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
   std::string out = "\"";
   for (const char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
   return out + "\"";
 }
 
-std::string number(float v) {
+std::string exact_float(float v) {
   char text[32];
   std::snprintf(text, sizeof text, "%.9g", static_cast<double>(v));  // round-trips float32
   return text;
 }
-
-}  // namespace
 
 void export_safetensors(BlockModel& model, const std::string& path,
                         const std::map<std::string, std::string>& metadata) {
@@ -103,16 +102,16 @@ void write_predictions(const std::string& path, const SplitSamples& samples,
   const auto k = l.size(1);
   const float* v = l.data_ptr<float>();
   std::string out = "record,sample,label,prediction";
-  for (const auto& name : labels) out += "," + csv("logit_" + name);
+  for (const auto& name : labels) out += "," + csv_field("logit_" + name);
   out += "\n";
   for (std::size_t i = 0; i < samples.size(); ++i) {
     const float* row = v + static_cast<std::int64_t>(i) * k;
     const auto best = std::max_element(row, row + k) - row;
     out += std::to_string(i) + "," +
-           (samples.ids.empty() ? std::to_string(samples.rows[i]) : csv(samples.ids[i])) + "," +
-           csv(labels[static_cast<std::size_t>(samples.labels[i])]) + "," +
-           csv(labels[static_cast<std::size_t>(best)]);
-    for (std::int64_t c = 0; c < k; ++c) out += "," + number(row[c]);
+           (samples.ids.empty() ? std::to_string(samples.rows[i]) : csv_field(samples.ids[i])) +
+           "," + csv_field(labels[static_cast<std::size_t>(samples.labels[i])]) + "," +
+           csv_field(labels[static_cast<std::size_t>(best)]);
+    for (std::int64_t c = 0; c < k; ++c) out += "," + exact_float(row[c]);
     out += "\n";
   }
   util::write_file_atomic(path, out);

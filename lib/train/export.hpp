@@ -22,6 +22,12 @@ void export_safetensors(BlockModel& model, const std::string& path,
 /// torch.load(path) reads with its default weights_only=True.
 void export_state_dict(BlockModel& model, const std::string& path);
 
+/// A CSV field: `s` as it is, or double-quoted ("" for a quote) when it holds a comma, a
+/// quote or a line break.
+std::string csv_field(const std::string& s);
+/// A float32 in the fewest digits that read back to the same float ("%.9g").
+std::string exact_float(float v);
+
 /// predictions.csv: record (position in the split), sample (row for tiles, slide for bags,
 /// tile key for images), label, prediction, then one logit per label (logit_NAME... by id).
 void write_predictions(const std::string& path, const SplitSamples& samples,

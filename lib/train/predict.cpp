@@ -5,16 +5,17 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <map>
 #include <unordered_map>
 
 #include "dataset.hpp"
+#include "export.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/geojson_export.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/train/model_spec.hpp"
 #include "mltool/train/models.hpp"
+#include "mltool/train/safetensors.hpp"
 #include "mltool/util/device.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
@@ -112,29 +113,18 @@ torch::ScalarType tensor_dtype(const std::string& name, const std::string& where
 
 // Copies every parameter and buffer of `model` from the safetensors file at `path`.
 void load_safetensors(BlockModel& model, const std::string& path) {
-  if (!util::exists(path)) throw InputError(at_file(path, "missing"));
-  const std::string data = util::read_file(path);
-  std::uint64_t n = 0;
-  if (data.size() < 8) throw FormatError(at_file(path, "too short for safetensors"));
-  std::memcpy(&n, data.data(), 8);
-  if (n > data.size() - 8) throw FormatError(at_file(path, "header past the end of the file"));
-  const json header = json::parse(data.substr(8, n), nullptr, false);
-  if (!header.is_object()) throw FormatError(at_file(path, "header is not a JSON object"));
+  const SafetensorsFile file = read_safetensors(path);
   std::vector<std::pair<std::string, torch::Tensor>> targets;
   for (const auto& p : model.named_parameters(true)) targets.emplace_back(p.key(), p.value());
   for (const auto& b : model.named_buffers(true)) targets.emplace_back(b.key(), b.value());
   torch::NoGradGuard no_grad;
   for (auto& [name, target] : targets) {
-    if (!header.contains(name))
+    const auto it = file.tensors.find(name);
+    if (it == file.tensors.end())
       throw FormatError(at_file(path, "no tensor " + name + " (the run's model has it)"));
-    const auto& h = header[name];
-    const auto offsets = h.at("data_offsets").get<std::vector<std::uint64_t>>();
-    const auto shape = h.at("shape").get<std::vector<std::int64_t>>();
-    if (offsets.size() != 2 || offsets[1] < offsets[0] || 8 + n + offsets[1] > data.size())
-      throw FormatError(at_file(path, name + ": data_offsets outside the file"));
-    auto t = torch::from_blob(const_cast<char*>(data.data() + 8 + n + offsets[0]), shape,
-                              tensor_dtype(h.at("dtype").get<std::string>(), path));
-    if (t.sizes() != target.sizes() || t.nbytes() != offsets[1] - offsets[0])
+    const SafetensorsEntry& e = it->second;
+    auto t = torch::from_blob(const_cast<void*>(e.data), e.shape, tensor_dtype(e.dtype, path));
+    if (t.sizes() != target.sizes() || t.nbytes() != e.bytes)
       throw FormatError(at_file(path, name + ": shape differs from the run's model"));
     target.copy_(t);
   }
@@ -242,19 +232,6 @@ BagOutput bag_logits(BlockModel& model, const io::FeatureStore& store, const Bag
   return out;
 }
 
-std::string csv(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string out = "\"";
-  for (const char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
-std::string number(float v) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.9g", static_cast<double>(v));  // round-trips float32
-  return text;
-}
-
 // predictions.csv: sample, slide, prediction, logit_LABEL..., prob_LABEL...
 void write_predictions(const std::string& path, const std::vector<std::string>& samples,
                        const std::vector<std::string>& slides, const torch::Tensor& logits,
@@ -263,17 +240,17 @@ void write_predictions(const std::string& path, const std::vector<std::string>& 
   const auto p = torch::softmax(l, 1).contiguous();
   const auto k = static_cast<std::int64_t>(labels.size());
   std::string out = "sample,slide,prediction";
-  for (const auto& name : labels) out += "," + csv("logit_" + name);
-  for (const auto& name : labels) out += "," + csv("prob_" + name);
+  for (const auto& name : labels) out += "," + csv_field("logit_" + name);
+  for (const auto& name : labels) out += "," + csv_field("prob_" + name);
   out += "\n";
   for (std::size_t i = 0; i < samples.size(); ++i) {
     const float* row = l.data_ptr<float>() + static_cast<std::int64_t>(i) * k;
     const float* prob = p.data_ptr<float>() + static_cast<std::int64_t>(i) * k;
     const auto best = std::max_element(row, row + k) - row;
-    out +=
-        csv(samples[i]) + "," + csv(slides[i]) + "," + csv(labels[static_cast<std::size_t>(best)]);
-    for (std::int64_t c = 0; c < k; ++c) out += "," + number(row[c]);
-    for (std::int64_t c = 0; c < k; ++c) out += "," + number(prob[c]);
+    out += csv_field(samples[i]) + "," + csv_field(slides[i]) + "," +
+           csv_field(labels[static_cast<std::size_t>(best)]);
+    for (std::int64_t c = 0; c < k; ++c) out += "," + exact_float(row[c]);
+    for (std::int64_t c = 0; c < k; ++c) out += "," + exact_float(prob[c]);
     out += "\n";
   }
   util::write_file_atomic(path, out);
@@ -284,8 +261,8 @@ void write_attention(const std::string& path, const io::FeatureStore& store,
   std::string out = "key,slide,attention\n";
   for (std::size_t i = 0; i < store.rows(); ++i) {
     const std::string key(store.key(i));
-    out += csv(key) + "," + csv(std::string(io::slide_of_key(key))) + "," + number(attention[i]) +
-           "\n";
+    out += csv_field(key) + "," + csv_field(std::string(io::slide_of_key(key))) + "," +
+           exact_float(attention[i]) + "\n";
   }
   util::write_file_atomic(path, out);
 }

@@ -65,4 +65,27 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
   util::write_file_atomic(path, safetensors_bytes(tensors, metadata));
 }
 
+SafetensorsFile read_safetensors(const std::string& path) {
+  if (!util::exists(path)) throw InputError(at_file(path, "missing"));
+  SafetensorsFile file;
+  file.bytes = std::make_shared<const std::string>(util::read_file(path));
+  const std::string& data = *file.bytes;
+  std::uint64_t n = 0;
+  if (data.size() < 8) throw FormatError(at_file(path, "too short for safetensors"));
+  std::memcpy(&n, data.data(), 8);
+  if (n > data.size() - 8) throw FormatError(at_file(path, "header past the end of the file"));
+  const auto header = nlohmann::json::parse(data.substr(8, n), nullptr, false);
+  if (!header.is_object()) throw FormatError(at_file(path, "header is not a JSON object"));
+  for (const auto& [name, h] : header.items()) {
+    if (name == "__metadata__") continue;
+    const auto offsets = h.at("data_offsets").get<std::vector<std::uint64_t>>();
+    if (offsets.size() != 2 || offsets[1] < offsets[0] || 8 + n + offsets[1] > data.size())
+      throw FormatError(at_file(path, name + ": data_offsets outside the file"));
+    file.tensors[name] = {name, h.at("dtype").get<std::string>(),
+                          h.at("shape").get<std::vector<std::int64_t>>(),
+                          data.data() + 8 + n + offsets[0], offsets[1] - offsets[0]};
+  }
+  return file;
+}
+
 }  // namespace mltool::train

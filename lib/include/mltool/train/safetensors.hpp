@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,16 @@ std::string safetensors_bytes(const std::vector<SafetensorsEntry>& tensors,
 /// Writes safetensors_bytes() to `path` atomically.
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+/// A safetensors file read whole: its tensors by name, each `data` pointing into `bytes`
+/// (which the entries must not outlive).
+struct SafetensorsFile {
+  std::shared_ptr<const std::string> bytes;
+  std::map<std::string, SafetensorsEntry> tensors;
+};
+
+/// Reads `path`. InputError when it is missing; FormatError naming it for a file too short,
+/// a header past its end or not a JSON object, and a tensor whose data_offsets leave the file.
+SafetensorsFile read_safetensors(const std::string& path);
 
 }  // namespace mltool::train

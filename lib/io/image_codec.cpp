@@ -32,36 +32,35 @@ std::string encode_jpeg(const std::uint8_t* rgb, int width, int height, int qual
   return std::string(reinterpret_cast<const char*>(data), size);
 }
 
-std::string encode_png(const std::uint8_t* rgb, int width, int height) {
+namespace {
+
+// `pixels` (width × height, `channels` interleaved bytes per pixel in `format`) as a PNG.
+std::string encode_png_as(const std::uint8_t* pixels, int width, int height, int channels,
+                          png_uint_32 format) {
   png_image image{};
   image.version = PNG_IMAGE_VERSION;
   image.width = static_cast<png_uint_32>(width);
   image.height = static_cast<png_uint_32>(height);
-  image.format = PNG_FORMAT_RGB;
+  image.format = format;
+  const int stride = width * channels;
   png_alloc_size_t size = 0;
-  if (!png_image_write_to_memory(&image, nullptr, &size, 0, rgb, width * 3, nullptr))
+  if (!png_image_write_to_memory(&image, nullptr, &size, 0, pixels, stride, nullptr))
     throw ResourceError(std::string("libpng: ") + image.message);
   std::string out(size, '\0');
-  if (!png_image_write_to_memory(&image, out.data(), &size, 0, rgb, width * 3, nullptr))
+  if (!png_image_write_to_memory(&image, out.data(), &size, 0, pixels, stride, nullptr))
     throw ResourceError(std::string("libpng: ") + image.message);
   out.resize(size);
   return out;
 }
 
+}  // namespace
+
+std::string encode_png(const std::uint8_t* rgb, int width, int height) {
+  return encode_png_as(rgb, width, height, 3, PNG_FORMAT_RGB);
+}
+
 std::string encode_png_grey(const std::uint8_t* grey, int width, int height) {
-  png_image image{};
-  image.version = PNG_IMAGE_VERSION;
-  image.width = static_cast<png_uint_32>(width);
-  image.height = static_cast<png_uint_32>(height);
-  image.format = PNG_FORMAT_GRAY;
-  png_alloc_size_t size = 0;
-  if (!png_image_write_to_memory(&image, nullptr, &size, 0, grey, width, nullptr))
-    throw ResourceError(std::string("libpng: ") + image.message);
-  std::string out(size, '\0');
-  if (!png_image_write_to_memory(&image, out.data(), &size, 0, grey, width, nullptr))
-    throw ResourceError(std::string("libpng: ") + image.message);
-  out.resize(size);
-  return out;
+  return encode_png_as(grey, width, height, 1, PNG_FORMAT_GRAY);
 }
 
 GreyImage decode_png_grey(const void* data, std::size_t size, const std::string& what) {

@@ -130,12 +130,10 @@ struct RandomAccess::Image {
   ImagePtr image;
 };
 
-RandomAccess::RandomAccess(const std::string& path) : path_(path) {
+RandomAccess::RandomAccess(const std::string& path, const Info& info) : path_(path) {
   init_vips();
-  const auto info = probe(path);
-  if (!info) throw InputError(at_file(path, "libvips no longer reads this image"));
   image_ = std::make_unique<Image>();
-  image_->image = to_rgb8(load(path, info->format, VIPS_ACCESS_RANDOM), path);
+  image_->image = to_rgb8(load(path, info.format, VIPS_ACCESS_RANDOM), path);
 }
 
 RandomAccess::~RandomAccess() = default;

@@ -36,7 +36,7 @@ io::RgbImage thumbnail(const std::string& path, const Info& info, double scale);
 /// JPEG is decoded once, to memory or a temporary file for large ones). Thread-safe.
 class RandomAccess {
  public:
-  explicit RandomAccess(const std::string& path);
+  RandomAccess(const std::string& path, const Info& info);
   ~RandomAccess();
   void read_rgb(std::int64_t x, std::int64_t y, std::int64_t w, std::int64_t h,
                 std::uint8_t* rgb) const;

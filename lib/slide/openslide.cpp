@@ -161,8 +161,9 @@ std::optional<std::string> Slide::property(const std::string& name) const {
 void Slide::read_rgb(std::int64_t x, std::int64_t y, int level, std::int64_t w, std::int64_t h,
                      std::uint8_t* rgb) const {
   if (handle_->flat) {
-    std::call_once(handle_->pixels_once,
-                   [&] { handle_->pixels = std::make_unique<flat::RandomAccess>(file_); });
+    std::call_once(handle_->pixels_once, [&] {
+      handle_->pixels = std::make_unique<flat::RandomAccess>(file_, *handle_->flat);
+    });
     return handle_->pixels->read_rgb(x, y, w, h, rgb);
   }
   const auto pixels = static_cast<std::size_t>(w) * static_cast<std::size_t>(h);

@@ -13,14 +13,10 @@
 # Environment: FLAT_SIZE (default 50000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${MLTOOL_BUILD_DIR:-build}
-mltool=$(realpath -m "$build/bin/mltool")
-py=$(realpath -m "${MLTOOL_VENV:-.venv}")/bin/python
+source bench/common.sh
+bench_init tile-flat tile
 out=${1:-${MLTOOL_CACHE:-$HOME/.cache/mltool}/bench-tile}
 size=${FLAT_SIZE:-50000}
-die() { echo "run-tile-flat.sh: $*" >&2; exit 1; }
-[[ -x $mltool ]] || die "$mltool missing: build first"
-[[ -x $py ]] || die "$py missing: scripts/setup.sh makes the venv"
 [[ -x /usr/bin/time ]] || die "/usr/bin/time missing: apt-get install time"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -28,8 +24,7 @@ work=$out/work-flat
 rm -rf "$work"
 mkdir -p "$work"
 trap 'rm -rf "$work"' EXIT
-wall_of() { awk -F': ' '/Elapsed \(wall clock\)/{n=split($2,p,":"); s=0; for(i=1;i<=n;i++) s=s*60+p[i]; print s}' "$1"; }
-rss_of() { awk -F': ' '/Maximum resident set size/{print int($2 / 1024)}' "$1"; }
+rss_mib() { echo $(( $(rss_of "$1") / 1024 )); }
 # Peak RssAnon and RssFile (MiB) of PID, sampled every 0.2 s while it runs: the file pages
 # are the input that libtiff/libvips map (clean, given back under pressure), not a working set.
 sample_rss() {
@@ -63,13 +58,13 @@ for slide in flat pyramid; do
   sleep 0.5
   split=$(sample_rss "$(pgrep -P "$timer" -n)")
   wait "$timer" || { cat "$work/tile-$slide.err" >&2; die "mltool tile failed on $slide.tif"; }
-  rows+=("$slide $(stat -c %s "$work/$slide.tif") $(wall_of "$work/tile-$slide.time") $(rss_of "$work/tile-$slide.time") $split $work/tile-$slide.json")
+  rows+=("$slide $(stat -c %s "$work/$slide.tif") $(wall_of "$work/tile-$slide.time") $(rss_mib "$work/tile-$slide.time") $split $work/tile-$slide.json")
   rm -rf "$work/store-$slide"
 done
 /usr/bin/time -v -o "$work/base.time" "$mltool" help tile > /dev/null
 printf '%s\n' "${rows[@]}" > "$work/rows.txt"
-"$py" - "$work/rows.txt" "$size" "$(rss_of "$work/base.time")" \
-  "$(rss_of "$work/flat.time")" "$("$mltool" --version 2>/dev/null | grep -E 'OpenSlide|libvips' | paste -sd, -)" <<'PY' | tee "$out/tile-flat.md"
+"$py" - "$work/rows.txt" "$size" "$(rss_mib "$work/base.time")" \
+  "$(rss_mib "$work/flat.time")" "$("$mltool" --version 2>/dev/null | grep -E 'OpenSlide|libvips' | paste -sd, -)" <<'PY' | tee "$out/tile-flat.md"
 import json, os, subprocess, sys
 rows, size, base, vips_rss, versions = open(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:6]
 machine = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True,

@@ -23,7 +23,8 @@ out=${1:-${MLTOOL_CACHE:-$HOME/.cache/mltool}/bench-tile}
 sizes=${TILE_MEMORY_SIZES:-20000 100000}
 huge=100000  # slides at least this wide are deleted at the end without --keep
 
-die() { echo "run-tile-memory.sh: $*" >&2; exit 1; }
+source bench/common.sh  # die, wall_of, rss_of
+bench_name=tile-memory
 [[ -x $mltool ]] || die "$mltool missing: build first (scripts/setup.sh; cmake --build $build)"
 "$mltool" help tile >/dev/null 2>&1 || die "$mltool has no 'tile' subcommand"
 [[ -x $py ]] || die "$py missing: scripts/setup.sh makes the venv"
@@ -38,9 +39,6 @@ mkdir -p "$work"
 cleanup=()
 trap 'if [[ $keep == 0 ]]; then rm -rf "$work"/store-* "${cleanup[@]}"; fi' EXIT
 
-# /usr/bin/time -v fields: wall seconds, peak RSS KiB
-wall_of() { awk -F': ' '/Elapsed \(wall clock\)/{n=split($2,p,":"); s=0; for(i=1;i<=n;i++) s=s*60+p[i]; print s}' "$1"; }
-rss_of() { awk -F': ' '/Maximum resident set size/{print $2}' "$1"; }
 
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB" >&2
 load_before="load average before the runs $(cut -d' ' -f1 /proc/loadavg), compilers (cc1plus) running: $(pgrep -c cc1plus || true)"

@@ -13,15 +13,20 @@
 namespace mltool::cli {
 
 Command predict_command() {
-  return {"predict", "Apply a finished run to a feature store (tile and bag models)",
+  return {"predict",
+          "Apply a finished run to new slides: a feature store, or a tile store (image models)",
           [](CLI::App& app, const CommonOptions& common) -> Action {
             auto job = std::make_shared<train::PredictJob>();
             add_options(app, train::predict_options(), job);
             return [job, &common] {
+              job->threads = common.threads;
               const auto r = train::predict(*job);
               log::info(r.output + ": " + std::to_string(r.samples) + " " + r.unit +
-                        " predictions from " + std::to_string(r.tiles) + " tiles on " + r.device +
-                        " (" + r.weights + " weights), " + format_fixed(r.seconds, 2) + " s");
+                        " predictions from " + std::to_string(r.tiles) + " tiles of " +
+                        std::to_string(r.slides) + " slides (" + std::to_string(r.resumed) +
+                        " resumed) on " + r.device + " (" + r.weights + " weights), " +
+                        std::to_string(r.heatmaps) + " heatmaps, " + format_fixed(r.seconds, 2) +
+                        " s");
               if (common.json) std::cout << train::to_json(r).dump(2) << "\n";
               return exit_code::ok;
             };

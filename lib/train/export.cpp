@@ -14,19 +14,6 @@
 namespace mltool::train {
 namespace {
 
-// The state dict, in module order: parameters and buffers of each module, recursively. A
-// TorchScript model's one block, "script", is no prefix: its names are the module's own.
-std::vector<std::pair<std::string, torch::Tensor>> state_dict(BlockModel& model) {
-  const bool script = model.size() == 1 && model.names()[0] == "script";
-  const auto name = [&](const std::string& key) { return script ? key.substr(7) : key; };
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (const auto& item : model.named_parameters(true))
-    out.emplace_back(name(item.key()), item.value().detach());
-  for (const auto& item : model.named_buffers(true))
-    out.emplace_back(name(item.key()), item.value());
-  return out;
-}
-
 const char* safetensors_dtype(torch::ScalarType t) {
   switch (t) {
     case torch::kFloat32: return "F32";
@@ -42,6 +29,50 @@ const char* safetensors_dtype(torch::ScalarType t) {
 }
 
 }  // namespace
+
+// The state dict, in module order: parameters and buffers of each module, recursively. A
+// TorchScript model's one block, "script", is no prefix: its names are the module's own.
+std::vector<std::pair<std::string, torch::Tensor>> state_dict(BlockModel& model) {
+  const bool script = model.size() == 1 && model.names()[0] == "script";
+  const auto name = [&](const std::string& key) { return script ? key.substr(7) : key; };
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& item : model.named_parameters(true))
+    out.emplace_back(name(item.key()), item.value().detach());
+  for (const auto& item : model.named_buffers(true))
+    out.emplace_back(name(item.key()), item.value());
+  return out;
+}
+
+namespace {
+
+torch::ScalarType tensor_dtype(const std::string& name, const std::string& where) {
+  if (name == "F32") return torch::kFloat32;
+  if (name == "F16") return torch::kFloat16;
+  if (name == "BF16") return torch::kBFloat16;
+  if (name == "F64") return torch::kFloat64;
+  if (name == "I64") return torch::kInt64;
+  if (name == "I32") return torch::kInt32;
+  if (name == "U8") return torch::kUInt8;
+  if (name == "BOOL") return torch::kBool;
+  throw FormatError(at_file(where, "unsupported safetensors dtype " + name));
+}
+
+}  // namespace
+
+void import_safetensors(BlockModel& model, const std::string& path) {
+  const SafetensorsFile file = read_safetensors(path);
+  torch::NoGradGuard no_grad;
+  for (auto& [name, target] : state_dict(model)) {
+    const auto it = file.tensors.find(name);
+    if (it == file.tensors.end())
+      throw FormatError(at_file(path, "no tensor " + name + " (the run's model has it)"));
+    const SafetensorsEntry& e = it->second;
+    auto t = torch::from_blob(const_cast<void*>(e.data), e.shape, tensor_dtype(e.dtype, path));
+    if (t.sizes() != target.sizes() || t.nbytes() != e.bytes)
+      throw FormatError(at_file(path, name + ": shape differs from the run's model"));
+    target.copy_(t);
+  }
+}
 
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n\r") == std::string::npos) return s;

@@ -13,6 +13,16 @@
 
 namespace mltool::train {
 
+/// The model's parameters and buffers under their exported names, in module order: "BLOCK.
+/// LAYER.NAME" as in PyTorch's state_dict; a TorchScript model's own names. The tensors share
+/// the model's storage.
+std::vector<std::pair<std::string, torch::Tensor>> state_dict(BlockModel& model);
+
+/// Copies every tensor of state_dict(model) from the safetensors file at `path` (the reverse
+/// of export_safetensors): FormatError naming the file for a tensor it lacks or of another
+/// shape.
+void import_safetensors(BlockModel& model, const std::string& path);
+
 /// The model's parameters and buffers ("BLOCK.LAYER.NAME", as in PyTorch's state_dict) as a
 /// safetensors file, written atomically.
 void export_safetensors(BlockModel& model, const std::string& path,

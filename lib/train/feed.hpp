@@ -24,7 +24,8 @@
 
 namespace mltool::io {
 class FeatureStore;
-}
+class TileStore;
+}  // namespace mltool::io
 
 namespace mltool::train {
 
@@ -54,10 +55,10 @@ class RowSource {
 /// The feature matrix of a store, read through its memory map.
 std::shared_ptr<const RowSource> feature_source(std::shared_ptr<const io::FeatureStore> store);
 
-/// Decoded tiles: row i is tile `keys[i]` of the tile store at `store`, T×T×3 uint8.
+/// Decoded tiles: row i is tile `keys[i]` of `store`, T×T×3 uint8.
 /// FormatError naming the store and key for a missing or undecodable tile, or one of
 /// another size.
-std::shared_ptr<const RowSource> tile_source(const std::string& store,
+std::shared_ptr<const RowSource> tile_source(std::shared_ptr<const io::TileStore> store,
                                              std::vector<std::string> keys);
 
 /// A pass over one split.

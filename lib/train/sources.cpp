@@ -42,10 +42,11 @@ class FeatureSource : public RowSource {
 
 class TileSource : public RowSource {
  public:
-  TileSource(const std::string& path, std::vector<std::string> keys)
-      : store_(io::TileStore::open(path, false)), keys_(std::move(keys)) {
-    const auto settings = store_.settings();
-    if (!settings) throw InputError(at_file(path, "not a tile store (no meta 'store' record)"));
+  TileSource(std::shared_ptr<const io::TileStore> store, std::vector<std::string> keys)
+      : store_(std::move(store)), keys_(std::move(keys)) {
+    const auto settings = store_->settings();
+    if (!settings)
+      throw InputError(at_file(store_->path(), "not a tile store (no meta 'store' record)"));
     tile_ = settings->tile_size;
   }
   std::int64_t rows() const override { return static_cast<std::int64_t>(keys_.size()); }
@@ -53,11 +54,11 @@ class TileSource : public RowSource {
   torch::ScalarType dtype() const override { return torch::kUInt8; }
   void copy_rows(const std::int64_t* rows, std::size_t n, std::uint8_t* dst) const override {
     const std::size_t bytes = static_cast<std::size_t>(tile_ * tile_ * 3);
-    const auto snapshot = store_.snapshot();
+    const auto snapshot = store_->snapshot();
     thread_local io::RgbImage image;
     for (std::size_t i = 0; i < n; ++i) {
       const std::string& key = keys_.at(static_cast<std::size_t>(rows[i]));
-      store_.decode_tile(key, snapshot.find(key), static_cast<int>(tile_), image);
+      store_->decode_tile(key, snapshot.find(key), static_cast<int>(tile_), image);
       std::memcpy(dst + i * bytes, image.pixels.data(), bytes);
     }
   }
@@ -79,7 +80,7 @@ class TileSource : public RowSource {
   }
 
  private:
-  io::TileStore store_;
+  std::shared_ptr<const io::TileStore> store_;
   std::vector<std::string> keys_;
   std::int64_t tile_ = 0;
 };
@@ -96,9 +97,9 @@ std::shared_ptr<const RowSource> feature_source(std::shared_ptr<const io::Featur
   return std::make_shared<FeatureSource>(std::move(store));
 }
 
-std::shared_ptr<const RowSource> tile_source(const std::string& store,
+std::shared_ptr<const RowSource> tile_source(std::shared_ptr<const io::TileStore> store,
                                              std::vector<std::string> keys) {
-  return std::make_shared<TileSource>(store, std::move(keys));
+  return std::make_shared<TileSource>(std::move(store), std::move(keys));
 }
 
 std::uint64_t pinned_bytes(const RowSource& source) {

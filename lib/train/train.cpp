@@ -14,6 +14,7 @@
 #include "export.hpp"
 #include "loop.hpp"
 #include "mltool/io/feature_store.hpp"
+#include "mltool/io/tile_store.hpp"
 #include "mltool/train/batches.hpp"
 #include "mltool/train/model_spec.hpp"
 #include "mltool/train/sections.hpp"
@@ -129,7 +130,8 @@ std::shared_ptr<const RowSource> image_source(const TrainJob& job, const Dataset
   }
   for (auto* s : {&train, &val})
     for (std::size_t i = 0; i < s->size(); ++i) s->rows[i] = local.at(s->ids[i]);
-  return tile_source(path, std::move(keys));
+  return tile_source(std::make_shared<const io::TileStore>(io::TileStore::open(path, false)),
+                     std::move(keys));
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainJob& job, BlockModel& model) {

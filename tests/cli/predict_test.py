@@ -1,7 +1,10 @@
 """mltool predict on runs of mltool train (the fixtures of train_test.py): its logits equal a
-torch.nn.functional forward of the exported weights for the MLP (every tile) and ABMIL
-(every slide's bag, and the attention), probabilities are their softmax, and it refuses runs
-that are not finished and features of another dimension or extractor.
+torch.nn.functional forward of the exported weights for the MLP (every tile), ABMIL (every
+slide's bag, and the attention) and the residual CNN (every tile's pixels, from a tile store),
+and the TorchScript module's own forward for runs of your own model (loaded in Python from the
+run's model.script.pt); probabilities are their softmax. A killed prediction resumes to the
+same bytes; one writer per output; it refuses runs that are not finished, inputs of the wrong
+kind, features of another dimension or extractor, tiles of another size.
 
     predict_test.py MLTOOL [TEST...]   # TEST: check_* names without check_
 """
@@ -9,13 +12,17 @@ import csv
 import json
 import os
 import shutil
+import subprocess
 import sys
+import zlib
 
 import numpy as np
 import torch
 
 import train_test as T  # also puts scripts/fixtures on sys.path
-from cli_common import expect, run, run_checks, tmp, write_feature_store
+import torch.nn.functional as F
+from cli_common import (expect, rename_shim, run, run_checks, second_writer_refused, tmp,
+                        write_feature_store)
 
 mltool = os.path.abspath(sys.argv[1])
 only = set(sys.argv[2:])
@@ -70,6 +77,25 @@ def check_mlp():
         prob = torch.tensor([[float(p[f"prob_{n}"]) for n in names] for p in preds])
         expect(torch.allclose(prob, torch.softmax(got, 1), atol=1e-6), f"{which}: probabilities")
         expect(all(p["prediction"] == names[int(l.argmax())] for p, l in zip(preds, got)), "predictions")
+
+
+def check_slides():
+    """--slide: only those slides, in the store's order; '-' reads ids from stdin; an id the
+    input lacks is refused."""
+    keys = open(tmp("feat", "keys.txt")).read().split()
+    s = predict_ok(tmp("run_mlp"), tmp("feat"), "-o", tmp("pred_some"), "--slide", "S03", "--slide", "S01")
+    preds = rows_of(tmp("pred_some", "predictions.csv"))
+    want = [k for k in keys if k.split("/")[0] in ("S01", "S03")]
+    expect([p["sample"] for p in preds] == want and s["slides"] == 2 and s["tiles"] == 30, f"--slide: {s}")
+    # A slide's batches start at its first tile: the same bits whichever slides are predicted.
+    predict_ok(tmp("run_mlp"), tmp("feat"), "-o", tmp("pred_every"))
+    every = {p["sample"]: p for p in rows_of(tmp("pred_every", "predictions.csv"))}
+    expect(all(p == every[p["sample"]] for p in preds), "a slide's predictions depend on the others predicted")
+    p = subprocess.run([mltool, "predict", tmp("run_mlp"), tmp("feat"), "-o", tmp("pred_stdin"), "--slide", "-",
+                        "-q"], input="S02\n", capture_output=True, text=True)
+    expect(p.returncode == 0 and len(rows_of(tmp("pred_stdin", "predictions.csv"))) == 15, f"--slide -: {p.stderr}")
+    c, _, err = predict(tmp("run_mlp"), tmp("feat"), "-o", tmp("pred_none"), "--slide", "S99")
+    expect(c == 2 and "--slide S99" in err, f"exit {c}: {err.strip()}")
 
 
 def check_abmil():
@@ -165,17 +191,212 @@ def check_bad_input():
     m["model"] = {"name": "another-extractor"}
     json.dump(m, open(tmp("feat_other", "features.json"), "w"))
     refused([tmp("run_mlp"), tmp("feat_other"), "-o", tmp("p_bad")], 2, ["extractor", "another-extractor"])
-    # A pixel (rescnn) run: not predicted on features.
+    # A pixel (rescnn) run is given features; a feature run a tile store.
     d = tmp("run_image")
     shutil.copytree(tmp("run_mlp"), d)
     doc = json.load(open(os.path.join(d, "run.json")))
     doc["dataset"]["unit"] = "image"
     json.dump(doc, open(os.path.join(d, "run.json"), "w"))
-    refused([d, tmp("feat"), "-o", tmp("p_bad")], 1, ["unit 'image'"])
+    refused([d, tmp("feat"), "-o", tmp("p_bad")], 2, ["a feature store", "image (rescnn)", "tile store"])
+    import tile_store
+    tile_store.write_store(tmp("onetile.lmdb"), [{"id": "S00", "rows": 2, "cols": 1}], 16, encoding="png")
+    refused([tmp("run_mlp"), tmp("onetile.lmdb"), "-o", tmp("p_bad")], 2, ["a tile store", "mltool extract"])
     refused([tmp("run_mlp"), tmp("feat"), "-o", tmp("p_bad"), "--label", "bone"], 1,
             ["--label bone", "normal, stroma, tumor"])
     expect(not os.path.exists(tmp("p_bad")), "a refused prediction wrote its output directory")
 
 
+# ---------------------------------------------------------------- image models (tile store)
+
+def tint_pixels(key, size):
+    """Slide T<i>'s tiles are reddish for even i, bluish for odd: the label is the tint."""
+    rng = np.random.default_rng(zlib.crc32(key.encode()))
+    red = int(key[1:key.index("/")]) % 2 == 0
+    base = np.array([200, 90, 90] if red else [90, 90, 200], np.float32)
+    return np.clip(base + rng.normal(0, 25, (size, size, 3)), 0, 255).astype(np.uint8)
+
+
+def rescnn_forward(sd, x, spec):
+    """lib/train/models/rescnn.cpp in torch.nn.functional (eval mode): uint8 N x H x W x 3."""
+    def norm(h, p):
+        return F.batch_norm(h, sd[p + ".running_mean"], sd[p + ".running_var"], sd[p + ".weight"], sd[p + ".bias"],
+                            training=False, eps=1e-5)
+    h = (x.permute(0, 3, 1, 2).float() / 255.0 - sd["stem.mean"]) / sd["stem.std"]
+    h = F.relu(norm(F.conv2d(h, sd["stem.conv.weight"], stride=spec.get("stem_stride", 2), padding=1), "stem.norm"))
+    for s, _ in enumerate(spec["channels"], 1):
+        for u in range(spec.get("blocks_per_stage", 1)):
+            p, stride = f"stage{s}.{u}.", 2 if s > 1 and u == 0 else 1
+            y = F.relu(norm(F.conv2d(h, sd[p + "conv1.weight"], stride=stride, padding=1), p + "norm1"))
+            y = norm(F.conv2d(y, sd[p + "conv2.weight"], padding=1), p + "norm2")
+            skip = norm(F.conv2d(h, sd[p + "shortcut.weight"], stride=stride), p + "shortcut_norm") \
+                if p + "shortcut.weight" in sd else h
+            h = F.relu(y + skip)
+    return F.linear(h.mean((2, 3)), sd["head.linear.weight"], sd["head.linear.bias"])
+
+
+def check_image():
+    """A residual CNN trained on a tile store's pixels predicts on a tile store: logits equal
+    the functional forward of its weights on the same pixels; heatmaps per slide; a store of
+    another tile size is refused."""
+    import tile_store
+    plain, tile_store.tile_pixels = tile_store.tile_pixels, tint_pixels
+    try:
+        check_image_run(tile_store)
+    finally:
+        tile_store.tile_pixels = plain
+
+
+def check_image_run(tile_store):
+    slides = [{"id": f"T{i:02d}", "rows": 3, "cols": 4} for i in range(12)]
+    keys = tile_store.write_store(tmp("imgtiles.lmdb"), slides, 16, encoding="png")
+    write_feature_store(tmp("imgfeat"), np.zeros((len(keys), 2)), keys, source={"tile_store": tmp("imgtiles.lmdb")})
+    T.write_labels(tmp("imgs.csv"), [(f"T{i:02d}", "red" if i % 2 == 0 else "blue") for i in range(12)])
+    T.pack(tmp("imgfeat"), tmp("imgs.csv"), tmp("imgds"), "--unit", "image", "--split", "train=0.5,val=0.5")
+    spec = {"family": "rescnn", "channels": [8, 16]}
+    T.write_json(tmp("cnn.json"), spec)
+    T.train_ok(tmp("imgds"), "--model", tmp("cnn.json"), "-o", tmp("run_img"), "--epochs", "4", "--batch", "8",
+               "--lr", "0.01")
+    # New slides of the same kind (tinted by their number): predicted from their pixels.
+    new = [{"id": f"T{i:02d}", "rows": 2, "cols": 3} for i in range(20, 26)]
+    new_keys = tile_store.write_store(tmp("newtiles.lmdb"), new, 16, encoding="png")
+    out = tmp("pred_img")
+    s = predict_ok(tmp("run_img"), tmp("newtiles.lmdb"), "-o", out, "--batch", "5", "--weights", "final")
+    expect(s["unit"] == "image" and s["samples"] == len(new_keys) and s["heatmaps"] == 6, f"summary {s}")
+    preds = rows_of(os.path.join(out, "predictions.csv"))
+    expect([p["sample"] for p in preds] == new_keys, "samples are not the tile store's keys in order")
+    x = torch.from_numpy(np.stack([tint_pixels(k, 16) for k in new_keys]))
+    want = rescnn_forward(weights(tmp("run_img"), "model.safetensors"), x, spec)
+    got = torch.tensor([[float(p["logit_blue"]), float(p["logit_red"])] for p in preds])
+    expect(torch.allclose(got, want, atol=1e-4, rtol=1e-4),
+           f"logits differ from torch.nn.functional by {(got - want).abs().max().item()}")
+    right = sum(p["prediction"] == ("red" if int(p["slide"][1:]) % 2 == 0 else "blue") for p in preds)
+    expect(right >= 0.9 * len(preds), f"{right} of {len(preds)} new tiles right")
+    for sl in new:
+        expect(os.path.isfile(os.path.join(out, "heatmaps", sl["id"] + ".png")), f"{sl['id']}.png missing")
+        expect(len(geojson_tiles(os.path.join(out, "heatmaps", sl["id"] + ".geojson"))) == 6, f"{sl['id']} tiles")
+    # Tiles of another size than the run's.
+    tile_store.write_store(tmp("bigtiles.lmdb"), new[:1], 24, encoding="png")
+    c, _, err = predict(tmp("run_img"), tmp("bigtiles.lmdb"), "-o", tmp("p_big"))
+    expect(c == 2 and "24 px tiles" in err and "16 px tiles" in err, f"exit {c}: {err.strip()}")
+
+
+# ---------------------------------------------------------------- your own TorchScript model
+
+class MILWithAttention(torch.nn.Module):
+    """T.ScriptMIL with an attention(bag) method, which predict writes to attention.csv."""
+
+    def __init__(self, dims=16, hidden=16, attention=8, classes=2):
+        super().__init__()
+        self.embed = torch.nn.Linear(dims, hidden)
+        self.score = torch.nn.Sequential(torch.nn.Linear(hidden, attention), torch.nn.Tanh(),
+                                         torch.nn.Linear(attention, 1, bias=False))
+        self.head = torch.nn.Linear(hidden, classes)
+
+    @torch.jit.export
+    def attention(self, bag):
+        return torch.softmax(self.score(torch.relu(self.embed(bag))), dim=0).squeeze(-1)
+
+    def forward(self, bag):
+        h = torch.relu(self.embed(bag))
+        return self.head((self.attention(bag).unsqueeze(-1) * h).sum(0, keepdim=True))
+
+
+def check_script_tiles():
+    """A run of a TorchScript MLP: predict's logits are those of its model.script.pt loaded in
+    Python (final weights), and of the module with best.safetensors loaded (best)."""
+    torch.manual_seed(11)
+    path = T.script_file("pred_mlp_script.pt", T.ScriptMLP())
+    T.train_ok(tmp("ds"), "--model", path, "-o", tmp("run_smlp"), "--epochs", "3", "--batch", "32", "--lr", "0.01")
+    X = torch.from_numpy(np.load(tmp("feat", "features.npy")).astype(np.float32))
+    names = ["normal", "stroma", "tumor"]
+    for which, file in (("final", None), ("best", "best.safetensors")):
+        out = tmp(f"pred_smlp_{which}")
+        predict_ok(tmp("run_smlp"), tmp("feat"), "-o", out, "--weights", which, "--batch", "64")
+        module = torch.jit.load(tmp("run_smlp", "model.script.pt"))
+        if file:
+            module.load_state_dict(weights(tmp("run_smlp"), file))
+        with torch.no_grad():
+            want = module(X)
+        preds = rows_of(os.path.join(out, "predictions.csv"))
+        got = torch.tensor([[float(p[f"logit_{n}"]) for n in names] for p in preds])
+        expect(torch.allclose(got, want, atol=1e-5, rtol=1e-5),
+               f"{which}: logits differ from model.script.pt's by {(got - want).abs().max().item()}")
+
+
+def check_script_bags():
+    """A TorchScript attention-MIL run: logits per slide are model.script.pt's forward of the
+    slide's bag; its attention(bag) goes to attention.csv and the heatmaps. A bag module
+    without attention(bag) predicts without them."""
+    import tile_store
+    keys = open(tmp("bagfeat", "keys.txt")).read().split()
+    X = torch.from_numpy(np.load(tmp("bagfeat", "features.npy")))
+    for name, cls in (("att", MILWithAttention), ("plain", T.ScriptMIL)):
+        torch.manual_seed(12)
+        path = T.script_file(f"pred_mil_{name}.pt", cls())
+        T.train_ok(tmp("bagds"), "--model", path, "-o", tmp(f"run_smil_{name}"), "--epochs", "3", "--batch", "4",
+                   "--lr", "0.01")
+        if not os.path.exists(tmp("bagtiles.lmdb")):
+            tile_store.write_store(tmp("bagtiles.lmdb"), [{"id": "B00", "rows": 20, "cols": 1}], 16, encoding="png")
+        out = tmp(f"pred_smil_{name}")
+        s = predict_ok(tmp(f"run_smil_{name}"), tmp("bagfeat"), "-o", out, "--weights", "final",
+                       "--tiles", tmp("bagtiles.lmdb"))
+        module = torch.jit.load(tmp(f"run_smil_{name}", "model.script.pt"))
+        preds = rows_of(os.path.join(out, "predictions.csv"))
+        attention = {a["key"]: float(a["attention"]) for a in rows_of(os.path.join(out, "attention.csv"))} \
+            if name == "att" else {}
+        for p in preds:
+            idx = [i for i, k in enumerate(keys) if k.startswith(p["sample"] + "/")]
+            with torch.no_grad():
+                want = module(X[idx]).reshape(-1)
+                w = module.attention(X[idx]) if name == "att" else None
+            got = torch.tensor([float(p["logit_neg"]), float(p["logit_pos"])])
+            expect(torch.allclose(got, want, atol=1e-5), f"{name} bag {p['sample']}: {got.tolist()} vs {want.tolist()}")
+            if w is not None:
+                mine = torch.tensor([attention[keys[i]] for i in idx])
+                expect(torch.allclose(mine, w, atol=1e-6), f"bag {p['sample']}: attention differs")
+        has = os.path.exists(os.path.join(out, "attention.csv"))
+        expect(has == (name == "att") and s["heatmaps"] == (1 if name == "att" else 0),
+               f"{name}: attention.csv {has}, summary {s}")
+
+
+# ---------------------------------------------------------------- resume, one writer
+
+def files_of(d):
+    return {os.path.relpath(os.path.join(r, f), d): open(os.path.join(r, f), "rb").read()
+            for r, _, fs in os.walk(d) for f in fs if ".predict" not in r}
+
+
+def check_resume():
+    """A prediction killed (SIGKILL before its N-th rename) and run again resumes from the
+    slides it had journaled and publishes the same bytes as one uninterrupted run; a finished
+    one run again predicts nothing; other settings into it are refused without --overwrite."""
+    import tile_store
+    if not os.path.exists(tmp("tiles.lmdb")):
+        tile_store.write_store(tmp("tiles.lmdb"), [{"id": f"S{i:02d}", "rows": 15, "cols": 1} for i in range(20)],
+                               16, encoding="png")
+    args = [tmp("run_mlp"), tmp("feat"), "--tiles", tmp("tiles.lmdb"), "--batch", "4"]
+    predict_ok(*args, "-o", tmp("pred_once"))
+    out = tmp("pred_kill")
+    env = dict(os.environ, LD_PRELOAD=rename_shim(), KILL_AT_RENAME="20")
+    p = subprocess.run([mltool, "predict", *args, "-o", out, "-q"], env=env, capture_output=True, text=True)
+    expect(p.returncode == -9, f"the run was not killed at its 20th rename: exit {p.returncode} {p.stderr[-500:]}")
+    expect(not os.path.exists(os.path.join(out, "predictions.csv")), "a killed run published predictions.csv")
+    s = predict_ok(*args, "-o", out)
+    expect(0 < s["resumed"] < 20, f"resumed {s['resumed']} of 20 slides")
+    expect(files_of(out) == files_of(tmp("pred_once")), "a killed and resumed prediction differs from one run")
+    s = predict_ok(*args, "-o", out)
+    expect(s["resumed"] == 20, f"a finished prediction run again: {s}")
+    expect(files_of(out) == files_of(tmp("pred_once")), "a prediction run again changed its files")
+    c, _, err = predict(*args, "-o", out, "--weights", "final")
+    expect(c == 1 and "other settings" in err and "--overwrite" in err, f"other settings: exit {c}: {err.strip()}")
+    s = predict_ok(*args, "-o", out, "--weights", "final", "--overwrite")
+    expect(s["resumed"] == 0 and s["weights"] == "final", f"--overwrite: {s}")
+    # One writer: a second prediction into the output while the first holds it exits 3.
+    code, err = second_writer_refused([mltool, "predict", *args, "-o", tmp("pred_two")],
+                                      [mltool, "predict", *args, "-o", tmp("pred_two")], tmp("pred_two"))
+    expect(code == 0, f"the first prediction failed: {err[-500:]}")
+
+
 if __name__ == "__main__":
-    run_checks("predict", [check_mlp, check_abmil, check_heatmaps, check_bad_input], only, fixtures)
+    run_checks("predict", [check_mlp, check_slides, check_abmil, check_heatmaps, check_bad_input, check_image,
+                           check_script_tiles, check_script_bags, check_resume], only, fixtures)

@@ -1,7 +1,10 @@
 // `mltool predict` as a library call: a finished run (mltool train) applied to a feature
-// store. No LibTorch in this header, so the command line compiles without it.
+// store (tile and bag models) or a tile store (image models), slide by slide. No LibTorch in
+// this header, so the command line compiles without it.
 //
 //   pred/
+//     .predict/         job.json (the settings a resume must repeat) and SLIDE.safetensors,
+//                       each finished slide's scores: a stopped prediction resumes
 //     predictions.csv   one row per sample in store order: sample (tile key, or slide for
 //                       bags), slide, prediction, logit_LABEL..., prob_LABEL... (float32,
 //                       %.9g: the exact float)
@@ -21,6 +24,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "mltool/util/options.hpp"
 
@@ -32,14 +36,18 @@ extern const util::EnumNames<Weights> kWeights;
 
 struct PredictJob {
   std::string run;     ///< the run directory (mltool train), finished
-  std::string input;   ///< a feature store (mltool extract)
+  std::string input;   ///< a feature store (tile, bag models) or a tile store (image models)
   std::string output;  ///< the prediction directory (created)
   Weights weights = Weights::best;
-  std::string device = "auto";  ///< auto (the first GPU, else CPU), cpu, cuda or cuda:N
-  int batch = 4096;             ///< tiles per forward pass (tile models)
-  std::string tiles;            ///< the tile store for heatmaps; empty: the one features.json names
+  std::string device = "auto";      ///< auto (the first GPU, else CPU), cpu, cuda or cuda:N
+  int math_threads = 0;             ///< LibTorch's math threads on the CPU; 0: a resumed run's
+  int threads = 0;                  ///< tile decoding threads (image models); 0: one per core
+  int batch = 4096;                 ///< tiles per forward pass (tile and image models)
+  std::vector<std::string> slides;  ///< the slides to predict; empty: every slide of the input
+  std::string tiles;        ///< the tile store for heatmaps; empty: the one features.json names
   std::string label;        ///< the class whose probability the PNG heatmaps show; empty: the last
   int heatmap_size = 1024;  ///< the PNG heatmaps' long side, pixels
+  bool overwrite = false;   ///< replace a prediction with other settings in `output`
 };
 
 /// The table of PredictJob's options (docs/predict.md's synopsis is checked against it).
@@ -47,21 +55,25 @@ const util::Options<PredictJob>& predict_options();
 
 struct PredictReport {
   std::string output;
-  std::string unit;    ///< tile or bag
+  std::string unit;    ///< tile, bag or image
   std::string device;  ///< e.g. "cpu", "cuda:0"
   std::string weights;
-  std::int64_t samples = 0;   ///< rows of predictions.csv
-  std::int64_t tiles = 0;     ///< feature rows read
+  std::int64_t samples = 0;  ///< rows of predictions.csv
+  std::int64_t tiles = 0;    ///< feature rows read
+  std::int64_t slides = 0;
+  std::int64_t resumed = 0;   ///< slides whose scores a stopped prediction had journaled
   std::int64_t heatmaps = 0;  ///< slides with a heatmap
   double seconds = 0;
 };
 
 nlohmann::json to_json(const PredictReport& report);
 
-/// Predicts (see the layout above). InputError for a run that is not finished (still
-/// running, stopped or failed), a feature store whose dims or extractor differ from those the run
-/// was trained on (run.json and the features its dataset names), or a missing file; FormatError for
-/// weights that do not match the run's model; UsageError for an image (pixel) model (not yet).
+/// Predicts (see the layout above), holding the output's lock. InputError for a run that is not
+/// finished (still running, stopped or failed), an input of the wrong kind, a feature store
+/// whose dims or extractor differ from those the run was trained on (run.json and the features
+/// its dataset names), a tile store tiled otherwise than the run's, or a missing file;
+/// FormatError for weights that do not match the run's model; UsageError for an output that
+/// holds a prediction with other settings (without `overwrite`).
 PredictReport predict(const PredictJob& job);
 
 }  // namespace mltool::train

@@ -1,0 +1,188 @@
+// predict's input: a feature store for tile and bag models, a tile store for image models,
+// each checked against what the run was trained on (see predict_parts.hpp).
+#include <torch/types.h>
+
+#include <map>
+
+#include "dataset.hpp"
+#include "mltool/io/feature_store.hpp"
+#include "mltool/io/tile_store.hpp"
+#include "mltool/records/sha256.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
+#include "mltool/util/log.hpp"
+#include "predict_parts.hpp"
+
+namespace mltool::train {
+namespace {
+
+using json = nlohmann::json;
+
+bool is_tile_store(const std::string& path) { return util::exists(path + "/data.mdb"); }
+bool is_feature_store(const std::string& path) { return util::exists(path + "/features.json"); }
+
+// The feature store the run's dataset was packed from, or "" if it is no longer there.
+std::string trained_features(const json& run) {
+  try {
+    return read_dataset_info(run.at("dataset").value("path", "")).features;
+  } catch (const Error& e) {
+    log::warn("cannot read the dataset the run was trained on (" + std::string(e.what()) +
+              "): checking what the input is against run.json only");
+    return "";
+  }
+}
+
+void check_features(const json& run, const io::FeatureStore& store, const std::string& where) {
+  const auto dims = run.at("model").at("input_dims").get<std::int64_t>();
+  if (static_cast<std::int64_t>(store.dims()) != dims)
+    throw InputError(at_file(where, "features of " + std::to_string(store.dims()) +
+                                        " dims, but the run was trained on " +
+                                        std::to_string(dims) + "-dim features"));
+  const std::string trained = trained_features(run);
+  if (trained.empty()) return;
+  const json want = io::FeatureStore::open(trained).manifest().value("model", json());
+  const json got = store.manifest().value("model", json());
+  if (want != got)
+    throw InputError(at_file(where, "features of extractor " + got.dump() +
+                                        ", but the run was trained on features of " + want.dump()));
+}
+
+// The tile store for heatmaps: --tiles, else the features' own if it is still there, else
+// none ("").
+std::string heatmap_store(const PredictJob& job, const io::FeatureStore& store) {
+  if (!job.tiles.empty()) {
+    if (!util::exists(job.tiles)) throw InputError(at_file(job.tiles, "no such tile store"));
+    return job.tiles;
+  }
+  const json source = store.manifest().value("source", json::object());
+  if (!source.is_object() || !source.contains("tile_store") || !source["tile_store"].is_string())
+    return "";
+  const std::string path = source["tile_store"];
+  if (util::exists(path)) return path;
+  log::warn(at_file(store.dir(),
+                    "its tile store " + path + " is not there: no heatmaps (pass --tiles STORE)"));
+  return "";
+}
+
+// Groups `in.keys` by slide: slides in the order of their first row.
+void group_by_slide(PredictInput& in) {
+  std::map<std::string, std::size_t, std::less<>> index;
+  for (std::size_t i = 0; i < in.keys.size(); ++i) {
+    const std::string slide(io::slide_of_key(in.keys[i]));
+    auto [it, added] = index.emplace(slide, in.slides.size());
+    if (added) {
+      in.slides.push_back(slide);
+      in.rows.emplace_back();
+    }
+    in.rows[it->second].push_back(static_cast<std::int64_t>(i));
+  }
+}
+
+// Keeps the slides --slide names, in the input's order; InputError for one it does not have.
+void keep_slides(PredictInput& in, const PredictJob& job) {
+  std::map<std::string, std::size_t> index;
+  for (std::size_t s = 0; s < in.slides.size(); ++s) index.emplace(in.slides[s], s);
+  std::vector<bool> keep(in.slides.size(), false);
+  for (const auto& id : job.slides) {
+    const auto it = index.find(id);
+    if (it == index.end())
+      throw InputError(at_file(
+          job.input, "--slide " + id + ": no tiles of this slide" +
+                         (in.source->dtype() == torch::kUInt8 ? " (complete) in the tile store"
+                                                              : " in the feature store")));
+    keep[it->second] = true;
+  }
+  std::size_t kept = 0;
+  for (std::size_t s = 0; s < in.slides.size(); ++s) {
+    if (!keep[s]) continue;
+    in.slides[kept] = std::move(in.slides[s]);
+    in.rows[kept++] = std::move(in.rows[s]);
+  }
+  in.slides.resize(kept);
+  in.rows.resize(kept);
+}
+
+PredictInput feature_input(const json& run, const std::string& unit, const PredictJob& job) {
+  if (is_tile_store(job.input))
+    throw InputError(at_file(job.input, "a tile store, but a " + unit +
+                                            " model predicts on features: extract them with the "
+                                            "extractor the run was trained on (mltool extract), "
+                                            "then predict on the feature store"));
+  auto store = std::make_shared<io::FeatureStore>(io::FeatureStore::open(job.input));
+  check_features(run, *store, job.input);
+  PredictInput in;
+  in.keys.reserve(store->rows());
+  for (std::size_t i = 0; i < store->rows(); ++i) in.keys.emplace_back(store->key(i));
+  in.tile_store = heatmap_store(job, *store);
+  if (!in.tile_store.empty())
+    in.tiles = std::make_shared<const io::TileStore>(io::TileStore::open(in.tile_store, false));
+  in.identity = {
+      {"features", util::absolute_path(job.input)},
+      {"manifest_sha256", records::sha256_hex(util::read_file(job.input + "/features.json"))}};
+  in.source = feature_source(std::move(store));
+  return in;
+}
+
+// The settings of the tile store the run's images came from, or nothing if it is gone.
+std::optional<io::TileSettings> trained_tile_settings(const json& run) {
+  const std::string path = run.at("dataset").value("tile_store", "");
+  try {
+    if (!path.empty()) return io::TileStore::open(path, false).settings();
+  } catch (const Error& e) {
+    log::warn(std::string(e.what()));
+  }
+  log::warn("the tile store the run was trained on (" + (path.empty() ? "none named" : path) +
+            ") cannot be read: the input's tile size and resolution are not checked");
+  return std::nullopt;
+}
+
+std::string describe(const io::TileSettings& s) {
+  return std::to_string(s.tile_size) + " px tiles at " +
+         (s.mpp ? std::to_string(*s.mpp) + " µm/px"
+                : "pyramid level " + std::to_string(s.level.value_or(0)));
+}
+
+PredictInput image_input(const json& run, const PredictJob& job) {
+  if (!is_tile_store(job.input))
+    throw InputError(
+        at_file(job.input,
+                std::string(is_feature_store(job.input) ? "a feature store" : "not a tile store") +
+                    ", but an image (rescnn) model predicts on a tile store's pixels: give "
+                    "the tile store (mltool tile)"));
+  if (!job.tiles.empty() && util::absolute_path(job.tiles) != util::absolute_path(job.input))
+    throw UsageError("--tiles " + job.tiles +
+                     ": an image model's heatmaps are drawn from the "
+                     "tile store it predicts on, " +
+                     job.input);
+  const auto trained = trained_tile_settings(run);  // opened and closed before the input
+  auto store = std::make_shared<const io::TileStore>(io::TileStore::open(job.input, false));
+  const auto settings = store->settings();
+  if (!settings) throw InputError(at_file(job.input, "not a tile store (no meta 'store' record)"));
+  if (trained) {
+    const bool same = trained->tile_size == settings->tile_size && trained->mpp == settings->mpp &&
+                      trained->level == settings->level;
+    if (!same)
+      throw InputError(at_file(job.input, "holds " + describe(*settings) +
+                                              ", but the run was trained on " + describe(*trained) +
+                                              ": tile the slides alike"));
+  }
+  PredictInput in;
+  in.keys = store->complete_tile_keys();
+  in.tile_store = job.input;
+  in.identity = {{"tiles", util::absolute_path(job.input)}, {"settings", settings->to_json()}};
+  in.tiles = store;
+  in.source = tile_source(std::move(store), in.keys);
+  return in;
+}
+
+}  // namespace
+
+PredictInput open_predict_input(const json& run, const std::string& unit, const PredictJob& job) {
+  if (!util::exists(job.input)) throw InputError(at_file(job.input, "no such file or directory"));
+  PredictInput in = unit == "image" ? image_input(run, job) : feature_input(run, unit, job);
+  group_by_slide(in);
+  if (!job.slides.empty()) keep_slides(in, job);
+  return in;
+}
+
+}  // namespace mltool::train

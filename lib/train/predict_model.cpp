@@ -1,0 +1,123 @@
+// predict's model: a finished run's built-in family or TorchScript module with its best or
+// final weights, scoring one slide at a time (see predict_parts.hpp).
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include "export.hpp"
+#include "mltool/train/model_spec.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
+#include "mltool/util/parallel.hpp"
+#include "predict_parts.hpp"
+#include "script_model.hpp"
+
+namespace mltool::train {
+namespace {
+
+using json = nlohmann::json;
+
+// The attention block's softmax weights over one bag (1 × L) given its input `h`.
+torch::Tensor attention_weights(Block& block, const torch::Tensor& h) {
+  auto children = block.named_children();
+  auto linear = [&](const char* name) { return children[name]->as<torch::nn::Linear>(); };
+  auto a = torch::tanh(linear("V")->forward(h));
+  if (children.contains("U")) a = a * torch::sigmoid(linear("U")->forward(h));
+  return torch::softmax(linear("w")->forward(a).squeeze(-1), 1);
+}
+
+// Rows `rows[begin, end)` of `source` as one tensor of its row shape, decoded (tiles) on up to
+// `threads` threads.
+torch::Tensor gather(const RowSource& source, const std::vector<std::int64_t>& rows,
+                     std::size_t begin, std::size_t end, int threads) {
+  std::vector<std::int64_t> shape = source.row_shape();
+  shape.insert(shape.begin(), static_cast<std::int64_t>(end - begin));
+  auto out = torch::empty(shape, torch::TensorOptions().dtype(source.dtype()));
+  auto* base = static_cast<std::uint8_t*>(out.data_ptr());
+  const std::size_t bytes = static_cast<std::size_t>(source.row_bytes());
+  constexpr std::size_t kChunk = 32;
+  const std::size_t chunks = (end - begin + kChunk - 1) / kChunk;
+  util::parallel_for(chunks, threads, [&](std::size_t c) {
+    const std::size_t first = begin + c * kChunk, n = std::min(kChunk, end - first);
+    source.copy_rows(rows.data() + first, n, base + (first - begin) * bytes);
+  });
+  return out;
+}
+
+// The weights file of `job.weights` in the run directory.
+std::string weights_file(const PredictJob& job) {
+  return job.run + "/" + (job.weights == Weights::best ? "best.safetensors" : "model.safetensors");
+}
+
+}  // namespace
+
+Predictor::Predictor(const json& run, const PredictJob& job, const torch::Device& device)
+    : device_(device), batch_(job.batch), threads_(util::thread_count(job.threads)) {
+  const std::string unit = run.at("dataset").value("unit", "tile");
+  bag_ = unit == "bag";
+  const auto& m = run.at("model");
+  const auto classes = m.at("classes").get<std::int64_t>();
+  if (run.at("spec").value("family", "") == "torchscript") {
+    // The trained module as the run exported it; the chosen weights are loaded over its own.
+    ScriptModel s = load_script_model(job.run + "/model.script.pt");
+    s.bag = bag_;
+    script_ = s.module;
+    model_ = script_block_model(s, classes);
+  } else {
+    const ModelSpec spec = parse_model_spec(run.at("spec"), job.run + "/run.json#/spec");
+    model_ = build_model(spec, m.at("input_dims").get<std::int64_t>(), classes);
+    while (pool_ < model_->size() && model_->names()[pool_] != "attention") ++pool_;
+  }
+  import_safetensors(*model_, weights_file(job));
+  model_->to(device_);
+  model_->eval();
+}
+
+bool Predictor::has_attention() const {
+  if (!bag_) return false;
+  return script_ ? script_->find_method("attention").has_value() : pool_ < model_->size();
+}
+
+// A bag's logits, and its attention per instance when the model tells it.
+SlideScores Predictor::score_bag(const torch::Tensor& x) const {
+  SlideScores out;
+  torch::Tensor w;
+  if (script_) {
+    out.logits = model_->forward({x.unsqueeze(0), {}}).cpu();
+    if (has_attention()) w = script_->run_method("attention", x).toTensor().reshape({-1});
+  } else {
+    const auto mask = torch::ones({1, x.size(0)}, torch::kBool).to(device_);
+    const auto h = model_->forward({x.unsqueeze(0), mask}, 0, pool_);
+    w = attention_weights(model_->block(pool_), h.x).reshape({-1});
+    out.logits = model_->forward(h, pool_, model_->size()).x.cpu();
+  }
+  if (w.defined()) {
+    if (w.numel() != x.size(0))
+      throw InputError("the TorchScript module's attention(bag) returned " +
+                       std::to_string(w.numel()) + " weights for a bag of " +
+                       std::to_string(x.size(0)) + " tiles");
+    w = w.to(torch::kCPU, torch::kFloat32).contiguous();
+    out.attention.assign(w.data_ptr<float>(), w.data_ptr<float>() + w.numel());
+  }
+  return out;
+}
+
+SlideScores Predictor::score(const RowSource& source, const std::vector<std::int64_t>& rows) const {
+  torch::NoGradGuard no_grad;
+  const bool features = source.dtype() != torch::kUInt8;  // tiles' pixels stay uint8
+  const auto prepare = [&](torch::Tensor x) {
+    x = x.to(device_);
+    return features ? x.to(torch::kFloat32) : x;
+  };
+  if (bag_) return score_bag(prepare(gather(source, rows, 0, rows.size(), threads_)));
+  SlideScores out;
+  std::vector<torch::Tensor> parts;
+  const auto batch = static_cast<std::size_t>(batch_);
+  for (std::size_t b = 0; b < rows.size(); b += batch) {
+    const auto x = prepare(gather(source, rows, b, std::min(rows.size(), b + batch), threads_));
+    parts.push_back(model_->forward({x, {}}).to(torch::kCPU, torch::kFloat32));
+  }
+  out.logits = torch::cat(parts);
+  return out;
+}
+
+}  // namespace mltool::train

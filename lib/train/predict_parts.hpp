@@ -1,0 +1,94 @@
+// The parts of `mltool predict` that predict.cpp puts together: what is read (a feature
+// store's rows or a tile store's pixels, grouped by slide), the run's model that scores one
+// slide at a time, and a slide's heatmaps. Internal to lib/train.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "feed.hpp"
+#include "mltool/train/models.hpp"
+#include "mltool/train/predict.hpp"
+
+namespace mltool::io {
+class TileStore;
+}
+namespace torch::jit {
+struct Module;
+}
+
+namespace mltool::train {
+
+/// What predict reads: row i of `source` is tile `keys[i]`; feature rows (tile and bag
+/// models) or decoded tiles (image models).
+struct PredictInput {
+  std::shared_ptr<const RowSource> source;
+  std::vector<std::string> keys;                ///< store order
+  std::vector<std::string> slides;              ///< in the order of their first row
+  std::vector<std::vector<std::int64_t>> rows;  ///< per slide: its rows, in store order
+  std::string tile_store;                       ///< the heatmaps' tile store, or ""
+  std::shared_ptr<const io::TileStore> tiles;   ///< it, open (one LMDB environment per process)
+  nlohmann::json identity;                      ///< what the rows are (a resume checks it)
+};
+
+/// The input of a run of `unit` (tile, bag: a feature store; image: a tile store) checked
+/// against what the run was trained on (InputError naming the file otherwise).
+PredictInput open_predict_input(const nlohmann::json& run, const std::string& unit,
+                                const PredictJob& job);
+
+/// One slide's scores: its tiles' logits (tile and image models, rows × classes) or its
+/// bag's (1 × classes), float32 on the CPU; and a bag model's attention per tile (empty when
+/// the model has none).
+struct SlideScores {
+  torch::Tensor logits;
+  std::vector<float> attention;
+};
+
+/// A finished run's model with the chosen weights, in eval mode on its device.
+class Predictor {
+ public:
+  Predictor(const nlohmann::json& run, const PredictJob& job, const torch::Device& device);
+  /// Scores the slide made of `rows` of `source`, `batch` rows per forward pass (tiles and
+  /// images; a bag is one pass), decoding on `threads` threads.
+  SlideScores score(const RowSource& source, const std::vector<std::int64_t>& rows) const;
+  bool bag() const { return bag_; }
+  /// Whether the model tells its attention per tile (built-in bag models, and TorchScript
+  /// bag modules with an `attention(bag)` method).
+  bool has_attention() const;
+
+ private:
+  SlideScores score_bag(const torch::Tensor& x) const;
+  std::shared_ptr<BlockModel> model_;
+  std::shared_ptr<torch::jit::Module> script_;  ///< a TorchScript run's module, else null
+  torch::Device device_;
+  std::int64_t batch_ = 1;
+  int threads_ = 1;
+  bool bag_ = false;
+  std::size_t pool_ = 0;  ///< a built-in bag model's attention block
+};
+
+/// What a slide's heatmaps show of its tile i (its position in the slide's keys): QuPath
+/// measurements, and the PNG's value in [0, 1].
+struct HeatmapScores {
+  std::function<void(std::size_t, nlohmann::json&)> measure;
+  std::function<float(std::size_t)> value;
+  std::string what;  ///< the PNG caption's name of the value
+  int size = 1024;   ///< the PNG's long side
+};
+
+/// Whether DIR/SLIDE.geojson (and, where slides can be drawn, DIR/SLIDE.png) exist.
+bool slide_heatmaps_exist(const std::string& dir, const std::string& slide);
+
+/// DIR/SLIDE.geojson (and DIR/SLIDE.png where slides can be drawn) for the slide's tiles
+/// `keys`. Returns the tiles drawn.
+std::int64_t write_slide_heatmaps(const io::TileStore& tiles, const std::string& slide,
+                                  const std::vector<std::string>& keys, const std::string& dir,
+                                  const HeatmapScores& scores);
+
+}  // namespace mltool::train

@@ -759,6 +759,28 @@ def check_script_sections():
     module.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in got.items()})
 
 
+class MeanPool(torch.nn.Module):
+    """A bag model returning `classes` logits (1-d): the mean instance, classified."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(32, 3)
+
+    def forward(self, bag):
+        return self.fc(bag.mean(0))
+
+
+class OneLogit(torch.nn.Module):
+    """A tile model returning one logit per tile (N, not N x classes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(32, 1)
+
+    def forward(self, x):
+        return self.fc(x).squeeze(1)
+
+
 def check_script_bad_input():
     base = ["-o", tmp("run_bad_script")]
     torch.manual_seed(0)
@@ -770,11 +792,28 @@ def check_script_bad_input():
     wide = script_file("wide.pt", ScriptMLP(dims=64))
     expect_error([tmp("ds"), *base, "--model", wide], 2, "wide.pt: forward failed on a batch of 2 x 32")
     mlp = script_file("mlp_bad.pt", ScriptMLP())
+    # A model of the other unit, told by a second forward on one row more, is refused as such.
     expect_error([tmp("bagds"), *base, "--model", script_file("mlp16.pt", ScriptMLP(dims=16, classes=2))], 2,
-                 "mlp16.pt: forward returned a tensor of 3 x 2 for a bag of 3 x 16", "expected 2 or 1 x 2")
+                 "mlp16.pt: forward returned a tensor of 3 x 2 for a bag of 3 x 16 features (float32) and "
+                 "a tensor of 4 x 2 for 4 instances: one row of logits per instance, as a tile model returns",
+                 f"but {tmp('bagds', 'dataset.json')} was packed with --unit bag: pack with --unit tile, or give "
+                 "a bag model (forward(L x D) -> classes or 1 x classes)")
     bag = script_file("bag_model.pt", ScriptMIL(dims=32, classes=3))
-    expect_error([tmp("ds"), *base, "--model", bag], 2, "bag_model.pt: forward returned a tensor of 1 x 3",
-                 "a bag model? the dataset's unit is tile")
+    expect_error([tmp("ds"), *base, "--model", bag], 2,
+                 "bag_model.pt: forward returned a tensor of 1 x 3 for a batch of 2 x 32 features (float32) and "
+                 "a tensor of 1 x 3 for 3 rows: it pools the rows into one output, as a bag model does",
+                 f"but {tmp('ds', 'dataset.json')} was packed with --unit tile: pack with --unit bag, or give "
+                 "a tile model (forward(N x D) -> N x classes)")
+    expect_error([tmp("ds"), *base, "--model", script_file("mean_pool.pt", MeanPool())], 2,
+                 "mean_pool.pt: forward returned a tensor of 3 for a batch of 2 x 32", "a tensor of 3 for 3 rows",
+                 "as a bag model does", "packed with --unit tile")
+    # Wrong shapes that are not the other unit's keep the plain message.
+    expect_error([tmp("ds"), *base, "--model", script_file("one_logit.pt", OneLogit())], 2,
+                 "one_logit.pt: forward returned a tensor of 2 for a batch of 2 x 32 features (float32); "
+                 "expected 2 x 3 (batch x classes)")
+    expect_error([tmp("bagds"), *base, "--model", script_file("mil3.pt", ScriptMIL(classes=3))], 2,
+                 "mil3.pt: forward returned a tensor of 1 x 3 for a bag of 3 x 16 features (float32); "
+                 "expected 2 or 1 x 2 (one bag's logits)")
     expect_error([tmp("ds"), *base, "--model", mlp, "--sections", "2"], 1,
                  "--sections 2", "1 blocks")
     expect_error([tmp("ds"), *base, "--model", script_file("tuple_sec.pt", TupleOut()), "--sections", "2"], 2,

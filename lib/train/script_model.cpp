@@ -54,23 +54,27 @@ c10::IValue call(const ScriptModel& m, const torch::Tensor& x, const std::string
   }
 }
 
-// The logits of a forward on `n` samples, 1 x classes: a bag's (classes or 1 x classes);
-// n x classes: a batch of tiles'. Anything else is an InputError naming the file.
+// Whether `y` is the logits of a forward on `n` samples: 1 x classes (or classes) for a bag,
+// n x classes for a batch of tiles.
+bool is_logits(const ScriptModel& m, const torch::Tensor& y, std::int64_t n, std::int64_t classes) {
+  if (m.bag && y.dim() == 1 && y.size(0) == classes) return true;
+  return y.dim() == 2 && y.size(0) == n && y.size(1) == classes;
+}
+
+// The logits of a forward on `n` samples (see is_logits), 1 x classes for a bag. Anything else
+// is an InputError naming the file.
 torch::Tensor logits_of(const ScriptModel& m, const c10::IValue& out, std::int64_t n,
                         std::int64_t classes, const std::string& what) {
   if (!out.isTensor())
     throw InputError(at_file(m.path, "forward returned " + out.tagKind() + " for " + what +
                                          ", not one tensor of logits"));
   auto y = out.toTensor();
-  if (m.bag && y.dim() == 1 && y.size(0) == classes) return y.unsqueeze(0);
-  if (y.dim() == 2 && y.size(0) == n && y.size(1) == classes) return y;
+  if (is_logits(m, y, n, classes)) return y.dim() == 1 ? y.unsqueeze(0) : y;
   const std::string want =
       m.bag ? std::to_string(classes) + " or 1 x " + std::to_string(classes) + " (one bag's logits)"
             : std::to_string(n) + " x " + std::to_string(classes) + " (batch x classes)";
-  const bool pooled = !m.bag && y.dim() >= 1 && y.size(0) == 1 && n > 1;
   throw InputError(
-      at_file(m.path, "forward returned " + shape_of(y) + " for " + what + "; expected " + want +
-                          (pooled ? " (a bag model? the dataset's unit is tile)" : "")));
+      at_file(m.path, "forward returned " + shape_of(y) + " for " + what + "; expected " + want));
 }
 
 class ScriptBlock : public Block {
@@ -137,6 +141,50 @@ class ChildBlock : public Block {
   bool last_;
 };
 
+// The probe's input in messages: "a batch of 2 x D features (float32)", or a bag of 3.
+std::string rows_of(const ScriptModel& m, std::int64_t n, std::int64_t dims) {
+  return (m.bag ? "a bag of " : "a batch of ") + std::to_string(n) + " x " + std::to_string(dims) +
+         " features (float32)";
+}
+
+// The probe's output `y` on n rows is not the logits. If a second forward, on n + 1 rows, shows
+// the module is written for the other unit, an InputError saying so: a bag model pools any
+// number of rows into one output (classes or 1 x classes), a tile model returns one row per
+// row. Anything else (a forward that fails on n + 1 rows too) is left to logits_of.
+void refuse_other_unit(const ScriptModel& m, const torch::Tensor& y, std::int64_t n,
+                       std::int64_t dims, const std::string& manifest) {
+  const auto pools = [](const torch::Tensor& t) {
+    return t.dim() == 1 || (t.dim() == 2 && t.size(0) == 1);
+  };
+  const auto per_row = [](const torch::Tensor& t, std::int64_t rows) {
+    return t.dim() == 2 && t.size(0) == rows;
+  };
+  c10::IValue more;
+  try {
+    more = m.module->forward({torch::zeros({n + 1, dims})});
+  } catch (const std::exception& e) {
+    if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) throw;
+    return;
+  }
+  if (!more.isTensor()) return;
+  const auto z = more.toTensor();
+  const bool bag_model = !m.bag && pools(y) && z.sizes() == y.sizes();
+  const bool tile_model = m.bag && per_row(y, n) && per_row(z, n + 1);
+  if (!bag_model && !tile_model) return;
+  const std::string bag_sig = "(forward(L x D) -> classes or 1 x classes)";
+  const std::string tile_sig = "(forward(N x D) -> N x classes)";
+  const std::string unit = m.bag ? "bag" : "tile";
+  throw InputError(at_file(
+      m.path,
+      "forward returned " + shape_of(y) + " for " + rows_of(m, n, dims) + " and " + shape_of(z) +
+          " for " + std::to_string(n + 1) + (m.bag ? " instances" : " rows") +
+          (bag_model ? ": it pools the rows into one output, as a bag model does " + bag_sig
+                     : ": one row of logits per instance, as a tile model returns " + tile_sig) +
+          ", but " + manifest + " was packed with --unit " + unit + ": pack with --unit " +
+          (m.bag ? "tile" : "bag") + ", or give a " + unit + " model " +
+          (m.bag ? bag_sig : tile_sig)));
+}
+
 }  // namespace
 
 std::vector<std::string> sequential_children(const torch::jit::Module& m) {
@@ -195,14 +243,16 @@ ScriptModel load_script_model(const std::string& path) {
   return m;
 }
 
-void probe_script(const ScriptModel& m, std::int64_t input_dims, std::int64_t classes) {
+void probe_script(const ScriptModel& m, std::int64_t input_dims, std::int64_t classes,
+                  const std::string& manifest) {
   const std::int64_t n = m.bag ? 3 : 2;
-  const std::string what = (m.bag ? "a bag of " : "a batch of ") + std::to_string(n) + " x " +
-                           std::to_string(input_dims) + " features (float32)";
   torch::NoGradGuard no_grad;
   const bool training = m.module->is_training();
   m.module->eval();
+  const auto what = rows_of(m, n, input_dims);
   const auto out = call(m, torch::zeros({n, input_dims}), what);
+  if (out.isTensor() && !is_logits(m, out.toTensor(), m.bag ? 1 : n, classes))
+    refuse_other_unit(m, out.toTensor(), n, input_dims, manifest);
   m.module->train(training);
   logits_of(m, out, m.bag ? 1 : n, classes, what);
 }

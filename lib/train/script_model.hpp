@@ -32,8 +32,11 @@ ScriptModel load_script_model(const std::string& path);
 
 /// A forward on zeros in eval mode, before anything is written (a batch of 2 x input_dims, or
 /// a bag of 3 instances): InputError naming the file if it fails or returns anything but the
-/// logits.
-void probe_script(const ScriptModel& m, std::int64_t input_dims, std::int64_t classes);
+/// logits. A module written for the other unit (a bag model given tiles, a tile model given
+/// bags; told by a second forward on one row more) is refused as such, naming `manifest`, the
+/// dataset.json that says the unit.
+void probe_script(const ScriptModel& m, std::int64_t input_dims, std::int64_t classes,
+                  const std::string& manifest);
 
 /// The root's children in the order its forward runs them, when forward is exactly
 /// child_k(...child_1(x)) (each child once, the root holding no tensors of its own); else

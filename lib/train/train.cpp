@@ -220,7 +220,8 @@ void read_script(const TrainJob& job, Plan& p) {
       at_file(job.spec, "a TorchScript model trains on tile or bag datasets, but " +
                             p.data.manifest_path + " was packed with --unit image"));
   p.script->bag = p.data.unit == records::PackUnit::bag;
-  probe_script(*p.script, p.data.dims, static_cast<std::int64_t>(p.data.labels.size()));
+  probe_script(*p.script, p.data.dims, static_cast<std::int64_t>(p.data.labels.size()),
+               p.data.manifest_path);
 }
 
 void check_spec_against_data(const TrainJob& job, const Plan& p) {

@@ -4,8 +4,10 @@
 #   → pack (patient- or slide-grouped train/val split) → inspect (shard balance) → train (an
 #   MLP; the pinned feed on a GPU when there is one, the host feed otherwise)
 # reading each product back with its reference reader (python-lmdb + Pillow, numpy), and
+# → predict (the trained MLP on the validation slides: per-tile predictions, heatmaps)
 # indexing a TFRecord file written by TensorFlow for NVIDIA DALI. Ends with a summary: tiles,
-# features, records, the balance verdict, validation accuracy and the time of each stage.
+# features, records, the balance verdict, validation accuracy, the validation slides' calls
+# and where their heatmaps are, and the time of each stage.
 #
 # By default it runs on a built-in cohort: synthetic whole-slide images (pyramidal tiled TIFFs
 # at 0.25 µm/px) with two tissue classes — H&E-like "normal" stroma with sparse nuclei,
@@ -263,6 +265,43 @@ PY
 )
 echo "$accuracy"
 stage_done train "$accuracy"
+
+echo "== mltool predict (the run's best weights on the validation slides → $work/pred/)"
+# The validation split's slides: its groups (patients, or slides) from dataset.json, their
+# slides from the labels table.
+"$python" - "$work/dataset/dataset.json" "$work/labels.csv" > "$work/val_slides.txt" <<'PY'
+import csv, json, sys
+d = json.load(open(sys.argv[1]))
+val = {g for g, split in d["group_split"].items() if split == "val"}
+column = d["labels"]["group_column"]
+for row in csv.DictReader(open(sys.argv[2], newline="", encoding="utf-8-sig")):
+    slide = row["key"].strip().split("/")[0]
+    if (row[column].strip() if column else slide) in val:
+        print(slide)
+PY
+sort -u -o "$work/val_slides.txt" "$work/val_slides.txt"
+"$mltool" predict "$work/run" "$work/features" -o "$work/pred" --slide - --device auto --overwrite --json \
+  < "$work/val_slides.txt" | tee "$work/predict.json"
+calls=$("$python" - "$work/pred/predictions.csv" "$work/labels.csv" "$work/predict.json" <<'PY'
+import collections, csv, json, sys
+truth = {r["key"].strip().split("/")[0]: r["label"].strip()
+         for r in csv.DictReader(open(sys.argv[2], newline="", encoding="utf-8-sig"))}
+votes = collections.defaultdict(collections.Counter)
+for r in csv.DictReader(open(sys.argv[1], newline="")):
+    votes[r["slide"]][r["prediction"]] += 1
+right = 0
+for slide, v in sorted(votes.items()):
+    call, n = v.most_common(1)[0]
+    right += call == truth.get(slide)
+    print(f"{slide}: {call} ({n} of {sum(v.values())} tiles), labelled {truth.get(slide, '?')}", file=sys.stderr)
+s = json.load(open(sys.argv[3]))
+print(f"{len(votes)} validation slides, {s['tiles']} tiles: {right} of {len(votes)} slide calls "
+      f"(the tiles' majority) right; {s['heatmaps']} heatmaps")
+PY
+)
+echo "$calls"
+echo "heatmaps (PNG on each slide, GeoJSON for QuPath): $work/pred/heatmaps/"
+stage_done predict "$calls in $work/pred/heatmaps/"
 
 echo "== mltool index (a TFRecord file written by TensorFlow → DALI index)"
 cp tests/data/tf_written.tfrecord "$work/"

@@ -1,6 +1,8 @@
 """mltool predict on one 100,000-tile slide (docs/benchmarks.md, "mltool predict"): an MLP
 run trained on 2,000 tiles of 1024-d float16 features, applied to a 100,000-tile slide's
-features with its tile store (predictions.csv, the GeoJSON and PNG heatmaps), three times.
+features with its tile store (predictions.csv, the GeoJSON and PNG heatmaps), three times,
+alternating with its Python peer (bench/predict_peer.py: torch + numpy + csv + json + Pillow)
+doing the same; prints both and their ratio.
 
     .venv/bin/python bench/predict_bench.py build/bin/mltool WORKDIR
 """
@@ -37,8 +39,21 @@ print("tile store", len(keys), time.time() - t0, flush=True)
 X = c[rng.integers(0, 2, len(keys))] + rng.standard_normal((len(keys), dims))
 write_feature_store(f"{D}/feat", X, keys, "float16")
 print("features", X.shape, flush=True)
+peer = os.path.join(HERE, "predict_peer.py")
+ours, theirs = [], []
 for i in range(3):
     t0 = time.time()
     out = subprocess.run([M, "predict", f"{D}/run", f"{D}/feat", "-o", f"{D}/pred{i}", "--tiles",
-                          f"{D}/tiles.lmdb", "--json", "-q"], check=True, capture_output=True, text=True)
-    print(f"predict: {time.time() - t0:.2f} s wall, {json.loads(out.stdout)['seconds']:.2f} s in predict()")
+                          f"{D}/tiles.lmdb", "--overwrite", "--json", "-q"], check=True, capture_output=True,
+                         text=True)
+    ours.append(time.time() - t0)
+    t0 = time.time()
+    subprocess.run([sys.executable, peer, f"{D}/run", f"{D}/feat", f"{D}/tiles.lmdb", f"{D}/peer{i}"], check=True)
+    theirs.append(time.time() - t0)
+    print(f"mltool predict: {ours[-1]:.2f} s wall ({json.loads(out.stdout)['seconds']:.2f} s in predict()); "
+          f"Python peer: {theirs[-1]:.2f} s", flush=True)
+# The same predictions: the peer's logits against ours.
+a = np.loadtxt(f"{D}/pred0/predictions.csv", delimiter=",", skiprows=1, usecols=(3, 4))
+b = np.loadtxt(f"{D}/peer0/predictions.csv", delimiter=",", skiprows=1, usecols=(3, 4))
+print(f"logits differ by at most {np.abs(a - b).max():.2e}")
+print(f"best of 3: mltool {min(ours):.2f} s, Python {min(theirs):.2f} s: {min(theirs) / min(ours):.1f}x")

@@ -16,6 +16,8 @@ any failed):
   resume    --max-steps inside an epoch, then --resume: the weights of the uninterrupted
             run (the CUDA generator is restored from the checkpoint); up to 1e-6
   bags      attention MIL, pinned vs host on CUDA: up to 1e-6
+  predict   mltool predict of a tile and a bag run on CUDA equals it on the CPU: logits and
+            attention up to 1e-4 (float rounding), the same predictions
 
 Without a GPU visible to torch it fails (exit 1): the gpu label only runs where one is.
 --cpu-smoke runs every check with --device cpu instead, to try the script without one.
@@ -231,7 +233,34 @@ def check_nccl_one_rank():
     expect(d <= 1e-5, f"one NCCL rank differs from no group by {d}")
 
 
+def predict_csv(path):
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    return rows, np.array([[float(v) for k, v in r.items() if k.startswith(("logit_", "attention"))] for r in rows])
+
+
+def check_predict():
+    json.dump({"family": "mlp", "hidden": [256, 64], "batch_norm": True}, open(tmp("mlp_pred.json"), "w"))
+    train("pred_tiles", "--epochs", "2", "--batch", "64", "--seed", "4", spec="mlp_pred.json")
+    train("pred_bags", "--epochs", "2", "--batch", "8", dataset="bagds", spec="abmil.json")
+    for run_dir, feat, files in (("pred_tiles", "feat", ["predictions.csv"]),
+                                 ("pred_bags", "bagfeat", ["predictions.csv", "attention.csv"])):
+        for device, out in ((DEVICE, "dev"), ("cpu", "cpu")):
+            code, _, err = run([mltool, "predict", tmp(run_dir), tmp(feat), "-o", tmp(f"{run_dir}_{out}"),
+                                "--device", device, "-q"])
+            expect(code == 0, f"predict {run_dir} on {device}: exit {code}: {err.strip()}")
+        for name in files:
+            a, x = predict_csv(tmp(f"{run_dir}_dev", name))
+            b, y = predict_csv(tmp(f"{run_dir}_cpu", name))
+            d = float(np.abs(x - y).max())
+            print(f"  predict {run_dir} {name}: {DEVICE} vs cpu max |difference| {d:.3g}")
+            expect(d <= 1e-4, f"{run_dir} {name}: {DEVICE} and cpu differ by {d}")
+            if name == "predictions.csv":
+                same = sum(r["prediction"] == s["prediction"] for r, s in zip(a, b))
+                expect(same == len(a), f"{run_dir}: {len(a) - same} predictions differ between devices")
+
+
 if __name__ == "__main__":
     run_checks("train gpu" + (" (cpu smoke)" if SMOKE else ""),
                [check_feeds, check_learns, check_auto, check_resume, check_bags, check_sections,
-                check_nccl_one_rank], only, fixtures)
+                check_nccl_one_rank, check_predict], only, fixtures)

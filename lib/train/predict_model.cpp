@@ -3,6 +3,8 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <future>
+
 #include "export.hpp"
 #include "mltool/train/model_spec.hpp"
 #include "mltool/util/error.hpp"
@@ -26,12 +28,13 @@ torch::Tensor attention_weights(Block& block, const torch::Tensor& h) {
 }
 
 // Rows `rows[begin, end)` of `source` as one tensor of its row shape, decoded (tiles) on up to
-// `threads` threads.
+// `threads` threads, in pinned memory if `pinned` (for an asynchronous copy to a GPU).
 torch::Tensor gather(const RowSource& source, const std::vector<std::int64_t>& rows,
-                     std::size_t begin, std::size_t end, int threads) {
+                     std::size_t begin, std::size_t end, int threads, bool pinned) {
   std::vector<std::int64_t> shape = source.row_shape();
   shape.insert(shape.begin(), static_cast<std::int64_t>(end - begin));
-  auto out = torch::empty(shape, torch::TensorOptions().dtype(source.dtype()));
+  auto out =
+      torch::empty(shape, torch::TensorOptions().dtype(source.dtype()).pinned_memory(pinned));
   auto* base = static_cast<std::uint8_t*>(out.data_ptr());
   const std::size_t bytes = static_cast<std::size_t>(source.row_bytes());
   constexpr std::size_t kChunk = 32;
@@ -101,22 +104,31 @@ SlideScores Predictor::score_bag(const torch::Tensor& x) const {
   return out;
 }
 
+// Tiles and images: batches of `batch_` rows from the slide's first, the next one gathered
+// (decoded) while this one computes; on a GPU gathered into pinned memory and copied
+// asynchronously. Bags: the slide's rows as one bag.
 SlideScores Predictor::score(const RowSource& source, const std::vector<std::int64_t>& rows) const {
   torch::NoGradGuard no_grad;
   const bool features = source.dtype() != torch::kUInt8;  // tiles' pixels stay uint8
-  const auto prepare = [&](torch::Tensor x) {
-    x = x.to(device_);
+  const bool cuda = device_.is_cuda();
+  const auto prepare = [&](const torch::Tensor& host) {
+    const auto x = host.to(device_, /*non_blocking=*/cuda);
     return features ? x.to(torch::kFloat32) : x;
   };
-  if (bag_) return score_bag(prepare(gather(source, rows, 0, rows.size(), threads_)));
+  if (bag_) return score_bag(prepare(gather(source, rows, 0, rows.size(), threads_, cuda)));
+  const auto batch = static_cast<std::size_t>(batch_);
+  const auto fetch = [&](std::size_t b) {
+    return gather(source, rows, b, std::min(rows.size(), b + batch), threads_, cuda);
+  };
   SlideScores out;
   std::vector<torch::Tensor> parts;
-  const auto batch = static_cast<std::size_t>(batch_);
+  auto ahead = std::async(std::launch::async, fetch, std::size_t{0});
   for (std::size_t b = 0; b < rows.size(); b += batch) {
-    const auto x = prepare(gather(source, rows, b, std::min(rows.size(), b + batch), threads_));
-    parts.push_back(model_->forward({x, {}}).to(torch::kCPU, torch::kFloat32));
+    const auto host = ahead.get();
+    if (b + batch < rows.size()) ahead = std::async(std::launch::async, fetch, b + batch);
+    parts.push_back(model_->forward({prepare(host), {}}).to(torch::kCPU, torch::kFloat32));
   }
-  out.logits = torch::cat(parts);
+  out.logits = parts.empty() ? torch::zeros({0, 0}) : torch::cat(parts);
   return out;
 }
 

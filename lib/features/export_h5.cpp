@@ -66,12 +66,9 @@ Plan group_rows(const io::FeatureStore& store) {
 class Geometry {
  public:
   Geometry(const io::FeatureStore& store, const std::string& tiles_option) : store_(store) {
-    const json& source = store.manifest().value("source", json::object());
-    std::string path = tiles_option;
-    if (path.empty() && source.is_object() && source.value("tile_store", json()).is_string())
-      path = source["tile_store"].get<std::string>();
+    const std::string path = tiles_option.empty() ? store.tile_store() : tiles_option;
     if (!path.empty()) {
-      if (!util::exists(util::join_path(path, "data.mdb")))
+      if (!io::TileStore::is_store(path))
         throw InputError(
             path + ": the tile store " +
             (tiles_option.empty() ? "named by " + store.dir() + "/features.json " : std::string()) +
@@ -80,6 +77,7 @@ class Geometry {
       label_ = util::absolute_path(path);
     } else {
       label_ = "keys";
+      const json& source = store.manifest().value("source", json::object());
       if (source.is_object() && source.value("slides", json()).is_object())
         imported_ = source["slides"];
     }

@@ -170,6 +170,13 @@ FeatureStore::FeatureStore(FeatureStore&&) noexcept = default;
 FeatureStore& FeatureStore::operator=(FeatureStore&&) noexcept = default;
 FeatureStore::~FeatureStore() = default;
 
+std::string FeatureStore::tile_store() const {
+  const auto source = manifest_.find("source");
+  if (source == manifest_.end() || !source->is_object()) return "";
+  const auto path = source->find("tile_store");
+  return path != source->end() && path->is_string() ? path->get<std::string>() : "";
+}
+
 FeatureStore FeatureStore::open(const std::string& dir) {
   const std::string manifest_path = join(dir, kFeaturesManifestFile);
   const std::string matrix_path = join(dir, kFeaturesMatrixFile);

@@ -108,6 +108,10 @@ std::string slide_id_for(const std::string& path) {
   return name;
 }
 
+bool TileStore::is_store(const std::string& path) {
+  return util::is_directory(path) && util::exists(util::join_path(path, "data.mdb"));
+}
+
 TileStore TileStore::open(const std::string& path, bool writable) {
   lmdb::EnvOptions options;
   options.read_only = !writable;

@@ -285,13 +285,9 @@ std::optional<std::pair<std::int64_t, std::int64_t>> parse_grid(std::string_view
 }  // namespace
 
 void find_coordinates(const io::FeatureStore& store, PackPlan& plan) {
-  const auto& manifest = store.manifest();
-  if (!manifest.contains("source") || !manifest["source"].contains("tile_store") ||
-      !manifest["source"]["tile_store"].is_string()) {
-    return;
-  }
-  const std::string path = manifest["source"]["tile_store"].get<std::string>();
-  if (!util::is_directory(path) || !util::exists(util::join_path(path, "data.mdb"))) {
+  const std::string path = store.tile_store();
+  if (path.empty()) return;
+  if (!io::TileStore::is_store(path)) {
     log::info(path + ": the tile store named by " + store.dir() +
               "/features.json is not there; records get no x, y");
     return;

@@ -14,18 +14,22 @@
 namespace mltool::train {
 namespace {
 
+// torch's dtypes and safetensors' names for them, one table both ways.
+constexpr std::pair<torch::ScalarType, const char*> kSafetensorsDtypes[] = {
+    {torch::kFloat32, "F32"}, {torch::kFloat16, "F16"}, {torch::kBFloat16, "BF16"},
+    {torch::kFloat64, "F64"}, {torch::kInt64, "I64"},   {torch::kInt32, "I32"},
+    {torch::kUInt8, "U8"},    {torch::kBool, "BOOL"}};
+
 const char* safetensors_dtype(torch::ScalarType t) {
-  switch (t) {
-    case torch::kFloat32: return "F32";
-    case torch::kFloat16: return "F16";
-    case torch::kBFloat16: return "BF16";
-    case torch::kFloat64: return "F64";
-    case torch::kInt64: return "I64";
-    case torch::kInt32: return "I32";
-    case torch::kUInt8: return "U8";
-    case torch::kBool: return "BOOL";
-    default: throw UsageError(std::string("safetensors: no dtype for ") + c10::toString(t));
-  }
+  for (const auto& [type, name] : kSafetensorsDtypes)
+    if (type == t) return name;
+  throw UsageError(std::string("safetensors: no dtype for ") + c10::toString(t));
+}
+
+torch::ScalarType tensor_dtype(const std::string& name, const std::string& where) {
+  for (const auto& [type, known] : kSafetensorsDtypes)
+    if (name == known) return type;
+  throw FormatError(at_file(where, "unsupported safetensors dtype " + name));
 }
 
 }  // namespace
@@ -42,22 +46,6 @@ std::vector<std::pair<std::string, torch::Tensor>> state_dict(BlockModel& model)
     out.emplace_back(name(item.key()), item.value());
   return out;
 }
-
-namespace {
-
-torch::ScalarType tensor_dtype(const std::string& name, const std::string& where) {
-  if (name == "F32") return torch::kFloat32;
-  if (name == "F16") return torch::kFloat16;
-  if (name == "BF16") return torch::kBFloat16;
-  if (name == "F64") return torch::kFloat64;
-  if (name == "I64") return torch::kInt64;
-  if (name == "I32") return torch::kInt32;
-  if (name == "U8") return torch::kUInt8;
-  if (name == "BOOL") return torch::kBool;
-  throw FormatError(at_file(where, "unsupported safetensors dtype " + name));
-}
-
-}  // namespace
 
 void import_safetensors(BlockModel& model, const std::string& path) {
   const SafetensorsFile file = read_safetensors(path);

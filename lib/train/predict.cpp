@@ -224,11 +224,9 @@ HeatmapScores heatmap_scores(const PredictJob& job, const SlideScores& s,
 // Everything that decides the output's bytes: a resume must repeat it.
 json fingerprint(const PredictJob& job, const PredictInput& in, const torch::Device& device,
                  int math_threads) {
-  const std::string weights =
-      job.run + "/" + (job.weights == Weights::best ? "best.safetensors" : "model.safetensors");
   json f = {{"run", util::absolute_path(job.run)},
             {"weights", util::name_of(kWeights, job.weights)},
-            {"weights_sha256", records::sha256_hex(util::read_file(weights))},
+            {"weights_sha256", records::sha256_hex(util::read_file(weights_file(job)))},
             {"input", in.identity},
             {"batch", job.batch},
             {"slides", job.slides},

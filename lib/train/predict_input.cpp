@@ -18,18 +18,24 @@ namespace {
 
 using json = nlohmann::json;
 
-bool is_tile_store(const std::string& path) { return util::exists(path + "/data.mdb"); }
 bool is_feature_store(const std::string& path) { return util::exists(path + "/features.json"); }
 
-// The feature store the run's dataset was packed from, or "" if it is no longer there.
-std::string trained_features(const json& run) {
+// The extractor (features.json's "model") of the features the run's dataset was packed from,
+// or null when the dataset or its features.json is no longer there (then only the dims are
+// checked). Only features.json is read: not the matrix, not the keys.
+json trained_extractor(const json& run) {
   try {
-    return read_dataset_info(run.at("dataset").value("path", "")).features;
+    const auto dataset = read_dataset_info(run.at("dataset").value("path", ""));
+    const auto manifest = util::join_path(dataset.features, io::kFeaturesManifestFile);
+    return json::parse(util::read_file(manifest)).value("model", json());
   } catch (const Error& e) {
-    log::warn("cannot read the dataset the run was trained on (" + std::string(e.what()) +
-              "): checking what the input is against run.json only");
-    return "";
+    log::warn("cannot read the features the run was trained on (" + std::string(e.what()) +
+              "): checking the feature dims only");
+  } catch (const json::exception& e) {
+    log::warn(std::string("the features the run was trained on: ") + e.what() +
+              ": checking the feature dims only");
   }
+  return nullptr;
 }
 
 void check_features(const json& run, const io::FeatureStore& store, const std::string& where) {
@@ -38,11 +44,9 @@ void check_features(const json& run, const io::FeatureStore& store, const std::s
     throw InputError(at_file(where, "features of " + std::to_string(store.dims()) +
                                         " dims, but the run was trained on " +
                                         std::to_string(dims) + "-dim features"));
-  const std::string trained = trained_features(run);
-  if (trained.empty()) return;
-  const json want = io::FeatureStore::open(trained).manifest().value("model", json());
+  const json want = trained_extractor(run);
   const json got = store.manifest().value("model", json());
-  if (want != got)
+  if (!want.is_null() && want != got)
     throw InputError(at_file(where, "features of extractor " + got.dump() +
                                         ", but the run was trained on features of " + want.dump()));
 }
@@ -54,11 +58,8 @@ std::string heatmap_store(const PredictJob& job, const io::FeatureStore& store) 
     if (!util::exists(job.tiles)) throw InputError(at_file(job.tiles, "no such tile store"));
     return job.tiles;
   }
-  const json source = store.manifest().value("source", json::object());
-  if (!source.is_object() || !source.contains("tile_store") || !source["tile_store"].is_string())
-    return "";
-  const std::string path = source["tile_store"];
-  if (util::exists(path)) return path;
+  const std::string path = store.tile_store();
+  if (path.empty() || util::exists(path)) return path;
   log::warn(at_file(store.dir(),
                     "its tile store " + path + " is not there: no heatmaps (pass --tiles STORE)"));
   return "";
@@ -103,7 +104,7 @@ void keep_slides(PredictInput& in, const PredictJob& job) {
 }
 
 PredictInput feature_input(const json& run, const std::string& unit, const PredictJob& job) {
-  if (is_tile_store(job.input))
+  if (io::TileStore::is_store(job.input))
     throw InputError(at_file(job.input, "a tile store, but a " + unit +
                                             " model predicts on features: extract them with the "
                                             "extractor the run was trained on (mltool extract), "
@@ -143,7 +144,7 @@ std::string describe(const io::TileSettings& s) {
 }
 
 PredictInput image_input(const json& run, const PredictJob& job) {
-  if (!is_tile_store(job.input))
+  if (!io::TileStore::is_store(job.input))
     throw InputError(
         at_file(job.input,
                 std::string(is_feature_store(job.input) ? "a feature store" : "not a tile store") +

@@ -46,12 +46,11 @@ torch::Tensor gather(const RowSource& source, const std::vector<std::int64_t>& r
   return out;
 }
 
-// The weights file of `job.weights` in the run directory.
+}  // namespace
+
 std::string weights_file(const PredictJob& job) {
   return job.run + "/" + (job.weights == Weights::best ? "best.safetensors" : "model.safetensors");
 }
-
-}  // namespace
 
 Predictor::Predictor(const json& run, const PredictJob& job, const torch::Device& device)
     : device_(device), batch_(job.batch), threads_(util::thread_count(job.threads)) {

@@ -42,6 +42,9 @@ struct PredictInput {
 PredictInput open_predict_input(const nlohmann::json& run, const std::string& unit,
                                 const PredictJob& job);
 
+/// The weights file `job.weights` names in the run directory.
+std::string weights_file(const PredictJob& job);
+
 /// One slide's scores: its tiles' logits (tile and image models, rows × classes) or its
 /// bag's (1 × classes), float32 on the CPU; and a bag model's attention per tile (empty when
 /// the model has none).

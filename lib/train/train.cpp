@@ -113,9 +113,7 @@ std::shared_ptr<const RowSource> image_source(const TrainJob& job, const Dataset
                                               const io::FeatureStore& store, SplitSamples& train,
                                               SplitSamples& val, std::string& path) {
   path = job.tiles.empty() ? d.tile_store : job.tiles;
-  const auto& source = store.manifest().value("source", json::object());
-  if (path.empty() && source.contains("tile_store") && source["tile_store"].is_string())
-    path = source["tile_store"];
+  if (path.empty()) path = store.tile_store();
   require<InputError>(!path.empty(),
                       at_file(d.manifest_path,
                               "an image dataset, but neither it nor its feature store names "

@@ -282,15 +282,8 @@ def check_image_run(tile_store):
 
 # ---------------------------------------------------------------- your own TorchScript model
 
-class MILWithAttention(torch.nn.Module):
+class MILWithAttention(T.ScriptMIL):
     """T.ScriptMIL with an attention(bag) method, which predict writes to attention.csv."""
-
-    def __init__(self, dims=16, hidden=16, attention=8, classes=2):
-        super().__init__()
-        self.embed = torch.nn.Linear(dims, hidden)
-        self.score = torch.nn.Sequential(torch.nn.Linear(hidden, attention), torch.nn.Tanh(),
-                                         torch.nn.Linear(attention, 1, bias=False))
-        self.head = torch.nn.Linear(hidden, classes)
 
     @torch.jit.export
     def attention(self, bag):

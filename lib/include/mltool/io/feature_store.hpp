@@ -110,6 +110,9 @@ class FeatureStore {
   const std::string& dir() const { return dir_; }
   /// The validated features.json.
   const nlohmann::json& manifest() const { return manifest_; }
+  /// The tile store the features were extracted from, as features.json's source.tile_store
+  /// names it, or "" when it names none.
+  std::string tile_store() const;
   /// Rows listed as invalid in the manifest, sorted.
   const std::vector<std::uint64_t>& invalid_rows() const { return invalid_rows_; }
 

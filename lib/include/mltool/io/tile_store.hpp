@@ -95,6 +95,9 @@ class TileStore {
   /// it also takes the store's output lock (util::OutputLock): one writer per store, a second
   /// is a ResourceError naming the process that holds it.
   static TileStore open(const std::string& path, bool writable);
+  /// Whether `path` is an LMDB directory (holds data.mdb), as a tile store is; nothing is
+  /// opened.
+  static bool is_store(const std::string& path);
 
   const std::string& path() const { return env_.path(); }
   lmdb::Env& env() { return env_; }

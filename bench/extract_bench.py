@@ -35,9 +35,11 @@ import io
 import json
 import math
 import os
+import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -140,14 +142,33 @@ def resnet50():
 
 # ---------------------------------------------------------------- the Python baseline
 
+def encoder_card(path):
+    """The card (mltool.json) inside a file scripts/encoders.py exported."""
+    files = {"mltool.json": ""}
+    torch.jit.load(path, map_location="cpu", _extra_files=files)
+    return json.loads(files["mltool.json"])
+
+
+def card_transform(card):
+    """The model card's transform as its users write it: torchvision on PIL images."""
+    from torchvision import transforms
+    p = card["preprocess"]
+    mode = {"bicubic": transforms.InterpolationMode.BICUBIC,
+            "bilinear": transforms.InterpolationMode.BILINEAR}[p["interpolation"]]
+    return transforms.Compose([transforms.Resize(p["resize"], interpolation=mode),
+                               transforms.CenterCrop(p["crop"]), transforms.ToTensor(),
+                               transforms.Normalize(p["mean"], p["std"])])
+
+
 class TileDataset(torch.utils.data.Dataset):
     """Tiles of an LMDB tile store by key: python-lmdb opened lazily in each worker, Pillow
-    decode, HxWx3 uint8 tensors."""
+    decode, HxWx3 uint8 tensors (or, given a card's transform, the model input)."""
 
-    def __init__(self, path, keys):
+    def __init__(self, path, keys, transform=None):
         self.path = path
         self.keys = [k.encode() for k in keys]
         self.env = None
+        self.transform = transform
 
     def __len__(self):
         return len(self.keys)
@@ -164,6 +185,8 @@ class TileDataset(torch.utils.data.Dataset):
             img.load()
         if img.mode != "RGB":
             img = img.convert("RGB")
+        if self.transform is not None:
+            return self.transform(img)
         return torch.from_numpy(np.array(img))  # a writable copy, as torchvision does
 
 
@@ -191,8 +214,9 @@ def sync(device):
 
 
 def baseline(model, store, keys, a, amp):
+    transform = card_transform(a.card) if a.card else None
     loader = torch.utils.data.DataLoader(
-        TileDataset(store, keys), batch_size=a.batch, shuffle=False, num_workers=a.workers,
+        TileDataset(store, keys, transform), batch_size=a.batch, shuffle=False, num_workers=a.workers,
         pin_memory=torch.device(a.device).type == "cuda", drop_last=False)
     with torch.inference_mode():  # the model once before the clock starts
         with autocast(a.device, amp):
@@ -205,12 +229,14 @@ def baseline(model, store, keys, a, amp):
         for u8 in loader:
             if first is None:
                 first = time.perf_counter() - t0
-            x = preprocess(u8.to(a.device, non_blocking=True), a.input_size)
+            x = u8.to(a.device, non_blocking=True)
+            x = x if transform else preprocess(x, a.input_size)
             with autocast(a.device, amp):
                 outs.append(model(x).float())
         X = torch.cat(outs).cpu().numpy()
     seconds = time.perf_counter() - t0
     return X, {"seconds": seconds, "tiles_per_second": len(keys) / seconds,
+               "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                "first_batch_seconds": first, "workers": a.workers,
                "pin_memory": torch.device(a.device).type == "cuda"}
 
@@ -239,20 +265,28 @@ def model_only(model, a, amp, n_tiles):
 
 def run_mltool(a, store, model_path, amp, out):
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [a.mltool, "extract", store, "-o", out, "--model", model_path, "--input-size",
-           str(a.input_size), "--batch", str(a.batch), "--device", a.device]
+    cmd = [a.mltool, "extract", store, "-o", out, "--model", model_path, "--batch",
+           str(a.batch), "--device", a.device]
+    if not a.card:  # an encoder's card sets the preprocessing
+        cmd += ["--input-size", str(a.input_size)]
     if amp != "none":
         cmd += ["--amp", amp]
     cmd.append("--json")
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        p = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, text=True)
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        stdout.seek(0), stderr.seek(0)
+        out_text, err_text = stdout.read(), stderr.read()
     wall = time.perf_counter() - t0
     if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr[-3000:]}")
-    s = json.loads(p.stdout)
+        raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}\n{err_text[-3000:]}")
+    s = json.loads(out_text)
     X = np.load(os.path.join(out, "features.npy"))
     return X, {"command": " ".join(["mltool"] + cmd[1:]), "wall_seconds": wall,
                "seconds": s["seconds"], "tiles_per_second": s["tiles_per_second"],
+               "peak_rss_mib": usage.ru_maxrss / 1024,
                "devices": s["devices"], "rows": s["rows"], "dims": s["dims"]}
 
 
@@ -283,16 +317,24 @@ def main():
     ap.add_argument("--amps", default="bf16,none")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--cpu-smoke", action="store_true")
+    ap.add_argument("--encoder", help="a file scripts/encoders.py exported (its card's "
+                    "preprocessing: mltool with no flags, the baseline with the card's "
+                    "Pillow/torchvision transform in its workers) instead of ResNet-50")
     a = ap.parse_args()
     smoke = a.cpu_smoke
     a.tiles = a.tiles or (96 if smoke else 20000)
     a.batch = a.batch or (32 if smoke else 256)
+    a.card = encoder_card(a.encoder) if a.encoder else None
+    if a.card:
+        a.input_size = a.card["preprocess"]["crop"]
     a.input_size = a.input_size or (64 if smoke else 224)
     a.device = a.device or ("cpu" if smoke else "cuda")
     amps = [x for x in a.amps.split(",") if x]
     a.mltool = os.path.abspath(a.mltool)
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(a.work, exist_ok=True)
+    if a.device == "cpu":
+        torch.set_num_threads(os.cpu_count() or 1)  # the baseline's and model-only's math threads
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit("extract_bench: --device cuda but torch sees no GPU (--cpu-smoke runs on the CPU)")
 
@@ -330,7 +372,12 @@ def main():
     log(f"store: {len(keys)} tiles, data.mdb {results['store_mib']:.0f} MiB")
 
     # 2. The model.
-    if smoke:
+    module = None
+    if a.card:
+        desc = (f"{a.card['name']} {a.card['version']} (scripts/encoders.py export"
+                f"{', random weights' if a.card['weights']['random'] else ''}), "
+                f"{a.card['dims']} features")
+    elif smoke:
         torch.manual_seed(0)
         module, desc = Small(), "small CNN (--cpu-smoke), 32 features"
         r50 = torch.jit.script(ResNet50().eval())  # the fallback scripts and runs
@@ -341,8 +388,9 @@ def main():
     else:
         torch.manual_seed(0)
         module, desc = resnet50()
-    model_path = os.path.join(a.work, "model.pt")
-    torch.jit.script(module.eval()).save(model_path)
+    model_path = os.path.abspath(a.encoder) if a.card else os.path.join(a.work, "model.pt")
+    if module is not None:
+        torch.jit.script(module.eval()).save(model_path)
     results["model"] = desc
     model = torch.jit.load(model_path, map_location=a.device).eval()
     save()
@@ -413,6 +461,11 @@ def main():
         ag = f"{r['agreement']['relative']:.1e}" if "agreement" in r else "-"
         w(f"| {label} | {cell(m)} | {cell(b)} | {cell(o)} | {rb} | {ro} | {ag} |")
         goals.append((label, m / b if m and b else None, m / o if m and o else None))
+    w("")
+    rss = "; ".join(f"{amp}: mltool {results['runs'][amp]['mltool'].get('peak_rss_mib', 0):.0f} MiB, "
+                    f"Python {results['runs'][amp]['baseline'].get('peak_rss_mib', 0):.0f} MiB"
+                    for amp in amps)
+    w(f"Peak RSS (mltool's process; the Python process without its DataLoader workers): {rss}.")
     w("")
     walls = ", ".join(f"{amp} {results['runs'][amp]['mltool']['wall_seconds']:.1f} s"
                       for amp in amps if "wall_seconds" in results["runs"][amp]["mltool"])

@@ -40,8 +40,8 @@ class CardReader {
     if (!v.is_number_integer() || v.get<std::int64_t>() < 1) fail(path, "must be an integer >= 1");
     return v.get<std::int64_t>();
   }
-  std::array<float, 3> triple(const json& object, const std::string& field,
-                              const std::string& path, bool positive_only) const {
+  std::array<float, 3> triple(const json& object, const std::string& field, const std::string& path,
+                              bool positive_only) const {
     const json& v = at(object, field, path);
     if (!v.is_array() || v.size() != 3) fail(path, "must be three numbers R, G, B");
     std::array<float, 3> out{};

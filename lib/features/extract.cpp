@@ -233,7 +233,9 @@ Resolved resolve_model(const ExtractJob& request, bool on_cpu) {
     card_default(job, &ExtractJob::std, card.std, "std", card, rgb_text);
     const auto amp_text = [](Amp a) { return std::string(util::name_of(kAmps, a)); };
     if (card.amp && !on_cpu) card_default(job, &ExtractJob::amp, *card.amp, "amp", card, amp_text);
-    const auto dtype_text = [](io::DType d) { return std::string(util::name_of(kFeatureDTypes, d)); };
+    const auto dtype_text = [](io::DType d) {
+      return std::string(util::name_of(kFeatureDTypes, d));
+    };
     if (card.dtype) card_default(job, &ExtractJob::dtype, *card.dtype, "dtype", card, dtype_text);
     s.preprocess.rule = card.resize;
     if (job.input_size != card.resize.crop)  // the user's size: a plain resize to it
@@ -241,8 +243,8 @@ Resolved resolve_model(const ExtractJob& request, bool on_cpu) {
     log::info("encoder " + card.label() + ": " + std::to_string(card.dims) + " dims, resize " +
               std::to_string(s.preprocess.rule->resize) + " " +
               (card.resize.bicubic ? "bicubic" : "bilinear") + ", crop " +
-              std::to_string(s.preprocess.rule->crop) + ", mean " + rgb_text(job.mean) +
-              ", std " + rgb_text(job.std));
+              std::to_string(s.preprocess.rule->crop) + ", mean " + rgb_text(job.mean) + ", std " +
+              rgb_text(job.std));
   }
   s.preprocess.input_size = job.input_size;
   s.preprocess.mean = job.mean;
@@ -255,7 +257,10 @@ Resolved resolve_model(const ExtractJob& request, bool on_cpu) {
 // "12.3", "0.25": a rate that stays readable below one a second.
 std::string rate_text(double per_second) {
   char text[32];
-  std::snprintf(text, sizeof text, per_second >= 100 ? "%.0f" : per_second >= 10 ? "%.1f" : "%.2f",
+  std::snprintf(text, sizeof text,
+                per_second >= 100  ? "%.0f"
+                : per_second >= 10 ? "%.1f"
+                                   : "%.2f",
                 per_second);
   return text;
 }

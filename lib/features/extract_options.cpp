@@ -77,9 +77,10 @@ const util::Options<ExtractJob>& extract_options() {
                 .at_most(8192)),
       noted(triple("--mean", &J::mean,
                    "Per-channel mean subtracted after scaling to [0, 1]; default: the card's")),
-      noted(triple("--std", &J::std, "Per-channel standard deviation divided by; default: the card's")
-                .check([](const J& j) { return j.std[0] > 0 && j.std[1] > 0 && j.std[2] > 0; },
-                       "three positive numbers")),
+      noted(
+          triple("--std", &J::std, "Per-channel standard deviation divided by; default: the card's")
+              .check([](const J& j) { return j.std[0] > 0 && j.std[1] > 0 && j.std[2] > 0; },
+                     "three positive numbers")),
       option("--batch", &J::batch, "Tiles per forward pass").at_least(1),
       option("--device", &J::device, "auto (every GPU, else CPU), cpu, cuda (every GPU) or cuda:N"),
       noted(choice("--amp", &J::amp, kAmps,

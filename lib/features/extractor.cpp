@@ -264,7 +264,8 @@ std::string torch_error_cause(const std::exception& e) {
   std::size_t end = m.find_last_not_of(" \n\r\t");
   if (end == std::string::npos) return m;
   const std::size_t start = m.rfind('\n', end);
-  return m.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1));
+  return m.substr(start == std::string::npos ? 0 : start + 1,
+                  end + 1 - (start == std::string::npos ? 0 : start + 1));
 }
 
 std::optional<EncoderCard> read_encoder_card(const std::string& path) {

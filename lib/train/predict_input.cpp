@@ -5,6 +5,7 @@
 #include <map>
 
 #include "dataset.hpp"
+#include "mltool/features/encoder_card.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/records/sha256.hpp"
@@ -46,6 +47,14 @@ void check_features(const json& run, const io::FeatureStore& store, const std::s
                                         std::to_string(dims) + "-dim features"));
   const json want = trained_extractor(run);
   const json got = store.manifest().value("model", json());
+  const std::string want_encoder = features::encoder_name_of(want),
+                    got_encoder = features::encoder_name_of(got);
+  if (!want.is_null() && want_encoder != got_encoder)
+    throw InputError(
+        at_file(where, "features of encoder '" + (got_encoder.empty() ? "(none)" : got_encoder) +
+                           "', but the run was trained on features of encoder '" +
+                           (want_encoder.empty() ? "(none)" : want_encoder) +
+                           "': extract them with the run's encoder (mltool extract --model)"));
   if (!want.is_null() && want != got)
     throw InputError(at_file(where, "features of extractor " + got.dump() +
                                         ", but the run was trained on features of " + want.dump()));

@@ -128,6 +128,13 @@ std::vector<std::string> compare_runs(const json& before, const json& now,
                                       const std::string& where) {
   const auto& d0 = before.at("dataset");
   const auto& d1 = now.at("dataset");
+  if (const json e0 = d0.value("encoder", json()), e1 = d1.value("encoder", json()); e0 != e1)
+    throw UsageError(
+        at_file(where, "--resume: the run was trained on features of encoder " +
+                           (e0.is_null() ? std::string("(none recorded)") : e0.dump()) +
+                           ", the dataset's are of encoder " +
+                           (e1.is_null() ? std::string("(none recorded)") : e1.dump()) +
+                           "; start a new run"));
   for (const char* key : {"manifest_sha256", "matrix_sha256", "train_split", "val_split"})
     if (d0.at(key) != d1.at(key))
       throw UsageError(at_file(

@@ -13,7 +13,9 @@
 #include "distributed.hpp"
 #include "export.hpp"
 #include "loop.hpp"
+#include "mltool/features/encoder_card.hpp"
 #include "mltool/io/feature_store.hpp"
+#include "mltool/io/manifest.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/train/batches.hpp"
 #include "mltool/train/model_spec.hpp"
@@ -372,6 +374,19 @@ void open_run(const TrainJob& job, const Plan& p, OpenRun& r) {
         cpu_math_threads(job.math_threads, r.resumable ? r.dir->read_manifest() : std::nullopt);
 }
 
+// The encoder of the dataset's features (features.json's model.encoder: scripts/encoders.py's
+// card, or an imported file's), or "" when it has none or no feature store.
+std::string features_encoder(const DatasetInfo& d) {
+  try {
+    const std::string manifest = util::join_path(d.features, io::kFeaturesManifestFile);
+    if (d.features.empty() || !util::exists(manifest)) return "";
+    return features::encoder_name_of(
+        io::read_manifest(manifest, "features").value("model", json()));
+  } catch (const Error&) {
+    return "";
+  }
+}
+
 // run.json as this invocation starts: the dataset, spec, model, options ("options": what
 // decides the result; "runtime": what does not, both from train_options()) and status.
 json run_manifest(const TrainJob& job, const Plan& p, const Feeds& feeds, const OpenRun& run,
@@ -388,6 +403,8 @@ json run_manifest(const TrainJob& job, const Plan& p, const Feeds& feeds, const 
                   {"train_samples", p.train.size()},
                   {"val_samples", p.val.size()}};
   if (!p.tile_store.empty()) dataset["tile_store"] = util::absolute_path(p.tile_store);
+  if (const std::string encoder = features_encoder(data); !encoder.empty())
+    dataset["encoder"] = encoder;
   json options = util::recorded(train_options(), job, "options");
   options["class_weights"] = p.class_weights.empty() ? json() : json(p.class_weights);
   json runtime = util::recorded(train_options(), job, "runtime");

@@ -27,13 +27,12 @@ struct ResizeRule {
   bool antialias = true;
   int crop = 224;
   bool operator==(const ResizeRule& o) const {
-    return resize == o.resize && bicubic == o.bicubic && antialias == o.antialias &&
-           crop == o.crop;
+    return resize == o.resize && bicubic == o.bicubic && antialias == o.antialias && crop == o.crop;
   }
 };
 
 struct EncoderCard {
-  std::string file;  ///< the TorchScript file it came from (for messages)
+  std::string file;    ///< the TorchScript file it came from (for messages)
   bool slide = false;  ///< kind "slide" (features + coordinates → one row), else "patch"
   std::string name;
   std::string version;

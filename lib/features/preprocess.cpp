@@ -88,11 +88,14 @@ torch::Tensor resize_and_crop(const torch::Tensor& nhwc, const ResizeRule& rule)
     x = pil_resize(nhwc, rule.resize, rule.bicubic).permute({0, 3, 1, 2}).to(torch::kFloat32).div(255.0);
   } else {
     x = nhwc.permute({0, 3, 1, 2}).to(torch::kFloat32).div(255.0);
-    x = F::interpolate(x, F::InterpolateFuncOptions()
-                              .size(std::vector<int64_t>{rule.resize, rule.resize})
-                              .mode(rule.bicubic ? torch::kBicubic : torch::kBilinear)
-                              .align_corners(false)
-                              .antialias(false));
+    F::InterpolateFuncOptions options;
+    options.size(std::vector<int64_t>{rule.resize, rule.resize}).align_corners(false).antialias(false);
+    if (rule.bicubic) {
+      options.mode(torch::kBicubic);
+    } else {
+      options.mode(torch::kBilinear);
+    }
+    x = F::interpolate(x, options);
   }
   if (rule.crop == rule.resize) return x;
   const auto top = crop_offset(x.size(2), rule.crop), left = crop_offset(x.size(3), rule.crop);

@@ -156,6 +156,22 @@ def check_mean():
     expect(s2["status"] == "skipped", f"a second run skips: {s2}")
 
 
+def check_f16():
+    """A float16 store: its rows widened to float32 before the encoder sees them."""
+    code, _, err = run([mltool, "extract", STORE, "-o", tmp("feat16"), "--model", tmp("patch.pt"),
+                        "--device", "cpu", "--threads", "2", "--dtype", "f16", "-q"])
+    expect(code == 0, f"extract --dtype f16: exit {code}: {err}")
+    code, s, err = run_json([mltool, "extract", "--slide-encoder", tmp("mean.pt"), tmp("feat16"),
+                             "-o", tmp("mean16"), "--device", "cpu", "--json"])
+    expect(code == 0, f"slide encoder on f16: exit {code}: {err}")
+    X, keys, _ = load_store(tmp("feat16"))
+    Y, _, meta = load_store(tmp("mean16"))
+    expect(X.dtype == np.float16 and meta["dtype"] == "float32", f"{X.dtype} {meta['dtype']}")
+    for i, rows in enumerate(by_slide(keys).values()):
+        want = X[rows].astype(np.float64).mean(axis=0).astype(np.float32)
+        expect(np.all(np.abs(Y[i] - want) <= np.spacing(np.abs(want))), f"row {i}: {Y[i]}")
+
+
 def check_coords():
     encode(tmp("geo.pt"), tmp("geo"))
     Y, skeys, _ = load_store(tmp("geo"))
@@ -211,7 +227,20 @@ def check_refusals():
     common.save_encoder(torch.jit.script(Geo().eval()), tmp("lying.pt"), slide_card("lying", 5))
     _, err = encode(tmp("lying.pt"), tmp("r6"), code_wanted=1)
     expect("[5]" in err and "shape" in err, f"an output unlike the card's dims: {err}")
-    for d in ("r1", "r2", "r3", "r4", "r5", "r6"):
+    import shutil
+    shutil.copytree(FEATURES, tmp("untiled"))
+    meta = json.load(open(tmp("untiled", "features.json")))
+    del meta["source"]["tile_store"]
+    json.dump(meta, open(tmp("untiled", "features.json"), "w"))
+    code, _, err = run([mltool, "extract", "--slide-encoder", tmp("mean.pt"), tmp("untiled"),
+                        "-o", tmp("r7"), "--device", "cpu"])
+    expect(code == 2 and "names no tile store" in err, f"no tile store: exit {code}: {err}")
+    meta["source"]["tile_store"] = tmp("moved.lmdb")
+    json.dump(meta, open(tmp("untiled", "features.json"), "w"))
+    code, _, err = run([mltool, "extract", "--slide-encoder", tmp("mean.pt"), tmp("untiled"),
+                        "-o", tmp("r7"), "--device", "cpu"])
+    expect(code == 2 and "moved.lmdb" in err, f"a moved tile store: exit {code}: {err}")
+    for d in ("r1", "r2", "r3", "r4", "r5", "r6", "r7"):
         expect(not os.path.exists(tmp(d, "features.json")), f"{d}: a refused run published")
 
 
@@ -267,7 +296,7 @@ def check_help():
     expect(code == 0 and "--slide-encoder" in out and "--group-table" in out, f"help: {out}")
 
 
-CHECKS = [check_mean, check_coords, check_groups, check_refusals, check_resume,
+CHECKS = [check_mean, check_f16, check_coords, check_groups, check_refusals, check_resume,
           check_pack_train, check_export_h5, check_help]
 
 

@@ -1,8 +1,9 @@
 // mltool extract TILES.lmdb -o FEATURES/ [options]      tile store → feature store
 // mltool extract --merge FEATURES... -o MERGED/          join the stores of --shard runs
+// mltool extract --slide-encoder FILE FEATURES/ -o SLIDES/  one row per slide
 //
 // Option parsing and the summary; the pipeline is mltool::features::extract_features, --merge
-// is mltool::features::merge_shards.
+// is mltool::features::merge_shards, --slide-encoder mltool::features::encode_slides.
 #include <iostream>
 #include <memory>
 
@@ -12,6 +13,7 @@
 #include "cli_options.hpp"
 #include "mltool/features/extract.hpp"
 #include "mltool/features/shard.hpp"
+#include "mltool/features/slide_encode.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/log.hpp"
 
@@ -22,6 +24,7 @@ namespace {
 struct ExtractOptions {
   std::shared_ptr<features::ExtractJob> job = std::make_shared<features::ExtractJob>();
   std::vector<std::string> merge;
+  std::shared_ptr<features::SlideEncodeJob> slide = std::make_shared<features::SlideEncodeJob>();
 };
 
 int run_merge(const ExtractOptions& o, const CommonOptions& common) {
@@ -33,7 +36,27 @@ int run_merge(const ExtractOptions& o, const CommonOptions& common) {
   return exit_code::ok;
 }
 
+int run_slide_encode(const ExtractOptions& o, const CommonOptions& common) {
+  if (!o.merge.empty()) throw UsageError("--merge and --slide-encoder do not go together");
+  const auto r = features::encode_slides(features::slide_encode_job(*o.job, *o.slide));
+  if (r.skipped) {
+    log::info(r.output + ": complete already with this encoder (" + std::to_string(r.rows) +
+              " rows), skipped");
+  } else {
+    log::info(r.output + ": " + std::to_string(r.rows) + " x " + std::to_string(r.dims) +
+              " slide features" +
+              (r.resumed_from ? " (resumed after " + std::to_string(r.resumed_from) + ")" : "") +
+              " on " + r.device + ", " + format_fixed(r.seconds) + " s" +
+              (r.invalid ? ", " + std::to_string(r.invalid) + " invalid rows" : ""));
+  }
+  if (common.json) std::cout << features::to_json(r).dump(2) << "\n";
+  return r.invalid ? exit_code::partial : exit_code::ok;
+}
+
 int run_extract(ExtractOptions& o, const CommonOptions& common) {
+  if (!o.slide->encoder.empty()) return run_slide_encode(o, common);
+  if (!o.slide->group_table.empty() || !o.slide->group_column.empty() || o.slide->skip_missing)
+    throw UsageError("--group-table, --group-column and --skip-missing go with --slide-encoder");
   if (!o.merge.empty()) return run_merge(o, common);
   auto& job = *o.job;
   if (job.store.empty()) throw UsageError("store is required (or --merge FEATURES...)");
@@ -62,6 +85,7 @@ Command extract_command() {
           [](CLI::App& app, const CommonOptions& common) -> Action {
             auto o = std::make_shared<ExtractOptions>();
             add_options(app, features::extract_options(), o->job);
+            add_options(app, features::slide_encode_options(), o->slide);
             // The tile store is not given with --merge, whose inputs are feature stores.
             app.get_option("store")->required(false);
             app.add_option("--merge", o->merge,

@@ -92,32 +92,8 @@ class Geometry {
 
  private:
   std::pair<std::vector<std::int64_t>, json> from_tiles(const Slide& s, const std::string& outdir) {
-    const auto info = tiles_->record("slides", s.id);
-    const auto grid = tiles_->record("tiles", s.id);
-    if (!info || !grid)
-      throw InputError(tiles_->path() + ": no slide '" + s.id + "' (the features of " +
-                       store_.dir() + " name it); is this the tile store they came from?");
-    std::unordered_map<std::string, std::pair<std::int64_t, std::int64_t>> at;
-    try {
-      const auto &r = grid->at("row"), &c = grid->at("col"), &x = grid->at("x"), &y = grid->at("y");
-      for (std::size_t i = 0; i < r.size(); ++i)
-        at[io::tile_key(s.id, r.at(i).get<std::int64_t>(), c.at(i).get<std::int64_t>())] = {
-            x.at(i).get<std::int64_t>(), y.at(i).get<std::int64_t>()};
-    } catch (const json::exception& e) {
-      throw FormatError(tiles_->path() + ": meta 'tiles/" + s.id + "': " + e.what());
-    }
-    std::vector<std::int64_t> coords;
-    coords.reserve(2 * s.rows.size());
-    for (const auto row : s.rows) {
-      const std::string key(store_.key(row));
-      const auto found = at.find(key);
-      if (found == at.end())
-        throw InputError(store_.dir() + "/keys.txt: line " + std::to_string(row + 1) + ": tile '" +
-                         key + "' is not in the tile store " + tiles_->path());
-      coords.push_back(found->second.first);
-      coords.push_back(found->second.second);
-    }
-    return {std::move(coords), detail::coords_attributes(*info, s.id, outdir)};
+    auto [coords, info] = detail::tile_coords(*tiles_, store_, s.id, s.rows);
+    return {std::move(coords), detail::coords_attributes(info, s.id, outdir)};
   }
 
   std::pair<std::vector<std::int64_t>, json> from_keys(const Slide& s, const std::string& outdir) {
@@ -221,9 +197,13 @@ void write_h5(const std::string& path, const io::FeatureStore& store, const Slid
     file.write_rows("features", at, n, element,
                     half ? static_cast<const void*>(f16.data()) : f32.data());
   }
+  file.set_attributes("features", features_attrs);
+  if (coords_attrs.is_null()) {  // a slide embedding (extract --slide-encoder): no tiles
+    file.close();
+    return;
+  }
   file.create_dataset("coords", io::H5Element::int64, s.rows.size(), 2);
   file.write_rows("coords", 0, s.rows.size(), io::H5Element::int64, coords.data());
-  file.set_attributes("features", features_attrs);
   file.set_attributes("coords", coords_attrs);
   file.close();
 }
@@ -276,7 +256,8 @@ ExportH5Report export_h5(const ExportH5Job& job) {
   r.slides = plan.slides.size();
   r.invalid_rows = plan.invalid;
   r.dims = store.dims();
-  r.coordinates = geometry.label();
+  const bool per_slide = detail::slide_level(store);
+  r.coordinates = per_slide ? "none" : geometry.label();
   const std::string ext = job.format == ExportFormat::pt ? ".pt" : ".h5";
   for (const auto& s : plan.slides) {
     const std::string path = util::join_path(job.output, s.id + ext);
@@ -289,7 +270,8 @@ ExportH5Report export_h5(const ExportH5Job& job) {
         if (job.format == ExportFormat::pt) {
           util::write_file_atomic(path, encode_pt(store, s, job));
         } else {
-          auto [coords, attrs] = geometry.slide(s, outdir);
+          auto [coords, attrs] = per_slide ? std::make_pair(std::vector<std::int64_t>(), json())
+                                           : geometry.slide(s, outdir);
           write_h5(temp, store, s, job, coords, attrs, features_attributes(store, s.id, outdir));
           detail::publish(temp, path);
         }

@@ -7,10 +7,12 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace mltool::io {
 class FeatureStore;
-}
+class TileStore;
+}  // namespace mltool::io
 
 namespace mltool::features::detail {
 
@@ -26,6 +28,18 @@ std::optional<std::pair<std::int64_t, std::int64_t>> parse_xy_key(std::string_vi
 /// The attributes CLAM and TRIDENT put on `coords`, from a tile store's slides/<id> record.
 nlohmann::json coords_attributes(const nlohmann::json& slide, const std::string& id,
                                  const std::string& outdir);
+
+/// The level-0 top-left corners (x, y interleaved) of rows `rows` of `store`, whose keys are
+/// tile keys of slide `id` in tile store `tiles`, and that slide's "slides/<id>" record: where
+/// export h5 and extract --slide-encoder take coordinates from. InputError naming both stores
+/// when the slide or one of the tiles is not in the tile store.
+std::pair<std::vector<std::int64_t>, nlohmann::json> tile_coords(
+    const io::TileStore& tiles, const io::FeatureStore& store, const std::string& id,
+    const std::vector<std::uint64_t>& rows);
+
+/// Whether a store holds one row per slide (or per group of slides) written by extract
+/// --slide-encoder: features.json's model.kind is "slide-encoder".
+bool slide_level(const io::FeatureStore& store);
 
 /// The encoder a store's features.json names: model.encoder, model.name, the model file's
 /// name, or "unknown".

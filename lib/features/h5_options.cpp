@@ -8,11 +8,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <unordered_map>
 
 #include "h5_interop_internal.hpp"
 #include "mltool/features/encoder_card.hpp"
 #include "mltool/features/h5_interop.hpp"
 #include "mltool/io/feature_store.hpp"
+#include "mltool/io/tile_store.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 
@@ -157,6 +159,43 @@ json coords_attributes(const json& slide, const std::string& id, const std::stri
   } catch (const json::exception& e) {
     throw FormatError("tile store meta 'slides/" + id + "': " + e.what());
   }
+}
+
+std::pair<std::vector<std::int64_t>, json> tile_coords(const io::TileStore& tiles,
+                                                       const io::FeatureStore& store,
+                                                       const std::string& id,
+                                                       const std::vector<std::uint64_t>& rows) {
+  const auto info = tiles.record("slides", id);
+  const auto grid = tiles.record("tiles", id);
+  if (!info || !grid)
+    throw InputError(tiles.path() + ": no slide '" + id + "' (the features of " + store.dir() +
+                     " name it); is this the tile store they came from?");
+  std::unordered_map<std::string, std::pair<std::int64_t, std::int64_t>> at;
+  try {
+    const auto &r = grid->at("row"), &c = grid->at("col"), &x = grid->at("x"), &y = grid->at("y");
+    for (std::size_t i = 0; i < r.size(); ++i)
+      at[io::tile_key(id, r.at(i).get<std::int64_t>(), c.at(i).get<std::int64_t>())] = {
+          x.at(i).get<std::int64_t>(), y.at(i).get<std::int64_t>()};
+  } catch (const json::exception& e) {
+    throw FormatError(tiles.path() + ": meta 'tiles/" + id + "': " + e.what());
+  }
+  std::vector<std::int64_t> coords;
+  coords.reserve(2 * rows.size());
+  for (const auto row : rows) {
+    const std::string key(store.key(row));
+    const auto found = at.find(key);
+    if (found == at.end())
+      throw InputError(store.dir() + "/keys.txt: line " + std::to_string(row + 1) + ": tile '" +
+                       key + "' is not in the tile store " + tiles.path());
+    coords.push_back(found->second.first);
+    coords.push_back(found->second.second);
+  }
+  return {std::move(coords), *info};
+}
+
+bool slide_level(const io::FeatureStore& store) {
+  const json& model = store.manifest().at("model");
+  return model.is_object() && model.value("kind", json()) == "slide-encoder";
 }
 
 std::string encoder_name(const io::FeatureStore& store) {

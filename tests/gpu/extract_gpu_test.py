@@ -463,7 +463,41 @@ def check_multi_gpu():
           f"{' (bit-identical)' if np.array_equal(Xa, X0) else ''}")
 
 
-CHECKS = [check_decode, check_torchscript, check_color_texture, check_amp, check_multi_gpu]
+def check_encoder_card():
+    """(f) an encoder card's resize rule on the device: Pillow's uint8 resampling computed
+    there with exact float64 integer sums, so the device's preprocessed tiles equal the CPU's
+    and the card's own Pillow + torchvision transform (Identity model: the input itself)."""
+    from torchvision import transforms
+    problems = []
+    for mode, resize, crop in (("bicubic", TS + 32, TS), ("bilinear", TS - 32, TS - 47)):
+        card = {"format": "mltool.encoder", "format_version": 1, "kind": "patch",
+                "name": f"identity-{mode}", "version": "test", "dims": 3 * crop * crop,
+                "license": "test", "weights": {"sha256": "0" * 64, "random": True},
+                "preprocess": {"resize": resize, "crop": crop, "interpolation": mode,
+                               "antialias": True, "mean": [0.5, 0.5, 0.5],
+                               "std": [0.25, 0.25, 0.25]}}
+        path = tmp(f"identity-{mode}.pt")
+        torch.jit.save(torch.jit.script(Identity().eval()), path,
+                       _extra_files={"mltool.json": json.dumps(card)})
+        wide = "--allow-wide-features"  # the pixels themselves: 3 × crop² values a tile
+        Xg, _, meta = features("png", DEV, "--model", path, "--batch", dev_batch(16), wide)
+        Xc, _, _ = features("png", "cpu", "--model", path, "--batch", "7", wide)
+        interp = {"bicubic": transforms.InterpolationMode.BICUBIC,
+                  "bilinear": transforms.InterpolationMode.BILINEAR}[mode]
+        t = transforms.Compose([transforms.Resize(resize, interpolation=interp),
+                                transforms.CenterCrop(crop), transforms.ToTensor(),
+                                transforms.Normalize([0.5] * 3, [0.25] * 3)])
+        ref = torch.stack([t(Image.fromarray(u8)) for u8 in REF["png"]]).flatten(1).numpy()
+        for name, X in ((DEV, Xg), ("cpu", Xc)):
+            if max_diff(X, ref) > 1e-6:
+                problems.append(f"{mode}: max |mltool {name} - Pillow| = {max_diff(X, ref):.3g}")
+        if meta["model"].get("encoder", {}).get("name") != card["name"]:
+            problems.append(f"{mode}: features.json model.encoder {meta['model'].get('encoder')}")
+    expect(not problems, "; ".join(problems))
+
+
+CHECKS = [check_decode, check_torchscript, check_color_texture, check_amp, check_multi_gpu,
+          check_encoder_card]
 
 
 def main():

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -186,16 +187,77 @@ void check_job(const ExtractJob& job) { util::check_options(extract_options(), j
 
 // One copy of the model per device.
 std::vector<std::unique_ptr<Extractor>> load_replicas(const ExtractJob& job,
+                                                      const ModelSettings& settings,
                                                       const std::vector<torch::Device>& devices,
-                                                      int tile, Amp amp) {
-  Preprocess preprocess;
-  preprocess.input_size = job.input_size;
-  preprocess.mean = job.mean;
-  preprocess.std = job.std;
+                                                      int tile) {
   std::vector<std::unique_ptr<Extractor>> replicas;
-  for (const auto& d : devices)
-    replicas.push_back(load_extractor(job.model, d, tile, preprocess, amp));
+  for (const auto& d : devices) replicas.push_back(load_extractor(job.model, d, tile, settings));
   return replicas;
+}
+
+// The job as run, and how the model is run: an encoder card's preprocessing (and on a GPU its
+// --amp, and its --dtype) wherever the option was not given; a given one that disagrees wins,
+// with a warning naming both values.
+struct Resolved {
+  ExtractJob job;
+  ModelSettings settings;
+};
+
+template <class T, class Text>
+void card_default(ExtractJob& job, T ExtractJob::*member, const T& card_value, const char* key,
+                  const EncoderCard& card, Text text) {
+  if (!job.given.count(key)) {
+    job.*member = card_value;
+  } else if (!(job.*member == card_value)) {
+    std::string flag = key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    log::warn("--" + flag + " " + text(job.*member) + " overrides the encoder card's " +
+              text(card_value) + " (" + card.label() + ", " + card.file + ")");
+  }
+}
+
+Resolved resolve_model(const ExtractJob& request, bool on_cpu) {
+  Resolved r{request, {}};
+  ExtractJob& job = r.job;
+  ModelSettings& s = r.settings;
+  if (job.model.rfind("builtin:", 0) != 0) s.card = read_encoder_card(job.model);
+  if (s.card && s.card->slide)
+    throw UsageError(at_file(job.model, "is a slide encoder (" + s.card->label() +
+                                            "): run it with mltool extract --slide-encoder " +
+                                            job.model + " FEATURES/ -o SLIDES/"));
+  if (s.card) {
+    const EncoderCard& card = *s.card;
+    const auto number = [](int v) { return std::to_string(v); };
+    card_default(job, &ExtractJob::input_size, card.resize.crop, "input_size", card, number);
+    card_default(job, &ExtractJob::mean, card.mean, "mean", card, rgb_text);
+    card_default(job, &ExtractJob::std, card.std, "std", card, rgb_text);
+    const auto amp_text = [](Amp a) { return std::string(util::name_of(kAmps, a)); };
+    if (card.amp && !on_cpu) card_default(job, &ExtractJob::amp, *card.amp, "amp", card, amp_text);
+    const auto dtype_text = [](io::DType d) { return std::string(util::name_of(kFeatureDTypes, d)); };
+    if (card.dtype) card_default(job, &ExtractJob::dtype, *card.dtype, "dtype", card, dtype_text);
+    s.preprocess.rule = card.resize;
+    if (job.input_size != card.resize.crop)  // the user's size: a plain resize to it
+      s.preprocess.rule->resize = s.preprocess.rule->crop = job.input_size;
+    log::info("encoder " + card.label() + ": " + std::to_string(card.dims) + " dims, resize " +
+              std::to_string(s.preprocess.rule->resize) + " " +
+              (card.resize.bicubic ? "bicubic" : "bilinear") + ", crop " +
+              std::to_string(s.preprocess.rule->crop) + ", mean " + rgb_text(job.mean) +
+              ", std " + rgb_text(job.std));
+  }
+  s.preprocess.input_size = job.input_size;
+  s.preprocess.mean = job.mean;
+  s.preprocess.std = job.std;
+  s.amp = job.amp;
+  s.allow_wide = job.allow_wide_features;
+  return r;
+}
+
+// "12.3", "0.25": a rate that stays readable below one a second.
+std::string rate_text(double per_second) {
+  char text[32];
+  std::snprintf(text, sizeof text, per_second >= 100 ? "%.0f" : per_second >= 10 ? "%.1f" : "%.2f",
+                per_second);
+  return text;
 }
 
 // Everything that decides a row's bits. Batches start at multiples of --batch counted from
@@ -428,7 +490,7 @@ std::uint64_t write_rows(Pipeline& p, ChunkedFeatureWriter& writer, Clock::time_
         last_report = Clock::now();
         const double s = std::chrono::duration<double>(Clock::now() - run_start).count();
         log::info(std::to_string(p.first + written) + "/" + std::to_string(p.plan.rows) +
-                  " tiles, " + std::to_string(static_cast<int>(written / s)) + " tiles/s");
+                  " tiles, " + rate_text(written / s) + " tiles/s");
       }
     }
   } catch (...) {
@@ -484,16 +546,17 @@ Tiles open_tiles(const ExtractJob& job) {
 
 }  // namespace
 
-ExtractReport extract_features(const ExtractJob& job) {
+ExtractReport extract_features(const ExtractJob& request) {
   const auto start = Clock::now();
-  check_job(job);
-  const Amp amp = job.amp;
+  check_job(request);
+  const auto devices = util::resolve_devices(request.device);
+  const bool on_cpu = devices.front().is_cpu();
+  const Resolved resolved = resolve_model(request, on_cpu);
+  const ExtractJob& job = resolved.job;
   const util::OutputLock lock(job.output, "mltool extract");  // one writer per feature store
   const Tiles tiles = open_tiles(job);
   const ShardPlan& plan = tiles.plan;
 
-  const auto devices = util::resolve_devices(job.device);
-  const bool on_cpu = devices.front().is_cpu();
   const json partial = ChunkedFeatureWriter::partial_config(job.output);  // null when none
   const json stored = partial.is_object() ? partial.value("run", json()) : json();
   const json stored_note = partial.is_object() ? partial.value("note", json()) : json();
@@ -501,7 +564,7 @@ ExtractReport extract_features(const ExtractJob& job) {
       on_cpu ? util::set_math_threads(job.math_threads,
                                       stored.is_object() ? stored.value("math_threads", 0) : 0)
              : 0;
-  const auto replicas = load_replicas(job, devices, tiles.tile, amp);
+  const auto replicas = load_replicas(job, resolved.settings, devices, tiles.tile);
   const std::int64_t dims = replicas.front()->dims();
 
   ExtractReport report;

@@ -13,10 +13,6 @@
 
 namespace mltool::features {
 
-const util::EnumNames<Amp> kAmps = {{Amp::none, "none"}, {Amp::f16, "f16"}, {Amp::bf16, "bf16"}};
-const util::EnumNames<io::DType> kFeatureDTypes = {{io::DType::float32, "f32"},
-                                                   {io::DType::float16, "f16"}};
-
 namespace {
 
 using Triple = std::array<float, 3>;
@@ -31,8 +27,29 @@ Triple parse_triple(const std::string& text, const std::string& option) {
   return out;
 }
 
+// --mean and --std: three numbers R,G,B.
+util::Option<ExtractJob> triple(const char* name, Triple ExtractJob::*member, const char* help) {
+  return util::custom<ExtractJob>(
+      name, "R,G,B", help,
+      [member, name](ExtractJob& j, const std::string& text) {
+        j.*member = parse_triple(text, name);
+      },
+      [member](const ExtractJob& j) { return nlohmann::json(rgb_text(j.*member)); });
+}
+
+// An option an encoder card also sets: its parser notes that it was given (ExtractJob::given).
+util::Option<ExtractJob> noted(util::Option<ExtractJob> o) {
+  o.parse = [parse = o.parse, key = o.key()](ExtractJob& j, const std::string& text) {
+    parse(j, text);
+    j.given.insert(key);
+  };
+  return o;
+}
+
+}  // namespace
+
 // The shortest text of each float that reads back as it: "0.485,0.456,0.406".
-std::string triple_text(const Triple& t) {
+std::string rgb_text(const std::array<float, 3>& t) {
   std::string out;
   for (const float v : t) {
     char text[32];
@@ -45,18 +62,6 @@ std::string triple_text(const Triple& t) {
   return out;
 }
 
-// --mean and --std: three numbers R,G,B.
-util::Option<ExtractJob> triple(const char* name, Triple ExtractJob::*member, const char* help) {
-  return util::custom<ExtractJob>(
-      name, "R,G,B", help,
-      [member, name](ExtractJob& j, const std::string& text) {
-        j.*member = parse_triple(text, name);
-      },
-      [member](const ExtractJob& j) { return nlohmann::json(triple_text(j.*member)); });
-}
-
-}  // namespace
-
 const util::Options<ExtractJob>& extract_options() {
   using J = ExtractJob;
   using util::choice, util::flag, util::option;
@@ -65,18 +70,23 @@ const util::Options<ExtractJob>& extract_options() {
       option("-o,--output", &J::output, "The feature store directory (created; resumed if partial)")
           .required(),
       option("--model", &J::model, "A TorchScript file, or builtin:color-texture (no weights)"),
-      option("--input-size", &J::input_size,
-             "Model input side in pixels (tiles are resized on the device)")
-          .at_least(1)
-          .at_most(8192),
-      triple("--mean", &J::mean, "Per-channel mean subtracted after scaling to [0, 1]"),
-      triple("--std", &J::std, "Per-channel standard deviation divided by")
-          .check([](const J& j) { return j.std[0] > 0 && j.std[1] > 0 && j.std[2] > 0; },
-                 "three positive numbers"),
+      noted(option("--input-size", &J::input_size,
+                   "Model input side in pixels (tiles are resized on the device); default: "
+                   "the encoder card's crop")
+                .at_least(1)
+                .at_most(8192)),
+      noted(triple("--mean", &J::mean,
+                   "Per-channel mean subtracted after scaling to [0, 1]; default: the card's")),
+      noted(triple("--std", &J::std, "Per-channel standard deviation divided by; default: the card's")
+                .check([](const J& j) { return j.std[0] > 0 && j.std[1] > 0 && j.std[2] > 0; },
+                       "three positive numbers")),
       option("--batch", &J::batch, "Tiles per forward pass").at_least(1),
       option("--device", &J::device, "auto (every GPU, else CPU), cpu, cuda (every GPU) or cuda:N"),
-      choice("--amp", &J::amp, kAmps, "Mixed precision for the forward: none, f16 or bf16"),
-      choice("--dtype", &J::dtype, kFeatureDTypes, "Stored feature type: f32 or f16"),
+      noted(choice("--amp", &J::amp, kAmps,
+                   "Mixed precision for the forward (CUDA autocast on a GPU, CPU autocast on the "
+                   "CPU): none, f16 or bf16; default on a GPU: the card's")),
+      noted(choice("--dtype", &J::dtype, kFeatureDTypes,
+                   "Stored feature type: f32 or f16; default: the card's")),
       option("--chunk-rows", &J::chunk_rows, "Rows per committed chunk: what a killed run keeps")
           .at_least(1)
           .at_most(4294967296.0),
@@ -96,6 +106,9 @@ const util::Options<ExtractJob>& extract_options() {
                 }
               },
               "I/N with 0 <= I < N (e.g. 0/4)"),
+      flag("--allow-wide-features", &J::allow_wide_features,
+           "Keep a model output of more than two dimensions or over 16384 values a tile "
+           "(flattened); refused otherwise as unpooled tokens"),
   };
   return table;
 }

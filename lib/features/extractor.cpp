@@ -3,6 +3,7 @@
 #include <torch/script.h>
 
 #include <ATen/autocast_mode.h>
+#include <caffe2/serialize/inline_container.h>
 
 #include <cmath>
 #include <fstream>
@@ -45,9 +46,13 @@ const char* amp_name(Amp amp) { return util::name_of(kAmps, amp); }
 
 class TorchScriptExtractor final : public Extractor {
  public:
-  TorchScriptExtractor(std::string path, torch::Device device, int tile_size, const Preprocess& p,
-                       Amp amp)
-      : path_(util::absolute_path(path)), device_(device), preprocess_(p), amp_(amp) {
+  TorchScriptExtractor(std::string path, torch::Device device, int tile_size,
+                       const ModelSettings& settings)
+      : path_(util::absolute_path(path)),
+        device_(device),
+        preprocess_(settings.preprocess),
+        amp_(settings.amp),
+        card_(settings.card) {
     if (!std::ifstream(path_).good())
       throw InputError(at_file(path_, "cannot open the TorchScript model"));
     {
@@ -76,8 +81,9 @@ class TorchScriptExtractor final : public Extractor {
         const std::exception& e) {  // c10::Error, and torch::jit::JITException for script errors
       throw UsageError(at_file(path_, "the model fails on a batch of 2 tiles of " +
                                           std::to_string(preprocess_.input_size) +
-                                          " px: " + first_line(e)));
+                                          " px: " + torch_error_cause(e)));
     }
+    if (!settings.allow_wide) check_width(out_shape_, out.size(1));
     dims_ = out.size(1);
   }
 
@@ -89,20 +95,29 @@ class TorchScriptExtractor final : public Extractor {
     } catch (const std::exception& e) {  // e.g. out of device memory on a larger batch
       throw ResourceError(at_file(path_, "the forward pass of a batch of " +
                                              std::to_string(nhwc.size(0)) +
-                                             " tiles failed: " + first_line(e)));
+                                             " tiles failed: " + torch_error_cause(e)));
     }
   }
   std::int64_t dims() const override { return dims_; }
   torch::Device device() const override { return device_; }
   json describe() const override {
-    return {{"kind", "torchscript"},
-            {"path", path_},
-            {"bytes", bytes_},
-            {"crc32c", crc_},
-            {"input_size", preprocess_.input_size},
-            {"mean", preprocess_.mean},
-            {"std", preprocess_.std},
-            {"amp", amp_name(amp_)}};
+    json d = {{"kind", "torchscript"},
+              {"path", path_},
+              {"bytes", bytes_},
+              {"crc32c", crc_},
+              {"input_size", preprocess_.input_size},
+              {"mean", preprocess_.mean},
+              {"std", preprocess_.std},
+              {"amp", amp_name(amp_)}};
+    if (preprocess_.rule) {
+      const ResizeRule& r = *preprocess_.rule;
+      d["resize"] = {{"size", r.resize},
+                     {"interpolation", r.bicubic ? "bicubic" : "bilinear"},
+                     {"antialias", r.antialias},
+                     {"crop", r.crop}};
+    }
+    if (card_) d["encoder"] = card_->identity();
+    return d;
   }
 
  private:
@@ -123,15 +138,22 @@ class TorchScriptExtractor final : public Extractor {
       throw UsageError(
           at_file(path_, "the model's output " + shape_text(out) + " does not have the batch (" +
                              std::to_string(nhwc.size(0)) + ") as its first dimension"));
+    out_shape_ = shape_text(out);
+    if (out.dim() > 2) out_dims_ = out.dim();
     return out.reshape({out.size(0), -1}).to(torch::kFloat32);
   }
 
-  // LibTorch messages carry a backtrace or a TorchScript stack after the first lines.
-  static std::string first_line(const std::exception& e) {
-    const auto* c10 = dynamic_cast<const c10::Error*>(&e);
-    std::string m = c10 ? c10->what_without_backtrace() : e.what();
-    if (const auto cut = m.find("\n\n"); cut != std::string::npos) m.resize(cut);
-    return m.size() > 2000 ? m.substr(0, 2000) + "..." : m;
+  // Token outputs without pooling (a ViT's N×261×1280) would store hundreds of thousands of
+  // values a tile: refused unless asked for.
+  void check_width(const std::string& shape, std::int64_t width) const {
+    if (out_dims_ <= 2 && width <= kMaxFeatureWidth) return;
+    throw UsageError(at_file(
+        path_, "the model's output for a batch of 2 tiles is " + shape + " (" +
+                   std::to_string(width) + " values a tile" +
+                   (out_dims_ > 2 ? ", more than two dimensions" : "") +
+                   "): likely its tokens without pooling; export the model card's pooled "
+                   "output (scripts/encoders.py export), or pass --allow-wide-features to store "
+                   "them flattened"));
   }
 
   static std::string shape_text(const torch::Tensor& t) {
@@ -144,6 +166,9 @@ class TorchScriptExtractor final : public Extractor {
   torch::Device device_;
   Preprocess preprocess_;
   Amp amp_;
+  std::optional<EncoderCard> card_;
+  std::string out_shape_;
+  std::int64_t out_dims_ = 2;
   torch::jit::Module module_;
   std::int64_t dims_ = 0;
   std::uint64_t bytes_ = 0;
@@ -233,26 +258,31 @@ std::string describe_builtin(const std::string& name) {
          "  61     mean |Laplacian| of luma (4-neighbour kernel)";
 }
 
-torch::Tensor preprocess(const torch::Tensor& nhwc, const Preprocess& p) {
-  torch::Tensor x = nhwc.permute({0, 3, 1, 2}).to(torch::kFloat32).div(255.0);
-  const auto size = p.input_size;
-  if (x.size(2) != size || x.size(3) != size) {
-    const bool shrink = x.size(2) > size || x.size(3) > size;
-    x = F::interpolate(x, F::InterpolateFuncOptions()
-                              .size(std::vector<int64_t>{size, size})
-                              .mode(torch::kBilinear)
-                              .align_corners(false)
-                              .antialias(shrink));
+std::string torch_error_cause(const std::exception& e) {
+  const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+  const std::string m = c10 ? c10->what_without_backtrace() : e.what();
+  std::size_t end = m.find_last_not_of(" \n\r\t");
+  if (end == std::string::npos) return m;
+  const std::size_t start = m.rfind('\n', end);
+  return m.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1));
+}
+
+std::optional<EncoderCard> read_encoder_card(const std::string& path) {
+  const std::string record = std::string("extra/") + kEncoderCardFile;
+  std::string text;
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    if (!reader.hasRecord(record)) return std::nullopt;
+    const auto [data, size] = reader.getRecord(record);
+    text.assign(static_cast<const char*>(data.get()), size);
+  } catch (const c10::Error&) {
+    return std::nullopt;  // not a TorchScript archive: torch::jit::load says so, naming the file
   }
-  const auto opts = x.options();
-  const torch::Tensor mean =
-      torch::tensor({p.mean[0], p.mean[1], p.mean[2]}, opts).view({1, 3, 1, 1});
-  const torch::Tensor std = torch::tensor({p.std[0], p.std[1], p.std[2]}, opts).view({1, 3, 1, 1});
-  return ((x - mean) / std).contiguous();
+  return parse_encoder_card(text, path);
 }
 
 std::unique_ptr<Extractor> load_extractor(const std::string& spec, torch::Device device,
-                                          int tile_size, const Preprocess& preprocess, Amp amp) {
+                                          int tile_size, const ModelSettings& settings) {
   const std::string prefix = "builtin:";
   if (spec.rfind(prefix, 0) == 0) {
     const std::string name = spec.substr(prefix.size());
@@ -261,7 +291,7 @@ std::unique_ptr<Extractor> load_extractor(const std::string& spec, torch::Device
     for (const auto& n : builtin_names()) known += (known.empty() ? "" : ", ") + prefix + n;
     throw UsageError("unknown built-in extractor '" + spec + "'; built-ins: " + known);
   }
-  return std::make_unique<TorchScriptExtractor>(spec, device, tile_size, preprocess, amp);
+  return std::make_unique<TorchScriptExtractor>(spec, device, tile_size, settings);
 }
 
 }  // namespace mltool::features

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "h5_interop_internal.hpp"
+#include "mltool/features/encoder_card.hpp"
 #include "mltool/features/h5_interop.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/util/error.hpp"
@@ -160,7 +161,8 @@ json coords_attributes(const json& slide, const std::string& id, const std::stri
 
 std::string encoder_name(const io::FeatureStore& store) {
   const json& model = store.manifest().at("model");
-  for (const char* field : {"encoder", "name"})
+  if (const std::string card = encoder_name_of(model); !card.empty()) return card;
+  for (const char* field : {"name"})
     if (model.value(field, json()).is_string()) return model[field].get<std::string>();
   if (model.value("path", json()).is_string()) {
     const std::string path = model["path"].get<std::string>();

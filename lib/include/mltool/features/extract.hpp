@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,10 @@ struct ExtractJob {
   /// "I/N": only the complete slides I, I+N, I+2N, ... in slide-id order (features/shard.hpp);
   /// "" = all of them.
   std::string shard;
+  bool allow_wide_features = false;  ///< keep outputs wider than 16,384 values or of > 2 dims
+  /// The keys of the options given explicitly ("input_size", "mean", "std", "amp", "dtype"),
+  /// noted by the table's parser: an encoder card's settings yield to them, with a warning.
+  std::set<std::string> given;
 };
 
 struct ExtractReport {
@@ -73,6 +78,9 @@ ExtractReport extract_features(const ExtractJob& job);
 
 /// The table of ExtractJob's options.
 const util::Options<ExtractJob>& extract_options();
+
+/// "0.485,0.456,0.406": the shortest text of each float that reads back as it (--mean, --std).
+std::string rgb_text(const std::array<float, 3>& rgb);
 
 /// The summary `mltool extract --json` prints.
 nlohmann::json to_json(const ExtractReport& report);

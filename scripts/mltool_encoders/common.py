@@ -1,7 +1,6 @@
 """What every encoder export shares: weights files read with their hub key names and loaded
 strictly, hashes, and the TorchScript file written with its card (mltool.json) inside."""
 import hashlib
-import io
 import json
 import os
 import sys
@@ -107,11 +106,9 @@ def save_encoder(module, path, card):
     d = os.path.dirname(os.path.abspath(path))
     fd, part = tempfile.mkstemp(prefix=os.path.basename(path) + ".partial-", dir=d)
     try:
-        with os.fdopen(fd, "wb") as f:
-            buf = io.BytesIO()
-            torch.jit.save(module, buf, _extra_files={"mltool.json": card_json(card)})
-            f.write(buf.getvalue())
-            f.flush()
+        os.close(fd)
+        torch.jit.save(module, part, _extra_files={"mltool.json": card_json(card)})
+        with open(part, "rb") as f:
             os.fsync(f.fileno())
         os.replace(part, path)
     except BaseException:

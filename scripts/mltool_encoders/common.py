@@ -32,6 +32,7 @@ def state_dict_sha256(sd):
     for k in sorted(sd):
         t = sd[k].detach().cpu().contiguous()
         h.update(f"{k}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        t = t.reshape(-1)
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
 

@@ -83,7 +83,7 @@ class CONCHVisionTower(nn.Module):
         return torch.cat([pos[:, :1], grid], dim=1)
 
     def forward(self, x):
-        _, _, w, h = x.shape
+        w, h = int(x.shape[2]), int(x.shape[3])  # constants in the trace: the card's input size
         t = self.trunk.patch_embed.proj(x).flatten(2).transpose(1, 2)
         t = torch.cat([self.trunk.cls_token.expand(t.shape[0], -1, -1), t], dim=1)
         t = t + self._pos(t.shape[1] - 1, w, h)

@@ -43,7 +43,10 @@ def read_weights(path):
     {'model': ...}) or prefix them with 'module.' (DataParallel) are unwrapped."""
     if path.endswith(".safetensors"):
         from safetensors.torch import load_file
-        sd = load_file(path, device="cpu")
+        try:
+            sd = load_file(path, device="cpu")
+        except Exception as e:  # a truncated or foreign file
+            raise WeightsError(f"{path}: not a readable safetensors file ({e})") from e
     else:
         try:
             sd = torch.load(path, map_location="cpu", weights_only=True)
@@ -59,7 +62,7 @@ def read_weights(path):
     return sd
 
 
-def _short(keys, n=8):
+def _short(keys, n=64):
     keys = sorted(keys)
     more = f" (+{len(keys) - n} more)" if len(keys) > n else ""
     return ", ".join(keys[:n]) + more if keys else "none"

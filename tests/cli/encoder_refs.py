@@ -118,7 +118,9 @@ def refs():
                      transform(224, 224, BIL, HALF)),
         "lunit-vits8": (_timm("vit_small_patch8_224", img_size=224, num_classes=0,
                               dynamic_img_size=True), _plain, transform(224, 224, BIC, LUNIT)),
-        "resnet50-trunc": (_timm("resnet50", features_only=True, out_indices=[3], num_classes=0),
+        # TRIDENT's features_only ResNet-50 (its num_classes=0 left out: the hub file has the
+        # classifier, and building it keeps the seeded initialisation the export's).
+        "resnet50-trunc": (_timm("resnet50", features_only=True, out_indices=[3]),
                            _resnet_trunc, transform(224, 224, BIL, IMAGENET)),
         "conch-v1.5": (None, None, transform(448, 448, BIL, IMAGENET)),
     }

@@ -164,6 +164,8 @@ def check_preset(name):
         expect(e < TOL, f"{name}: mltool extract differs from the card's inference by {e:.2e} "
                         f"(Python export {rel(got, want):.2e})")
         shutil.rmtree(feats)
+        print(f"  {name}: {len(imgs)} tiles of {size} px, relative error python "
+              f"{rel(got, want):.1e}, mltool {e:.1e}", flush=True)
     os.unlink(pt)
 
 

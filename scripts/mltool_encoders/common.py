@@ -1,7 +1,6 @@
 """What every encoder export shares: weights files read with their hub key names and loaded
 strictly, hashes, and the TorchScript file written with its card (mltool.json) inside."""
 import hashlib
-import io
 import json
 import os
 import sys
@@ -33,6 +32,7 @@ def state_dict_sha256(sd):
     for k in sorted(sd):
         t = sd[k].detach().cpu().contiguous()
         h.update(f"{k}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        t = t.reshape(-1)
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
 
@@ -43,7 +43,10 @@ def read_weights(path):
     {'model': ...}) or prefix them with 'module.' (DataParallel) are unwrapped."""
     if path.endswith(".safetensors"):
         from safetensors.torch import load_file
-        sd = load_file(path, device="cpu")
+        try:
+            sd = load_file(path, device="cpu")
+        except Exception as e:  # a truncated or foreign file
+            raise WeightsError(f"{path}: not a readable safetensors file ({e})") from e
     else:
         try:
             sd = torch.load(path, map_location="cpu", weights_only=True)
@@ -59,7 +62,7 @@ def read_weights(path):
     return sd
 
 
-def _short(keys, n=8):
+def _short(keys, n=64):
     keys = sorted(keys)
     more = f" (+{len(keys) - n} more)" if len(keys) > n else ""
     return ", ".join(keys[:n]) + more if keys else "none"
@@ -107,11 +110,9 @@ def save_encoder(module, path, card):
     d = os.path.dirname(os.path.abspath(path))
     fd, part = tempfile.mkstemp(prefix=os.path.basename(path) + ".partial-", dir=d)
     try:
-        with os.fdopen(fd, "wb") as f:
-            buf = io.BytesIO()
-            torch.jit.save(module, buf, _extra_files={"mltool.json": card_json(card)})
-            f.write(buf.getvalue())
-            f.flush()
+        os.close(fd)
+        torch.jit.save(module, part, _extra_files={"mltool.json": card_json(card)})
+        with open(part, "rb") as f:
             os.fsync(f.fileno())
         os.replace(part, path)
     except BaseException:

@@ -99,11 +99,15 @@ def cmd_export(args):
         if getattr(p, "kind", "patch") == "patch" and hasattr(p, "build"):
             card = export_patch(p, args.output, log=log, **kw)
         elif hasattr(p, "export"):  # a slide preset exports itself
+            if args.patch_encoder:  # mean pooling: the patch encoder whose features it takes
+                patch = PATCH_PRESETS.get(args.patch_encoder)
+                kw["patch_encoder"] = args.patch_encoder
+                kw["patch_dims"] = args.patch_dims or (patch.dims if patch else None)
             card = p.export(args.output, **kw)
         else:
             print(f"encoders.py: preset {args.name!r} has no export", file=sys.stderr)
             return 2
-    except (ExportError, WeightsError) as e:
+    except (ExportError, WeightsError, ValueError) as e:
         print(f"encoders.py: {e}", file=sys.stderr)
         return 2
     summary = {"output": os.path.abspath(args.output), "seconds": round(time.time() - t0, 1)}
@@ -128,6 +132,11 @@ def main(argv=None):
     ex.add_argument("--random-weights", action="store_true",
                     help="seeded random weights (tests, benchmarks; features mean nothing)")
     ex.add_argument("--seed", type=int, default=0, help="torch.manual_seed for --random-weights")
+    ex.add_argument("--patch-encoder", metavar="NAME",
+                    help="slide encoders that take any patch encoder's features (mean): its "
+                         "preset name, as features.json records it")
+    ex.add_argument("--patch-dims", type=int, metavar="D",
+                    help="the width of those features (default: the patch preset's dims)")
     args = ap.parse_args(argv)
     return cmd_list(args) if args.cmd == "list" else cmd_export(args)
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs set-up (packages, venv, build) and then the test suite through ctest.
-#   scripts/test.sh              # labels unit + cli (what CI runs)
+#   scripts/test.sh              # labels unit + cli + giant (what CI runs; giant: the ViT-H/ViT-g
+#                                # encoder presets, 2 tiles each)
 #   scripts/test.sh -L gpu       # any ctest arguments replace the default label selection
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,6 @@ scripts/setup.sh
 scripts/check-format.sh
 python3 scripts/check-function-length.py
 args=("$@")
-[ ${#args[@]} -gt 0 ] || args=(-L 'unit|cli')
+[ ${#args[@]} -gt 0 ] || args=(-L 'unit|cli|giant')
 cd "$build"
 ctest --output-on-failure -j "$(nproc)" "${args[@]}"

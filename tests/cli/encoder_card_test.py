@@ -10,13 +10,11 @@ The probe module averages 4×4 blocks of its input, so one uint8 step anywhere i
 tile moves a feature by about 1e-3: the features agree within 1e-6 only if mltool resizes
 exactly as Pillow does.
 """
-import io
 import json
 import os
 import sys
 
 import h5py
-import lmdb
 import numpy as np
 import torch
 import torch.nn as nn
@@ -25,6 +23,7 @@ from PIL import Image
 from torchvision import transforms
 
 from cli_common import Failure, expect, run, run_checks, run_json, tmp
+from store_refs import read_tiles
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -63,20 +62,9 @@ class Strict(nn.Module):
 
 
 def read_store(path):
-    """(keys, uint8 N×TS×TS×3) of the store's complete slides in key order (python-lmdb,
-    Pillow), as docs/formats.md describes the store."""
-    env = lmdb.open(path, readonly=True, lock=False, max_dbs=8)
-    try:
-        with env.begin() as txn:
-            tiles_db = env.open_db(b"tiles", txn=txn, create=False)
-            meta_db = env.open_db(b"meta", txn=txn, create=False)
-            done = [k[5:] for k, _ in txn.cursor(db=meta_db) if k.startswith(b"done/")]
-            tiles = {bytes(k): bytes(v) for k, v in txn.cursor(db=tiles_db)}
-    finally:
-        env.close()
-    keys = sorted(k for k in tiles if any(k.startswith(d + b"/") for d in done))
-    pixels = np.stack([np.asarray(Image.open(io.BytesIO(tiles[k])).convert("RGB")) for k in keys])
-    return [k.decode() for k in keys], pixels
+    """(keys, uint8 N×TS×TS×3) of the store's complete slides in key order."""
+    keys, images = read_tiles(path)
+    return keys, np.stack([np.asarray(img.convert("RGB")) for img in images])
 
 
 def card(name, resize, crop, interpolation="bicubic", antialias=True, mean=H_OPTIMUS_MEAN,

@@ -13,11 +13,11 @@ import shutil
 import sys
 
 import h5py
-import lmdb
 import numpy as np
 import torch
 
 from cli_common import Failure, expect, run, run_checks, run_json, tmp
+from store_refs import by_slide, load_store, tile_geometry
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
@@ -53,40 +53,6 @@ def make_fixtures():
 
 
 # ---------------------------------------------------------------- references
-
-def load_store(d):
-    meta = json.load(open(os.path.join(d, "features.json")))
-    X = np.load(os.path.join(d, "features.npy"))
-    keys = open(os.path.join(d, "keys.txt")).read().split("\n")[:-1]
-    expect(X.shape == (meta["rows"], meta["dims"]) and len(keys) == meta["rows"],
-           f"{d}: matrix {X.shape}, {len(keys)} keys, manifest {meta['rows']}")
-    return X, keys, meta
-
-
-def by_slide(keys):
-    """slide -> its rows, in store order (the slide of a key is the part before its last /)."""
-    out = {}
-    for i, k in enumerate(keys):
-        out.setdefault(k.rsplit("/", 1)[0], []).append(i)
-    return out
-
-
-def tile_geometry(store):
-    """slide -> (its slides/ record, {key: (x, y)}), read with python-lmdb."""
-    env = lmdb.open(store, readonly=True, max_dbs=8, lock=False)
-    meta = env.open_db(b"meta", create=False)
-    out = {}
-    with env.begin(db=meta) as txn:
-        for k, v in txn.cursor():
-            if k.startswith(b"slides/"):
-                slide = k[7:].decode()
-                t = json.loads(txn.get(b"tiles/" + k[7:]))
-                xy = {f"{slide}/{r:06d}_{c:06d}": (x, y)
-                      for r, c, x, y in zip(t["row"], t["col"], t["x"], t["y"])}
-                out[slide] = (json.loads(v), xy)
-    env.close()
-    return out
-
 
 def export(features, out, *args, code_wanted=0):
     code, s, err = run_json([mltool, "export", "h5", features, "-o", out, *args, "--json"])

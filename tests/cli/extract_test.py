@@ -26,6 +26,7 @@ from PIL import Image
 
 from cli_common import (MATH_PATHS, Failure, expect, rename_shim, run, run_checks, run_json,
                         second_writer_refused, tmp)
+from store_refs import read_tiles
 from torch_models import Small
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -130,22 +131,10 @@ def save_models():
 def read_store(path):
     """(keys, uint8 N×TS×TS×3) of the complete slides of a tile store, in key order, as the
     spec says: slides with a done/ marker; each slide's keys sorted; slides in key order."""
-    env = lmdb.open(path, readonly=True, lock=False, max_dbs=8)
-    try:
-        with env.begin() as txn:
-            tiles_db = env.open_db(b"tiles", txn=txn, create=False)
-            meta_db = env.open_db(b"meta", txn=txn, create=False)
-            done = [k[5:] for k, _ in txn.cursor(db=meta_db) if k.startswith(b"done/")]
-            tiles = {bytes(k): bytes(v) for k, v in txn.cursor(db=tiles_db)}
-    finally:
-        env.close()
-    keys = sorted(k for k in tiles if any(k.startswith(d + b"/") for d in done))
-    images = []
-    for k in keys:
-        img = Image.open(io.BytesIO(tiles[k]))
+    keys, images = read_tiles(path)
+    for k, img in zip(keys, images):
         expect(img.mode == "RGB" and img.size == (TS, TS), f"{k}: {img.mode} {img.size}")
-        images.append(np.asarray(img))
-    return [k.decode("ascii") for k in keys], np.stack(images)
+    return keys, np.stack([np.asarray(img) for img in images])
 
 
 def put_tiles(path, items, meta=None):

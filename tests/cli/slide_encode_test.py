@@ -15,11 +15,11 @@ import os
 import sys
 
 import h5py
-import lmdb
 import numpy as np
 import torch
 
 from cli_common import expect, rename_shim, run, run_checks, run_json, tmp
+from store_refs import by_slide, load_store, tile_geometry
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
@@ -92,39 +92,6 @@ def make_fixtures():
     common.save_encoder(torch.jit.script(Geo().eval()), tmp("geo.pt"), slide_card("geo", DIMS + 4))
     X, keys, _ = load_store(FEATURES)
     return f"{len(keys)} tiles x {X.shape[1]}"
-
-
-def load_store(d):
-    meta = json.load(open(os.path.join(d, "features.json")))
-    X = np.load(os.path.join(d, "features.npy"))
-    keys = open(os.path.join(d, "keys.txt")).read().split("\n")[:-1]
-    expect(X.shape == (meta["rows"], meta["dims"]) and len(keys) == meta["rows"],
-           f"{d}: matrix {X.shape}, {len(keys)} keys, manifest {meta['rows']}")
-    return X, keys, meta
-
-
-def by_slide(keys):
-    out = {}
-    for i, k in enumerate(keys):
-        out.setdefault(k.rsplit("/", 1)[0], []).append(i)
-    return out
-
-
-def tile_geometry(store):
-    """slide -> (its slides/ record, {key: (x, y)}), read with python-lmdb."""
-    env = lmdb.open(store, readonly=True, max_dbs=8, lock=False)
-    meta = env.open_db(b"meta", create=False)
-    out = {}
-    with env.begin(db=meta) as txn:
-        for k, v in txn.cursor():
-            if k.startswith(b"slides/"):
-                s = k[7:].decode()
-                t = json.loads(txn.get(b"tiles/" + k[7:]))
-                xy = {f"{s}/{r:06d}_{c:06d}": (x, y)
-                      for r, c, x, y in zip(t["row"], t["col"], t["x"], t["y"])}
-                out[s] = (json.loads(v), xy)
-    env.close()
-    return out
 
 
 def encode(encoder, out, *args, code_wanted=0, env=None):

@@ -16,6 +16,18 @@ PackUnit parse_unit(const std::string& text) {
   throw UsageError("unit \"" + text + "\": expected tile, bag or image");
 }
 
+const util::EnumNames<PackTask> kPackTasks = {{PackTask::classification, "classification"},
+                                              {PackTask::regression, "regression"},
+                                              {PackTask::survival, "survival"}};
+
+const char* to_string(PackTask task) { return util::name_of(kPackTasks, task); }
+
+PackTask parse_task(const std::string& text) {
+  for (const auto& [task, name] : kPackTasks)
+    if (text == name) return task;
+  throw UsageError("task \"" + text + "\": expected classification, regression or survival");
+}
+
 namespace {
 
 // "train=0.8,val=0.1,test=0.1", as parse_splits reads it.

@@ -1,6 +1,8 @@
 // The record layout of each unit (see record.hpp): the only place that names record features.
 #include "mltool/records/record.hpp"
 
+#include <cmath>
+
 #include "mltool/util/error.hpp"
 
 namespace mltool::records {
@@ -10,6 +12,9 @@ constexpr const char* kSlide = "slide";
 constexpr const char* kKey = "key";
 constexpr const char* kX = "x";
 constexpr const char* kY = "y";
+constexpr const char* kTarget = "target";
+constexpr const char* kTime = "time";
+constexpr const char* kEvent = "event";
 
 /// What sets one unit's records apart.
 struct UnitLayout {
@@ -32,16 +37,59 @@ const UnitLayout& layout_of(PackUnit unit) {
   throw UsageError("no record layout for unit " + std::string(to_string(unit)));
 }
 
+// The single value of float feature `name`; FormatError naming the record otherwise.
+float one_float(const io::Example& example, const char* name) {
+  if (example.kind(name) != io::FeatureKind::float_list || example.floats(name).size() != 1)
+    throw FormatError(example.where() + ": feature '" + name + "' must hold one float (" +
+                      io::to_string(example.kind(name)) + " found)");
+  return example.floats(name)[0];
+}
+
+// The outcome of `example` into `out`, checked as RecordCodec::decode documents.
+void decode_outcome(PackTask task, const io::Example& example, const RecordLimits& limits,
+                    Record& out) {
+  const std::string& where = example.where();
+  switch (task) {
+    case PackTask::classification:
+      out.label = example.int64(kLabelFeature);
+      if (out.label < 0 || out.label >= limits.labels)
+        throw FormatError(where + ": label " + std::to_string(out.label) +
+                          " is not in the label map of " + limits.manifest + " (" +
+                          std::to_string(limits.labels) + " labels)");
+      return;
+    case PackTask::regression:
+      out.target = one_float(example, kTarget);
+      if (!std::isfinite(out.target))
+        throw FormatError(where + ": target " + std::to_string(out.target) + " is not finite");
+      return;
+    case PackTask::survival:
+      out.time = one_float(example, kTime);
+      out.event = one_float(example, kEvent);
+      if (!(std::isfinite(out.time) && out.time > 0))
+        throw FormatError(where + ": time " + std::to_string(out.time) +
+                          " is not a finite number > 0");
+      if (out.event != 0 && out.event != 1)
+        throw FormatError(where + ": event " + std::to_string(out.event) + " is neither 0 nor 1");
+      return;
+  }
+}
+
 }  // namespace
 
-RecordCodec::RecordCodec(PackUnit unit, bool coordinates)
-    : unit_(unit), coordinates_(coordinates && layout_of(unit).xy) {}
+RecordCodec::RecordCodec(PackUnit unit, bool coordinates, PackTask task)
+    : unit_(unit), coordinates_(coordinates && layout_of(unit).xy), task_(task) {}
 
 bool RecordCodec::keyed() const { return layout_of(unit_).key; }
 
 nlohmann::json RecordCodec::features() const {
   const UnitLayout& l = layout_of(unit_);
-  nlohmann::json f = {{kLabelFeature, "int64"}, {kSlide, "bytes"}};
+  nlohmann::json f = {{kSlide, "bytes"}};
+  if (task_ == PackTask::classification) f[kLabelFeature] = "int64";
+  if (task_ == PackTask::regression) f[kTarget] = "float";
+  if (task_ == PackTask::survival) {
+    f[kTime] = "float";
+    f[kEvent] = "float";
+  }
   f[l.rows] = l.row_list ? "int64_list" : "int64";
   if (l.key) f[kKey] = "bytes";
   if (coordinates_) {
@@ -53,7 +101,10 @@ nlohmann::json RecordCodec::features() const {
 
 void RecordCodec::encode(const Record& record, io::ExampleBuilder& example) const {
   const UnitLayout& l = layout_of(unit_);
-  example.add_int64(kLabelFeature, record.label);
+  if (task_ == PackTask::classification) example.add_int64(kLabelFeature, record.label);
+  if (task_ == PackTask::regression) example.add_float(kTarget, record.target);
+  if (task_ == PackTask::survival)
+    example.add_float(kTime, record.time).add_float(kEvent, record.event);
   example.add_bytes(kSlide, record.slide);
   if (l.row_list) {
     example.add_int64s(l.rows, record.rows);
@@ -71,11 +122,7 @@ void RecordCodec::decode(const io::Example& example, const RecordLimits& limits,
                          Record& out) const {
   const UnitLayout& l = layout_of(unit_);
   const std::string& where = example.where();
-  out.label = example.int64(kLabelFeature);
-  if (out.label < 0 || out.label >= limits.labels)
-    throw FormatError(where + ": label " + std::to_string(out.label) +
-                      " is not in the label map of " + limits.manifest + " (" +
-                      std::to_string(limits.labels) + " labels)");
+  decode_outcome(task_, example, limits, out);
   const auto check_row = [&](std::int64_t row) {
     if (row < 0 || row >= limits.rows)
       throw FormatError(where + ": row " + std::to_string(row) +
@@ -110,9 +157,10 @@ std::vector<RecordFeature> parse_record_features(const nlohmann::json& record_fe
     const std::string kind = value.get<std::string>();
     bool rows = false;
     for (const auto& l : kUnitLayouts) rows = rows || name == l.rows;
-    out.push_back({name,
-                   kind == "bytes" ? io::FeatureKind::bytes_list : io::FeatureKind::int64_list,
-                   kind == "int64_list", rows});
+    const io::FeatureKind k = kind == "bytes"   ? io::FeatureKind::bytes_list
+                              : kind == "float" ? io::FeatureKind::float_list
+                                                : io::FeatureKind::int64_list;
+    out.push_back({name, k, kind == "int64_list", rows});
   }
   return out;
 }

@@ -120,5 +120,59 @@ TEST(RecordCodec, RecordFeaturesOfDatasetJson) {
   EXPECT_TRUE(bag.front().rows);
 }
 
+TEST(RecordCodec, OutcomesOfEachTask) {
+  EXPECT_EQ(RecordCodec(PackUnit::bag, false, PackTask::regression).features(),
+            json({{"indices", "int64_list"}, {"slide", "bytes"}, {"target", "float"}}));
+  EXPECT_EQ(RecordCodec(PackUnit::tile, false, PackTask::survival).features(),
+            json({{"event", "float"}, {"index", "int64"}, {"slide", "bytes"}, {"time", "float"}}));
+  Record r, out;
+  r.slide = "P1";
+  r.rows = {2, 3};
+  r.target = 2.5f;
+  r.time = 13.25f;
+  r.event = 1;
+  const RecordCodec regression(PackUnit::bag, false, PackTask::regression);
+  regression.decode(encoded(regression, r), kLimits, out);
+  EXPECT_EQ(out.target, 2.5f);
+  EXPECT_EQ(out.slide, "P1");
+  const RecordCodec survival(PackUnit::bag, false, PackTask::survival);
+  survival.decode(encoded(survival, r), kLimits, out);
+  EXPECT_EQ(out.time, 13.25f);
+  EXPECT_EQ(out.event, 1.0f);
+  io::ExampleBuilder by_hand;
+  by_hand.add_float("time", 13.25f).add_float("event", 1).add_bytes("slide", "P1");
+  by_hand.add_int64s("indices", {2, 3});
+  io::ExampleBuilder codec;
+  survival.encode(r, codec);
+  EXPECT_EQ(codec.serialize(), by_hand.serialize());
+  const auto parsed = parse_record_features(survival.features());
+  for (const auto& f : parsed) {
+    if (f.name == "time") {
+      EXPECT_EQ(f.kind, io::FeatureKind::float_list);
+    }
+  }
+}
+
+TEST(RecordCodec, DecodeRefusesOutcomesOutsideTheirRange) {
+  const RecordCodec survival(PackUnit::tile, false, PackTask::survival);
+  Record r, out;
+  r.rows = {0};
+  r.time = 0;
+  r.event = 1;
+  EXPECT_EQ(error_of<FormatError>([&] { survival.decode(encoded(survival, r), kLimits, out); }),
+            "s.tfrecord: record 0 (byte 0): time 0.000000 is not a finite number > 0");
+  r.time = 1;
+  r.event = 0.5f;
+  EXPECT_EQ(error_of<FormatError>([&] { survival.decode(encoded(survival, r), kLimits, out); }),
+            "s.tfrecord: record 0 (byte 0): event 0.500000 is neither 0 nor 1");
+  const RecordCodec regression(PackUnit::tile, false, PackTask::regression);
+  // A classification record read as a regression record: no target.
+  const std::string message = error_of<FormatError>(
+      [&] { regression.decode(encoded(RecordCodec(PackUnit::tile), r), kLimits, out); });
+  EXPECT_EQ(message,
+            "s.tfrecord: record 0 (byte 0): missing feature 'target' (the record has 'index', "
+            "'label', 'slide')");
+}
+
 }  // namespace
 }  // namespace mltool::records

@@ -25,6 +25,17 @@ namespace mltool::records {
 enum class PackUnit { tile, bag, image };
 extern const util::EnumNames<PackUnit> kPackUnits;
 
+/// What a record's outcome is (docs/pack.md#tasks): a label id (classification), one float
+/// (regression: `target`), or a time and an event (survival: `time` > 0, `event` 1 observed or
+/// 0 censored).
+enum class PackTask { classification, regression, survival };
+extern const util::EnumNames<PackTask> kPackTasks;
+
+/// "classification", "regression", "survival".
+const char* to_string(PackTask task);
+/// Parses a task name; UsageError for anything else.
+PackTask parse_task(const std::string& text);
+
 /// "tile", "bag", "image".
 const char* to_string(PackUnit unit);
 /// Parses a unit name; UsageError for anything else.

@@ -26,9 +26,12 @@ namespace mltool::records {
 /// The feature holding a record's label id; also the default label feature of inspect.
 inline constexpr const char* kLabelFeature = "label";
 
-/// One record, whatever its unit.
+/// One record, whatever its unit and task.
 struct Record {
-  std::int64_t label = 0;          ///< id in the label map
+  std::int64_t label = 0;          ///< classification: id in the label map
+  float target = 0;                ///< regression: the target
+  float time = 0;                  ///< survival: time to the event or to censoring (> 0)
+  float event = 0;                 ///< survival: 1 the event was observed, 0 censored
   std::string slide;               ///< the slide of the rows
   std::vector<std::int64_t> rows;  ///< rows of features.npy: tile, image one; bag the bag's
   std::string key;                 ///< image: the tile key of the row
@@ -36,7 +39,8 @@ struct Record {
   std::optional<std::pair<std::int64_t, std::int64_t>> xy;
 };
 
-/// What a reader of a dataset accepts: label ids below `labels`, rows below `rows`;
+/// What a reader of a dataset accepts: label ids below `labels` (classification), rows below
+/// `rows`, finite targets, times > 0 and events 0 or 1;
 /// `manifest` (dataset.json) is named in messages.
 struct RecordLimits {
   std::int64_t labels = 0;
@@ -44,37 +48,44 @@ struct RecordLimits {
   std::string manifest;
 };
 
-/// The records of one unit, with or without coordinates (x, y: never in bags).
+/// The records of one unit and task, with or without coordinates (x, y: never in bags). The
+/// outcome is `label` (int64, classification), `target` (float, regression) or `time` and
+/// `event` (floats, survival).
 class RecordCodec {
  public:
-  explicit RecordCodec(PackUnit unit, bool coordinates = false);
+  explicit RecordCodec(PackUnit unit, bool coordinates = false,
+                       PackTask task = PackTask::classification);
 
   PackUnit unit() const { return unit_; }
+  PackTask task() const { return task_; }
   /// Whether records carry the tile key of their row (Record::key), which writers look up.
   bool keyed() const;
 
-  /// dataset.json's record_features: feature name → "int64", "int64_list" or "bytes".
+  /// dataset.json's record_features: feature name → "int64", "int64_list", "float" or "bytes".
   nlohmann::json features() const;
 
-  /// Adds the record's features to `example` (label, slide, rows, key, x, y: their order
-  /// in the serialized bytes). With coordinates, `record.xy` must be set.
+  /// Adds the record's features to `example` (the outcome — label; target; time, event —
+  /// then slide, rows, key, x, y: their order in the serialized bytes). With coordinates,
+  /// `record.xy` must be set.
   void encode(const Record& record, io::ExampleBuilder& example) const;
 
-  /// Reads what training uses into `out`: the label, the rows, and the sample's id (bag: the
+  /// Reads what training uses into `out`: the outcome, the rows, and the sample's id (bag: the
   /// slide, image: the tile key); a tile's or image's slide and x, y are not read (left
   /// empty). FormatError naming `example.where()` for a missing or ill-typed feature, a
-  /// label or row outside `limits`, an empty bag, or an image record without one key.
+  /// label or row outside `limits`, a target that is not finite, a time that is not > 0 and
+  /// finite, an event other than 0 or 1, an empty bag, or an image record without one key.
   void decode(const io::Example& example, const RecordLimits& limits, Record& out) const;
 
  private:
   PackUnit unit_;
   bool coordinates_;
+  PackTask task_;
 };
 
 /// A feature of dataset.json's record_features, as `inspect --deep` checks every record.
 struct RecordFeature {
   std::string name;
-  io::FeatureKind kind;  ///< int64_list or bytes_list
+  io::FeatureKind kind;  ///< int64_list, float_list or bytes_list
   bool list;             ///< any number of values ("int64_list"); else exactly one
   bool rows;             ///< its values are rows of the feature store
 };

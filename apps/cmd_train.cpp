@@ -13,6 +13,7 @@
 
 #include "cli.hpp"
 #include "cli_options.hpp"
+#include "mltool/train/cross_validate.hpp"
 #include "mltool/train/train.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/log.hpp"
@@ -59,12 +60,12 @@ std::string metric(const nlohmann::json& v, const char* key) {
 void show_progress(const train::TrainProgress& p, bool bar) {
   if (p.epoch_end) {
     if (bar) std::fputs("\r\033[K", stderr);
-    log::info("epoch " + std::to_string(p.epoch) + "/" + std::to_string(p.epochs) +
-              ": train loss " + format_fixed(p.loss, 4) + ", val loss " +
-              metric(p.validation, "val_loss") + ", accuracy " +
-              metric(p.validation, "val_accuracy") + ", balanced " +
-              metric(p.validation, "val_balanced_accuracy") + ", AUC " +
-              metric(p.validation, "val_auc") + (p.improved ? " (best)" : ""));
+    std::string line = "epoch " + std::to_string(p.epoch) + "/" + std::to_string(p.epochs) +
+                       ": train loss " + format_fixed(p.loss, 4);
+    for (const auto& [name, value] : p.validation.items())
+      line += ", " + name.substr(name.rfind("val_") == 0 ? 4 : 0) + " " +
+              metric(p.validation, name.c_str());
+    log::info(line + (p.improved ? " (best)" : ""));
     return;
   }
   if (!bar) return;
@@ -83,6 +84,23 @@ void show_progress(const train::TrainProgress& p, bool bar) {
   std::fflush(stderr);
 }
 
+// --folds all: the folds, then the gathered summary.
+int run_folds(const train::TrainJob& job, const CommonOptions& common, bool bar) {
+  const auto r = train::cross_validate(
+      job, [bar](int, const train::TrainProgress& p) { show_progress(p, bar); });
+  if (job.rank != 0) return exit_code::ok;
+  std::string summary;
+  for (const auto& [name, mean] : r.cv.at("mean").items()) {
+    const auto& sd = r.cv.at("sd").at(name);
+    summary += (summary.empty() ? "" : ", ") + name + " " + format_fixed(mean.get<double>(), 4) +
+               (sd.is_number() ? " ± " + format_fixed(sd.get<double>(), 4) : "");
+  }
+  log::info(r.output + ": " + std::to_string(r.folds) + " folds (" + std::to_string(r.trained) +
+            " trained, " + std::to_string(r.skipped) + " already finished); " + summary);
+  if (common.json) std::cout << r.cv.dump(2) << "\n";
+  return exit_code::ok;
+}
+
 int run_train(TrainOptions& o, const CommonOptions& common) {
   if (o.nproc > 1) return spawn_local_ranks(o.nproc);
   if (o.nproc < 0) throw UsageError("--nproc must be at least 1");
@@ -92,11 +110,14 @@ int run_train(TrainOptions& o, const CommonOptions& common) {
     // Their warnings and errors still show, marked with their rank; -v shows everything.
     log::set_prefix("mltool train (rank " + std::to_string(o.job->rank) + ")");
     if (!common.quiet && common.verbose == 0) log::set_level(log::Level::warn);
-    const auto r = train::train_model(*o.job);
-    (void)r;
+    if (o.job->all_folds)
+      train::cross_validate(*o.job);
+    else
+      train::train_model(*o.job);
     return exit_code::ok;
   }
   const bool bar = !common.quiet && ::isatty(STDERR_FILENO);
+  if (o.job->all_folds) return run_folds(*o.job, common, bar);
   const auto r =
       train::train_model(*o.job, [bar](const train::TrainProgress& p) { show_progress(p, bar); });
   if (r.status == "stopped")

@@ -31,6 +31,9 @@ DatasetInfo read_dataset_info(const std::string& dir) {
   d.matrix_bytes = f.at("matrix_bytes").get<std::uint64_t>();
   d.matrix_sha256 = f.at("matrix_sha256").get<std::string>();
   d.labels = d.manifest.at("labels").at("names").get<std::vector<std::string>>();
+  d.task = records::parse_task(d.manifest.value("task", "classification"));
+  const auto folds = d.manifest.value("folds", nlohmann::json());
+  if (folds.is_object()) d.fold_splits = folds.at("splits").get<std::vector<std::string>>();
   const auto& store = d.manifest.at("tile_store");
   if (store.is_string()) d.tile_store = store.get<std::string>();
   return d;
@@ -52,7 +55,7 @@ SplitSamples read_split(const DatasetInfo& d, const std::string& split) {
   s.name = split;
   const bool bag = d.unit == records::PackUnit::bag;
   const bool image = d.unit == records::PackUnit::image;
-  const records::RecordCodec codec(d.unit);
+  const records::RecordCodec codec(d.unit, false, d.task);
   const records::RecordLimits limits{static_cast<std::int64_t>(d.labels.size()), d.rows,
                                      d.manifest_path};
   records::Record record;  // reused: its buffers keep their capacity
@@ -65,7 +68,12 @@ SplitSamples read_split(const DatasetInfo& d, const std::string& split) {
     while (reader.next(bytes)) {
       ++count;
       codec.decode(io::parse_example(bytes, reader.where()), limits, record);
-      s.labels.push_back(record.label);
+      s.labels.push_back(d.task == records::PackTask::classification ? record.label : 0);
+      if (d.task == records::PackTask::regression) s.targets.push_back(record.target);
+      if (d.task == records::PackTask::survival) {
+        s.targets.push_back(record.time);
+        s.targets.push_back(record.event);
+      }
       s.rows.insert(s.rows.end(), record.rows.begin(), record.rows.end());
       if (bag) {
         s.offsets.push_back(static_cast<std::int64_t>(s.rows.size()));
@@ -85,6 +93,24 @@ SplitSamples read_split(const DatasetInfo& d, const std::string& split) {
                              "' is empty (0 records); pack with larger fractions or more groups, "
                              "or choose another with --train-split / --val-split"));
   return s;
+}
+
+SplitSamples read_splits(const DatasetInfo& d, const std::vector<std::string>& splits) {
+  SplitSamples all;
+  for (const auto& name : splits) {
+    SplitSamples s = read_split(d, name);
+    all.name += (all.name.empty() ? "" : "+") + name;
+    const auto base = static_cast<std::int64_t>(all.rows.size());
+    all.labels.insert(all.labels.end(), s.labels.begin(), s.labels.end());
+    all.targets.insert(all.targets.end(), s.targets.begin(), s.targets.end());
+    all.rows.insert(all.rows.end(), s.rows.begin(), s.rows.end());
+    all.ids.insert(all.ids.end(), s.ids.begin(), s.ids.end());
+    if (!s.offsets.empty()) {
+      if (all.offsets.empty()) all.offsets.push_back(0);
+      for (std::size_t i = 1; i < s.offsets.size(); ++i) all.offsets.push_back(base + s.offsets[i]);
+    }
+  }
+  return all;
 }
 
 }  // namespace mltool::train

@@ -16,7 +16,9 @@ namespace mltool::train {
 /// The samples of one split, in shard order (shard by shard, records in file order).
 struct SplitSamples {
   std::string name;
-  std::vector<std::int64_t> labels;  ///< one per sample
+  std::vector<std::int64_t> labels;  ///< one per sample: the label id (0 unless classification)
+  /// Regression: the target of each sample; survival: time and event of each, interleaved.
+  std::vector<float> targets;
   std::vector<std::int64_t>
       rows;  ///< tile, image: one row per sample; bag: the bags' rows back to back
   std::vector<std::int64_t> offsets;  ///< bag: sample i has rows[offsets[i], offsets[i + 1])
@@ -40,12 +42,17 @@ struct DatasetInfo {
   io::DType dtype = io::DType::float32;
   std::uint64_t matrix_bytes = 0;
   std::string matrix_sha256;
-  std::vector<std::string> labels;  ///< names[id]
-  std::string tile_store;           ///< dataset.json's tile_store, or ""
+  std::vector<std::string> labels;  ///< names[id] (classification; empty otherwise)
+  records::PackTask task = records::PackTask::classification;
+  std::vector<std::string> fold_splits;  ///< pack --folds: fold-0, ..., fold-{K-1}; else empty
+  std::string tile_store;                ///< dataset.json's tile_store, or ""
 };
 
 /// Reads and validates dataset.json in `dir`.
 DatasetInfo read_dataset_info(const std::string& dir);
+
+/// The samples of several splits, one after the other, as one (named by them joined with '+').
+SplitSamples read_splits(const DatasetInfo& dataset, const std::vector<std::string>& splits);
 
 /// Reads every record of `split`. InputError for a split the dataset does not have (naming
 /// those it has) or one without records; FormatError naming the shard and record for a

@@ -300,25 +300,21 @@ void DataParallel::on_rank0(const std::function<void()>& action) {
 }
 
 torch::Tensor rank_order(const torch::Tensor& order, const std::vector<std::int64_t>& steps,
-                         const DataParallel& dp, const std::vector<std::int64_t>& labels,
-                         const torch::Tensor& class_weights, std::vector<double>& scales) {
+                         const DataParallel& dp, const std::vector<double>& weights,
+                         std::vector<double>& scales) {
   const auto positions = rank_positions(steps, dp.world(), dp.rank());
   scales.clear();
-  torch::Tensor w, o;
-  if (class_weights.defined()) {
-    w = class_weights.to(torch::kCPU, torch::kFloat64).contiguous();
-    o = order.to(torch::kCPU).contiguous();
-  }
+  torch::Tensor o;
+  if (!weights.empty()) o = order.to(torch::kCPU).contiguous();
   std::int64_t start = 0;
   for (const auto global : steps) {
     const RankSlice slice = rank_slice(global, dp.world(), dp.rank());
     double all = static_cast<double>(global), mine = static_cast<double>(slice.size);
-    if (w.defined()) {
-      const double* cw = w.data_ptr<double>();
+    if (!weights.empty()) {
       const std::int64_t* idx = o.data_ptr<std::int64_t>() + start;
       all = mine = 0;
       for (std::int64_t i = 0; i < global; ++i) {
-        const double v = cw[labels[static_cast<std::size_t>(idx[i])]];
+        const double v = weights[static_cast<std::size_t>(idx[i])];
         all += v;
         if (i >= slice.offset && i < slice.offset + slice.size) mine += v;
       }

@@ -44,11 +44,11 @@ class DataParallel {
 
 /// This rank's part of an epoch's `order` (cut into global batches of `steps` sizes): its
 /// slice of each batch (rank_slice). `scales` gets each step's gradient weight: this rank's
-/// share of the global batch's sum of class weights (its sample count / the batch's when
-/// `class_weights` is undefined), so the summed gradients are the global batch's.
+/// share of the global batch's sum of sample weights (`weights[sample]`; its sample count / the
+/// batch's when `weights` is empty), so the summed gradients are the global batch's.
 torch::Tensor rank_order(const torch::Tensor& order, const std::vector<std::int64_t>& steps,
-                         const DataParallel& dp, const std::vector<std::int64_t>& labels,
-                         const torch::Tensor& class_weights, std::vector<double>& scales);
+                         const DataParallel& dp, const std::vector<double>& weights,
+                         std::vector<double>& scales);
 
 /// Sums the gradients of `parameters` over the ranks while backward runs (DDP's reducer):
 /// each parameter's gradient accumulator gets a hook; the parameters, in reverse order (the

@@ -10,6 +10,7 @@
 #include "mltool/train/safetensors.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
+#include "task.hpp"
 
 namespace mltool::train {
 namespace {
@@ -116,23 +117,15 @@ void export_state_dict(BlockModel& model, const std::string& path) {
 }
 
 void write_predictions(const std::string& path, const SplitSamples& samples,
-                       const torch::Tensor& logits, const std::vector<std::string>& labels) {
-  const auto l = logits.to(torch::kCPU, torch::kFloat32).contiguous();
-  const auto k = l.size(1);
-  const float* v = l.data_ptr<float>();
-  std::string out = "record,sample,label,prediction";
-  for (const auto& name : labels) out += "," + csv_field("logit_" + name);
-  out += "\n";
-  for (std::size_t i = 0; i < samples.size(); ++i) {
-    const float* row = v + static_cast<std::int64_t>(i) * k;
-    const auto best = std::max_element(row, row + k) - row;
+                       const torch::Tensor& outputs, const Task& task) {
+  const auto o = outputs.to(torch::kCPU, torch::kFloat32).contiguous();
+  const auto k = o.size(1);
+  const float* v = o.data_ptr<float>();
+  std::string out = "record,sample," + task.csv_header() + "\n";
+  for (std::size_t i = 0; i < samples.size(); ++i)
     out += std::to_string(i) + "," +
            (samples.ids.empty() ? std::to_string(samples.rows[i]) : csv_field(samples.ids[i])) +
-           "," + csv_field(labels[static_cast<std::size_t>(samples.labels[i])]) + "," +
-           csv_field(labels[static_cast<std::size_t>(best)]);
-    for (std::int64_t c = 0; c < k; ++c) out += "," + exact_float(row[c]);
-    out += "\n";
-  }
+           "," + task.csv_row(samples, i, v + static_cast<std::int64_t>(i) * k) + "\n";
   util::write_file_atomic(path, out);
 }
 

@@ -13,6 +13,8 @@
 
 namespace mltool::train {
 
+class Task;
+
 /// The model's parameters and buffers under their exported names, in module order: "BLOCK.
 /// LAYER.NAME" as in PyTorch's state_dict; a TorchScript model's own names. The tensors share
 /// the model's storage.
@@ -38,9 +40,11 @@ std::string csv_field(const std::string& s);
 /// A float32 in the fewest digits that read back to the same float ("%.9g").
 std::string exact_float(float v);
 
-/// predictions.csv: record (position in the split), sample (row for tiles, slide for bags,
-/// tile key for images), label, prediction, then one logit per label (logit_NAME... by id).
+/// predictions.csv: record (position in the split), sample (row for tiles, slide or bag for
+/// bags, tile key for images), then the task's columns (classification: label, prediction,
+/// one logit per label; regression: target, prediction; survival: time, event, risk, and with
+/// nll the survival at each cut).
 void write_predictions(const std::string& path, const SplitSamples& samples,
-                       const torch::Tensor& logits, const std::vector<std::string>& labels);
+                       const torch::Tensor& outputs, const Task& task);
 
 }  // namespace mltool::train

@@ -13,8 +13,6 @@ namespace detail {
 Layout layout(const SplitSamples& s, const std::int64_t* ids, std::int64_t n, bool bag) {
   Layout out;
   out.batch = n;
-  out.labels.resize(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) out.labels[i] = s.labels[static_cast<std::size_t>(ids[i])];
   if (!bag) {
     out.rows.resize(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) out.rows[i] = s.rows[static_cast<std::size_t>(ids[i])];
@@ -76,13 +74,14 @@ torch::Tensor int64_tensor(const std::vector<std::int64_t>& v) {
 class PinnedFeed : public Feed {
  public:
   PinnedFeed(std::shared_ptr<const RowSource> source, torch::Tensor matrix,
-             const SplitSamples& samples, records::PackUnit unit, const torch::Device& device)
+             const SplitSamples& samples, const torch::Tensor& targets, records::PackUnit unit,
+             const torch::Device& device)
       : source_(std::move(source)),
         matrix_(std::move(matrix)),
         samples_(samples),
         unit_(unit),
         device_(device) {
-    labels_ = int64_tensor(samples.labels).to(device);
+    targets_ = targets.to(device);
     if (unit_ != records::PackUnit::bag) rows_ = int64_tensor(samples.rows).to(device);
   }
 
@@ -99,7 +98,7 @@ class PinnedFeed : public Feed {
     if (position_ >= total) return std::nullopt;
     const std::int64_t n = std::min(batch_, total - position_);
     const auto ids = order_device_.narrow(0, position_, n);
-    const auto y = labels_.index_select(0, ids);
+    const auto y = targets_.index_select(0, ids);
     Batch b;
     if (unit_ == records::PackUnit::bag) {
       // Bag lengths vary: the padded row list is laid out on the host (B·L indices) and
@@ -124,7 +123,7 @@ class PinnedFeed : public Feed {
   const SplitSamples& samples_;
   records::PackUnit unit_;
   torch::Device device_;
-  torch::Tensor labels_, rows_;
+  torch::Tensor targets_, rows_;
   torch::Tensor order_, order_device_;
   std::int64_t batch_ = 1, position_ = 0;
 };
@@ -132,9 +131,10 @@ class PinnedFeed : public Feed {
 }  // namespace
 
 std::unique_ptr<Feed> pinned_feed(std::shared_ptr<const RowSource> source, torch::Tensor matrix,
-                                  const SplitSamples& samples, records::PackUnit unit,
-                                  const torch::Device& device) {
-  return std::make_unique<PinnedFeed>(std::move(source), std::move(matrix), samples, unit, device);
+                                  const SplitSamples& samples, const torch::Tensor& targets,
+                                  records::PackUnit unit, const torch::Device& device) {
+  return std::make_unique<PinnedFeed>(std::move(source), std::move(matrix), samples, targets, unit,
+                                      device);
 }
 
 }  // namespace mltool::train

@@ -32,7 +32,7 @@ namespace mltool::train {
 /// One batch, on the training device.
 struct Batch {
   torch::Tensor x;  ///< float32 B×D (tile), B×L×D (bag, padding zeroed), or uint8 B×T×T×3 (image)
-  torch::Tensor y;     ///< int64 labels
+  torch::Tensor y;     ///< the samples' rows of the split's target table (Task::targets)
   torch::Tensor mask;  ///< bag: bool B×L, true for real instances; undefined otherwise
   std::int64_t size = 0;
 };
@@ -73,15 +73,16 @@ class Feed {
   virtual std::optional<Batch> next() = 0;
 };
 
-/// `matrix`: source.whole(device), shared by the feeds of every split.
+/// `matrix`: source.whole(device), shared by the feeds of every split. `targets` (CPU): the
+/// split's target table, row i sample i's (Task::targets).
 std::unique_ptr<Feed> pinned_feed(std::shared_ptr<const RowSource> source, torch::Tensor matrix,
-                                  const SplitSamples& samples, records::PackUnit unit,
-                                  const torch::Device& device);
+                                  const SplitSamples& samples, const torch::Tensor& targets,
+                                  records::PackUnit unit, const torch::Device& device);
 
 /// `workers` threads gather ahead; 0 = the sync feed.
 std::unique_ptr<Feed> host_feed(std::shared_ptr<const RowSource> source,
-                                const SplitSamples& samples, records::PackUnit unit,
-                                const torch::Device& device, int workers);
+                                const SplitSamples& samples, torch::Tensor targets,
+                                records::PackUnit unit, const torch::Device& device, int workers);
 
 /// Bytes the pinned feed puts on the device for `source`.
 std::uint64_t pinned_bytes(const RowSource& source);
@@ -94,7 +95,6 @@ namespace detail {
 struct Layout {
   std::vector<std::int64_t> rows;  ///< B × L
   std::vector<std::uint8_t> mask;  ///< B × L (bags only)
-  std::vector<std::int64_t> labels;
   std::int64_t batch = 0;
   std::int64_t length = 1;
 };

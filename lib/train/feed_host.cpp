@@ -21,9 +21,10 @@ namespace {
 class HostFeed : public Feed {
  public:
   HostFeed(std::shared_ptr<const RowSource> source, const SplitSamples& samples,
-           records::PackUnit unit, const torch::Device& device, int workers)
+           torch::Tensor targets, records::PackUnit unit, const torch::Device& device, int workers)
       : source_(std::move(source)),
         samples_(samples),
+        targets_(targets.contiguous()),
         unit_(unit),
         device_(device),
         workers_(workers) {
@@ -84,8 +85,8 @@ class HostFeed : public Feed {
                                                            torch::elementSize(source_->dtype()))},
                          pinned.dtype(source_->dtype()));
     source_->copy_rows(l.rows.data(), l.rows.size(), static_cast<std::uint8_t*>(h.raw.data_ptr()));
-    h.y = torch::empty({n}, pinned.dtype(torch::kInt64));
-    std::memcpy(h.y.data_ptr(), l.labels.data(), l.labels.size() * sizeof(std::int64_t));
+    const auto y = targets_.index_select(0, order_.narrow(0, b * batch_, n));
+    h.y = device_.is_cuda() ? y.pin_memory() : y;
     if (!l.mask.empty()) {
       h.mask = torch::empty({n, l.length}, pinned.dtype(torch::kUInt8));
       std::memcpy(h.mask.data_ptr(), l.mask.data(), l.mask.size());
@@ -169,6 +170,7 @@ class HostFeed : public Feed {
 
   std::shared_ptr<const RowSource> source_;
   const SplitSamples& samples_;
+  torch::Tensor targets_;  // CPU: row i is sample i's target
   records::PackUnit unit_;
   torch::Device device_;
   int workers_;
@@ -188,9 +190,10 @@ class HostFeed : public Feed {
 }  // namespace
 
 std::unique_ptr<Feed> host_feed(std::shared_ptr<const RowSource> source,
-                                const SplitSamples& samples, records::PackUnit unit,
-                                const torch::Device& device, int workers) {
-  return std::make_unique<HostFeed>(std::move(source), samples, unit, device, workers);
+                                const SplitSamples& samples, torch::Tensor targets,
+                                records::PackUnit unit, const torch::Device& device, int workers) {
+  return std::make_unique<HostFeed>(std::move(source), samples, std::move(targets), unit, device,
+                                    workers);
 }
 
 }  // namespace mltool::train

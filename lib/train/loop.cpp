@@ -22,13 +22,9 @@ using Clock = std::chrono::steady_clock;
 namespace F = torch::nn::functional;
 constexpr double kPi = 3.14159265358979323846;
 
-json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(); }
-
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
-
-bool lower_is_better(Monitor monitor) { return monitor == Monitor::val_loss; }
 
 // Step losses stay on the device until drained (on a GPU, at log steps, checkpoints and epoch
 // ends only, so steps do not wait for each other); draining checks each one is finite and
@@ -122,41 +118,19 @@ void clip_gradients(const std::vector<torch::Tensor>& parameters, double max_nor
   for (auto& g : grads) g.mul_(scale.to(g.dtype()));
 }
 
-json Evaluation::to_json() const {
-  return {{"val_loss", number_or_null(loss)},
-          {"val_accuracy", metrics.accuracy},
-          {"val_balanced_accuracy", metrics.balanced_accuracy},
-          {"val_auc", number_or_null(metrics.auc)}};
-}
-
 Evaluation evaluate(BlockModel& model, Feed& feed, const SplitSamples& samples, std::int64_t batch,
-                    std::int64_t classes) {
+                    const Task& task) {
   const torch::NoGradGuard no_grad;
   model.eval();
   const auto n = static_cast<std::int64_t>(samples.size());
   feed.start(torch::arange(n, torch::kInt64), batch, 0);
-  std::vector<torch::Tensor> logits;
-  torch::Tensor loss_sum;
-  while (auto b = feed.next()) {
-    auto out = model.forward(Activation{b->x, b->mask});
-    auto loss = F::cross_entropy(out, b->y, F::CrossEntropyFuncOptions().reduction(torch::kSum))
-                    .to(torch::kFloat64);
-    loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
-    logits.push_back(out.to(torch::kCPU, torch::kFloat32));
-  }
+  std::vector<torch::Tensor> outputs;
+  while (auto b = feed.next())
+    outputs.push_back(model.forward(Activation{b->x, b->mask}).to(torch::kCPU, torch::kFloat32));
   model.train();
   Evaluation e;
-  e.logits = torch::cat(logits);
-  e.loss = loss_sum.item<double>() / static_cast<double>(n);
-  const auto predicted = e.logits.argmax(1).contiguous();
-  std::vector<std::int64_t> pred(predicted.data_ptr<std::int64_t>(),
-                                 predicted.data_ptr<std::int64_t>() + n);
-  std::vector<double> scores;
-  if (classes == 2) {
-    const auto p = torch::softmax(e.logits, 1).select(1, 1).to(torch::kFloat64).contiguous();
-    scores.assign(p.data_ptr<double>(), p.data_ptr<double>() + n);
-  }
-  e.metrics = classification_metrics(samples.labels, pred, scores, classes);
+  e.outputs = torch::cat(outputs);
+  e.metrics = task.metrics(e.outputs, samples);
   return e;
 }
 
@@ -237,7 +211,7 @@ std::vector<double> start_epoch(Training& t, int epoch) {
                        " training samples per step for " + std::to_string(loop.dp->world()) +
                        " processes");
     order =
-        rank_order(order, loop.step_sizes, *loop.dp, loop.train.labels, loop.class_weights, scales);
+        rank_order(order, loop.step_sizes, *loop.dp, loop.task->sample_weights(loop.train), scales);
     local_batch = rank_slice(local_batch, loop.dp->world(), loop.dp->rank()).size;
   }
   loop.train_feed.start(order, local_batch, t.state.epoch_step);
@@ -248,11 +222,10 @@ std::vector<double> start_epoch(Training& t, int epoch) {
 torch::Tensor accumulate(Loop& loop, const Batch& b, std::int64_t* activation_bytes) {
   const Activation in{b.x, b.mask};
   return loop.section_bounds.empty()
-             ? accumulate_gradients(loop.model, in, b.y, loop.class_weights, loop.job.micro_batches,
+             ? accumulate_gradients(loop.model, in, b.y, *loop.task, loop.job.micro_batches,
                                     activation_bytes)
-             : accumulate_gradients_sectioned(loop.model, in, b.y, loop.class_weights,
-                                              loop.section_bounds, activation_bytes,
-                                              loop.job.offload_boundaries);
+             : accumulate_gradients_sectioned(loop.model, in, b.y, *loop.task, loop.section_bounds,
+                                              activation_bytes, loop.job.offload_boundaries);
 }
 
 // One optimizer step on the feed's next batch; its loss goes to the book.
@@ -352,8 +325,8 @@ void end_epoch(Training& t, int epoch) {
   if (loop.dp) loop.dp->broadcast(buffers_of(loop.model));  // rank 0's batch-norm statistics
   const double train_loss =
       state.epoch_loss / static_cast<double>(std::max<std::int64_t>(1, state.epoch_count));
-  const auto eval = evaluate(loop.model, loop.val_feed, loop.val, job.batch, loop.classes);
-  const auto metrics = eval.to_json();
+  const auto eval = evaluate(loop.model, loop.val_feed, loop.val, job.batch, *loop.task);
+  const auto& metrics = eval.metrics;
   const bool improved =
       note_best(state, job.monitor, metrics.at(util::name_of(kMonitors, job.monitor)), epoch);
   state.bad_epochs = improved ? 0 : state.bad_epochs + 1;

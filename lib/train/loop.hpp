@@ -16,6 +16,7 @@
 #include "mltool/train/models.hpp"
 #include "mltool/train/train.hpp"
 #include "run_dir.hpp"
+#include "task.hpp"
 
 namespace mltool::train {
 
@@ -35,15 +36,14 @@ torch::Tensor epoch_order(std::uint64_t seed, int epoch, std::int64_t n);
 void clip_gradients(const std::vector<torch::Tensor>& parameters, double max_norm);
 
 struct Evaluation {
-  double loss = 0;  ///< mean cross-entropy, unweighted
-  ClassificationMetrics metrics;
-  torch::Tensor logits;            ///< CPU float32, samples × classes, in split order
-  nlohmann::json to_json() const;  ///< val_loss, val_accuracy, val_balanced_accuracy, val_auc
+  torch::Tensor outputs;   ///< CPU float32, samples × outputs, in split order
+  nlohmann::json metrics;  ///< the task's: val_loss first
 };
 
-/// Runs the model in eval mode over every sample of `samples` in split order.
+/// Runs the model in eval mode over every sample of `samples` in split order; the task gives
+/// the metrics.
 Evaluation evaluate(BlockModel& model, Feed& feed, const SplitSamples& samples, std::int64_t batch,
-                    std::int64_t classes);
+                    const Task& task);
 
 /// A split the loop reads: its feed and its samples.
 struct LoopSplit {
@@ -72,8 +72,7 @@ struct Loop {
   const SplitSamples& train;
   const SplitSamples& val;
   torch::Device device = torch::kCPU;
-  torch::Tensor class_weights;  ///< on the device; undefined = unweighted
-  std::int64_t classes = 0;
+  Task* task = nullptr;  ///< the loss and the metrics
   std::int64_t steps_per_epoch = 0;
   std::int64_t total_steps = 0;
   RunDir& run;

@@ -9,66 +9,11 @@
 #include <optional>
 
 #include "mltool/util/error.hpp"
+#include "replay.hpp"
 #include "section_plan.hpp"
 
 namespace mltool::train {
 namespace {
-
-namespace F = torch::nn::functional;
-
-// The generators dropout draws from: the CPU's, and the device's on CUDA.
-struct RngState {
-  torch::Tensor cpu, cuda;
-};
-
-at::Generator cuda_generator(const torch::Device& device) {
-  return at::globalContext().defaultGenerator(device);
-}
-
-RngState save_rng(const torch::Device& device) {
-  RngState s;
-  {
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    s.cpu = gen.get_state();
-  }
-  if (device.is_cuda()) {
-    auto gen = cuda_generator(device);
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    s.cuda = gen.get_state();
-  }
-  return s;
-}
-
-void restore_rng(const RngState& s, const torch::Device& device) {
-  {
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(s.cpu);
-  }
-  if (s.cuda.defined()) {
-    auto gen = cuda_generator(device);
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(s.cuda);
-  }
-}
-
-// The buffers of blocks [begin, end) — batch norm's running statistics and count; the
-// stem's constant mean and std come along, unchanged — copied, to be put back after a
-// recompute so they move once per step.
-std::vector<std::pair<torch::Tensor, torch::Tensor>> snapshot_buffers(BlockModel& model,
-                                                                      std::size_t begin,
-                                                                      std::size_t end) {
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> out;
-  for (std::size_t i = begin; i < end; ++i)
-    for (auto& b : model.block(i).buffers()) out.emplace_back(b, b.clone());
-  return out;
-}
-
-void restore_buffers(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& saved) {
-  const torch::NoGradGuard no_grad;
-  for (const auto& [live, copy] : saved) live.copy_(copy);
-}
 
 std::int64_t bytes(const Activation& a) {
   std::int64_t n = static_cast<std::int64_t>(a.x.nbytes());
@@ -182,8 +127,7 @@ std::vector<std::size_t> balance_sections(const std::vector<std::int64_t>& sizes
 }
 
 torch::Tensor accumulate_gradients_sectioned(BlockModel& model, const Activation& in,
-                                             const torch::Tensor& y,
-                                             const torch::Tensor& class_weights,
+                                             const torch::Tensor& y, const StepLoss& step_loss,
                                              const std::vector<std::size_t>& bounds,
                                              std::int64_t* activation_bytes, bool offload) {
   const std::size_t k = bounds.size() - 1;
@@ -207,13 +151,11 @@ torch::Tensor accumulate_gradients_sectioned(BlockModel& model, const Activation
   }
   // The last section with its graph, into the loss.
   if (k > 1) saved += bytes(a);
-  auto options = F::CrossEntropyFuncOptions();
-  if (class_weights.defined()) options.weight(class_weights);
   Activation last = leaf(a, k > 1);
   std::int64_t section = 0;
   const auto logits = run_blocks(model, last, bounds[k - 1], bounds[k], &section).x;
   largest = std::max(largest, section);
-  const auto loss = F::cross_entropy(logits, y, options);
+  const auto loss = step_loss.loss(logits, y);
   loss.backward();
   const RngState after = save_rng(device);
   torch::Tensor grad = k > 1 ? last.x.grad() : torch::Tensor();

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "mltool/util/error.hpp"
+#include "replay.hpp"
 
 namespace mltool::train {
 namespace {
@@ -36,7 +37,93 @@ torch::Tensor logits_of(BlockModel& model, Activation a, std::int64_t* total) {
   return a.x;
 }
 
+class CrossEntropy : public StepLoss {
+ public:
+  explicit CrossEntropy(torch::Tensor weights) : weights_(std::move(weights)) {}
+  torch::Tensor loss_sum(const torch::Tensor& out, const torch::Tensor& y) const override {
+    auto options = F::CrossEntropyFuncOptions().reduction(torch::kSum);
+    if (weights_.defined()) options.weight(weights_);
+    return F::cross_entropy(out, y, options);
+  }
+  torch::Tensor weight_sum(const torch::Tensor& y) const override {
+    return weights_.defined() ? weights_.index_select(0, y).sum() : StepLoss::weight_sum(y);
+  }
+  torch::Tensor loss(const torch::Tensor& out, const torch::Tensor& y) const override {
+    auto options = F::CrossEntropyFuncOptions();
+    if (weights_.defined()) options.weight(weights_);
+    return F::cross_entropy(out, y, options);
+  }
+
+ private:
+  torch::Tensor weights_;
+};
+
+// A per-sample loss in parts: each part's weighted sum over the whole batch's weights.
+torch::Tensor per_sample_parts(BlockModel& model, const Activation& in, const torch::Tensor& y,
+                               const StepLoss& loss, const std::vector<std::int64_t>& sizes,
+                               const torch::Tensor& lengths, std::int64_t* largest) {
+  const torch::Tensor denominator = loss.weight_sum(y);
+  torch::Tensor total;
+  std::int64_t begin = 0;
+  for (const auto n : sizes) {
+    const auto part = slice(in, begin, n, lengths);
+    std::int64_t part_bytes = 0;
+    const auto l =
+        loss.loss_sum(logits_of(model, part, &part_bytes), y.narrow(0, begin, n)) / denominator;
+    l.backward();
+    *largest = std::max(*largest, part_bytes);
+    total = total.defined() ? total + l.detach() : l.detach();
+    begin += n;
+  }
+  return total;
+}
+
+// A loss of the whole batch in parts: outputs without graphs, their gradient from the whole
+// batch's loss, then each part again with its graph, back-propagating its slice.
+torch::Tensor whole_batch_parts(BlockModel& model, const Activation& in, const torch::Tensor& y,
+                                const StepLoss& loss, const std::vector<std::int64_t>& sizes,
+                                const torch::Tensor& lengths, std::int64_t* largest) {
+  const torch::Device device = in.x.device();
+  const RngState rng = save_rng(device);
+  const BufferSnapshot buffers = snapshot_buffers(model, 0, model.size());
+  std::vector<torch::Tensor> outputs;
+  {
+    const torch::NoGradGuard no_grad;
+    std::int64_t begin = 0;
+    for (const auto n : sizes) {
+      std::int64_t part_bytes = 0;
+      outputs.push_back(logits_of(model, slice(in, begin, n, lengths), &part_bytes));
+      begin += n;
+    }
+  }
+  restore_buffers(buffers);
+  restore_rng(rng, device);
+  const auto all = torch::cat(outputs).detach().requires_grad_(true);
+  const auto total = loss.loss(all, y);
+  const auto grad = torch::autograd::grad({total}, {all})[0];
+  std::int64_t begin = 0;
+  for (const auto n : sizes) {
+    std::int64_t part_bytes = 0;
+    logits_of(model, slice(in, begin, n, lengths), &part_bytes).backward(grad.narrow(0, begin, n));
+    *largest = std::max(*largest, part_bytes);
+    begin += n;
+  }
+  return total.detach();
+}
+
 }  // namespace
+
+torch::Tensor StepLoss::weight_sum(const torch::Tensor& y) const {
+  return torch::full({}, static_cast<double>(y.size(0)), y.options().dtype(torch::kFloat32));
+}
+
+torch::Tensor StepLoss::loss(const torch::Tensor& out, const torch::Tensor& y) const {
+  return loss_sum(out, y) / weight_sum(y);
+}
+
+std::unique_ptr<StepLoss> cross_entropy_loss(torch::Tensor class_weights) {
+  return std::make_unique<CrossEntropy>(std::move(class_weights));
+}
 
 std::vector<std::int64_t> micro_batch_sizes(std::int64_t batch, std::int64_t parts) {
   if (batch < 1 || parts < 1)
@@ -49,40 +136,21 @@ std::vector<std::int64_t> micro_batch_sizes(std::int64_t batch, std::int64_t par
 }
 
 torch::Tensor accumulate_gradients(BlockModel& model, const Activation& in, const torch::Tensor& y,
-                                   const torch::Tensor& class_weights, std::int64_t micro_batches,
+                                   const StepLoss& loss, std::int64_t micro_batches,
                                    std::int64_t* activation_bytes) {
-  const std::int64_t batch = in.x.size(0);
-  const auto sizes = micro_batch_sizes(batch, micro_batches);
-  auto options = F::CrossEntropyFuncOptions();
-  if (class_weights.defined()) options.weight(class_weights);
+  const auto sizes = micro_batch_sizes(in.x.size(0), micro_batches);
   std::int64_t largest = 0;
-  if (sizes.size() == 1) {
-    const auto loss = F::cross_entropy(logits_of(model, in, &largest), y, options);
-    loss.backward();
-    if (activation_bytes) *activation_bytes = largest;
-    return loss.detach();
-  }
-  // The whole batch's denominator: its sum of weights (stays on the device), or its size.
-  options.reduction(torch::kSum);
-  const torch::Tensor denominator =
-      class_weights.defined()
-          ? class_weights.index_select(0, y).sum()
-          : torch::full({}, static_cast<double>(batch), in.x.options().dtype(torch::kFloat32));
-  // Bags: one host copy of the lengths per step, to cut each part's padding.
-  const torch::Tensor lengths =
-      in.mask.defined() ? in.mask.sum(1).to(torch::kCPU, torch::kInt64) : torch::Tensor();
   torch::Tensor total;
-  std::int64_t begin = 0;
-  for (const auto n : sizes) {
-    const auto part = slice(in, begin, n, lengths);
-    std::int64_t part_bytes = 0;
-    const auto loss =
-        F::cross_entropy(logits_of(model, part, &part_bytes), y.narrow(0, begin, n), options) /
-        denominator;
-    loss.backward();
-    largest = std::max(largest, part_bytes);
-    total = total.defined() ? total + loss.detach() : loss.detach();
-    begin += n;
+  if (sizes.size() == 1) {
+    total = loss.loss(logits_of(model, in, &largest), y);
+    total.backward();
+    total = total.detach();
+  } else {
+    // Bags: one host copy of the lengths per step, to cut each part's padding.
+    const torch::Tensor lengths =
+        in.mask.defined() ? in.mask.sum(1).to(torch::kCPU, torch::kInt64) : torch::Tensor();
+    total = loss.per_sample() ? per_sample_parts(model, in, y, loss, sizes, lengths, &largest)
+                              : whole_batch_parts(model, in, y, loss, sizes, lengths, &largest);
   }
   if (activation_bytes) *activation_bytes = largest;
   return total;

@@ -31,6 +31,7 @@
 #include "run_dir.hpp"
 #include "script_model.hpp"
 #include "section_plan.hpp"
+#include "task.hpp"
 
 namespace mltool::train {
 namespace {
@@ -61,34 +62,6 @@ void check_job(const TrainJob& j) {
                       "--micro-batches and --sections exclude each other");
   require<UsageError>(!(j.resume && j.overwrite), "--resume and --overwrite exclude each other");
   check_data_parallel(j);
-}
-
-// Per label id, or empty for none.
-std::vector<double> class_weights(const std::string& text, const SplitSamples& train,
-                                  std::size_t classes) {
-  if (text == "none") return {};
-  std::vector<double> w;
-  if (text == "balanced") {
-    std::vector<double> count(classes, 0);
-    for (const auto l : train.labels) ++count[static_cast<std::size_t>(l)];
-    for (const double c : count)
-      w.push_back(c > 0 ? static_cast<double>(train.size()) / (classes * c) : 0.0);
-    return w;
-  }
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    require<UsageError>(
-        !item.empty() && *end == '\0' && std::isfinite(v) && v >= 0,
-        "--class-weights: '" + item + "' is not a weight (none, balanced, or W0,W1,... >= 0)");
-    w.push_back(v);
-  }
-  require<UsageError>(w.size() == classes, "--class-weights: " + std::to_string(w.size()) +
-                                               " weights for " + std::to_string(classes) +
-                                               " labels");
-  return w;
 }
 
 std::shared_ptr<const io::FeatureStore> open_store(const DatasetInfo& d) {
@@ -195,9 +168,9 @@ std::vector<std::int64_t> epoch_steps(const TrainJob& job, torch::nn::Module& mo
 struct Plan {
   ModelSpec spec;
   DatasetInfo data;
-  std::int64_t classes = 0;
+  std::int64_t classes = 0;  ///< the model's outputs (Task::outputs)
   SplitSamples train, val;
-  std::vector<double> class_weights;  ///< per label id; empty: unweighted
+  std::unique_ptr<Task> task;
   torch::Device device{torch::kCPU};
   std::unique_ptr<DataParallel> dp;  ///< data parallel: this rank's group; else null
   int threads = 0;
@@ -220,8 +193,6 @@ void read_script(const TrainJob& job, Plan& p) {
       at_file(job.spec, "a TorchScript model trains on tile or bag datasets, but " +
                             p.data.manifest_path + " was packed with --unit image"));
   p.script->bag = p.data.unit == records::PackUnit::bag;
-  probe_script(*p.script, p.data.dims, static_cast<std::int64_t>(p.data.labels.size()),
-               p.data.manifest_path);
 }
 
 void check_spec_against_data(const TrainJob& job, const Plan& p) {
@@ -232,22 +203,21 @@ void check_spec_against_data(const TrainJob& job, const Plan& p) {
                                               records::to_string(p.spec.unit()) + " records, but " +
                                               data.manifest_path + " was packed with --unit " +
                                               records::to_string(data.unit)));
-  require<InputError>(p.classes >= 2, at_file(data.manifest_path,
-                                              "has " + std::to_string(p.classes) +
-                                                  " label(s); classification needs at least 2"));
+  const bool labels = data.task == records::PackTask::classification;
   require<InputError>(
       !p.spec.classes || *p.spec.classes == p.classes,
-      at_file(job.spec, "/classes: " + std::to_string(p.spec.classes.value_or(0)) + ", but " +
-                            data.manifest_path + " has " + std::to_string(p.classes) + " labels"));
+      at_file(job.spec,
+              "/classes: " + std::to_string(p.spec.classes.value_or(0)) + ", but " +
+                  (labels ? data.manifest_path + " has " + std::to_string(p.classes) + " labels"
+                          : "the " + std::string(records::to_string(data.task)) +
+                                " task's model has " + std::to_string(p.classes) + " output(s)")));
   require<InputError>(
       !p.spec.input_dims || data.unit == records::PackUnit::image ||
           *p.spec.input_dims == data.dims,
       at_file(job.spec, "/input_dims: " + std::to_string(p.spec.input_dims.value_or(0)) +
                             ", but the features of " + data.manifest_path + " have " +
                             std::to_string(data.dims) + " dimensions"));
-  require<UsageError>(
-      job.monitor != Monitor::val_auc || p.classes == 2,
-      "--monitor val_auc needs two labels, the dataset has " + std::to_string(p.classes));
+  if (p.script) probe_script(*p.script, data.dims, p.classes, data.manifest_path);
 }
 
 // Sections: the spec's bounds, or --sections K balanced later; both checked here.
@@ -274,6 +244,28 @@ std::vector<std::size_t> check_sections(const TrainJob& job, const Plan& p) {
   return {};
 }
 
+// The samples to train and validate on: --train-split and --val-split, or with --fold I the
+// other folds and fold I.
+void read_samples(const TrainJob& job, Plan& p) {
+  if (job.fold < 0) {
+    p.train = read_split(p.data, job.train_split);
+    p.val = read_split(p.data, job.val_split);
+    return;
+  }
+  const auto& folds = p.data.fold_splits;
+  require<UsageError>(!folds.empty(), "--fold " + std::to_string(job.fold) + ": " +
+                                          p.data.manifest_path +
+                                          " has no folds (pack it with --folds K)");
+  require<UsageError>(job.fold < static_cast<int>(folds.size()),
+                      "--fold " + std::to_string(job.fold) + ": " + p.data.manifest_path +
+                          " has folds 0 to " + std::to_string(folds.size() - 1));
+  std::vector<std::string> others;
+  for (std::size_t i = 0; i < folds.size(); ++i)
+    if (static_cast<int>(i) != job.fold) others.push_back(folds[i]);
+  p.train = read_splits(p.data, others);
+  p.val = read_split(p.data, folds[static_cast<std::size_t>(job.fold)]);
+}
+
 // Phase 1: the job, spec and dataset checked; the splits read; the device chosen and, data
 // parallel, the group joined; the rows' source opened.
 Plan resolve_plan(const TrainJob& job) {
@@ -284,12 +276,11 @@ Plan resolve_plan(const TrainJob& job) {
     read_script(job, p);
   else
     p.spec = read_model_spec(job.spec);
-  p.classes = static_cast<std::int64_t>(p.data.labels.size());
+  read_samples(job, p);
+  p.task = make_task(job, p.data, p.train);
+  p.classes = p.task->outputs();
   check_spec_against_data(job, p);
   const auto store = open_store(p.data);
-  p.train = read_split(p.data, job.train_split);
-  p.val = read_split(p.data, job.val_split);
-  p.class_weights = class_weights(job.class_weights, p.train, static_cast<std::size_t>(p.classes));
   p.device = util::resolve_devices(job.device).front();  // the first GPU
   const bool group = job.world_size > 1 || job.join_group;
   if (group && p.device.is_cuda() && (job.device == "auto" || job.device == "cuda"))
@@ -343,8 +334,10 @@ Feeds choose_feed(const TrainJob& job, const Plan& p) {
   }
   const int workers = f.kind == FeedKind::host ? std::min(8, p.threads) : 0;
   auto make = [&](const SplitSamples& s) {
-    return f.kind == FeedKind::pinned ? pinned_feed(p.source, matrix, s, p.data.unit, p.device)
-                                      : host_feed(p.source, s, p.data.unit, p.device, workers);
+    const auto targets = p.task->targets(s);
+    return f.kind == FeedKind::pinned
+               ? pinned_feed(p.source, matrix, s, targets, p.data.unit, p.device)
+               : host_feed(p.source, s, targets, p.data.unit, p.device, workers);
   };
   f.train = make(p.train);
   f.val = make(p.val);
@@ -398,15 +391,17 @@ json run_manifest(const TrainJob& job, const Plan& p, const Feeds& feeds, const 
                   {"unit", records::to_string(data.unit)},
                   {"labels", data.labels},
                   {"dims", data.dims},
-                  {"train_split", job.train_split},
-                  {"val_split", job.val_split},
+                  {"train_split", p.train.name},
+                  {"val_split", p.val.name},
                   {"train_samples", p.train.size()},
                   {"val_samples", p.val.size()}};
   if (!p.tile_store.empty()) dataset["tile_store"] = util::absolute_path(p.tile_store);
   if (const std::string encoder = features_encoder(data); !encoder.empty())
     dataset["encoder"] = encoder;
   json options = util::recorded(train_options(), job, "options");
-  options["class_weights"] = p.class_weights.empty() ? json() : json(p.class_weights);
+  const json task = p.task->describe();
+  options["class_weights"] = task.value("class_weights", json());
+  options["loss"] = task.at("loss");  // auto resolved
   json runtime = util::recorded(train_options(), job, "runtime");
   runtime["device"] = p.device.str();
   runtime["feed"] = util::name_of(kFeeds, feeds.kind);
@@ -421,6 +416,7 @@ json run_manifest(const TrainJob& job, const Plan& p, const Feeds& feeds, const 
           {"format_version", kRunFormatVersion},
           {"created_by", util::tool_version()},
           {"dataset", dataset},
+          {"task", task},
           {"spec", p.spec.document},
           {"model",
            {{"blocks", blocks},
@@ -513,6 +509,16 @@ TrainReport make_report(const TrainJob& job, const Plan& p, const Feeds& feeds, 
   return r;
 }
 
+// The median risk of the final model on its training samples (cross-validation splits each
+// fold's out-of-fold risks into high and low at it).
+double median_train_risk(const TrainJob& job, const Plan& p, Loop& loop) {
+  auto risk =
+      p.task->scores(evaluate(loop.model, loop.train_feed, p.train, job.batch, *p.task).outputs);
+  std::sort(risk.begin(), risk.end());
+  const std::size_t n = risk.size();
+  return n % 2 ? risk[n / 2] : (risk[n / 2 - 1] + risk[n / 2]) / 2;
+}
+
 // Phase 5: a finished run's exports (model.safetensors, model.pt, predictions.csv), the end
 // line of metrics.jsonl and run.json's result.
 void finish_run(const TrainJob& job, const Plan& p, Loop& loop, const LoopState& state,
@@ -527,10 +533,12 @@ void finish_run(const TrainJob& job, const Plan& p, Loop& loop, const LoopState&
     export_safetensors(loop.model, run.path("model.safetensors"), run.export_metadata);
     export_state_dict(loop.model, run.path("model.pt"));
     if (p.script) save_script(*p.script->module, run.path("model.script.pt"));
-    const auto eval = evaluate(loop.model, loop.val_feed, p.val, job.batch, p.classes);
-    write_predictions(run.path("predictions.csv"), p.val, eval.logits, p.data.labels);
-    report.validation = eval.to_json();
+    const auto eval = evaluate(loop.model, loop.val_feed, p.val, job.batch, *p.task);
+    write_predictions(run.path("predictions.csv"), p.val, eval.outputs, *p.task);
+    report.validation = eval.metrics;
     result["validation"] = report.validation;
+    if (p.data.task == records::PackTask::survival)
+      result["train_risk_median"] = median_train_risk(job, p, loop);
   }
   json end = {{"event", "end"},
               {"status", report.status},
@@ -562,7 +570,8 @@ TrainReport train_model(const TrainJob& job,
            : nullptr;
   Loop loop(job, *model, *optimizer, *run.dir, {*feeds.train, p.train}, {*feeds.val, p.val});
   loop.device = p.device;
-  loop.classes = p.classes;
+  p.task->to(p.device);
+  loop.task = p.task.get();
   loop.step_sizes = epoch_steps(job, *model, n);
   loop.steps_per_epoch = static_cast<std::int64_t>(loop.step_sizes.size());
   loop.total_steps = loop.steps_per_epoch * job.epochs;
@@ -572,8 +581,6 @@ TrainReport train_model(const TrainJob& job,
                                                : p.named_bounds;
   loop.dp = p.dp.get();
   loop.reducer = reducer.get();
-  if (!p.class_weights.empty())
-    loop.class_weights = torch::tensor(p.class_weights, torch::kFloat32).to(p.device);
 
   json blocks = json::array();
   for (std::size_t i = 0; i < model->size(); ++i)

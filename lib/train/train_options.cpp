@@ -21,14 +21,71 @@ const util::EnumNames<Monitor> kMonitors = {
     {Monitor::val_loss, "val_loss"},
     {Monitor::val_accuracy, "val_accuracy"},
     {Monitor::val_balanced_accuracy, "val_balanced_accuracy"},
-    {Monitor::val_auc, "val_auc"}};
+    {Monitor::val_auc, "val_auc"},
+    {Monitor::val_mae, "val_mae"},
+    {Monitor::val_rmse, "val_rmse"},
+    {Monitor::val_r2, "val_r2"},
+    {Monitor::val_pearson, "val_pearson"},
+    {Monitor::val_spearman, "val_spearman"},
+    {Monitor::val_c_index, "val_c_index"},
+    {Monitor::val_ibs, "val_ibs"}};
+const util::EnumNames<Loss> kLosses = {
+    {Loss::auto_choice, "auto"}, {Loss::cross_entropy, "cross_entropy"},
+    {Loss::mse, "mse"},          {Loss::huber, "huber"},
+    {Loss::cox, "cox"},          {Loss::nll, "nll"}};
+
+bool lower_is_better(Monitor m) {
+  return m == Monitor::val_loss || m == Monitor::val_mae || m == Monitor::val_rmse ||
+         m == Monitor::val_ibs;
+}
 const util::EnumNames<LastBatch> kLastBatches = {{LastBatch::keep, "keep"},
                                                  {LastBatch::drop, "drop"}};
 
-const util::Options<TrainJob>& train_options() {
+namespace {
+
+// What the run predicts and on which samples: the loss and its settings, the folds.
+util::Options<TrainJob> task_options() {
   using J = TrainJob;
   using util::choice, util::flag, util::option;
-  static const util::Options<TrainJob> table = {
+  return {
+      choice("--loss", &J::loss, kLosses,
+             "auto (the task's default: cross_entropy, mse, cox), cross_entropy, mse, huber, "
+             "cox or nll (docs/train.md#tasks)")
+          .in("options")
+          .absent_means("cross_entropy")
+          .fixed_on_resume(),
+      option("--huber-delta", &J::huber_delta, "--loss huber: where it turns linear")
+          .positive()
+          .in("options")
+          .absent_means(1.0),
+      option("--bins", &J::bins, "--loss nll: time intervals, cut at quantiles of the event times")
+          .at_least(2)
+          .in("options")
+          .absent_means(4)
+          .fixed_on_resume(),
+      option("--fold", &J::fold,
+             "K-fold datasets: validate on fold I, train on the others (-1: the splits)")
+          .at_least(-1)
+          .in("options")
+          .absent_means(-1)
+          .fixed_on_resume(),
+      util::custom<J>(
+          "--folds", "all", "K-fold datasets: train every fold into OUTPUT/fold-I, then cv.json",
+          [](J& j, const std::string& text) {
+            if (text != "all") throw UsageError("--folds: expected 'all', got '" + text + "'");
+            j.all_folds = true;
+          },
+          [](const J& j) { return j.all_folds ? nlohmann::json("all") : nlohmann::json(); }),
+      flag("--gather-only", &J::gather_only,
+           "--folds all: train nothing; gather the finished folds into cv.json"),
+  };
+}
+
+// Where the run reads, writes and runs, and how it optimizes.
+util::Options<TrainJob> run_options() {
+  using J = TrainJob;
+  using util::choice, util::flag, util::option;
+  return {
       option("dataset", &J::dataset, "The dataset directory (mltool pack)").required(),
       option("--model", &J::spec,
              "The model: a spec, JSON (docs/train.md#model-specs), or a TorchScript module "
@@ -85,41 +142,59 @@ const util::Options<TrainJob>& train_options() {
       option("--class-weights", &J::class_weights,
              "Loss weights: none, balanced, or W0,W1,... per label id")
           .in("options"),
-      option("--seed", &J::seed, "Seed of the weights, the sampler and dropout")
-          .in("options")
-          .fixed_on_resume(),
-      option("--train-split", &J::train_split, "The split to train on"),
-      option("--val-split", &J::val_split, "The split to validate on after every epoch"),
-      choice("--monitor", &J::monitor, kMonitors, "What best.pt and early stopping follow")
-          .in("options"),
-      option("--patience", &J::patience,
-             "Stop after this many epochs without improvement (0: never)")
-          .at_least(0)
-          .in("options"),
-      option("--log-every", &J::log_every, "Steps per metrics.jsonl step line")
-          .at_least(1)
-          .in("runtime"),
-      option("--checkpoint-every", &J::checkpoint_every,
-             "Steps between checkpoints besides epoch ends (0: none)")
-          .at_least(0)
-          .in("runtime"),
-      option("--max-steps", &J::max_steps,
-             "Stop after this many steps in all, resumably (0: no limit)")
-          .at_least(0)
-          .in("runtime"),
-      option("--tiles", &J::tiles,
-             "Image datasets: the tile store (default: the one the dataset names)"),
-      flag("--resume", &J::resume,
-           "Continue the run in the output directory from its last checkpoint"),
-      flag("--overwrite", &J::overwrite, "Replace an existing run directory"),
-      option("--dist-timeout", &J::dist_timeout,
-             "Data parallel: seconds a rank waits for the others before failing")
-          .at_least(1),
-      option("--dist-bucket-mb", &J::bucket_mb,
-             "Data parallel: MiB of gradients per all-reduce, launched during backward")
-          .positive()
-          .in("runtime"),
   };
+}
+
+util::Options<TrainJob> joined(util::Options<TrainJob> a, const util::Options<TrainJob>& b,
+                               const util::Options<TrainJob>& c) {
+  a.insert(a.end(), b.begin(), b.end());
+  a.insert(a.end(), c.begin(), c.end());
+  return a;
+}
+
+}  // namespace
+
+const util::Options<TrainJob>& train_options() {
+  using J = TrainJob;
+  using util::choice, util::flag, util::option;
+  static const util::Options<TrainJob> table = joined(
+      run_options(), task_options(),
+      {
+          option("--seed", &J::seed, "Seed of the weights, the sampler and dropout")
+              .in("options")
+              .fixed_on_resume(),
+          option("--train-split", &J::train_split, "The split to train on"),
+          option("--val-split", &J::val_split, "The split to validate on after every epoch"),
+          choice("--monitor", &J::monitor, kMonitors, "What best.pt and early stopping follow")
+              .in("options"),
+          option("--patience", &J::patience,
+                 "Stop after this many epochs without improvement (0: never)")
+              .at_least(0)
+              .in("options"),
+          option("--log-every", &J::log_every, "Steps per metrics.jsonl step line")
+              .at_least(1)
+              .in("runtime"),
+          option("--checkpoint-every", &J::checkpoint_every,
+                 "Steps between checkpoints besides epoch ends (0: none)")
+              .at_least(0)
+              .in("runtime"),
+          option("--max-steps", &J::max_steps,
+                 "Stop after this many steps in all, resumably (0: no limit)")
+              .at_least(0)
+              .in("runtime"),
+          option("--tiles", &J::tiles,
+                 "Image datasets: the tile store (default: the one the dataset names)"),
+          flag("--resume", &J::resume,
+               "Continue the run in the output directory from its last checkpoint"),
+          flag("--overwrite", &J::overwrite, "Replace an existing run directory"),
+          option("--dist-timeout", &J::dist_timeout,
+                 "Data parallel: seconds a rank waits for the others before failing")
+              .at_least(1),
+          option("--dist-bucket-mb", &J::bucket_mb,
+                 "Data parallel: MiB of gradients per all-reduce, launched during backward")
+              .positive()
+              .in("runtime"),
+      });
   return table;
 }
 

@@ -31,9 +31,10 @@ After step(BlockModel& model, const Activation& in, const torch::Tensor& y,
   torch::manual_seed(5);
   After a;
   if (bounds.empty())
-    accumulate_gradients(model, in, y, {}, 1, &a.activation_bytes);
+    accumulate_gradients(model, in, y, *cross_entropy_loss(), 1, &a.activation_bytes);
   else
-    accumulate_gradients_sectioned(model, in, y, {}, bounds, &a.activation_bytes);
+    accumulate_gradients_sectioned(model, in, y, *cross_entropy_loss(), bounds,
+                                   &a.activation_bytes);
   for (const auto& p : model.parameters()) a.grads.push_back(p.grad().clone());
   for (const auto& b : model.buffers()) a.buffers.push_back(b.clone());
   a.next_draw = torch::rand({4});

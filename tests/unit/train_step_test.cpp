@@ -22,7 +22,7 @@ std::vector<torch::Tensor> gradients(BlockModel& model, const Activation& in,
                                      const torch::Tensor& y, const torch::Tensor& weights,
                                      std::int64_t parts, torch::Tensor* loss = nullptr) {
   model.zero_grad(true);
-  const auto l = accumulate_gradients(model, in, y, weights, parts);
+  const auto l = accumulate_gradients(model, in, y, *cross_entropy_loss(weights), parts);
   if (loss) *loss = l;
   std::vector<torch::Tensor> out;
   for (const auto& p : model.parameters()) out.push_back(p.grad().clone());

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "mltool/train/models.hpp"
+#include "mltool/train/step.hpp"
 
 namespace mltool::train {
 
@@ -32,16 +33,15 @@ std::vector<std::size_t> named_sections(const std::vector<std::string>& blocks,
                                         const std::vector<std::string>& starts,
                                         const std::string& where);
 
-/// Forward and backward of the batch `in` (labels `y`, cross-entropy weighted per label by
-/// `class_weights` when defined) section by section (`bounds` as balance_sections gives);
+/// Forward and backward of the batch `in` (targets `y`, the loss of the whole batch under
+/// `loss`) section by section (`bounds` as balance_sections gives);
 /// the gradients accumulate into the parameters' .grad and equal a plain step's. Returns the
 /// loss, detached. `activation_bytes`, when given, gets the tracked activation peak: the
 /// saved section inputs plus the largest section's block outputs. `offload`: on CUDA, the
 /// saved section inputs wait in pinned host memory (copied out on a side of the forward,
 /// back before their section's recompute) and are not counted; nothing on the CPU.
 torch::Tensor accumulate_gradients_sectioned(BlockModel& model, const Activation& in,
-                                             const torch::Tensor& y,
-                                             const torch::Tensor& class_weights,
+                                             const torch::Tensor& y, const StepLoss& loss,
                                              const std::vector<std::size_t>& bounds,
                                              std::int64_t* activation_bytes = nullptr,
                                              bool offload = false);

@@ -6,27 +6,51 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "mltool/train/models.hpp"
 
 namespace mltool::train {
 
+/// The loss a step minimizes, as the memory modes use it (each task of lib/train/task.hpp is
+/// one). A per-sample loss is a weighted mean of per-sample terms: each part sums its terms
+/// over the whole step's weights. Any other (Cox's: every sample's risk set is the step) is
+/// computed on the whole step's outputs.
+class StepLoss {
+ public:
+  virtual ~StepLoss() = default;
+  virtual bool per_sample() const { return true; }
+  /// per_sample(): the weighted sum of the terms of outputs `out` with targets `y`.
+  virtual torch::Tensor loss_sum(const torch::Tensor& out, const torch::Tensor& y) const = 0;
+  /// per_sample(): the sum of the weights of targets `y` (float32 scalar on their device).
+  virtual torch::Tensor weight_sum(const torch::Tensor& y) const;
+  /// The step's loss: loss_sum / weight_sum unless overridden.
+  virtual torch::Tensor loss(const torch::Tensor& out, const torch::Tensor& y) const;
+};
+
+/// Cross-entropy of logits with label ids, weighted per label by `class_weights` when defined
+/// (on the training device): classification's loss.
+std::unique_ptr<StepLoss> cross_entropy_loss(torch::Tensor class_weights = {});
+
 /// The sizes of the parts a batch of `batch` samples is cut into for `parts` micro-batches:
 /// min(parts, batch) parts, in order, the first `batch % parts` of them one sample larger
 /// (10 in 3: 4, 3, 3). parts >= 1.
 std::vector<std::int64_t> micro_batch_sizes(std::int64_t batch, std::int64_t parts);
 
-/// Forward and backward of the batch `in` with labels `y` (cross-entropy, weighted per label by
-/// `class_weights` when defined), in `micro_batches` parts (micro_batch_sizes) run one after
-/// the other, each with its own graph. Each part's loss is its samples' summed (weighted)
-/// cross-entropy over the whole batch's sum of weights (its size when unweighted), so the
-/// accumulated gradient is the whole batch's mean loss's. Bags (a defined mask) are cut to
-/// each part's longest bag. Returns the batch's loss, detached; 1 part is the plain mean.
-/// `activation_bytes`, when given, gets the tracked activation peak: the bytes of the block
-/// outputs of the largest part (the whole batch for 1 part).
+/// Forward and backward of the batch `in` with targets `y` under `loss`, in `micro_batches`
+/// parts (micro_batch_sizes) run one after the other, each with its own graph. A per-sample
+/// loss: each part's loss is its samples' weighted sum over the whole batch's sum of weights,
+/// so the accumulated gradient is the whole batch's mean loss's. Any other loss: a first pass
+/// without graphs gives every part's outputs; the loss of the whole batch's outputs gives their
+/// gradient; each part is then run again with its graph (the same dropout masks, batch norm's
+/// statistics moved once) and back-propagates its slice of that gradient — the whole batch's
+/// gradient, at the cost of one more forward. Bags (a defined mask) are cut to each part's
+/// longest bag. Returns the batch's loss, detached; 1 part is the plain loss. `activation_bytes`,
+/// when given, gets the tracked activation peak: the bytes of the block outputs of the largest
+/// part (the whole batch for 1 part).
 torch::Tensor accumulate_gradients(BlockModel& model, const Activation& in, const torch::Tensor& y,
-                                   const torch::Tensor& class_weights, std::int64_t micro_batches,
+                                   const StepLoss& loss, std::int64_t micro_batches,
                                    std::int64_t* activation_bytes = nullptr);
 
 }  // namespace mltool::train

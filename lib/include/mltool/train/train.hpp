@@ -32,8 +32,25 @@ enum class FeedKind { auto_choice, pinned, host, sync };
 enum class Optimizer { adamw, sgd };
 /// The learning rate after --warmup: cosine (to 0 at the last step) or constant.
 enum class Schedule { cosine, constant };
-/// What best.pt and early stopping follow; val_loss is lower-is-better, the others higher.
-enum class Monitor { val_loss, val_accuracy, val_balanced_accuracy, val_auc };
+/// What best.pt and early stopping follow; each task offers its own (docs/train.md#tasks).
+/// val_loss, val_mae, val_rmse and val_ibs are lower-is-better, the others higher.
+enum class Monitor {
+  val_loss,
+  val_accuracy,
+  val_balanced_accuracy,
+  val_auc,
+  val_mae,
+  val_rmse,
+  val_r2,
+  val_pearson,
+  val_spearman,
+  val_c_index,
+  val_ibs
+};
+/// Whether a smaller value of `monitor` is better.
+bool lower_is_better(Monitor monitor);
+/// The loss (docs/train.md#tasks); auto: the task's default (cross_entropy, mse, cox).
+enum class Loss { auto_choice, cross_entropy, mse, huber, cox, nll };
 /// The samples past an epoch's last full batch: a smaller last step, or left out.
 enum class LastBatch { keep, drop };
 
@@ -42,6 +59,7 @@ extern const util::EnumNames<Optimizer> kOptimizers;
 extern const util::EnumNames<Schedule> kSchedules;
 extern const util::EnumNames<Monitor> kMonitors;
 extern const util::EnumNames<LastBatch> kLastBatches;
+extern const util::EnumNames<Loss> kLosses;
 
 /// The options of `mltool train`, declared once (lib/train/train_options.cpp): the
 /// command line, check_options and run.json's "options" and "runtime" come from it.
@@ -65,6 +83,14 @@ struct TrainJob {
   std::int64_t warmup = 0;             ///< steps of linear warmup
   double clip_norm = 0;                ///< gradient clipping by global norm; 0 = off
   std::string class_weights = "none";  ///< none, balanced, or one weight per label "w0,w1,..."
+  Loss loss = Loss::auto_choice;
+  double huber_delta = 1.0;  ///< --loss huber: where the loss turns from quadratic to linear
+  int bins = 4;              ///< --loss nll: time intervals
+  /// K-fold datasets (pack --folds): train on the other folds, validate on fold `fold`; -1:
+  /// the --train-split and --val-split.
+  int fold = -1;
+  bool all_folds = false;    ///< --folds all: every fold into OUTPUT/fold-I, then cv.json
+  bool gather_only = false;  ///< --folds all: only gather the finished folds
   std::uint64_t seed = 0;
   std::string train_split = "train";
   std::string val_split = "val";

@@ -1,0 +1,181 @@
+// train --folds all (cross_validate.hpp): the folds trained one after the other into
+// OUTPUT/fold-I, then gathered into cv.json, oof_predictions.csv and the pictures.
+#include "mltool/train/cross_validate.hpp"
+
+#include <cmath>
+#include <map>
+#include <optional>
+
+#include "cv_plots.hpp"
+#include "dataset.hpp"
+#include "mltool/io/manifest.hpp"
+#include "mltool/io/table.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
+#include "mltool/util/log.hpp"
+#include "mltool/util/output_lock.hpp"
+#include "mltool/util/version.hpp"
+
+namespace mltool::train {
+namespace {
+
+using json = nlohmann::json;
+
+bool finished(const json& run) {
+  const auto status = run.value("status", "");
+  return status == "complete" || status == "early_stopped";
+}
+
+// Fold I's run.json, or null when it has none.
+json fold_run(const std::string& output, int fold) {
+  const std::string path = util::join_path(fold_directory(output, fold), "run.json");
+  return util::exists(path) ? io::read_manifest(path, "train-run") : json();
+}
+
+std::string csv_quoted(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+// Mean and sample standard deviation (n − 1) of each metric the folds report as a number.
+void summarize(const std::vector<json>& validations, json& mean, json& sd) {
+  std::map<std::string, std::vector<double>> values;
+  for (const auto& v : validations)
+    for (const auto& [name, value] : v.items())
+      if (value.is_number()) values[name].push_back(value.get<double>());
+  for (const auto& [name, xs] : values) {
+    if (xs.size() != validations.size()) continue;  // a fold without it: no summary
+    double m = 0;
+    for (const double x : xs) m += x;
+    m /= static_cast<double>(xs.size());
+    double ss = 0;
+    for (const double x : xs) ss += (x - m) * (x - m);
+    mean[name] = m;
+    sd[name] = xs.size() > 1 ? json(std::sqrt(ss / static_cast<double>(xs.size() - 1))) : json();
+  }
+}
+
+// oof_predictions.csv: every fold's predictions.csv, `sample` first, then `fold`, then the
+// rest of its columns. Returns the rows read, for the pictures.
+OutOfFold write_oof(const std::string& output, int folds) {
+  OutOfFold oof;
+  std::string text;
+  for (int f = 0; f < folds; ++f) {
+    const auto table =
+        io::read_table(util::join_path(fold_directory(output, f), "predictions.csv"));
+    const std::size_t sample = table.column("sample");
+    if (f == 0) {
+      oof.columns = {"sample", "fold"};
+      for (std::size_t c = 0; c < table.columns.size(); ++c)
+        if (c != sample) oof.columns.push_back(table.columns[c]);
+      for (std::size_t c = 0; c < oof.columns.size(); ++c)
+        text += (c ? "," : "") + csv_quoted(oof.columns[c]);
+      text += "\n";
+    } else if (table.columns.size() + 1 != oof.columns.size()) {
+      throw FormatError(at_file(table.path, "has other columns than fold 0's predictions.csv"));
+    }
+    for (const auto& row : table.rows) {
+      std::vector<std::string> out{row[sample], std::to_string(f)};
+      for (std::size_t c = 0; c < row.size(); ++c)
+        if (c != sample) out.push_back(row[c]);
+      for (std::size_t c = 0; c < out.size(); ++c) text += (c ? "," : "") + csv_quoted(out[c]);
+      text += "\n";
+      oof.rows.push_back(std::move(out));
+    }
+  }
+  util::write_file_atomic(util::join_path(output, "oof_predictions.csv"), text);
+  return oof;
+}
+
+// Gathers the finished folds: cv.json, oof_predictions.csv, the pictures.
+json gather(const TrainJob& job, int folds) {
+  std::vector<json> runs;
+  std::string missing;
+  for (int f = 0; f < folds; ++f) {
+    runs.push_back(fold_run(job.output, f));
+    if (runs.back().is_null() || !finished(runs.back()))
+      missing += (missing.empty() ? "" : ", ") + std::to_string(f) + " (" +
+                 (runs.back().is_null() ? "absent" : runs.back().value("status", "?")) + ")";
+  }
+  if (!missing.empty())
+    throw InputError(at_file(
+        job.output, "cannot gather: fold(s) " + missing +
+                        " not finished; train them with --folds all "
+                        "(without --gather-only), or each with --fold I "
+                        "-o " +
+                        fold_directory(job.output, 0).substr(0, job.output.size()) + "/fold-I"));
+  json per_fold = json::array(), mean = json::object(), sd = json::object();
+  std::vector<json> validations;
+  std::vector<double> medians;
+  for (int f = 0; f < folds; ++f) {
+    const json& result = runs[static_cast<std::size_t>(f)].at("result");
+    validations.push_back(result.at("validation"));
+    medians.push_back(result.value("train_risk_median", std::nan("")));
+    per_fold.push_back({{"fold", f},
+                        {"run", "fold-" + std::to_string(f)},
+                        {"best_epoch", result.at("best_epoch")},
+                        {"validation", result.at("validation")}});
+  }
+  summarize(validations, mean, sd);
+  const json& task = runs.front().value("task", json{{"kind", "classification"}});
+  json cv = {{"format", "mltool.cv"},
+             {"format_version", 1},
+             {"created_by", util::tool_version()},
+             {"dataset", runs.front().at("dataset").at("path")},
+             {"task", task},
+             {"folds", folds},
+             {"per_fold", per_fold},
+             {"mean", mean},
+             {"sd", sd}};
+  const OutOfFold oof = write_oof(job.output, folds);
+  cv["pictures"] = draw_cv_pictures(job.output, task.at("kind").get<std::string>(), oof, medians);
+  util::write_file_atomic(util::join_path(job.output, "cv.json"), cv.dump(2) + "\n");
+  return cv;
+}
+
+}  // namespace
+
+std::string fold_directory(const std::string& output, int fold) {
+  return util::join_path(output, "fold-" + std::to_string(fold));
+}
+
+CrossValidationReport cross_validate(
+    const TrainJob& job, const std::function<void(int fold, const TrainProgress&)>& progress) {
+  if (job.fold >= 0) throw UsageError("--fold and --folds all exclude each other");
+  const DatasetInfo data = read_dataset_info(job.dataset);
+  const int folds = static_cast<int>(data.fold_splits.size());
+  if (folds == 0)
+    throw UsageError("--folds all: " + data.manifest_path +
+                     " has no folds (pack it with --folds K)");
+  CrossValidationReport r;
+  r.output = job.output;
+  r.folds = folds;
+  util::make_directories(job.output);
+  const bool writer = job.rank == 0;
+  std::optional<util::OutputLock> lock;
+  if (writer) lock.emplace(util::join_path(job.output, "cv.json"), "mltool train --folds all");
+  for (int f = 0; f < folds && !job.gather_only; ++f) {
+    const json run = fold_run(job.output, f);
+    if (!job.overwrite && !run.is_null() && finished(run)) {
+      ++r.skipped;
+      continue;
+    }
+    TrainJob fold = job;
+    fold.all_folds = false;
+    fold.fold = f;
+    fold.output = fold_directory(job.output, f);
+    fold.resume = !job.overwrite && !run.is_null();
+    log::info("fold " + std::to_string(f + 1) + "/" + std::to_string(folds) +
+              (fold.resume ? ": resuming " : ": training ") + fold.output);
+    train_model(fold, [&](const TrainProgress& p) {
+      if (progress) progress(f, p);
+    });
+    ++r.trained;
+  }
+  if (writer) r.cv = gather(job, folds);
+  return r;
+}
+
+}  // namespace mltool::train

@@ -1,0 +1,25 @@
+// The pictures of a cross-validation (train --folds all): km.png for survival, scatter.png for
+// regression, drawn from the out-of-fold predictions. Internal to lib/train.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace mltool::train {
+
+/// oof_predictions.csv as read back: its columns and rows of text.
+struct OutOfFold {
+  std::vector<std::string> columns;
+  std::vector<std::vector<std::string>> rows;
+};
+
+/// Draws the task's picture into `output` (survival: km.png, the Kaplan–Meier curves of the
+/// high- and low-risk halves, each sample high when its risk is above its fold's
+/// `train_medians[fold]`, with the numbers at risk and the log-rank p-value; regression:
+/// scatter.png, predicted against true with Pearson's r) and returns what cv.json records of
+/// it ({} for classification).
+nlohmann::json draw_cv_pictures(const std::string& output, const std::string& kind,
+                                const OutOfFold& oof, const std::vector<double>& train_medians);
+
+}  // namespace mltool::train

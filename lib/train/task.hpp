@@ -1,0 +1,75 @@
+// What a run learns to predict, in one place per task (lib/train/tasks/): the targets the feeds
+// serve, the loss a step minimizes, the validation metrics and monitors, and the columns of
+// predictions.csv. The loop, the memory modes and the exports call a Task and never branch on
+// which one it is. docs/train.md#tasks. Internal to lib/train.
+//
+// Adding a task: a file in lib/train/tasks/ that defines it, its case in make_task (task.cpp),
+// its losses in kLosses and monitors in kMonitors (train_options.cpp), docs/train.md#tasks.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "dataset.hpp"
+#include "mltool/train/step.hpp"
+#include "mltool/train/train.hpp"
+
+namespace mltool::train {
+
+class Task : public StepLoss {
+ public:
+  /// run.json's "task": the kind, the loss and what predict needs to read the outputs (the
+  /// labels; the time bins of the nll loss).
+  virtual nlohmann::json describe() const = 0;
+  /// The width of the model's output.
+  virtual std::int64_t outputs() const = 0;
+  /// The targets of every sample of `s`, on the CPU: int64 [N] (label ids) or float32 [N, W].
+  /// Feeds serve rows of it as Batch::y.
+  virtual torch::Tensor targets(const SplitSamples& s) const = 0;
+
+  /// Moves what the loss holds (class weights) to the training device.
+  virtual void to(const torch::Device& device) { (void)device; }
+
+  // The step loss (StepLoss): per_sample(), loss_sum(), weight_sum(), loss(). Per-sample
+  // losses: cross-entropy, MSE, Huber, nll; Cox couples the step's samples (its risk sets).
+  /// Data parallel: the weight of sample i of the training split (rank_order's shares), or
+  /// nothing when every sample weighs the same.
+  virtual std::vector<double> sample_weights(const SplitSamples& s) const {
+    (void)s;
+    return {};
+  }
+
+  /// The validation metrics of `outputs` (CPU float32, N × outputs()) of split `s`: val_loss
+  /// (the unweighted loss over the split) first, then the task's own.
+  virtual nlohmann::json metrics(const torch::Tensor& outputs, const SplitSamples& s) const = 0;
+  /// Whether metrics() reports `monitor`.
+  virtual bool offers(Monitor monitor) const = 0;
+  /// One number per sample: the risk (survival; higher = earlier event), the prediction
+  /// (regression), the last label's probability (classification).
+  virtual std::vector<double> scores(const torch::Tensor& outputs) const = 0;
+
+  /// predictions.csv's columns after "record,sample", and sample i's fields of them.
+  virtual std::string csv_header() const = 0;
+  virtual std::string csv_row(const SplitSamples& s, std::size_t i, const float* out) const = 0;
+};
+
+/// The task of the dataset (dataset.json's "task") with the job's loss options; `train` gives
+/// what a loss learns from the training split (class weights, the nll time bins). UsageError
+/// for a loss or monitor the task has not, or options of another task's loss.
+std::unique_ptr<Task> make_task(const TrainJob& job, const DatasetInfo& data,
+                                const SplitSamples& train);
+
+namespace tasks {
+std::unique_ptr<Task> classification(const TrainJob& job, const DatasetInfo& data,
+                                     const SplitSamples& train);
+std::unique_ptr<Task> regression(const TrainJob& job, const DatasetInfo& data);
+std::unique_ptr<Task> survival(const TrainJob& job, const DatasetInfo& data,
+                               const SplitSamples& train);
+}  // namespace tasks
+
+}  // namespace mltool::train

@@ -17,12 +17,9 @@ double quantile(const std::vector<double>& sorted, double q) {
 
 const char* stratify_name(PackTask task) {
   switch (task) {
-    case PackTask::regression:
-      return "target_quantile";
-    case PackTask::survival:
-      return "event_time_tertile";
-    case PackTask::classification:
-      break;
+    case PackTask::regression: return "target_quantile";
+    case PackTask::survival: return "event_time_tertile";
+    case PackTask::classification: break;
   }
   return "label";
 }
@@ -31,8 +28,8 @@ namespace {
 
 // The bin of `v` among cut points `cuts` (ascending): how many it exceeds.
 std::uint32_t bin_of(double v, const std::vector<double>& cuts) {
-  return static_cast<std::uint32_t>(std::count_if(cuts.begin(), cuts.end(),
-                                                  [v](double c) { return v > c; }));
+  return static_cast<std::uint32_t>(
+      std::count_if(cuts.begin(), cuts.end(), [v](double c) { return v > c; }));
 }
 
 std::vector<double> sorted_values(const std::vector<Outcome>& outcomes, float Outcome::*field) {
@@ -82,7 +79,8 @@ json outcome_stats(PackTask task, const std::vector<Outcome>& outcomes) {
     json q = {{"q25", nullptr}, {"q50", nullptr}, {"q75", nullptr}};
     if (!outcomes.empty()) {
       const auto times = sorted_values(outcomes, &Outcome::time);
-      q = {{"q25", quantile(times, 0.25)}, {"q50", quantile(times, 0.5)},
+      q = {{"q25", quantile(times, 0.25)},
+           {"q50", quantile(times, 0.5)},
            {"q75", quantile(times, 0.75)}};
     }
     return {{"count", outcomes.size()},

@@ -204,9 +204,12 @@ void parse_jsonl(std::string_view s, std::size_t pos, Table& t) {
         field = std::to_string(value.get<std::uint64_t>());
       } else if (value.is_number_integer()) {
         field = std::to_string(value.get<std::int64_t>());
+      } else if (value.is_number_float() || value.is_boolean()) {
+        field = value.dump();  // the shortest text that reads back as the double; true, false
       } else if (!value.is_null()) {
         fail_at(t.path, line,
-                json_quoted(name) + ": expected a string or an integer, got " + kind_of(value));
+                json_quoted(name) + ": expected a string, a number or a boolean, got " +
+                    kind_of(value));
       }
     }
     pending.emplace_back(std::move(fields), line);

@@ -153,11 +153,46 @@ void summarize(GroupReport& g, const RoundRobin& schedule, std::size_t labels) {
   if (labels > 0 && labeled > 0) g.decile_p = decile_drift_p(g.label_histogram, g.decile_labels);
 }
 
+// Regression, survival: the group's outcome figures from its shards' moments, and how far
+// each shard's mean is from the group's (exact hypergeometric test of the event count;
+// normal approximation for a mean target), Bonferroni over the shards with records.
+void summarize_outcome(GroupReport& g, const std::vector<const detail::Moments*>& shards,
+                       PackTask task) {
+  detail::Moments all;
+  for (const auto* m : shards) all.merge(*m);
+  g.outcome_records = all.count;
+  if (all.count == 0) return;
+  g.outcome_mean = all.mean;
+  if (task == PackTask::regression && all.count > 1)
+    g.outcome_sd = std::sqrt(all.m2 / static_cast<double>(all.count - 1));
+  const double variance = all.m2 / static_cast<double>(all.count);
+  double smallest = 1;
+  std::uint64_t cells = 0;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const detail::Moments& m = *shards[i];
+    ShardReport& s = g.shards[i];
+    s.outcome_records = m.count;
+    if (m.count == 0) continue;
+    s.outcome_mean = m.mean;
+    s.outcome_p = task == PackTask::survival
+                      ? hypergeometric_p(all.count, static_cast<std::uint64_t>(all.sum), m.count,
+                                         static_cast<std::uint64_t>(m.sum))
+                      : mean_shift_p(all.count, all.mean, variance, m.count, m.mean);
+    ++cells;
+    if (g.outcome_shard < 0 || s.outcome_p < smallest) {
+      smallest = s.outcome_p;
+      g.outcome_shard = static_cast<int>(i);
+    }
+  }
+  g.outcome_p = std::min(1.0, smallest * static_cast<double>(cells));
+}
+
 InspectReport finish(const detail::ScanSpec& spec, detail::ScanResult&& scan,
                      std::vector<std::string> group_names, std::vector<std::string> files,
                      std::vector<std::string> labels) {
   InspectReport report;
   report.deep = spec.deep;
+  report.task = spec.task;
   report.label_feature = spec.label_feature;
   report.labels = spec.label_ids ? std::move(labels) : std::move(scan.labels);
   report.groups.resize(group_names.size());
@@ -174,9 +209,14 @@ InspectReport finish(const detail::ScanSpec& spec, detail::ScanResult&& scan,
     s.unlabeled = counts.unlabeled;
     report.groups[spec.group_of[i]].shards.push_back(std::move(s));
   }
+  std::vector<std::vector<const detail::Moments*>> moments(report.groups.size());
+  for (std::size_t i = 0; i < spec.shards.size(); ++i)
+    moments[spec.group_of[i]].push_back(&scan.shards[i].outcome);
   for (std::size_t g = 0; g < report.groups.size(); ++g) {
     report.groups[g].decile_labels = std::move(scan.decile_labels[g]);
     summarize(report.groups[g], scan.schedules[g], report.labels.size());
+    if (spec.task != PackTask::classification)
+      summarize_outcome(report.groups[g], moments[g], spec.task);
     report.records += report.groups[g].records;
     report.bytes += report.groups[g].bytes;
   }
@@ -212,6 +252,8 @@ InspectReport inspect_dataset(const InspectOptions& o) {
   spec.groups = groups.size();
   auto labels = doc.at("labels").at("names").get<std::vector<std::string>>();
   spec.label_ids = labels.size();
+  spec.task =
+      doc.contains("task") ? parse_task(doc["task"].get<std::string>()) : PackTask::classification;
   if (o.deep) {
     spec.record_features = parse_record_features(doc.at("record_features"));
     check_feature_store(path, doc.at("features"), spec);

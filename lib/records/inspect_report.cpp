@@ -45,7 +45,28 @@ struct Named {
 constexpr Named kChecks[] = {
     {"max-ratio", &Thresholds::max_ratio},   {"cv", &Thresholds::cv},
     {"oversample", &Thresholds::oversample}, {"decile-drift", &Thresholds::decile_drift},
-    {"decile-p", &Thresholds::decile_p},     {"chi2-p", &Thresholds::chi2_p}};
+    {"decile-p", &Thresholds::decile_p},     {"chi2-p", &Thresholds::chi2_p},
+    {"outcome-p", &Thresholds::outcome_p}};
+
+// What a regression or survival dataset's shards are compared by.
+const char* outcome_figure(PackTask task) {
+  return task == PackTask::regression ? "target mean" : "event rate";
+}
+
+// The outcome-p check: a shard whose mean target or event rate sampling noise cannot explain.
+std::optional<Violation> outcome_violation(const InspectReport& report, const GroupReport& g,
+                                           const Thresholds& limits) {
+  if (report.task == PackTask::classification || !limits.outcome_p || g.outcome_shard < 0 ||
+      !(g.outcome_p < *limits.outcome_p))
+    return std::nullopt;
+  const ShardReport& s = g.shards[static_cast<std::size_t>(g.outcome_shard)];
+  const std::string figure = outcome_figure(report.task);
+  return Violation{"outcome-p", g.name, g.outcome_p, *limits.outcome_p,
+                   g.name + ": outcome-p " + general(g.outcome_p) + " is below " +
+                       general(*limits.outcome_p) + " (" + s.file + " has " + figure + " " +
+                       general(s.outcome_mean) + " over " + std::to_string(s.outcome_records) +
+                       " records, the split " + general(g.outcome_mean) + ")"};
+}
 
 // The label whose share in decile `d` is furthest from its overall share.
 std::size_t drifting_label(const GroupReport& g, int d) {
@@ -117,7 +138,7 @@ Thresholds parse_thresholds(std::string_view text) {
     }
     char* end = nullptr;
     const double v = std::strtod(value.c_str(), &end);
-    const bool probability = name == "chi2-p" || name == "decile-p";
+    const bool probability = name == "chi2-p" || name == "decile-p" || name == "outcome-p";
     if (value.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || (probability && v > 1))
       throw UsageError("threshold " + name + ": '" + value + "' is not a number >= 0" +
                        (probability ? " and <= 1" : "") + " or 'off'");
@@ -174,6 +195,7 @@ std::vector<Violation> check_thresholds(const InspectReport& report, const Thres
                   "% of the records");
     }
     if (auto v = drift_violation(report, g, limits)) out.push_back(std::move(*v));
+    if (auto v = outcome_violation(report, g, limits)) out.push_back(std::move(*v));
     if (g.chi_square && limits.chi2_p && g.chi_square->p_value < *limits.chi2_p) {
       const auto& c = *g.chi_square;
       out.push_back({"chi2-p", g.name, c.p_value, *limits.chi2_p,
@@ -185,6 +207,53 @@ std::vector<Violation> check_thresholds(const InspectReport& report, const Thres
   }
   return out;
 }
+
+namespace {
+
+// Regression, survival: "task" and the outcome of each group and shard (docs/inspect.md#json).
+void add_outcomes(const InspectReport& report, json& doc) {
+  if (report.task == PackTask::classification) return;
+  doc["task"] = to_string(report.task);
+  const char* figure = report.task == PackTask::regression ? "target_mean" : "event_rate";
+  for (std::size_t i = 0; i < report.groups.size(); ++i) {
+    const GroupReport& g = report.groups[i];
+    json& group = doc["groups"][i];
+    group["outcome"] = {
+        {"figure", figure},
+        {"records", g.outcome_records},
+        {"mean", number(g.outcome_mean)},
+        {"sd", number(g.outcome_sd)},
+        {"p_value", number(g.outcome_p)},
+        {"shard", g.outcome_shard < 0 ? json(nullptr) : json(g.shards[g.outcome_shard].file)}};
+    for (std::size_t j = 0; j < g.shards.size(); ++j) {
+      const ShardReport& s = g.shards[j];
+      group["shards"][j]["outcome"] = {{"records", s.outcome_records},
+                                       {"mean", number(s.outcome_mean)},
+                                       {"p_value", number(s.outcome_p)}};
+    }
+  }
+}
+
+// Regression, survival: the group's outcome line and the outcome of each shard.
+std::string outcome_text(const InspectReport& report, const GroupReport& g) {
+  if (report.task == PackTask::classification || g.outcome_records == 0) return "";
+  const std::string figure = outcome_figure(report.task);
+  std::string out = "  outcome: " + figure + " " + fixed(g.outcome_mean, 4);
+  if (report.task == PackTask::regression) out += " (sd " + fixed(g.outcome_sd, 4) + ")";
+  out += " over " + std::to_string(g.outcome_records) + " records; the shards' " + figure +
+         "s differ from it with p " + general(g.outcome_p) +
+         " under a random assignment of records to shards (Bonferroni)\n";
+  std::size_t file_width = 5;
+  for (const auto& s : g.shards) file_width = std::max(file_width, s.file.size());
+  out += "    " + pad("shard", file_width, false) + pad("records", 10) + pad(figure, 13) +
+         pad("p", 11) + "\n";
+  for (const auto& s : g.shards)
+    out += "    " + pad(s.file, file_width, false) + pad(std::to_string(s.outcome_records), 10) +
+           pad(fixed(s.outcome_mean, 4), 13) + pad(general(s.outcome_p), 11) + "\n";
+  return out;
+}
+
+}  // namespace
 
 json to_json(const InspectReport& report, const Thresholds* limits,
              const std::vector<Violation>* violations) {
@@ -242,6 +311,7 @@ json to_json(const InspectReport& report, const Thresholds* limits,
               {"records", report.records},
               {"bytes", report.bytes},
               {"groups", groups}};
+  add_outcomes(report, doc);
   if (limits) {
     json thresholds = json::object();
     for (const auto& c : kChecks) {
@@ -272,7 +342,10 @@ std::string format_text(const InspectReport& report) {
   out += ", " + std::to_string(report.records) + " records, " + std::to_string(report.bytes) +
          " bytes";
   out += report.deep ? ", every frame, record and index verified\n" : "\n";
-  if (report.labels.empty())
+  if (report.task != PackTask::classification)
+    out += std::string(to_string(report.task)) + " records: no labels; shards compared by " +
+           outcome_figure(report.task) + "\n";
+  else if (report.labels.empty())
     out += "no record has a feature '" + report.label_feature + "': no label figures\n";
   // A column per label, up to kLabelColumns labels; past that (e.g. a slide id as the label)
   // the number of labels present, and the per-label figures only in --json.
@@ -329,7 +402,7 @@ std::string format_text(const InspectReport& report) {
              std::to_string(g.worst_decile) + ", p " + general(g.decile_p) +
              " under a random record order)";
     }
-    out += "\n";
+    out += "\n" + outcome_text(report, g);
     if (labels == 0 || g.worst_decile < 0) continue;
     std::uint64_t labeled = 0;
     for (auto c : g.label_histogram) labeled += c;

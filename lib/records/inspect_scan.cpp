@@ -3,6 +3,7 @@
 #include "inspect_scan.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -57,6 +58,7 @@ struct Chunk {
   std::vector<std::uint64_t> histogram;
   std::array<std::vector<std::uint64_t>, kDeciles> deciles;
   std::uint64_t unlabeled = 0;
+  Moments outcome;
   LabelIds ids;
   std::exception_ptr error;
 };
@@ -70,7 +72,8 @@ class ChunkReader {
         schedule_(schedule),
         in_group_(index_in_group),
         c_(chunk),
-        scanner_(feature_names(spec)) {}
+        names_(feature_names(spec)),
+        scanner_(names_) {}
 
   void run() {
     auto reader = io::TFRecordReader::from_buffer(spec_.shards[c_.shard].path, framing_.map->data(),
@@ -89,8 +92,9 @@ class ChunkReader {
         ++d;
         next = d + 1 < kDeciles ? schedule_.first_record_in(in_group_, d + 1) : UINT64_MAX;
       }
-      const std::uint32_t label = label_id();
-      if (label == kUnlabeled) {
+      if (spec_.task != PackTask::classification) {
+        read_outcome();
+      } else if (const std::uint32_t label = label_id(); label == kUnlabeled) {
         ++c_.unlabeled;
       } else {
         ++c_.histogram[label];
@@ -120,12 +124,43 @@ class ChunkReader {
     throw FormatError(at_offset(spec_.shards[c_.shard].path, offset, "not a TFRecord frame"));
   }
 
+  // The features read: the label (slot 0) or the outcome's (slots 0, 1), then under deep the
+  // other record features.
   static std::vector<std::string> feature_names(const ScanSpec& spec) {
-    std::vector<std::string> names = {spec.label_feature};
+    std::vector<std::string> names = spec.task == PackTask::classification
+                                         ? std::vector<std::string>{spec.label_feature}
+                                         : outcome_features(spec.task);
     if (spec.deep)
       for (const RecordFeature& f : spec.record_features)
-        if (f.name != spec.label_feature) names.push_back(f.name);
+        if (std::find(names.begin(), names.end(), f.name) == names.end()) names.push_back(f.name);
     return names;
+  }
+
+  // The one float of outcome feature `slot`.
+  float one_float(std::size_t slot) const {
+    const std::string& name = names_[slot];
+    if (!scanner_.has(slot)) fail("missing feature '" + name + "'");
+    if (scanner_.kind(slot) != io::FeatureKind::float_list)
+      fail("feature '" + name + "' is of kind " + io::to_string(scanner_.kind(slot)) +
+           ", expected float_list");
+    if (scanner_.floats(slot).size() != 1)
+      fail("feature '" + name + "' has " + std::to_string(scanner_.floats(slot).size()) +
+           " values, expected exactly 1");
+    return scanner_.floats(slot)[0];
+  }
+
+  // Regression: the target, finite; survival: the time, > 0, and the event, 0 or 1.
+  void read_outcome() {
+    const float v = one_float(0);
+    if (spec_.task == PackTask::regression) {
+      if (!std::isfinite(v)) fail("target " + std::to_string(v) + " is not finite");
+      c_.outcome.add(v);
+      return;
+    }
+    if (!(std::isfinite(v) && v > 0)) fail("time " + std::to_string(v) + " is not a number > 0");
+    const float event = one_float(1);
+    if (event != 0 && event != 1) fail("event " + std::to_string(event) + " is neither 0 nor 1");
+    c_.outcome.add(event);
   }
 
   [[noreturn]] void fail(const std::string& what) const {
@@ -184,8 +219,9 @@ class ChunkReader {
       if (kind != e.kind && !(e.list && kind == io::FeatureKind::none))
         fail("feature '" + e.name + "' is of kind " + io::to_string(kind) + ", expected " +
              io::to_string(e.kind));
-      const std::size_t n = kind == io::FeatureKind::bytes_list ? scanner_.bytes(e.slot).size()
-                                                                : scanner_.int64s(e.slot).size();
+      const std::size_t n = kind == io::FeatureKind::bytes_list   ? scanner_.bytes(e.slot).size()
+                            : kind == io::FeatureKind::float_list ? scanner_.floats(e.slot).size()
+                                                                  : scanner_.int64s(e.slot).size();
       if (!e.list && n != 1)
         fail("feature '" + e.name + "' has " + std::to_string(n) + " values, expected exactly 1");
       if (e.rows)
@@ -197,11 +233,12 @@ class ChunkReader {
   struct Expected : RecordFeature {
     std::size_t slot;
   };
-  static std::vector<Expected> expectations(const ScanSpec& spec) {
+  static std::vector<Expected> expectations(const ScanSpec& spec,
+                                            const std::vector<std::string>& names) {
     std::vector<Expected> out;
-    std::size_t slot = 1;
     for (const RecordFeature& f : spec.record_features)
-      out.push_back({f, f.name == spec.label_feature ? 0 : slot++});
+      out.push_back({f, static_cast<std::size_t>(std::find(names.begin(), names.end(), f.name) -
+                                                 names.begin())});
     return out;
   }
 
@@ -224,8 +261,9 @@ class ChunkReader {
   const RoundRobin& schedule_;
   std::size_t in_group_;
   Chunk& c_;
+  std::vector<std::string> names_;
   io::ExampleScanner scanner_;
-  std::vector<Expected> expected_ = expectations(spec_);
+  std::vector<Expected> expected_ = expectations(spec_, names_);
   std::uint64_t record_ = 0;
   std::uint64_t offset_ = 0;
 };
@@ -332,6 +370,7 @@ ScanResult scan_shards(const ScanSpec& spec) {
     auto& shard = out.shards[c.shard];
     auto& deciles = out.decile_labels[spec.group_of[c.shard]];
     shard.unlabeled += c.unlabeled;
+    shard.outcome.merge(c.outcome);
     for (std::size_t l = 0; l < c.histogram.size(); ++l) {
       const std::size_t id = spec.label_ids ? l : remap[k][l];
       shard.histogram[id] += c.histogram[l];

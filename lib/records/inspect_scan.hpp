@@ -30,11 +30,38 @@ struct ShardSource {
   std::string index;  ///< DALI index to verify under deep ("" for none)
 };
 
+/// Count, sum, mean and sum of squared deviations of values, added one at a time (Welford) and
+/// merged (Chan et al.), so chunks read in parallel combine without cancellation.
+struct Moments {
+  std::uint64_t count = 0;
+  double sum = 0, mean = 0, m2 = 0;
+  void add(double x) {
+    ++count;
+    sum += x;
+    const double d = x - mean;
+    mean += d / static_cast<double>(count);
+    m2 += d * (x - mean);
+  }
+  void merge(const Moments& o) {
+    if (o.count == 0) return;
+    const double n = static_cast<double>(count), m = static_cast<double>(o.count);
+    const double d = o.mean - mean;
+    mean += d * m / (n + m);
+    m2 += o.m2 + d * d * n * m / (n + m);
+    count += o.count;
+    sum += o.sum;
+  }
+};
+
 struct ScanSpec {
   std::vector<ShardSource> shards;
   std::vector<std::size_t> group_of;  ///< shard -> group, groups numbered from 0
   std::size_t groups = 0;
   std::string label_feature = kLabelFeature;
+  /// Datasets of regression or survival: no label is read, but each record's outcome
+  /// (outcome_features: a finite target; a time > 0 and an event 0 or 1), summarized by the
+  /// target, or the event, in ShardCounts::outcome.
+  PackTask task = PackTask::classification;
   /// Datasets: labels are int64 ids below this count. Files: unset (int64 or bytes values).
   std::optional<std::size_t> label_ids;
   bool deep = false;
@@ -50,6 +77,7 @@ struct ShardCounts {
   std::uint64_t bytes = 0;
   std::vector<std::uint64_t> histogram;  ///< by final label id
   std::uint64_t unlabeled = 0;
+  Moments outcome;  ///< regression: of the targets; survival: of the events (0, 1)
 };
 
 struct ScanResult {

@@ -182,6 +182,17 @@ double decile_drift_p(const std::vector<std::uint64_t>& label_histogram,
   return std::min(1.0, smallest * static_cast<double>(cells));
 }
 
+double mean_shift_p(std::uint64_t population, double mean, double variance, std::uint64_t draws,
+                    double draw_mean) {
+  if (draws == 0 || draws > population)
+    throw UsageError("mean_shift_p: needs 0 < draws <= population");
+  const auto N = static_cast<double>(population), n = static_cast<double>(draws);
+  const double spread = population > 1 ? variance / n * (N - n) / (N - 1) : 0;
+  if (!(spread > 0)) return 1;
+  const double z = (draw_mean - mean) / std::sqrt(spread);
+  return std::min(1.0, std::erfc(std::fabs(z) / std::sqrt(2.0)));
+}
+
 // ---------------------------------------------------------------- RoundRobin
 
 RoundRobin::RoundRobin(std::vector<std::uint64_t> counts) : counts_(std::move(counts)) {

@@ -20,6 +20,7 @@
 #include "mltool/util/output_lock.hpp"
 #include "mltool/util/parallel.hpp"
 #include "mltool/util/version.hpp"
+#include "outcome.hpp"
 #include "pack_plan.hpp"
 
 namespace mltool::records {
@@ -81,6 +82,19 @@ struct WrittenShard {
   std::vector<std::uint64_t> histogram;  // records per label id
 };
 
+// The outcome of planned record `r` into `record`.
+void set_outcome(PackTask task, const detail::PackPlan& plan, const detail::PlannedRecord& r,
+                 Record& record) {
+  if (task == PackTask::classification) {
+    record.label = r.label;
+    return;
+  }
+  const detail::Outcome& o = plan.outcomes[r.label];
+  record.target = o.target;
+  record.time = o.time;
+  record.event = o.event;
+}
+
 // Writes the records plan.records[members[m]] for m in `order` as one committed shard.
 WrittenShard write_shard(const std::string& path, const std::vector<std::uint64_t>& order,
                          const std::vector<std::uint64_t>& members, const detail::PackPlan& plan,
@@ -96,7 +110,7 @@ WrittenShard write_shard(const std::string& path, const std::vector<std::uint64_
     // Shards list their records shuffled: fetch ahead of the random walk over the plan.
     if (k + 8 < order.size()) __builtin_prefetch(&plan.records[members[order[k + 8]]]);
     const auto& r = plan.records[members[order[k]]];
-    record.label = r.label;
+    set_outcome(codec.task(), plan, r, record);
     record.slide = plan.slides[r.slide];
     const auto first = plan.index.begin() + static_cast<std::ptrdiff_t>(r.first);
     record.rows.assign(first, first + static_cast<std::ptrdiff_t>(r.count));
@@ -106,7 +120,7 @@ WrittenShard write_shard(const std::string& path, const std::vector<std::uint64_
     codec.encode(record, example);
     example.serialize(bytes);
     writer.write(bytes);
-    ++out.histogram[r.label];
+    if (labels_count) ++out.histogram[r.label];
   }
   writer.commit();
   out.records = writer.records();
@@ -128,17 +142,59 @@ class PhaseClock {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
+// The splits records go to: job.splits, or with folds the held-out ones and the folds.
+std::vector<SplitSpec> splits_of(const PackJob& job) {
+  if (job.folds == 0) return job.splits;
+  return fold_splits(job.splits_given ? job.splits : std::vector<SplitSpec>{}, job.folds);
+}
+
+// Options that belong to another task or unit are refused, not silently ignored.
+void check_task_options(const PackJob& job) {
+  const LabelColumns& c = job.columns;
+  const std::string task = std::string("--task ") + to_string(job.task);
+  const auto refuse = [&](bool given, const char* option, const char* belongs) {
+    if (given) throw UsageError(std::string(option) + " is for " + belongs + ", not " + task);
+  };
+  const bool classification = job.task == PackTask::classification;
+  refuse(!classification && c.label != LabelColumns{}.label, "--label-column",
+         "--task classification");
+  refuse(job.task != PackTask::regression && !c.target.empty(), "--target-column",
+         "--task regression");
+  refuse(job.task != PackTask::survival && !c.time.empty(), "--time-column", "--task survival");
+  refuse(job.task != PackTask::survival && !c.event.empty(), "--event-column", "--task survival");
+  if (!c.bag.empty() && job.unit != PackUnit::bag)
+    throw UsageError("--bag-by makes bags: it needs --unit bag");
+}
+
 void check_job(const PackJob& job) {
   util::check_options(pack_options(), job);
-  validate_splits(job.splits);
+  validate_splits(splits_of(job));
+  check_task_options(job);
   if (job.output.empty()) throw UsageError("no output directory given");
 }
 
-SplitAssignment assign_record_splits(const detail::PackPlan& plan, const PackJob& job) {
+// What splits, folds and shards balance: the label (classification) or the outcome's stratum.
+std::vector<std::uint32_t> record_strata(const detail::PackPlan& plan, PackTask task) {
+  std::vector<std::uint32_t> out;
+  out.reserve(plan.records.size());
+  if (task == PackTask::classification) {
+    for (const auto& r : plan.records) out.push_back(r.label);
+    return out;
+  }
+  std::vector<detail::Outcome> outcomes;
+  outcomes.reserve(plan.records.size());
+  for (const auto& r : plan.records) outcomes.push_back(plan.outcomes[r.label]);
+  return detail::strata(task, outcomes);
+}
+
+SplitAssignment assign_record_splits(const detail::PackPlan& plan,
+                                     const std::vector<std::uint32_t>& strata,
+                                     const std::vector<SplitSpec>& splits, const PackJob& job) {
   std::vector<SplitItem> items;
   items.reserve(plan.records.size());
-  for (const auto& r : plan.records) items.push_back({plan.groups[r.group], r.label});
-  return assign_splits(items, job.splits, job.seed);
+  for (std::size_t i = 0; i < plan.records.size(); ++i)
+    items.push_back({plan.groups[plan.records[i].group], strata[i]});
+  return assign_splits(items, splits, job.seed, detail::stratum_classes(job.task));
 }
 
 // What killed packs to this output left beside it.
@@ -154,20 +210,25 @@ struct Packing {
   const PackJob& job;
   const io::FeatureStore& store;
   const detail::PackPlan& plan;
+  const std::vector<SplitSpec>& splits;
+  const std::vector<std::uint32_t>& strata;  ///< per record
   const SplitAssignment& assignment;
 };
 
 // Writes split `s` as job.shards shards into `dir`; returns its manifest entry.
 json write_split(const Packing& p, const std::string& dir, std::uint32_t s, PackReport& report) {
   const PackJob& job = p.job;
-  const std::string& name = job.splits[s].name;
+  const std::string& name = p.splits[s].name;
   const std::size_t labels_count = p.plan.labels.size();
   std::vector<std::uint64_t> members;
   std::vector<std::uint32_t> member_labels;
+  std::vector<detail::Outcome> outcomes;
   for (std::uint64_t i = 0; i < p.plan.records.size(); ++i) {
     if (p.assignment.record_split[i] != s) continue;
     members.push_back(i);
-    member_labels.push_back(p.plan.records[i].label);
+    member_labels.push_back(p.strata[i]);
+    if (job.task != PackTask::classification)
+      outcomes.push_back(p.plan.outcomes[p.plan.records[i].label]);
   }
   const auto shard_of = assign_shards(member_labels, job.shards, job.seed);
   const auto shards = shard_members(shard_of, job.shards, job.seed);
@@ -175,7 +236,7 @@ json write_split(const Packing& p, const std::string& dir, std::uint32_t s, Pack
   json shard_docs = json::array();
   // Shards are independent: written side by side, then recorded in order.
   std::vector<WrittenShard> written(job.shards);
-  const RecordCodec codec(job.unit, p.plan.coordinates.has_value());
+  const RecordCodec codec(job.unit, p.plan.coordinates.has_value(), job.task);
   util::parallel_for(job.shards, job.threads, [&](std::size_t j) {
     written[j] = write_shard(
         util::join_path(dir, shard_file_name(name, static_cast<std::uint32_t>(j), job.shards)),
@@ -197,20 +258,45 @@ json write_split(const Packing& p, const std::string& dir, std::uint32_t s, Pack
   }
   std::uint64_t groups = 0;
   for (const auto g : p.assignment.group_split) groups += g == s ? 1 : 0;
-  return {{"fraction", job.splits[s].fraction},
+  return {{"fraction", p.splits[s].fraction},
           {"records", members.size()},
           {"groups", groups},
           {"label_histogram", split_histogram},
+          {"outcome_stats", detail::outcome_stats(job.task, outcomes)},
           {"shards", shard_docs}};
+}
+
+json nullable(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
+
+// dataset.json's "outcome": the columns of a regression or survival outcome.
+json outcome_columns(const PackJob& job) {
+  if (job.task == PackTask::regression) return {{"target_column", job.columns.target}};
+  if (job.task == PackTask::survival)
+    return {{"time_column", job.columns.time}, {"event_column", job.columns.event}};
+  return nullptr;
+}
+
+// dataset.json's "folds", or null without --folds.
+json folds_doc(const Packing& p) {
+  const PackJob& job = p.job;
+  if (job.folds == 0) return nullptr;
+  json names = json::array();
+  for (std::uint32_t i = 0; i < job.folds; ++i) names.push_back(fold_name(i));
+  const std::string& group = job.columns.group.empty() ? job.columns.bag : job.columns.group;
+  return {{"k", job.folds},
+          {"splits", names},
+          {"group_column", nullable(group)},
+          {"stratify", detail::stratify_name(job.task)}};
 }
 
 json dataset_manifest(const Packing& p, const json& splits, const std::string& matrix_sha256,
                       const PackReport& report) {
   const PackJob& job = p.job;
+  const bool classification = job.task == PackTask::classification;
   const io::FeatureStore& store = p.store;
   json group_split = json::object();
   for (std::size_t g = 0; g < p.assignment.groups.size(); ++g) {
-    group_split[p.assignment.groups[g]] = job.splits[p.assignment.group_split[g]].name;
+    group_split[p.assignment.groups[g]] = p.splits[p.assignment.group_split[g]].name;
   }
   return {
       {"format", kDatasetFormat},
@@ -227,11 +313,15 @@ json dataset_manifest(const Packing& p, const json& splits, const std::string& m
       {"labels",
        {{"path", util::absolute_path(job.labels)},
         {"key_column", job.columns.key},
-        {"label_column", job.columns.label},
-        {"group_column", job.columns.group.empty() ? json(nullptr) : json(job.columns.group)},
+        {"label_column", classification ? json(job.columns.label) : json(nullptr)},
+        {"group_column", nullable(job.columns.group)},
+        {"bag_column", nullable(job.columns.bag)},
         {"names", p.plan.labels.names()}}},
+      {"task", to_string(job.task)},
+      {"outcome", outcome_columns(job)},
+      {"folds", folds_doc(p)},
       {"unit", to_string(job.unit)},
-      {"record_features", RecordCodec(job.unit, report.coordinates).features()},
+      {"record_features", RecordCodec(job.unit, report.coordinates, job.task).features()},
       {"tile_store", p.plan.tile_store ? json(*p.plan.tile_store) : json(nullptr)},
       {"records", report.records},
       {"seed", job.seed},
@@ -243,7 +333,8 @@ json dataset_manifest(const Packing& p, const json& splits, const std::string& m
        {{"missing_keys", report.missing_keys},
         {"invalid_rows", report.invalid_rows},
         {"duplicate_labels", report.duplicate_labels},
-        {"empty_bags", report.empty_bags}}},
+        {"empty_bags", report.empty_bags},
+        {"incomplete_bags", report.incomplete_bags}}},
   };
 }
 
@@ -286,22 +377,24 @@ PackReport pack_dataset(const PackJob& job) {
   // The checksum reads the whole matrix: on its own thread, beside planning and writing.
   std::future<std::string> matrix_sha256_future =
       std::async(std::launch::async, [&store] { return sha256_of(store); });
-  const Labels labels = read_labels(job.labels, job.columns);
+  const Labels labels = read_labels(job.labels, job.columns, job.task);
   phase("read labels");
   detail::PackPlan plan = detail::plan_records(store, labels, job, report);
   if (job.dedupe) report.duplicate_rows = detail::dedupe_rows(store, plan);
   if (job.unit != PackUnit::bag) detail::find_coordinates(store, plan);
   report.coordinates = plan.coordinates.has_value();
   phase("plan records");
-  const SplitAssignment assignment = assign_record_splits(plan, job);
+  const std::vector<SplitSpec> split_specs = splits_of(job);
+  const std::vector<std::uint32_t> strata = record_strata(plan, job.task);
+  const SplitAssignment assignment = assign_record_splits(plan, strata, split_specs, job);
   phase("assign splits");
 
   remove_stale_partials(job.output);
   PartialDir partial(job.output + ".partial-" + std::to_string(::getpid()));
-  const Packing packing{job, store, plan, assignment};
+  const Packing packing{job, store, plan, split_specs, strata, assignment};
   json splits = json::object();
-  for (std::uint32_t s = 0; s < job.splits.size(); ++s)
-    splits[job.splits[s].name] = write_split(packing, partial.path(), s, report);
+  for (std::uint32_t s = 0; s < split_specs.size(); ++s)
+    splits[split_specs[s].name] = write_split(packing, partial.path(), s, report);
   phase("write shards");
 
   json doc = dataset_manifest(packing, splits, matrix_sha256_future.get(), report);

@@ -50,20 +50,44 @@ const util::Options<PackJob>& pack_options() {
       choice("--unit", &J::unit, kPackUnits,
              "Records: tile (one per tile and label), bag (one per slide and label) or image "
              "(tile records with the tile-store key)"),
+      choice("--task", &J::task, kPackTasks,
+             "What records carry: a label (classification), a float target (regression) or a "
+             "time and an event (survival)"),
       custom<J>(
-          "--split", "TEXT", "Splits and their fractions",
-          [](J& j, const std::string& text) { j.splits = parse_splits(text); },
+          "--split", "TEXT",
+          "Splits and their fractions (with --folds: held-out splits only, summing below 1)",
+          [](J& j, const std::string& text) {
+            j.splits = parse_splits(text, false);  // the sum: by check_job, knowing --folds
+            j.splits_given = true;
+          },
           [](const J& j) { return nlohmann::json(splits_text(j.splits)); }),
       option_at<J>(
           "--key-column", [](J& j) -> std::string& { return j.columns.key; },
           "Column of tile keys or slide ids"),
       option_at<J>(
           "--label-column", [](J& j) -> std::string& { return j.columns.label; },
-          "Column of labels"),
+          "Column of labels (classification only)"),
+      option_at<J>(
+          "--target-column", [](J& j) -> std::string& { return j.columns.target; },
+          "Regression: column of the target (a finite number)"),
+      option_at<J>(
+          "--time-column", [](J& j) -> std::string& { return j.columns.time; },
+          "Survival: column of the time to event or censoring (a number > 0)"),
+      option_at<J>(
+          "--event-column", [](J& j) -> std::string& { return j.columns.event; },
+          "Survival: column of the event: 1 observed, 0 censored (also true/false, yes/no, "
+          "dead/alive)"),
+      option_at<J>(
+          "--bag-by", [](J& j) -> std::string& { return j.columns.bag; },
+          "With --unit bag: column whose values are the bags (e.g. patient: all of its "
+          "slides' tiles; default: one bag per slide)"),
       option_at<J>(
           "--group-by", [](J& j) -> std::string& { return j.columns.group; },
-          "Column of groups (e.g. patient) that never straddle splits (default: the "
-          "slide)"),
+          "Column of groups (e.g. patient) that never straddle splits or folds (default: the "
+          "bag column, else the slide)"),
+      option("--folds", &J::folds,
+             "K folds for cross-validation, splits fold-0..fold-K-1 (0: none)")
+          .check([](const J& j) { return j.folds == 0 || j.folds >= 2; }, "0 or at least 2"),
       option("--shards", &J::shards, "Shards per split").at_least(1),
       option("--seed", &J::seed, "Seed of the split and shard assignment"),
       flag("--dedupe", &J::dedupe, "Records of identical feature rows share the first such row"),
@@ -87,6 +111,7 @@ nlohmann::json to_json(const PackReport& r) {
           {"duplicate_labels", r.duplicate_labels},
           {"duplicate_rows", r.duplicate_rows},
           {"empty_bags", r.empty_bags},
+          {"incomplete_bags", r.incomplete_bags},
           {"coordinates", r.coordinates}};
 }
 

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <map>
+#include <set>
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
@@ -13,6 +15,7 @@
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
+#include "mltool/util/options.hpp"
 
 namespace mltool::records::detail {
 namespace {
@@ -73,63 +76,122 @@ class SlideRows {
   bool built_ = false;
 };
 
-// What the labels rows reach, before records are formed.
-struct Matches {
-  // tile/image: (row, label, group); bag: (slide, label) -> rows, and slide -> group.
-  std::vector<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t>> pairs;
-  std::map<std::pair<std::string, std::uint32_t>, std::vector<std::uint64_t>> bags;
-  std::unordered_map<std::string, std::pair<std::uint32_t, std::uint64_t>>
-      bag_group;                     // group, line
-  std::vector<std::string> missing;  // the first few rows whose key is not in the store
+// The record "label" of a labels row: its id in the label map (classification), or of its
+// outcome among the distinct outcomes (regression, survival), so repeats and bags key on it
+// alike.
+class OutcomeIds {
+ public:
+  OutcomeIds(PackTask task, PackPlan& plan) : task_(task), plan_(plan) {}
+  std::uint32_t id(const LabelRecord& rec) {
+    if (task_ == PackTask::classification) return plan_.labels.id(rec.label);
+    const Outcome o{rec.target, rec.time, rec.event};
+    const auto [it, added] =
+        ids_.try_emplace(key(o), static_cast<std::uint32_t>(plan_.outcomes.size()));
+    if (added) plan_.outcomes.push_back(o);
+    return it->second;
+  }
+  std::string describe(std::uint32_t id) const {
+    if (task_ == PackTask::classification) return "label " + in_quotes(plan_.labels.name(id));
+    const Outcome& o = plan_.outcomes[id];
+    if (task_ == PackTask::regression) return "target " + util::number_text(o.target);
+    return "time " + util::number_text(o.time) + ", event " + util::number_text(o.event);
+  }
+
+ private:
+  static std::string key(const Outcome& o) {
+    return std::string(reinterpret_cast<const char*>(&o), sizeof o);
+  }
+  PackTask task_;
+  PackPlan& plan_;
+  std::unordered_map<std::string, std::uint32_t> ids_;
 };
 
+// A bag as first seen: its group, outcome and line.
+struct BagSeen {
+  std::uint32_t group = 0;
+  std::uint32_t label = 0;
+  std::uint64_t line = 0;
+};
+
+// What the labels rows reach, before records are formed.
+struct Matches {
+  // tile/image: (row, label, group); bag: (bag, label) -> rows, and bag -> first sight.
+  std::vector<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t>> pairs;
+  std::map<std::pair<std::string, std::uint32_t>, std::vector<std::uint64_t>> bags;
+  std::unordered_map<std::string, BagSeen> bag_seen;
+  std::vector<std::string> missing;  // the first few rows whose key is not in the store
+  std::set<std::string> incomplete;  // --bag-by: bags with a key missing from the store
+};
+
+// The rows a labels key reaches: one tile, or every tile of a slide; none when missing.
+struct Reach {
+  std::uint64_t tile_row = 0;
+  const std::uint64_t* rows = nullptr;
+  std::size_t count = 0;
+  std::string_view slide;
+};
+
+Reach reach_of(const io::FeatureStore& store, SlideRows& slide_rows, const std::string& key) {
+  Reach r;
+  if (const auto row = store.find(key)) {
+    r.tile_row = *row;
+    r.rows = &r.tile_row;
+    r.count = 1;
+    r.slide = slide_of(key);
+  } else if (const auto* rows = slide_rows.find(key)) {
+    r.rows = rows->data();
+    r.count = rows->size();
+    r.slide = key;
+  }
+  return r;
+}
+
+// Bag unit: a bag lies in one group and (regression, survival) has one outcome.
+void check_bag(Matches& m, const Labels& labels, const LabelRecord& rec, const std::string& bag,
+               const BagSeen& now, const OutcomeIds& ids, PackTask task) {
+  const auto [it, inserted] = m.bag_seen.emplace(bag, now);
+  if (inserted) return;
+  const BagSeen& first = it->second;
+  const std::string at = "line " + std::to_string(rec.line) + ": bag " + in_quotes(bag);
+  const std::string then = ", but line " + std::to_string(first.line);
+  if (first.group != now.group)
+    throw InputError(at_file(labels.path, at + " is in group " + in_quotes(rec.group) + then +
+                                              " put it in another group; a bag must lie in "
+                                              "one group (--group-by)"));
+  if (task != PackTask::classification && first.label != now.label)
+    throw InputError(at_file(labels.path, at + " has " + ids.describe(now.label) + then +
+                                              " gave it " + ids.describe(first.label) +
+                                              "; a bag has one outcome"));
+}
+
 // Resolves each labels row to the rows it reaches (one tile, or every tile of a slide),
-// dropping invalid rows; a bag's slide must keep one group throughout.
+// dropping invalid rows; a bag must keep one group (and outcome) throughout.
 Matches match_labels(const io::FeatureStore& store, const Labels& labels, const PackJob& job,
-                     LabelMap& label_ids, Interner& groups, PackReport& report) {
+                     OutcomeIds& ids, Interner& groups, PackReport& report) {
   std::vector<bool> invalid(store.rows(), false);
   for (const auto row : store.invalid_rows()) invalid[row] = true;
   SlideRows slide_rows(store);
   Matches m;
   const bool bag = job.unit == PackUnit::bag;
-
+  const bool bagged = !job.columns.bag.empty();
   for (const LabelRecord& rec : labels.records) {
-    // The rows the label reaches: one tile, or every tile of a slide.
-    std::uint64_t tile_row = 0;
-    const std::uint64_t* rows = nullptr;
-    std::size_t row_count = 0;
-    std::string_view slide;
-    if (const auto row = store.find(rec.key)) {
-      tile_row = *row;
-      rows = &tile_row;
-      row_count = 1;
-      slide = slide_of(rec.key);
-    } else if (const auto* slide_rows_of_key = slide_rows.find(rec.key)) {
-      rows = slide_rows_of_key->data();
-      row_count = slide_rows_of_key->size();
-      slide = rec.key;
-    } else {
+    const Reach r = reach_of(store, slide_rows, rec.key);
+    if (!r.rows) {
       if (m.missing.size() < 5)
-        m.missing.push_back(in_quotes(rec.key) + " (line " + std::to_string(rec.line) + ")");
+        m.missing.push_back(in_quotes(rec.key) + " (line " + std::to_string(rec.line) +
+                            (bagged ? ", bag " + in_quotes(rec.bag) : "") + ")");
       ++report.missing_keys;
+      if (bagged) m.incomplete.insert(rec.bag);
       continue;
     }
-    const std::uint32_t label = label_ids.id(rec.label);
-    const std::uint32_t group = groups.id(job.columns.group.empty() ? slide : rec.group);
-    if (bag) {
-      auto [it, inserted] =
-          m.bag_group.emplace(std::string(slide), std::make_pair(group, rec.line));
-      if (!inserted && it->second.first != group) {
-        throw InputError(at_file(labels.path, "line " + std::to_string(rec.line) + ": slide " +
-                                                  in_quotes(slide) + " is in group " +
-                                                  in_quotes(rec.group) + ", but line " +
-                                                  std::to_string(it->second.second) +
-                                                  " put it in another group; a bag (one slide) "
-                                                  "must lie in one group"));
-      }
-    }
-    auto* members = bag ? &m.bags[{std::string(slide), label}] : nullptr;
-    for (const std::uint64_t* it = rows; it != rows + row_count; ++it) {
+    const std::uint32_t label = ids.id(rec);
+    const std::string_view own =
+        job.columns.group.empty() ? (bagged ? rec.bag : r.slide) : rec.group;
+    const std::uint32_t group = groups.id(own);
+    const std::string bag_id(bagged ? std::string_view(rec.bag) : r.slide);
+    if (bag) check_bag(m, labels, rec, bag_id, {group, label, rec.line}, ids, job.task);
+    auto* members = bag ? &m.bags[{bag_id, label}] : nullptr;
+    for (const std::uint64_t* it = r.rows; it != r.rows + r.count; ++it) {
       const std::uint64_t row = *it;
       if (invalid[row]) {
         ++report.invalid_rows;
@@ -149,15 +211,25 @@ void check_missing(const io::FeatureStore& store, const Labels& labels, const Pa
   if (report.missing_keys == 0 || job.skip_missing) return;
   std::string list;
   for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+  const bool bagged = !job.columns.bag.empty();
   throw InputError(at_file(labels.path, std::to_string(report.missing_keys) +
                                             " labels rows name keys that are neither tile keys "
                                             "nor slides of the feature store " +
                                             store.dir() + ": " + list +
                                             (report.missing_keys > missing.size() ? ", ..." : "") +
-                                            " (skip them with --skip-missing)"));
+                                            (bagged ? " (their bags are incomplete; drop those "
+                                                      "bags with --skip-missing)"
+                                                    : " (skip them with --skip-missing)")));
 }
 
-// Bag unit: one record per (slide, label), its rows sorted, repeats dropped.
+// --bag-by under --skip-missing: a bag with a key missing from the store is dropped whole.
+void drop_incomplete(Matches& m, PackReport& report) {
+  report.incomplete_bags = m.incomplete.size();
+  for (auto it = m.bags.begin(); it != m.bags.end();)
+    it = m.incomplete.count(it->first.first) ? m.bags.erase(it) : std::next(it);
+}
+
+// Bag unit: one record per (bag, label), its rows sorted, repeats dropped.
 void plan_bags(Matches& m, Interner& slides, PackPlan& plan, PackReport& report) {
   for (auto& [slide_label, members] : m.bags) {
     const auto before = members.size();
@@ -173,7 +245,7 @@ void plan_bags(Matches& m, Interner& slides, PackPlan& plan, PackReport& report)
     r.count = members.size();
     r.label = slide_label.second;
     r.slide = slides.id(slide_label.first);
-    r.group = m.bag_group.at(slide_label.first).first;
+    r.group = m.bag_seen.at(slide_label.first).group;
     plan.rows.insert(plan.rows.end(), members.begin(), members.end());
     plan.records.push_back(r);
   }
@@ -209,10 +281,12 @@ void plan_pairs(const io::FeatureStore& store, Matches& m, Interner& slides, Pac
 PackPlan plan_records(const io::FeatureStore& store, const Labels& labels, const PackJob& job,
                       PackReport& report) {
   PackPlan plan;
-  plan.labels = label_map(labels);
+  if (job.task == PackTask::classification) plan.labels = label_map(labels);
   Interner slides, groups;
-  Matches matches = match_labels(store, labels, job, plan.labels, groups, report);
+  OutcomeIds ids(job.task, plan);
+  Matches matches = match_labels(store, labels, job, ids, groups, report);
   check_missing(store, labels, job, matches.missing, report);
+  drop_incomplete(matches, report);
   if (job.unit == PackUnit::bag) {
     plan_bags(matches, slides, plan, report);
   } else {

@@ -10,6 +10,7 @@
 #include "mltool/io/feature_store.hpp"
 #include "mltool/records/labels.hpp"
 #include "mltool/records/pack.hpp"
+#include "outcome.hpp"
 
 namespace mltool::records::detail {
 
@@ -17,13 +18,14 @@ namespace mltool::records::detail {
 struct PlannedRecord {
   std::uint64_t first = 0;
   std::uint64_t count = 0;
-  std::uint32_t label = 0;
-  std::uint32_t slide = 0;  ///< into PackPlan::slides
+  std::uint32_t label = 0;  ///< classification: into PackPlan::labels; else PackPlan::outcomes
+  std::uint32_t slide = 0;  ///< into PackPlan::slides (the bag's id with --bag-by)
   std::uint32_t group = 0;  ///< into PackPlan::groups
 };
 
 struct PackPlan {
-  LabelMap labels;
+  LabelMap labels;                ///< classification
+  std::vector<Outcome> outcomes;  ///< regression, survival: the distinct outcomes
   std::vector<std::string> slides;
   std::vector<std::string> groups;
   std::vector<std::uint64_t> rows;  ///< the rows records name (keys, coordinates)
@@ -35,8 +37,9 @@ struct PackPlan {
   std::optional<std::string> tile_store;  ///< the tile store that gave the coordinates
 };
 
-/// Resolves labels against the store: missing keys (error or counted), invalid rows,
-/// duplicates, groups; fills the counters of `report`.
+/// Resolves labels against the store: missing keys (error or counted; with --bag-by, the
+/// bags they belong to dropped under skip_missing), invalid rows, duplicates, groups, one
+/// outcome per bag; fills the counters of `report`.
 PackPlan plan_records(const io::FeatureStore& store, const Labels& labels, const PackJob& job,
                       PackReport& report);
 

@@ -151,6 +151,15 @@ void RecordCodec::decode(const io::Example& example, const RecordLimits& limits,
   }
 }
 
+std::vector<std::string> outcome_features(PackTask task) {
+  switch (task) {
+    case PackTask::regression: return {kTarget};
+    case PackTask::survival: return {kTime, kEvent};
+    case PackTask::classification: break;
+  }
+  return {kLabelFeature};
+}
+
 std::vector<RecordFeature> parse_record_features(const nlohmann::json& record_features) {
   std::vector<RecordFeature> out;
   for (const auto& [name, value] : record_features.items()) {

@@ -76,7 +76,7 @@ Groups collect_groups(const std::vector<SplitItem>& items) {
 
 }  // namespace
 
-void validate_splits(const std::vector<SplitSpec>& splits) {
+void validate_splits(const std::vector<SplitSpec>& splits, bool check_sum) {
   if (splits.empty()) throw UsageError("no splits given");
   double sum = 0.0;
   for (std::size_t i = 0; i < splits.size(); ++i) {
@@ -94,12 +94,12 @@ void validate_splits(const std::vector<SplitSpec>& splits) {
     }
     sum += s.fraction;
   }
-  if (std::abs(sum - 1.0) > 1e-6) {
+  if (check_sum && std::abs(sum - 1.0) > 1e-6) {
     throw UsageError("the split fractions must sum to 1, they sum to " + std::to_string(sum));
   }
 }
 
-std::vector<SplitSpec> parse_splits(std::string_view text) {
+std::vector<SplitSpec> parse_splits(std::string_view text, bool check_sum) {
   std::vector<SplitSpec> splits;
   for (std::size_t from = 0;;) {
     const std::size_t comma = text.find(',', from);
@@ -120,39 +120,76 @@ std::vector<SplitSpec> parse_splits(std::string_view text) {
     if (comma == std::string_view::npos) break;
     from = comma + 1;
   }
-  validate_splits(splits);
+  validate_splits(splits, check_sum);
   return splits;
 }
 
-SplitAssignment assign_splits(const std::vector<SplitItem>& items,
-                              const std::vector<SplitSpec>& splits, std::uint64_t seed) {
-  validate_splits(splits);
-  const std::size_t S = splits.size();
-  Groups g = collect_groups(items);
-  // Label ids as given may be sparse (a subset of a LabelMap); g.labels holds dense ones.
-  std::vector<std::uint32_t> distinct(g.labels);
+std::string fold_name(std::uint32_t i) { return "fold-" + std::to_string(i); }
+
+std::vector<SplitSpec> fold_splits(const std::vector<SplitSpec>& held_out, std::uint32_t k) {
+  if (k < 2) throw UsageError("--folds must be at least 2, got " + std::to_string(k));
+  double sum = 0.0;
+  if (!held_out.empty()) validate_splits(held_out, false);
+  for (const SplitSpec& s : held_out) {
+    sum += s.fraction;
+    if (s.name.rfind("fold-", 0) == 0)
+      throw UsageError("split '" + s.name + "': with --folds the names fold-I are the folds'; " +
+                       "name held-out splits otherwise (e.g. --split test=0.2)");
+  }
+  if (sum >= 1.0 - 1e-6)
+    throw UsageError(
+        "with --folds, --split names held-out splits only, and they must leave "
+        "records for the folds: their fractions sum to " +
+        std::to_string(sum) + " (e.g. --split test=0.2)");
+  std::vector<SplitSpec> out = held_out;
+  for (std::uint32_t i = 0; i < k; ++i)
+    out.push_back({fold_name(i), (1.0 - sum) / static_cast<double>(k)});
+  return out;
+}
+
+namespace {
+
+// One term of the cost: records per (split, category) against their targets f_s · total_k.
+class Layer {
+ public:
+  Layer(const std::vector<SplitSpec>& splits, const std::vector<double>& totals)
+      : K_(totals.size()), target_(splits.size() * K_), placed_(splits.size() * K_, 0.0) {
+    for (std::size_t s = 0; s < splits.size(); ++s)
+      for (std::size_t k = 0; k < K_; ++k) target_[s * K_ + k] = splits[s].fraction * totals[k];
+  }
+  // The change of the term if c records of category k went to split s: (d + c)² − d² =
+  // 2dc + c², scaled by max(T, 1): by T, so a small split or a rare label weighs as much as
+  // a large one, but never by less than one record, or the overshoot of a target below one
+  // record (a 10% split of 8 slides) would outweigh everything else and small splits would
+  // stay empty.
+  double delta(std::size_t s, std::size_t k, double c) const {
+    const std::size_t i = s * K_ + k;
+    return (2.0 * (placed_[i] - target_[i]) * c + c * c) / std::max(target_[i], 1.0);
+  }
+  void add(std::size_t s, std::size_t k, double c) { placed_[s * K_ + k] += c; }
+
+ private:
+  std::size_t K_;
+  std::vector<double> target_, placed_;
+};
+
+// Dense label ids (in place) and the records per dense label.
+std::vector<double> densify_labels(Groups& g, std::vector<std::uint32_t>& distinct) {
+  distinct = g.labels;
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  const std::size_t K = distinct.size();
-  std::vector<double> label_total(K, 0.0);
+  std::vector<double> total(distinct.size(), 0.0);
   for (std::size_t k = 0; k < g.labels.size(); ++k) {
     g.labels[k] = static_cast<std::uint32_t>(
         std::lower_bound(distinct.begin(), distinct.end(), g.labels[k]) - distinct.begin());
-    label_total[g.labels[k]] += static_cast<double>(g.counts[k]);
+    total[g.labels[k]] += static_cast<double>(g.counts[k]);
   }
+  return total;
+}
 
-  // Targets: every label has records, so every T_sl > 0.
-  const double N = static_cast<double>(items.size());
-  std::vector<double> target(S);
-  std::vector<double> label_target(S * K);
-  for (std::size_t s = 0; s < S; ++s) {
-    target[s] = splits[s].fraction * N;
-    for (std::size_t l = 0; l < K; ++l)
-      label_target[s * K + l] = splits[s].fraction * label_total[l];
-  }
-
-  // Placement order: size class descending, then a seeded hash, then the name (only
-  // for hash collisions) — a total order, so the result never depends on item order.
+// Placement order: size class descending, then a seeded hash, then the name (only for hash
+// collisions) — a total order, so the result never depends on item order.
+std::vector<std::uint32_t> placement_order(const Groups& g, std::uint64_t seed) {
   std::vector<std::uint32_t> order(g.names.size());
   std::vector<std::uint64_t> hash(g.names.size());
   for (std::uint32_t i = 0; i < order.size(); ++i) {
@@ -166,39 +203,71 @@ SplitAssignment assign_splits(const std::vector<SplitItem>& items,
     if (hash[a] != hash[b]) return hash[a] < hash[b];
     return g.names[a] < g.names[b];
   });
+  return order;
+}
+
+// The class term's change if `group` went to split s: its records summed per class first.
+double class_delta(const Groups& g, std::uint32_t group, const std::vector<std::uint32_t>& class_of,
+                   const Layer& classes, std::size_t s) {
+  std::vector<std::pair<std::uint32_t, double>> per_class;  // a group holds few labels
+  for (std::size_t k = g.offsets[group]; k < g.offsets[group + 1]; ++k) {
+    const std::uint32_t c = class_of[g.labels[k]];
+    auto it = std::find_if(per_class.begin(), per_class.end(),
+                           [c](const auto& p) { return p.first == c; });
+    if (it == per_class.end()) it = per_class.insert(per_class.end(), {c, 0.0});
+    it->second += static_cast<double>(g.counts[k]);
+  }
+  double delta = 0;
+  for (const auto& [c, n] : per_class) delta += classes.delta(s, c, n);
+  return delta;
+}
+
+}  // namespace
+
+SplitAssignment assign_splits(const std::vector<SplitItem>& items,
+                              const std::vector<SplitSpec>& splits, std::uint64_t seed,
+                              const std::vector<std::uint32_t>& label_class) {
+  validate_splits(splits);
+  const std::size_t S = splits.size();
+  Groups g = collect_groups(items);
+  // Label ids as given may be sparse (a subset of a LabelMap); g.labels holds dense ones.
+  std::vector<std::uint32_t> distinct;
+  const std::vector<double> label_total = densify_labels(g, distinct);
+  // The coarse classes of the dense labels, when given.
+  std::vector<std::uint32_t> class_of(distinct.size(), 0);
+  std::vector<double> class_total;
+  for (std::size_t l = 0; l < distinct.size() && !label_class.empty(); ++l) {
+    class_of[l] = label_class.at(distinct[l]);
+    if (class_total.size() <= class_of[l]) class_total.resize(class_of[l] + 1, 0.0);
+    class_total[class_of[l]] += label_total[l];
+  }
+  Layer sizes(splits, {static_cast<double>(items.size())}), labels(splits, label_total),
+      classes(splits, class_total);
 
   SplitAssignment out;
   out.group_split.assign(g.names.size(), 0);
   out.split_records.assign(S, 0);
-  std::vector<double> placed(S, 0.0);
-  std::vector<double> label_placed(S * K, 0.0);
-  for (const std::uint32_t group : order) {
+  for (const std::uint32_t group : placement_order(g, seed)) {
     const double m = static_cast<double>(g.size[group]);
     std::size_t best = 0;
     double best_delta = std::numeric_limits<double>::infinity();
     for (std::size_t s = 0; s < S; ++s) {
-      // The change of the cost if the group went to s: (d + c)² − d² = 2dc + c².
-      // Each term is scaled by max(T, 1): by T, so a small split or a rare label weighs as
-      // much as a large one, but never by less than one record, or the overshoot of a
-      // target below one record (a 10% split of 8 slides) would outweigh everything else
-      // and small splits would stay empty.
-      double delta = (2.0 * (placed[s] - target[s]) * m + m * m) / std::max(target[s], 1.0);
-      for (std::size_t k = g.offsets[group]; k < g.offsets[group + 1]; ++k) {
-        const std::size_t sl = s * K + g.labels[k];
-        const double c = static_cast<double>(g.counts[k]);
-        delta += (2.0 * (label_placed[sl] - label_target[sl]) * c + c * c) /
-                 std::max(label_target[sl], 1.0);
-      }
+      double delta = sizes.delta(s, 0, m);
+      for (std::size_t k = g.offsets[group]; k < g.offsets[group + 1]; ++k)
+        delta += labels.delta(s, g.labels[k], static_cast<double>(g.counts[k]));
+      if (!class_total.empty()) delta += class_delta(g, group, class_of, classes, s);
       if (delta < best_delta) {
         best_delta = delta;
         best = s;
       }
     }
     out.group_split[group] = static_cast<std::uint32_t>(best);
-    placed[best] += m;
     out.split_records[best] += g.size[group];
+    sizes.add(best, 0, m);
     for (std::size_t k = g.offsets[group]; k < g.offsets[group + 1]; ++k) {
-      label_placed[best * K + g.labels[k]] += static_cast<double>(g.counts[k]);
+      labels.add(best, g.labels[k], static_cast<double>(g.counts[k]));
+      if (!class_total.empty())
+        classes.add(best, class_of[g.labels[k]], static_cast<double>(g.counts[k]));
     }
   }
 

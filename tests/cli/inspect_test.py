@@ -18,7 +18,7 @@ import zlib
 import numpy as np
 
 from cli_common import expect, run, run_checks, run_json, tmp, write_feature_store
-from tfrecord_codec import example, frame, frames, read_varint, write_tfrecord
+from tfrecord_codec import decode_example, example, frame, frames, read_varint, write_tfrecord
 
 mltool = os.path.abspath(sys.argv[1])
 rest = sys.argv[2:]
@@ -274,5 +274,105 @@ def check_text_and_plot():
         expect(len(colours) >= 5, f"{len(colours)} colours: is anything drawn?")
 
 
+# ---------------------------------------------------------------- outcomes (issue 27)
+
+def hypergeom_p(population, successes, draws, x):
+    """Two-sided: min(1, 2 min(P(X <= x), P(X >= x))), from scipy."""
+    from scipy.stats import hypergeom
+    h = hypergeom(population, successes, draws)
+    return min(1.0, 2 * min(h.cdf(x), h.sf(x - 1)))
+
+
+def shard_outcomes(d, doc, feature):
+    """[[values of `feature`] per shard] of the only split, decoded here."""
+    return [[decode_example(p)[feature][1][0] for _, _, p in frames(os.path.join(d, s["file"]))]
+            for s in doc["groups"][0]["shards"]]
+
+
+def expect_outcome_figures(doc, per_shard, task):
+    (g,) = doc["groups"]
+    values = [v for shard in per_shard for v in shard]
+    n, mean = len(values), sum(values) / len(values)
+    var = sum((v - mean) ** 2 for v in values) / n
+    close(g["outcome"]["mean"], mean, "split outcome mean")
+    ps = []
+    for s, vals in zip(g["shards"], per_shard):
+        m = sum(vals) / len(vals)
+        close(s["outcome"]["mean"], m, f"{s['file']}: outcome mean")
+        if task == "survival":
+            p = hypergeom_p(n, round(sum(values)), len(vals), round(sum(vals)))
+        else:
+            se = math.sqrt(var / len(vals) * (n - len(vals)) / (n - 1))
+            p = math.erfc(abs(m - mean) / se / math.sqrt(2))
+        close(s["outcome"]["p_value"], p, f"{s['file']}: outcome p", 1e-6)
+        ps.append(p)
+    close(g["outcome"]["p_value"], min(1.0, min(ps) * len(ps)), "split outcome p", 1e-6)
+    if task == "regression":
+        close(g["outcome"]["sd"], math.sqrt(var * n / (n - 1)), "split target sd")
+
+
+def rewrite_shards(d, per_shard_payloads):
+    """New shard files with these records; dataset.json's bytes and records updated (the
+    DALI indexes are left stale: no --deep on the result)."""
+    m = json.load(open(os.path.join(d, "dataset.json")))
+    (split,) = m["splits"].values()
+    for sh, payloads in zip(split["shards"], per_shard_payloads):
+        path = os.path.join(d, sh["file"])
+        write_tfrecord(path, payloads)
+        sh["bytes"], sh["records"] = os.path.getsize(path), len(payloads)
+    json.dump(m, open(os.path.join(d, "dataset.json"), "w"), indent=2, sort_keys=True)
+
+
+def check_outcome_datasets():
+    rng = np.random.default_rng(11)
+    with open(tmp("outcomes.csv"), "w") as f:
+        f.write("key,os,status,tmb\n")
+        for i in range(40):
+            f.write(f"S{i},{rng.uniform(1, 50):.2f},{['alive', 'dead'][i % 3 == 0]},"
+                    f"{rng.normal(4, 2):.3f}\n")
+    for task, args, feature in (
+            ("survival", ["--time-column", "os", "--event-column", "status"], "event"),
+            ("regression", ["--target-column", "tmb"], "target")):
+        d = tmp(f"ds_{task}")
+        code, _, err = run([mltool, "pack", tmp("feat"), "--labels", tmp("outcomes.csv"), "-o", d,
+                            "--task", task, *args, "--split", "train=1", "--shards", "4", "-q"])
+        expect(code == 0, f"pack {task}: exit {code}: {err}")
+        code, doc, err = inspect(d, "--check", "--deep")
+        expect(code == 0, f"inspect --check --deep of a packed {task} dataset: exit {code}: {err}")
+        expect(doc["task"] == task and doc["labels"] == [] and doc["checks"]["violations"] == [],
+               f"{task}: {doc['task']} {doc['labels']} {doc['checks']['violations']}")
+        expect(doc["groups"][0]["outcome"]["figure"] ==
+               {"survival": "event_rate", "regression": "target_mean"}[task], "outcome figure")
+        per_shard = shard_outcomes(d, doc, feature)
+        expect_outcome_figures(doc, per_shard, task)
+        code, out, _ = run([mltool, "inspect", d])
+        figure = {"survival": "event rate", "regression": "target mean"}[task]
+        expect(code == 0 and f"outcome: {figure}" in out and "shards compared by" in out,
+               f"text report: {out[:600]}")
+        # The same records dealt by outcome: the first shard gets the largest values.
+        payloads = sorted((p for sh in doc["groups"][0]["shards"]
+                           for _, _, p in frames(os.path.join(d, sh["file"]))),
+                          key=lambda p: -decode_example(p)[feature][1][0])
+        counts = [s["records"] for s in doc["groups"][0]["shards"]]
+        starts = np.cumsum([0] + counts)
+        rewrite_shards(d, [payloads[a:b] for a, b in zip(starts[:-1], starts[1:])])
+        code, doc, err = inspect(d, "--check")
+        expect(code == 4 and [v["check"] for v in doc["checks"]["violations"]] == ["outcome-p"],
+               f"{task} shards sorted by outcome: exit {code}, {doc['checks']['violations']}")
+        expect(f"train: outcome-p" in err and figure in err, f"message: {err.strip()}")
+        expect_outcome_figures(doc, shard_outcomes(d, doc, feature), task)
+    # A record whose event is neither 0 nor 1.
+    d = tmp("ds_survival")
+    bad = example({"event": 2.0, "time": 3.0, "index": 0, "slide": "S0"})
+    first = [p for _, _, p in frames(os.path.join(d, "train-00000-of-00004.tfrecord"))]
+    rest = [[p for _, _, p in frames(os.path.join(d, f"train-0000{i}-of-00004.tfrecord"))]
+            for i in range(1, 4)]
+    rewrite_shards(d, [first[:5] + [bad] + first[5:]] + rest)
+    code, _, err = inspect(d)
+    expect(code == 2 and "train-00000-of-00004.tfrecord: record 5" in err and
+           "event 2" in err and "neither 0 nor 1" in err, f"bad event: exit {code}: {err.strip()}")
+
+
 run_checks("inspect", [check_balanced_dataset, check_unbalanced_files, check_corrupt_shard,
-                       check_index_beyond_the_store, check_text_and_plot], only, fixtures)
+                       check_index_beyond_the_store, check_text_and_plot,
+                       check_outcome_datasets], only, fixtures)

@@ -22,6 +22,7 @@ import numpy as np
 
 from cli_common import (expect, run_checks, run_json, second_writer_refused, tmp,
                         write_feature_store)
+from schema_subset import validate
 from tfrecord_codec import decode_example, frames
 
 mltool = os.path.abspath(sys.argv[1])
@@ -32,6 +33,8 @@ only = set(rest)
 
 SLIDES = 8
 DIMS = 8
+SCHEMA = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                     "schemas", "dataset.schema.json")))
 
 def read_dataset(d):
     """(manifest, {split: [[record dict per record] per shard]}), framing and .idx checked."""
@@ -42,7 +45,9 @@ def read_dataset(d):
         expect(k in manifest, f"dataset.json lacks {k}")
     expect(manifest["format"] == "mltool.dataset" and manifest["format_version"] == 1,
            "dataset.json format")
-    kinds = {"int64": "int64", "int64_list": "int64", "bytes": "bytes"}
+    problems = validate(manifest, SCHEMA)
+    expect(not problems, f"{d}/dataset.json breaks schemas/dataset.schema.json: {problems[:3]}")
+    kinds = {"int64": "int64", "int64_list": "int64", "bytes": "bytes", "float": "float"}
     out, total = {}, 0
     for split, s in manifest["splits"].items():
         expect(len(s["shards"]) == manifest["shards_per_split"], f"{split}: shard count")
@@ -75,7 +80,8 @@ def read_dataset(d):
                     else:
                         expect(len(values) == 1, f"feature {name}: {len(values)} values")
                         r[name] = values[0].decode() if kind == "bytes" else values[0]
-                hist[r["label"]] += 1
+                if "label" in r:
+                    hist[r["label"]] += 1
                 recs.append(r)
             expect(hist == sh["label_histogram"], f"{sh['file']}: histogram {hist} vs "
                    f"{sh['label_histogram']}")
@@ -142,7 +148,37 @@ def fixtures():
     write_feature_store(tmp("dfeat"), dmat, keys)
     write_csv(tmp("dlabels.csv"), ["key", "label"], [(k, "a") for k in keys])
     STORE.update(keys=keys, row_of=row_of, slide_rows=slide_rows, rows=rows, slides=slides)
+    outcome_fixtures(rng)
     return f"{len(keys)} rows, {len(rows)} tile labels, {SLIDES} slides"
+
+
+def outcome_fixtures(rng):
+    """Slide-level outcome tables of the store (patient P(i//2) has slides S(2i), S(2i+1)),
+    and a cohort store of 60 slides, 30 patients, for folds."""
+    spell = {1: ["1", "dead", "TRUE", "yes", "1.0"], 0: ["0", "alive", "False", "NO", "0.0"]}
+    patients = {}
+    for p in range(SLIDES // 2):
+        patients[f"P{p}"] = (round(rng.uniform(0.5, 60), 3), p % 2, round(rng.uniform(-5, 20), 4))
+    tmb, clinical = [], []
+    for i in range(SLIDES):
+        p = f"P{i // 2}"
+        time, event, target = patients[p]
+        tmb.append((f"S{i}", p, target))
+        clinical.append((f"S{i}", p, time, rng.choice(spell[event])))
+    write_csv(tmp("tmb.csv"), ["key", "patient", "tmb"], tmb)
+    write_csv(tmp("clinical.csv"), ["key", "patient", "os", "status"], clinical)
+    keys, cohort = [], []
+    for i in range(60):
+        keys += [f"C{i}/{t // 5:06d}_{t % 5:06d}" for t in range(2 + i % 3)]
+    for i in range(0, 60, 2):
+        time, event = round(rng.uniform(1, 100), 2), int(rng.random() < 0.45)
+        target, label = round(rng.gauss(3, 2), 3), rng.choice(["a", "b", "c"])
+        for slide in (f"C{i}", f"C{i + 1}"):
+            cohort.append((slide, f"Q{i // 2}", time, event, target, label))
+    write_feature_store(tmp("cfeat"), np.random.default_rng(3).standard_normal(
+        (len(keys), DIMS)).astype(np.float32), keys)
+    write_csv(tmp("cohort.csv"), ["key", "patient", "os", "status", "tmb", "label"], cohort)
+    STORE.update(patients=patients, cohort=cohort, cohort_keys=keys)
 
 
 def pack(*args):
@@ -207,6 +243,10 @@ def check_tile():
         expect(s[k] == 0 and manifest["excluded"].get(k, manifest["dedupe"].get(k)) == 0,
                f"{k} = {s[k]}")
     expect(len(set(manifest["group_split"].values())) >= 2, "every slide in one split")
+    expect((manifest["task"], manifest["outcome"], manifest["folds"]) ==
+           ("classification", None, None), "classification: task, outcome, folds")
+    expect(all(sp["outcome_stats"] is None for sp in manifest["splits"].values()),
+           "classification: outcome_stats")
 
 
 def check_group_by_patient():
@@ -376,7 +416,220 @@ def check_one_writer():
                f"{f} differs from a single run's")
 
 
+# ---------------------------------------------------------------- outcomes (issue 27)
+
+def close(a, b, what, rel=1e-9):
+    expect(a is not None and abs(a - b) <= rel * max(1.0, abs(b)), f"{what}: {a} vs {b}")
+
+
+def expect_outcome_stats(manifest, splits, task):
+    """outcome_stats of every split against numpy over the records as TensorFlow-free decoding
+    read them (float32 values)."""
+    for split, shards in splits.items():
+        st = manifest["splits"][split]["outcome_stats"]
+        recs = [r for recs in shards for r in recs]
+        expect(st["count"] == len(recs), f"{split}: outcome_stats count {st['count']}")
+        if not recs:
+            continue
+        if task == "regression":
+            t = np.array([r["target"] for r in recs], dtype=np.float64)
+            close(st["mean"], t.mean(), f"{split}: mean")
+            close(st["min"], t.min(), f"{split}: min")
+            close(st["max"], t.max(), f"{split}: max")
+            if len(t) > 1:
+                close(st["sd"], t.std(ddof=1), f"{split}: sd")
+            else:
+                expect(st["sd"] is None, f"{split}: sd of one record")
+        else:
+            times = np.array([r["time"] for r in recs], dtype=np.float64)
+            events = sum(r["event"] for r in recs)
+            expect(st["events"] == events, f"{split}: events {st['events']} vs {events}")
+            close(st["event_rate"], events / len(recs), f"{split}: event_rate")
+            for q in (25, 50, 75):
+                close(st["time_quantiles"][f"q{q}"], float(np.quantile(times, q / 100)),
+                      f"{split}: q{q}")
+
+
+def check_regression():
+    targets = {slide: np.float32(t) for slide, _, t in csv.reader(open(tmp("tmb.csv")))
+               if slide != "key"}
+    for unit in ("tile", "bag"):
+        out = tmp(f"ds_reg_{unit}")
+        pack_ok(tmp("feat"), "--labels", tmp("tmb.csv"), "--task", "regression",
+                "--target-column", "tmb", "--unit", unit, "--shards", "2", "-o", out)
+        manifest, splits = read_dataset(out)
+        rows = "index" if unit == "tile" else "indices"
+        kinds = {rows: "int64" if unit == "tile" else "int64_list", "target": "float",
+                 "slide": "bytes"}
+        expect(manifest["record_features"] == kinds, f"{unit}: {manifest['record_features']}")
+        expect((manifest["task"], manifest["outcome"], manifest["folds"]) ==
+               ("regression", {"target_column": "tmb"}, None), f"{unit}: task, outcome, folds")
+        lab = manifest["labels"]
+        expect(lab["names"] == [] and lab["label_column"] is None, f"{unit}: labels {lab}")
+        n = 0
+        for _, r in all_records(splits):
+            expect(np.float32(r["target"]) == targets[r["slide"]],
+                   f"{r['slide']}: target {r['target']} vs {targets[r['slide']]}")
+            n += 1
+        expect(n == (len(STORE["keys"]) if unit == "tile" else SLIDES), f"{unit}: {n} records")
+        expect_outcome_stats(manifest, splits, "regression")
+        expect(all(s["label_histogram"] == [] for s in manifest["splits"].values()),
+               "label_histogram of a regression dataset")
+
+
+def check_survival_bag_by_patient():
+    out = tmp("ds_surv")
+    s = pack_ok(tmp("feat"), "--labels", tmp("clinical.csv"), "--task", "survival",
+                "--time-column", "os", "--event-column", "status", "--unit", "bag",
+                "--bag-by", "patient", "--split", "train=0.5,test=0.5", "-o", out)
+    manifest, splits = read_dataset(out)
+    expect(manifest["record_features"] == {"indices": "int64_list", "time": "float",
+                                           "event": "float", "slide": "bytes"},
+           f"record_features {manifest['record_features']}")
+    expect(manifest["outcome"] == {"time_column": "os", "event_column": "status"}, "outcome")
+    expect(manifest["labels"]["bag_column"] == "patient" and
+           manifest["labels"]["group_column"] is None, f"labels {manifest['labels']}")
+    expect(set(manifest["group_split"]) == set(STORE["patients"]), "groups are the patients")
+    recs = all_records(splits)
+    expect(len(recs) == SLIDES // 2 and s["records"] == SLIDES // 2, f"{len(recs)} bags")
+    for split, r in recs:
+        p = r["slide"]
+        i = int(p[1:])
+        want = sorted(STORE["slide_rows"][f"S{2 * i}"] + STORE["slide_rows"][f"S{2 * i + 1}"])
+        expect(r["indices"] == want, f"{p}: indices {r['indices']} vs {want}")
+        time, event, _ = STORE["patients"][p]
+        expect(np.float32(r["time"]) == np.float32(time) and r["event"] == event,
+               f"{p}: time {r['time']}, event {r['event']} vs {time}, {event}")
+        expect(manifest["group_split"][p] == split, f"{p}: split")
+    expect_outcome_stats(manifest, splits, "survival")
+    # A patient with a slide the store lacks: refused naming the key and its bag, or the
+    # whole bag dropped under --skip-missing.
+    rows = list(csv.reader(open(tmp("clinical.csv"))))
+    write_csv(tmp("clinical_missing.csv"), rows[0], rows[1:] + [["S99", "P1"] + rows[3][2:]])
+    args = [tmp("feat"), "--labels", tmp("clinical_missing.csv"), "--task", "survival",
+            "--time-column", "os", "--event-column", "status", "--unit", "bag",
+            "--bag-by", "patient", "--split", "all=1"]
+    code, _, err = pack(*args, "-o", tmp("ds_surv_miss"))
+    expect(code == 2 and '"S99" (line 10, bag "P1")' in err and "--skip-missing" in err,
+           f"a bag's missing slide: exit {code}: {err.strip()}")
+    s = pack_ok(*args, "--skip-missing", "-o", tmp("ds_surv_miss"))
+    manifest, splits = read_dataset(tmp("ds_surv_miss"))
+    got = sorted(r["slide"] for _, r in all_records(splits))
+    expect(got == ["P0", "P2", "P3"], f"bags {got}")
+    expect(s["incomplete_bags"] == 1 and manifest["excluded"]["incomplete_bags"] == 1 and
+           s["missing_keys"] == 1, f"incomplete_bags {s}")
+
+
+def cohort_strata():
+    """patient -> (event x time tertile, event), tertiles as numpy cuts them."""
+    per_patient = {p: (float(np.float32(t)), int(e)) for _, p, t, e, _, _ in STORE["cohort"]}
+    times = np.array([t for t, _ in per_patient.values()])
+    cuts = np.quantile(times, [1 / 3, 2 / 3])
+    return {p: (3 * e + int((t > cuts).sum()), e) for p, (t, e) in per_patient.items()}
+
+
+def check_folds():
+    args = [tmp("cfeat"), "--labels", tmp("cohort.csv"), "--task", "survival", "--time-column",
+            "os", "--event-column", "status", "--unit", "bag", "--bag-by", "patient"]
+    pack_ok(*args, "--folds", "4", "--split", "test=0.2", "--seed", "3", "-o", tmp("ds_cv"))
+    manifest, splits = read_dataset(tmp("ds_cv"))
+    folds = [f"fold-{i}" for i in range(4)]
+    expect(manifest["folds"] == {"k": 4, "splits": folds, "group_column": "patient",
+                                 "stratify": "event_time_tertile"}, f"folds {manifest['folds']}")
+    expect(set(manifest["splits"]) == set(folds) | {"test"}, f"splits {list(manifest['splits'])}")
+    for f in folds:
+        close(manifest["splits"][f]["fraction"], 0.2, f"{f}: fraction")
+    strata = cohort_strata()
+    expect(set(manifest["group_split"]) == set(strata), "every patient in one split")
+    seen = collections.Counter(r["slide"] for _, r in all_records(splits))
+    expect(set(seen) == set(strata) and max(seen.values()) == 1, "a patient in two splits")
+    events = sum(e for _, e in strata.values())
+    for split in folds + ["test"]:
+        got = sum(strata[p][1] for p, sp in manifest["group_split"].items() if sp == split)
+        expect(abs(got - events * 0.2) <= 1.5, f"{split}: {got} events of {events}")
+        n = sum(1 for sp in manifest["group_split"].values() if sp == split)
+        expect(abs(n - 6) <= 1, f"{split}: {n} patients of 30")
+    # Deterministic for the seed; another seed still a valid assignment.
+    pack_ok(*args, "--folds", "4", "--split", "test=0.2", "--seed", "3", "-o", tmp("ds_cv2"))
+    again = json.load(open(tmp("ds_cv2", "dataset.json")))
+    expect(again["group_split"] == manifest["group_split"], "same seed, other folds")
+    # Without --split: folds only; classification and regression stratify by label / quartile.
+    pack_ok(tmp("cfeat"), "--labels", tmp("cohort.csv"), "--folds", "3", "--group-by",
+            "patient", "-o", tmp("ds_cv_cls"))
+    m = read_dataset(tmp("ds_cv_cls"))[0]
+    expect(list(m["splits"]) == ["fold-0", "fold-1", "fold-2"] and
+           m["folds"]["stratify"] == "label" and m["folds"]["group_column"] == "patient",
+           f"classification folds {m['folds']}")
+    pack_ok(tmp("cfeat"), "--labels", tmp("cohort.csv"), "--task", "regression",
+            "--target-column", "tmb", "--folds", "5", "-o", tmp("ds_cv_reg"))
+    m, sp = read_dataset(tmp("ds_cv_reg"))
+    expect(m["folds"]["stratify"] == "target_quantile" and m["folds"]["group_column"] is None,
+           f"regression folds {m['folds']}")
+    expect_outcome_stats(m, sp, "regression")
+
+
+def check_outcome_errors():
+    """Every bad row: exit 2 naming file:line, the column and the option; bad options exit 1."""
+    surv = ["--task", "survival", "--time-column", "os", "--event-column", "status"]
+    reg = ["--task", "regression", "--target-column", "tmb"]
+    bad_rows = [
+        (reg, "key,tmb\nS0,1\nS1,nan\n",
+         'line 3: column "tmb" holds "nan": a target must be a finite number (the column of '
+         '--target-column)'),
+        (reg, "key,tmb\nS0,inf\n", 'line 2: column "tmb" holds "inf"'),
+        (reg, "key,tmb\nS0,1\nS1,\n", 'line 3: column "tmb" is empty (or missing)'),
+        (reg, "key,tmb\nS0,12a\n", 'column "tmb" holds "12a"'),
+        (reg, "key,tmb\nS0/000000_000000,1\nS0,2\n--unit=bag",
+         'line 3: bag "S0" has target 2, but line 2 gave it target 1; a bag has one outcome'),
+        (surv, "key,os,status\nS0,0,1\n",
+         'line 2: column "os" holds "0": a time must be a finite number > 0 (the column of '
+         '--time-column)'),
+        (surv, "key,os,status\nS0,-3.5,1\n", 'line 2: column "os" holds "-3.5"'),
+        (surv, "key,os,status\nS0,3,maybe\n",
+         'line 2: column "status" holds "maybe": an event must be 1 or 0 (also 1.0/0.0, '
+         'true/false, yes/no, dead/alive) (the column of --event-column)'),
+        (surv, "key,os,status\nS0,3,2\n", 'column "status" holds "2"'),
+        (surv, "key,os,status\nS0,3,\n", 'line 2: column "status" is empty (or missing)'),
+        (surv + ["--group-by", "patient"], "key,os,status,patient\nS0,3,1,P0\nS1,4,1,P0\n",
+         'line 3: group "P0" has time 4, event 1, but line 2 gave it time 3, event 1'),
+        (surv + ["--unit", "bag", "--bag-by", "patient"],
+         "key,os,status,patient\nS0,3,1,P0\nS1,3,0,P0\n",
+         'line 3: bag "P0" has time 3, event 0, but line 2 gave it time 3, event 1'),
+        (surv, "key,os,status\nS0,3,1\nS0,3,0\n",
+         'line 3: key "S0" has time 3, event 0, but line 2 gave it time 3, event 1'),
+    ]
+    for i, (args, text, want) in enumerate(bad_rows):
+        extra = []
+        if "\n--unit=bag" in text:
+            text, extra = text.split("\n--unit=bag")[0] + "\n", ["--unit", "bag"]
+        path = tmp(f"bad{i}.csv")
+        open(path, "w").write(text)
+        code, _, err = pack(tmp("feat"), "--labels", path, *args, *extra, "--split", "all=1",
+                            "-o", tmp(f"ds_bad{i}"))
+        expect(code == 2 and f"{path}: line " in err and want in err,
+               f"bad row {text!r}: exit {code}: {err.strip()} (want {want!r})")
+        expect(not os.path.exists(tmp(f"ds_bad{i}")), f"bad row {text!r}: output written")
+    usage = [
+        (reg + ["--label-column", "diagnosis"], "--label-column is for --task classification"),
+        (["--task", "regression"], "--task regression needs --target-column"),
+        (["--task", "survival", "--time-column", "os"], "needs --event-column"),
+        (["--target-column", "tmb"], "--target-column is for --task regression"),
+        (surv + ["--bag-by", "patient"], "--bag-by makes bags: it needs --unit bag"),
+        (surv + ["--folds", "1"], "--folds"),
+        (surv + ["--folds", "3", "--split", "test=0.5,val=0.5"], "leave records for the folds"),
+        (surv + ["--folds", "3", "--split", "fold-0=0.2"], "fold-I are the folds'"),
+        (["--task", "ordinal"], "ordinal"),
+    ]
+    for args, want in usage:
+        code, _, err = pack(tmp("feat"), "--labels", tmp("clinical.csv"), *args,
+                            "-o", tmp("ds_usage"))
+        expect(code == 1 and want in err, f"{args}: exit {code}: {err.strip()} (want {want!r})")
+        expect(not os.path.exists(tmp("ds_usage")), f"{args}: output written")
+
+
 if __name__ == "__main__":
     run_checks("pack", [check_tile, check_group_by_patient, check_bag, check_errors,
                         check_dedupe, check_determinism,
-                        check_invalid_rows_and_gather, check_one_writer], only, fixtures)
+                        check_invalid_rows_and_gather, check_one_writer, check_regression,
+                        check_survival_bag_by_patient, check_folds, check_outcome_errors],
+               only, fixtures)

@@ -81,12 +81,15 @@ def field(number, payload):
 
 def example(features):
     """tf.train.Example bytes as protobuf writes them deterministically: names sorted, int64
-    lists packed. `features`: name -> int | [ints] | bytes | str."""
+    and float lists packed. `features`: name -> int | [ints] | float | [floats] | bytes | str."""
     entries = b""
     for name in sorted(features):
         v = features[name]
         if isinstance(v, (bytes, str)):
             feature = field(1, field(1, v.encode() if isinstance(v, str) else v))
+        elif isinstance(v, float) or (isinstance(v, list) and v and isinstance(v[0], float)):
+            floats = v if isinstance(v, list) else [v]
+            feature = field(2, field(1, struct.pack(f"<{len(floats)}f", *floats)))
         else:
             feature = field(3, field(1, b"".join(encode_varint(x) for x in (v if isinstance(v, list) else [v]))))
         entries += field(1, field(1, name.encode()) + field(2, feature))

@@ -63,6 +63,21 @@ TEST(InspectStats, IncompleteGammaMatchesClosedForms) {
   EXPECT_THROW(gamma_q(0, 1), UsageError);
 }
 
+// The mean of n draws without replacement: z = (x̄ − μ) / sqrt(σ²/n · (N − n)/(N − 1)), p two-sided.
+TEST(InspectStats, MeanShiftPIsTheTwoSidedNormalTailWithFinitePopulationCorrection) {
+  using mltool::records::mean_shift_p;
+  // N huge: the plain z-test. σ² = 4, n = 100: se 0.2; x̄ − μ = 0.392 → z = 1.96, p = 0.05.
+  EXPECT_NEAR(mean_shift_p(1'000'000'000, 10, 4, 100, 10.392), 0.0499958, 1e-6);
+  EXPECT_NEAR(mean_shift_p(1'000'000'000, 10, 4, 100, 9.608), 0.0499958, 1e-6);
+  // N = 201, n = 100: the variance shrinks by (N − n)/(N − 1) = 0.505 → z = 1.96/sqrt(0.505).
+  EXPECT_NEAR(mean_shift_p(201, 10, 4, 100, 10.392),
+              std::erfc(1.96 / std::sqrt(0.505) / std::sqrt(2.0)), 1e-12);
+  EXPECT_EQ(mean_shift_p(50, 3, 0, 10, 3), 1.0);    // all values equal
+  EXPECT_EQ(mean_shift_p(50, 3, 2, 50, 3.5), 1.0);  // the whole population drawn
+  EXPECT_EQ(mean_shift_p(50, 3, 2, 10, 3), 1.0);
+  EXPECT_THROW(mean_shift_p(5, 0, 1, 0, 0), mltool::UsageError);
+}
+
 TEST(InspectStats, ChiSquarePValuesMatchTables) {
   // critical values of the chi-square distribution at p = 0.05 and 0.01 (standard tables)
   EXPECT_NEAR(chi_square_p(3.841458820694124, 1), 0.05, 1e-12);
@@ -387,9 +402,12 @@ TEST(InspectThresholds, ParseDefaultsOverridesAndOff) {
   EXPECT_EQ(d.decile_p, 1e-6);
   EXPECT_FALSE(parse_thresholds("decile-p=off").decile_p);
   EXPECT_EQ(format_thresholds(d),
-            "max-ratio=1.1,cv=0.05,oversample=1.1,decile-drift=0.05,decile-p=1e-06,chi2-p=0.01");
-  EXPECT_EQ(format_thresholds(parse_thresholds("cv=off,decile-p=1e-4")),
-            "max-ratio=1.1,cv=off,oversample=1.1,decile-drift=0.05,decile-p=0.0001,chi2-p=0.01");
+            "max-ratio=1.1,cv=0.05,oversample=1.1,decile-drift=0.05,decile-p=1e-06,chi2-p=0.01,"
+            "outcome-p=0.01");
+  EXPECT_EQ(format_thresholds(parse_thresholds("cv=off,decile-p=1e-4,outcome-p=off")),
+            "max-ratio=1.1,cv=off,oversample=1.1,decile-drift=0.05,decile-p=0.0001,chi2-p=0.01,"
+            "outcome-p=off");
+  EXPECT_THROW(parse_thresholds("outcome-p=2"), UsageError);
   EXPECT_THROW(parse_thresholds("dataset/"), UsageError);
 }
 

@@ -21,6 +21,8 @@ using mltool::io::TableFormat;
 using mltool::records::LabelColumns;
 using mltool::records::LabelMap;
 using mltool::records::Labels;
+using mltool::records::PackTask;
+using mltool::records::parse_event;
 using mltool::records::read_labels;
 using mltool::records::select_labels;
 using mltool::testing::error_of;
@@ -32,6 +34,15 @@ Table jsonl(std::string_view text) { return parse_table(text, TableFormat::jsonl
 
 std::string csv_error(std::string_view text) {
   return error_of<FormatError>([&] { csv(text); });
+}
+
+// Key, label and group columns (the others unset).
+LabelColumns columns(std::string key, std::string label, std::string group) {
+  LabelColumns c;
+  c.key = std::move(key);
+  c.label = std::move(label);
+  c.group = std::move(group);
+  return c;
 }
 
 std::string select_error(const Table& t, const LabelColumns& c = {}) {
@@ -134,13 +145,12 @@ TEST(LabelsJsonl, ErrorsNameTheLine) {
       0u);
   EXPECT_NE(err("{\"key\": \"a\"}\n{\"key\": x}\n").find("at column 9"), std::string::npos);
   EXPECT_EQ(err("[1, 2]\n"), "labels.jsonl: line 1: expected a JSON object, got an array");
-  EXPECT_EQ(
-      err("\n\n{\"key\": \"a\", \"label\": 1.5}\n"),
-      "labels.jsonl: line 3: \"label\": expected a string or an integer, got a fractional number");
-  EXPECT_EQ(err("{\"key\": true}\n"),
-            "labels.jsonl: line 1: \"key\": expected a string or an integer, got a boolean");
+  EXPECT_EQ(err("\n\n{\"key\": \"a\", \"label\": [1.5]}\n"),
+            "labels.jsonl: line 3: \"label\": expected a string, a number or a boolean, got an "
+            "array");
   EXPECT_EQ(err("{\"key\": {\"a\": 1}}\n"),
-            "labels.jsonl: line 1: \"key\": expected a string or an integer, got an object");
+            "labels.jsonl: line 1: \"key\": expected a string, a number or a boolean, got an "
+            "object");
   EXPECT_EQ(err("\n \n"), "labels.jsonl: empty file, expected one JSON object per line");
 }
 
@@ -159,7 +169,7 @@ TEST(LabelsSelect, DefaultsAndGroups) {
   EXPECT_EQ(by_key.records[1].label, "stroma");
   EXPECT_EQ(by_key.records[1].group, "s1");  // no group column: the key is the group
   EXPECT_EQ(by_key.records[1].line, 3u);
-  const Labels by_patient = select_labels(t, {"key", "label", "patient"});
+  const Labels by_patient = select_labels(t, columns("key", "label", "patient"));
   EXPECT_EQ(by_patient.records[2].group, "p2");
   EXPECT_EQ(by_patient.path, "labels.csv");
 }
@@ -168,11 +178,9 @@ TEST(LabelsSelect, MissingColumnListsTheColumns) {
   const Table t = csv("slide,diagnosis,patient\ns1,a,p1\n");
   EXPECT_EQ(select_error(t),
             "labels.csv: no column \"key\" (the columns are: slide, diagnosis, patient)");
-  EXPECT_EQ(select_error(t, {"slide", "diagnosis", "case"}),
+  EXPECT_EQ(select_error(t, columns("slide", "diagnosis", "case")),
             "labels.csv: no column \"case\" (the columns are: slide, diagnosis, patient)");
-  EXPECT_EQ(error_of<UsageError>([&] {
-              select_labels(t, {"slide", "slide", ""});
-            }),
+  EXPECT_EQ(error_of<UsageError>([&] { select_labels(t, columns("slide", "slide", "")); }),
             "the key and label columns must differ, both are \"slide\"");
 }
 
@@ -181,7 +189,7 @@ TEST(LabelsSelect, EmptyValuesAndBadKeys) {
             "labels.csv: line 3: column \"key\" is empty (or missing)");
   EXPECT_EQ(select_error(csv("key,label\na,\n")),
             "labels.csv: line 2: column \"label\" is empty (or missing)");
-  EXPECT_EQ(select_error(csv("key,label,p\na,1,\n"), {"key", "label", "p"}),
+  EXPECT_EQ(select_error(csv("key,label,p\na,1,\n"), columns("key", "label", "p")),
             "labels.csv: line 2: column \"p\" is empty (or missing)");
   EXPECT_EQ(select_error(jsonl("{\"key\": \"a\", \"label\": 1}\n{\"key\": \"b\"}\n")),
             "labels.jsonl: line 2: column \"label\" is empty (or missing)");
@@ -192,7 +200,7 @@ TEST(LabelsSelect, EmptyValuesAndBadKeys) {
 
 TEST(LabelsSelect, OneKeyOneGroup) {
   const Table t = csv("key,label,p\ns1,a,p1\ns2,a,p1\ns1,b,p1\n\ns1,c,p2\n");
-  EXPECT_EQ(select_error(t, {"key", "label", "p"}),
+  EXPECT_EQ(select_error(t, columns("key", "label", "p")),
             "labels.csv: line 6: key \"s1\" is in group \"p2\", but line 2 put it in group \"p1\"");
 }
 
@@ -242,6 +250,129 @@ TEST(LabelsMap, IdsDoNotDependOnRowOrder) {
   const Labels b = select_labels(csv("key,label\nd,1\nc,20\nb,1\na,3\n"), {});
   EXPECT_EQ(mltool::records::label_map(a).names(), (std::vector<std::string>{"1", "3", "20"}));
   EXPECT_EQ(mltool::records::label_map(a).names(), mltool::records::label_map(b).names());
+}
+
+// ---------------------------------------------------------------- outcomes (issue 27)
+
+LabelColumns regression_columns() {
+  LabelColumns c;
+  c.target = "tmb";
+  return c;
+}
+
+LabelColumns survival_columns(std::string group = "") {
+  LabelColumns c;
+  c.time = "os";
+  c.event = "status";
+  c.group = std::move(group);
+  return c;
+}
+
+TEST(LabelsOutcome, RegressionTargetsAreFiniteNumbers) {
+  const Labels l = select_labels(csv("key,tmb\ns1,3.5\ns2, -1e-3 \ns3,7\n"), regression_columns(),
+                                 PackTask::regression);
+  ASSERT_EQ(l.records.size(), 3u);
+  EXPECT_EQ(l.records[0].target, 3.5f);
+  EXPECT_EQ(l.records[1].target, -1e-3f);
+  EXPECT_EQ(l.records[2].target, 7.0f);
+  EXPECT_TRUE(l.records[0].label.empty());  // the label column is not read: it need not exist
+  const auto err = [](std::string_view text) {
+    return error_of<InputError>(
+        [&] { select_labels(csv(text), regression_columns(), PackTask::regression); });
+  };
+  for (const char* bad : {"nan", "inf", "-inf", "abc", "1.5x", "1e999"})
+    EXPECT_EQ(err(std::string("key,tmb\ns1,1\ns2,") + bad + "\n"),
+              std::string("labels.csv: line 3: column \"tmb\" holds \"") + bad +
+                  "\": a target must be a finite number (the column of --target-column)")
+        << bad;
+  EXPECT_EQ(err("key,tmb\ns1,\n"), "labels.csv: line 2: column \"tmb\" is empty (or missing)");
+  EXPECT_EQ(err("key,tmb\ns1,1\ns1,2\n"),
+            "labels.csv: line 3: key \"s1\" has target 2, but line 2 gave it target 1");
+  EXPECT_EQ(
+      select_labels(csv("key,tmb\ns1,1\ns1,1.0\n"), regression_columns(), PackTask::regression)
+          .records.size(),
+      2u);  // the same outcome twice: a repeat, not a conflict
+  EXPECT_NE(error_of<UsageError>([] {
+              select_labels(csv("key,tmb\ns1,1\n"), LabelColumns{}, PackTask::regression);
+            }).find("--task regression needs --target-column"),
+            std::string::npos);
+}
+
+TEST(LabelsOutcome, SurvivalTimesAndEvents) {
+  const Labels l =
+      select_labels(csv("key,os,status\na,12.5,1\nb,3,0\nc,1e-3,Dead\nd,4,ALIVE\ne,5,yes\nf,6,No\n"
+                        "g,7,true\nh,8,False\ni,9,1.0\nj,10,0.0\n"),
+                    survival_columns(), PackTask::survival);
+  std::vector<float> events, times;
+  for (const auto& r : l.records) {
+    events.push_back(r.event);
+    times.push_back(r.time);
+  }
+  EXPECT_EQ(events, (std::vector<float>{1, 0, 1, 0, 1, 0, 1, 0, 1, 0}));
+  EXPECT_EQ(times[0], 12.5f);
+  EXPECT_EQ(times[2], 1e-3f);
+  const auto err = [](std::string_view text, LabelColumns c = survival_columns()) {
+    return error_of<InputError>([&] { select_labels(csv(text), c, PackTask::survival); });
+  };
+  for (const char* bad : {"0", "-2", "nan", "inf", "x"})
+    EXPECT_EQ(err(std::string("key,os,status\na,") + bad + ",1\n"),
+              std::string("labels.csv: line 2: column \"os\" holds \"") + bad +
+                  "\": a time must be a finite number > 0 (the column of --time-column)")
+        << bad;
+  for (const char* bad : {"2", "0.5", "maybe", "-1", "censored"})
+    EXPECT_EQ(err(std::string("key,os,status\na,3,") + bad + "\n"),
+              std::string("labels.csv: line 2: column \"status\" holds \"") + bad +
+                  "\": an event must be 1 or 0 (also 1.0/0.0, true/false, yes/no, dead/alive) "
+                  "(the column of --event-column)")
+        << bad;
+  EXPECT_EQ(err("key,os,status\na,3,\n"),
+            "labels.csv: line 2: column \"status\" is empty (or missing)");
+  // One patient (group) with two outcomes.
+  EXPECT_EQ(err("key,os,status,patient\na,3,1,P1\nb,3,0,P1\n", survival_columns("patient")),
+            "labels.csv: line 3: group \"P1\" has time 3, event 0, but line 2 gave it time 3, "
+            "event 1");
+  EXPECT_EQ(select_labels(csv("key,os,status,patient\na,3,1,P1\nb,3,dead,P1\n"),
+                          survival_columns("patient"), PackTask::survival)
+                .records.size(),
+            2u);
+}
+
+TEST(LabelsOutcome, BagColumnOneBagAndOutcomePerKeyAndBag) {
+  LabelColumns c = survival_columns();
+  c.bag = "patient";
+  const Labels l = select_labels(csv("key,os,status,patient\ns1,3,1,P1\ns2,3,1,P1\ns3,5,0,P2\n"), c,
+                                 PackTask::survival);
+  EXPECT_EQ(l.records[1].bag, "P1");
+  EXPECT_EQ(l.records[2].group, "s3");  // without --group-by the key; pack makes the bag the group
+  const auto err = [&](std::string_view text) {
+    return error_of<InputError>([&] { select_labels(csv(text), c, PackTask::survival); });
+  };
+  EXPECT_EQ(err("key,os,status,patient\ns1,3,1,P1\ns1,3,1,P2\n"),
+            "labels.csv: line 3: key \"s1\" is in bag \"P2\", but line 2 put it in bag \"P1\"");
+  EXPECT_EQ(err("key,os,status,patient\ns1,3,1,P1\ns2,4,1,P1\n"),
+            "labels.csv: line 3: bag \"P1\" has time 4, event 1, but line 2 gave it time 3, "
+            "event 1");
+  EXPECT_EQ(err("key,os,status,patient\ns1,3,1,\n"),
+            "labels.csv: line 2: column \"patient\" is empty (or missing)");
+}
+
+TEST(LabelsOutcome, ParseEvent) {
+  for (const char* one : {"1", "1.0", "1e0", " true", "TRUE", "Yes", "dead", "DEAD "})
+    EXPECT_EQ(parse_event(one), 1.0f) << one;
+  for (const char* zero : {"0", "0.0", "-0", "false", "no", "Alive"})
+    EXPECT_EQ(parse_event(zero), 0.0f) << zero;
+  for (const char* bad : {"", "2", "0.5", "y", "n", "t", "deceased", "nan"})
+    EXPECT_FALSE(parse_event(bad).has_value()) << bad;
+}
+
+TEST(LabelsOutcome, JsonlNumbersAndBooleansAsText) {
+  const Table t = jsonl(
+      "{\"key\": \"a\", \"os\": 12.5, \"status\": true}\n"
+      "{\"key\": \"b\", \"os\": 1e-07, \"status\": false}\n");
+  EXPECT_EQ(t.rows, (Rows{{"a", "12.5", "true"}, {"b", "1e-07", "false"}}));
+  const Labels l = select_labels(t, survival_columns(), PackTask::survival);
+  EXPECT_EQ(l.records[0].event, 1.0f);
+  EXPECT_EQ(l.records[1].time, 1e-07f);
 }
 
 }  // namespace

@@ -248,4 +248,113 @@ TEST(SplitSpecs, Parse) {
   EXPECT_THROW(parse_splits("train=0.5,val=0.6"), UsageError);
 }
 
+namespace folds {
+
+using mltool::records::fold_name;
+using mltool::records::fold_splits;
+
+TEST(Folds, SplitsAreHeldOutThenEqualFolds) {
+  const auto s = fold_splits({{"test", 0.2}}, 4);
+  ASSERT_EQ(s.size(), 5u);
+  EXPECT_EQ(s[0].name, "test");
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(s[i + 1].name, fold_name(i));
+    EXPECT_DOUBLE_EQ(s[i + 1].fraction, 0.2);
+  }
+  EXPECT_EQ(fold_splits({}, 2).size(), 2u);
+  EXPECT_DOUBLE_EQ(fold_splits({}, 3)[2].fraction, 1.0 / 3);
+}
+
+TEST(Folds, RefusesBadFoldsAndHeldOutSplits) {
+  const auto err = [](std::vector<SplitSpec> held, std::uint32_t k) {
+    return error_or_empty<UsageError>([&] { fold_splits(held, k); });
+  };
+  EXPECT_NE(err({}, 1).find("at least 2"), std::string::npos);
+  EXPECT_NE(err({{"test", 1.0}}, 3).find("leave records for the folds"), std::string::npos);
+  EXPECT_NE(err({{"test", 0.5}, {"val", 0.6}}, 3).find("sum to 1.1"), std::string::npos);
+  EXPECT_NE(err({{"fold-1", 0.2}}, 3).find("fold-I are the folds'"), std::string::npos);
+  EXPECT_EQ(err({{"test", 0.2}, {"val", 0.1}}, 5), "");
+}
+
+// Many small groups, each with one stratum (a patient's outcome), as pack gives them; strata of
+// random frequencies, some rare.
+struct Cohort {
+  std::vector<std::string> names;
+  std::vector<std::uint32_t> size, stratum;  // per group
+  std::vector<SplitItem> items() const {
+    std::vector<SplitItem> v;
+    for (std::size_t g = 0; g < names.size(); ++g)
+      for (std::uint32_t r = 0; r < size[g]; ++r) v.push_back({names[g], stratum[g]});
+    return v;
+  }
+};
+
+Cohort random_cohort(std::mt19937_64& rng, std::uint32_t max_size) {
+  Cohort c;
+  const int groups = std::uniform_int_distribution<int>(100, 600)(rng);
+  const int strata = std::uniform_int_distribution<int>(1, 6)(rng);
+  std::vector<double> weight(strata);
+  for (double& w : weight) w = std::uniform_real_distribution<double>(0.1, 1.0)(rng);
+  std::discrete_distribution<std::uint32_t> pick(weight.begin(), weight.end());
+  for (int g = 0; g < groups; ++g) {
+    c.names.push_back("p" + std::to_string(rng() % 1000000) + "-" + std::to_string(g));
+    c.size.push_back(std::uniform_int_distribution<std::uint32_t>(1, max_size)(rng));
+    c.stratum.push_back(pick(rng));
+  }
+  return c;
+}
+
+// The property: every group in exactly one fold (none in two), and each fold's count
+// of each stratum within one group's worth of records of its exact share.
+TEST(Folds, EveryGroupInOneFoldStrataWithinOneGroupOfTheirShare) {
+  std::mt19937_64 rng(2027);
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::uint32_t max_size = trial % 3 == 0 ? 1 : 3;  // patient bags: one record each
+    const Cohort c = random_cohort(rng, max_size);
+    const std::uint32_t k = std::uniform_int_distribution<std::uint32_t>(2, 10)(rng);
+    const auto splits = fold_splits({}, k);
+    const auto items = c.items();
+    const SplitAssignment a = assign_splits(items, splits, rng());
+    ASSERT_EQ(a.groups.size(), c.names.size());
+    std::map<std::string, std::uint32_t> fold_of;  // every record of a group in one fold
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const auto [it, added] = fold_of.emplace(std::string(items[i].group), a.record_split[i]);
+      ASSERT_EQ(it->second, a.record_split[i]) << "group " << items[i].group << " in two folds";
+      ASSERT_LT(a.record_split[i], k);
+    }
+    ASSERT_EQ(fold_of.size(), c.names.size());
+    std::map<std::uint32_t, double> total;
+    std::map<std::pair<std::uint32_t, std::uint32_t>, double> in_fold;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      total[items[i].label] += 1;
+      in_fold[{a.record_split[i], items[i].label}] += 1;
+    }
+    for (const auto& [stratum, n] : total)
+      for (std::uint32_t f = 0; f < k; ++f)
+        EXPECT_LE(std::abs(in_fold[{f, stratum}] - n / k), max_size)
+            << "trial " << trial << ": fold " << f << " holds " << in_fold[{f, stratum}]
+            << " records of stratum " << stratum << ", its share is " << n / k;
+  }
+}
+
+// The coarse classes (survival: the event) are balanced too where the fine strata cannot be:
+// six patients, one per stratum, three with an event, in three folds: one event each.
+TEST(Folds, CoarseClassesSpreadEventsOfTinyCohorts) {
+  const std::vector<std::string> names = {"P0", "P1", "P2", "P3", "P4", "P5"};
+  std::vector<SplitItem> items;
+  for (std::uint32_t g = 0; g < 6; ++g) items.push_back({names[g], g});  // strata 0..5
+  for (std::uint64_t seed = 0; seed < 20; ++seed) {
+    const auto a = assign_splits(items, fold_splits({}, 3), seed, {0, 0, 0, 1, 1, 1});
+    std::vector<int> events(3, 0), sizes(3, 0);
+    for (std::uint32_t g = 0; g < 6; ++g) {
+      ++sizes[a.record_split[g]];
+      events[a.record_split[g]] += g >= 3;
+    }
+    EXPECT_EQ(events, (std::vector<int>{1, 1, 1})) << "seed " << seed;
+    EXPECT_EQ(sizes, (std::vector<int>{2, 2, 2})) << "seed " << seed;
+  }
+}
+
+}  // namespace folds
+
 }  // namespace

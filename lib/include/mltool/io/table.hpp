@@ -40,9 +40,11 @@ struct Table {
 /// - tsv: fields separated by tabs; no quoting (quotes are ordinary characters), so a
 ///   field cannot hold a tab or a line break. Every row as wide as the header.
 /// - jsonl: one JSON object per line. The columns are the objects' member names in
-///   order of first appearance; a value is a string or an integer (written in
-///   decimal); null or a missing member reads as "" (which select_labels refuses
-///   where a value is needed); any other value is an error. A member repeated within
+///   order of first appearance; a value is a string, an integer (written in decimal),
+///   a fractional number (the shortest text that reads back as the same double, e.g.
+///   "12.5", "1e-07") or a boolean ("true", "false"); null or a missing member reads as ""
+///   (which select_labels refuses where a value is needed); any other value (an array,
+///   an object) is an error. A member repeated within
 ///   one object keeps its last value, as most JSON readers do.
 /// Errors are FormatError "PATH: line N: ..." with the physical line, e.g.
 /// "labels.csv: line 17: 3 fields, the header has 4".

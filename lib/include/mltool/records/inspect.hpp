@@ -71,6 +71,14 @@ double hypergeometric_p(std::uint64_t population, std::uint64_t successes, std::
 double decile_drift_p(const std::vector<std::uint64_t>& label_histogram,
                       const std::array<std::vector<std::uint64_t>, kDeciles>& decile_labels);
 
+/// Two-sided p-value that the mean of `draws` values drawn without replacement from a population
+/// of `population` values (mean `mean`, population variance `variance`) lies as far from `mean`
+/// as `draw_mean`, by the normal approximation: z = (draw_mean − mean) / sqrt(variance / draws
+/// · (population − draws) / (population − 1)), p = erfc(|z| / √2). 1 when the draw's variance
+/// is 0 (every value equal, or the whole population drawn). Requires 0 < draws <= population.
+double mean_shift_p(std::uint64_t population, double mean, double variance, std::uint64_t draws,
+                    double draw_mean);
+
 // ---------------------------------------------------------------- interleave
 
 /// The order in which a uniform interleave reads shards: every shard open at once, one record
@@ -150,6 +158,12 @@ struct ShardReport {
   double oversample = std::numeric_limits<double>::quiet_NaN();
   int oversample_decile = -1;
   double exhausted_at = std::numeric_limits<double>::quiet_NaN();
+  /// Regression, survival datasets: records with an outcome, their mean target (regression)
+  /// or event rate (survival), and the two-sided p-value of a shard mean as far from the
+  /// group's under a random assignment of the group's records to shards (NaN: none).
+  std::uint64_t outcome_records = 0;
+  double outcome_mean = std::numeric_limits<double>::quiet_NaN();
+  double outcome_p = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct GroupReport {
@@ -175,12 +189,24 @@ struct GroupReport {
   /// The largest shard `oversample`, and its shard (-1: none).
   double max_oversample = std::numeric_limits<double>::quiet_NaN();
   int oversampled_shard = -1;
+  /// Regression, survival datasets (docs/inspect.md#outcomes): the group's mean target or
+  /// event rate, the targets' sample sd (regression; NaN for survival or under two records),
+  /// and the smallest shard outcome_p times the number of shards with records (Bonferroni,
+  /// at most 1), with its shard (-1: none). NaN without outcomes.
+  std::uint64_t outcome_records = 0;
+  double outcome_mean = std::numeric_limits<double>::quiet_NaN();
+  double outcome_sd = std::numeric_limits<double>::quiet_NaN();
+  double outcome_p = std::numeric_limits<double>::quiet_NaN();
+  int outcome_shard = -1;
 };
 
 struct InspectReport {
   std::string dataset;  ///< the dataset directory, or "" for TFRecord files
   bool deep = false;
   std::string label_feature;
+  /// A dataset's task (older datasets and TFRecord files: classification). Regression and
+  /// survival datasets have no labels; their shards are compared by outcome instead.
+  PackTask task = PackTask::classification;
   /// Label names by id: the dataset's label map, or the distinct values found (numeric order
   /// when all are int64, else bytewise); empty when no record has the label feature.
   std::vector<std::string> labels;
@@ -209,6 +235,7 @@ struct Thresholds {
   std::optional<double> decile_drift = 0.05;  ///< "decile-drift": decile_drift <= this, or ...
   std::optional<double> decile_p = 1e-6;      ///< "decile-p": ... decile_p >= this
   std::optional<double> chi2_p = 0.01;        ///< "chi2-p": chi-square p-value >= this
+  std::optional<double> outcome_p = 0.01;     ///< "outcome-p": GroupReport::outcome_p >= this
 };
 
 /// Parses "NAME=VALUE,..." over the defaults; VALUE "off" drops a check; "" keeps the

@@ -1,8 +1,9 @@
 // Labels tables for `mltool pack`: a CSV, TSV or JSONL file with a key column (a tile
-// key, or a slide id for slide-level labels), a label column and optionally a group
-// column (a patient), read into typed records; and the label map, distinct label
-// strings → dense ids 0..K-1. One key may carry many labels (captions per image):
-// each row becomes its own record.
+// key, or a slide id for slide-level labels), the outcome — a label column
+// (classification), a target column (regression) or a time and an event column
+// (survival) — and optionally a group column (a patient) and a bag column, read into
+// typed records; and the label map, distinct label strings → dense ids 0..K-1. One key
+// may carry many labels (captions per image): each row becomes its own record.
 #pragma once
 
 #include <cstdint>
@@ -15,20 +16,35 @@
 
 namespace mltool::records {
 
+/// What a record's outcome is (docs/pack.md#tasks): a label id (classification), one float
+/// (regression: `target`), or a time and an event (survival: `time` > 0, `event` 1 observed or
+/// 0 censored).
+enum class PackTask { classification, regression, survival };
+
 /// Which columns hold what. An empty `group` means no group column: every key is its
-/// own group.
+/// own group. `label` is read for classification only, `target` for regression, `time` and
+/// `event` for survival. A non-empty `bag` names the column whose values are bags
+/// (`--bag-by`).
 struct LabelColumns {
   std::string key = "key";
   std::string label = "label";
   std::string group;
+  std::string target;
+  std::string time;
+  std::string event;
+  std::string bag;
 };
 
 /// One row of a labels table.
 struct LabelRecord {
   std::string key;         ///< not empty, no line break (a keys.txt key or a slide id)
-  std::string label;       ///< not empty
+  std::string label;       ///< classification: not empty; otherwise empty
   std::string group;       ///< the group column's value, or the key without a group column
   std::uint64_t line = 0;  ///< 1-based line of the row in the file
+  float target = 0;        ///< regression: finite
+  float time = 0;          ///< survival: finite, > 0
+  float event = 0;         ///< survival: 1 observed, 0 censored
+  std::string bag;         ///< the bag column's value (not empty), or "" without one
 };
 
 /// The records of a labels table, in file order.
@@ -37,21 +53,37 @@ struct Labels {
   std::vector<LabelRecord> records;
 };
 
-/// Picks the key, label and group columns of `table`. Guarantees, each otherwise an
-/// error naming the path and line:
-/// - every key, label and group is non-empty (InputError "line N: column "label" is
-///   empty (or missing)"), and no key holds '\r' or '\n';
+/// Picks the key, outcome, group and bag columns of `table` for `task`. Guarantees, each
+/// otherwise an InputError naming the path and line:
+/// - every key, label, group and bag is non-empty ("line N: column "label" is empty (or
+///   missing)"), and no key holds '\r' or '\n';
+/// - regression: every target is a finite number; survival: every time a finite number > 0
+///   and every event 1/0, true/false, yes/no, dead/alive (any case) or 1.0/0.0
+///   ("line 7: column "os" holds "-2": a time must be a number > 0 (column of
+///   --time-column)");
 /// - all rows of one key name the same group ("line 9: key "s1" is in group "p2", but
-///   line 3 put it in group "p1""), so a split by group never separates a key's rows;
+///   line 3 put it in group "p1""), so a split by group never separates a key's rows, and
+///   the same bag;
+/// - regression, survival: all rows of one key, of one group (when there is a group
+///   column) and of one bag agree on the outcome ("line 9: group "P1" has time 12, event 1,
+///   but line 3 gave it time 10, event 1");
 /// - there is at least one row.
 /// A missing column is an InputError listing the columns present; the key and label
-/// columns must differ (UsageError).
-Labels select_labels(const io::Table& table, const LabelColumns& columns);
+/// columns must differ (UsageError), and a task's outcome columns must be named
+/// (UsageError naming the option).
+Labels select_labels(const io::Table& table, const LabelColumns& columns,
+                     PackTask task = PackTask::classification);
 /// The same, moving the strings out of `table`.
-Labels select_labels(io::Table&& table, const LabelColumns& columns);
+Labels select_labels(io::Table&& table, const LabelColumns& columns,
+                     PackTask task = PackTask::classification);
 
-/// select_labels(read_table(path), columns).
-Labels read_labels(const std::string& path, const LabelColumns& columns);
+/// select_labels(read_table(path), columns, task).
+Labels read_labels(const std::string& path, const LabelColumns& columns,
+                   PackTask task = PackTask::classification);
+
+/// A survival event as a table spells it: 1/0, 1.0/0.0, true/false, yes/no, dead/alive (any
+/// case, surrounding blanks ignored) → 1 or 0; nullopt for anything else.
+std::optional<float> parse_event(std::string_view text);
 
 /// Distinct label strings → ids 0..K-1 in a fixed order, so ids depend only on the
 /// set of labels, never on the order of the rows:

@@ -25,10 +25,7 @@ namespace mltool::records {
 enum class PackUnit { tile, bag, image };
 extern const util::EnumNames<PackUnit> kPackUnits;
 
-/// What a record's outcome is (docs/pack.md#tasks): a label id (classification), one float
-/// (regression: `target`), or a time and an event (survival: `time` > 0, `event` 1 observed or
-/// 0 censored).
-enum class PackTask { classification, regression, survival };
+/// The names of PackTask (labels.hpp).
 extern const util::EnumNames<PackTask> kPackTasks;
 
 /// "classification", "regression", "survival".
@@ -52,11 +49,19 @@ struct PackShard {
 struct PackJob {
   std::string features;  ///< feature store directory
   std::string labels;    ///< labels table (.csv, .tsv, .jsonl)
-  /// Key and label columns; `group` empty → the slide of each key is its group.
+  /// Key, outcome, group and bag columns; `group` empty → the bag column's value with
+  /// `bag` set, else the slide of each key, is its group.
   LabelColumns columns;
+  PackTask task = PackTask::classification;
   std::string output;  ///< dataset directory to create
   PackUnit unit = PackUnit::tile;
   std::vector<SplitSpec> splits = {{"train", 0.8}, {"val", 0.1}, {"test", 0.1}};
+  /// Set when `splits` was given (--split): with `folds`, `splits` are then the held-out
+  /// splits (fractions summing below 1); without, there is none.
+  bool splits_given = false;
+  /// K >= 2: the records outside the held-out splits are divided among K folds, splits
+  /// "fold-0" .. "fold-{K-1}" (docs/pack.md#folds); 0: no folds.
+  std::uint32_t folds = 0;
   std::uint32_t shards = 1;  ///< shards per split (>= 1)
   std::uint64_t seed = 0;
   bool dedupe = false;
@@ -80,6 +85,7 @@ struct PackReport {
   std::uint64_t duplicate_labels = 0;  ///< (row, label) pairs reached more than once
   std::uint64_t duplicate_rows = 0;    ///< with dedupe: rows replaced by an identical earlier row
   std::uint64_t empty_bags = 0;        ///< bag unit: bags dropped for having no valid row
+  std::uint64_t incomplete_bags = 0;   ///< --bag-by, skip_missing: bags dropped for a missing key
   bool coordinates = false;            ///< x, y written
   std::vector<PackShard> shards;       ///< every shard, split by split
   nlohmann::json manifest;             ///< dataset.json as written

@@ -82,6 +82,10 @@ class RecordCodec {
   PackTask task_;
 };
 
+/// The features holding a task's outcome, in record order: {"label"} (classification),
+/// {"target"} (regression), {"time", "event"} (survival). inspect reads them by these names.
+std::vector<std::string> outcome_features(PackTask task);
+
 /// A feature of dataset.json's record_features, as `inspect --deep` checks every record.
 struct RecordFeature {
   std::string name;

@@ -19,13 +19,24 @@ struct SplitSpec {
 };
 
 /// Throws UsageError unless there is at least one split, every name is non-empty,
-/// made of [A-Za-z0-9_-] and unique, every fraction is finite and > 0, and the
-/// fractions sum to 1 within 1e-6.
-void validate_splits(const std::vector<SplitSpec>& splits);
+/// made of [A-Za-z0-9_-] and unique, every fraction is finite and > 0, and (with
+/// `check_sum`) the fractions sum to 1 within 1e-6.
+void validate_splits(const std::vector<SplitSpec>& splits, bool check_sum = true);
 
-/// Parses "train=0.8,val=0.1,test=0.1" (the `--split` syntax) and validates it;
-/// UsageError naming the offending item.
-std::vector<SplitSpec> parse_splits(std::string_view text);
+/// Parses "train=0.8,val=0.1,test=0.1" (the `--split` syntax) and validates it
+/// (validate_splits); UsageError naming the offending item.
+std::vector<SplitSpec> parse_splits(std::string_view text, bool check_sum = true);
+
+/// The name of fold `i`: "fold-I".
+std::string fold_name(std::uint32_t i);
+
+/// The splits of `k` folds beside `held_out` splits: the held-out ones first, then
+/// "fold-0" .. "fold-{k-1}", each with the fraction (1 − Σ held-out) / k. UsageError unless
+/// k >= 2, the held-out splits are valid names with fractions > 0 summing below 1
+/// (1e-6 spare), and none is named like a fold. assign_splits over the result is k-fold
+/// assignment: every group in exactly one fold or held-out split, folds as equal and as
+/// alike in label (stratum) mix as the groups allow.
+std::vector<SplitSpec> fold_splits(const std::vector<SplitSpec>& held_out, std::uint32_t k);
 
 /// One record to place: the name of its group and its label id (from a LabelMap).
 /// `group` is a view: the string must outlive the call.
@@ -69,8 +80,15 @@ struct SplitAssignment {
 /// tests measure that with many small groups sizes and label shares land within a
 /// few records of their targets.
 ///
+/// `label_class` (optional, indexed by label id) groups labels into coarser classes whose
+/// counts per split join the cost as a third term, Σ_s Σ_c (n_sc − T_sc)² / max(T_sc, 1): pack
+/// stratifies survival by event × time tertile and the event alone as the class, so even a
+/// cohort too small to balance six strata gets its events spread over the folds. Empty: no
+/// third term (classification).
+///
 /// Throws UsageError for invalid `splits` (validate_splits).
 SplitAssignment assign_splits(const std::vector<SplitItem>& items,
-                              const std::vector<SplitSpec>& splits, std::uint64_t seed);
+                              const std::vector<SplitSpec>& splits, std::uint64_t seed,
+                              const std::vector<std::uint32_t>& label_class = {});
 
 }  // namespace mltool::records

@@ -1,0 +1,47 @@
+// Internal to lib/records: the outcomes of regression and survival records (docs/pack.md#tasks)
+// as pack plans, stratifies and summarizes them.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "mltool/records/labels.hpp"
+
+namespace mltool::records::detail {
+
+/// A record's outcome: `target` (regression) or `time` and `event` (survival).
+struct Outcome {
+  float target = 0;
+  float time = 0;
+  float event = 0;
+  bool operator==(const Outcome& o) const {
+    return target == o.target && time == o.time && event == o.event;
+  }
+};
+
+/// numpy.quantile(values, q) with its default (linear) method: h = (n − 1)·q, the value at
+/// floor(h) plus (h − floor(h)) times the step to the next. `sorted` ascending, not empty.
+double quantile(const std::vector<double>& sorted, double q);
+
+/// How records are stratified for splits and folds: "label" (classification),
+/// "target_quantile" (regression), "event_time_tertile" (survival).
+const char* stratify_name(PackTask task);
+
+/// The stratum of each of `outcomes` (one per record), for regression and survival:
+/// - regression: the target's quartile bin, #{c in (q25, q50, q75) : target > c} (0..3),
+///   the quantiles taken over all the records' targets;
+/// - survival: 3·event + the time's tertile bin, #{c in (q1/3, q2/3) : time > c} (0..5).
+std::vector<std::uint32_t> strata(PackTask task, const std::vector<Outcome>& outcomes);
+
+/// The coarse class of each stratum (assign_splits' label_class): survival the event
+/// (strata 0-2 → 0, 3-5 → 1), regression the half (bins 0-1 → 0, 2-3 → 1); classification none.
+std::vector<std::uint32_t> stratum_classes(PackTask task);
+
+/// dataset.json's outcome_stats of a split holding `outcomes` (docs/formats.md#dataset):
+/// regression {count, mean, sd (n − 1), min, max}; survival {count, events, event_rate,
+/// time_quantiles {q25, q50, q75}}; figures undefined for the count (an empty split, sd of one)
+/// are null; classification: null.
+nlohmann::json outcome_stats(PackTask task, const std::vector<Outcome>& outcomes);
+
+}  // namespace mltool::records::detail

@@ -55,6 +55,31 @@ void check_feature_store(const std::string& manifest_path, const json& features,
 
 std::string histogram_text(const std::vector<std::uint64_t>& h) { return json(h).dump(); }
 
+// Regression, survival: a split's outcome_stats against what its shards hold (count; events,
+// or the mean target to rounding).
+void check_outcome_stats(const std::string& path, const std::string& at, const json& split,
+                         const GroupReport& group, PackTask task) {
+  if (task == PackTask::classification || !split.contains("outcome_stats")) return;
+  const json& stats = split.at("outcome_stats");
+  const auto disagree = [&](const std::string& field, const std::string& found) {
+    return FormatError(at_file(path, at + "/outcome_stats/" + field + ": " +
+                                         stats.at(field).dump() + ", but its shards hold " +
+                                         found));
+  };
+  if (stats.at("count").get<std::uint64_t>() != group.outcome_records)
+    throw disagree("count", std::to_string(group.outcome_records) + " records");
+  if (group.outcome_records == 0) return;
+  const double n = static_cast<double>(group.outcome_records);
+  if (task == PackTask::survival) {
+    const auto events = static_cast<std::uint64_t>(std::llround(group.outcome_mean * n));
+    if (stats.at("events").get<std::uint64_t>() != events)
+      throw disagree("events", std::to_string(events) + " events");
+  } else if (std::fabs(stats.at("mean").get<double>() - group.outcome_mean) >
+             1e-9 * std::max(1.0, std::fabs(group.outcome_mean))) {
+    throw disagree("mean", "a mean target of " + json(group.outcome_mean).dump());
+  }
+}
+
 // What dataset.json says against what the shards hold.
 void check_manifest(const std::string& path, const json& doc, const InspectReport& report) {
   const auto disagree = [&](const std::string& pointer, const std::string& recorded,
@@ -93,6 +118,7 @@ void check_manifest(const std::string& path, const json& doc, const InspectRepor
       throw disagree(at + "/label_histogram", split.at("label_histogram").dump(),
                      "its shards hold " + histogram_text(group.label_histogram));
     }
+    check_outcome_stats(path, at, split, group, report.task);
   }
   if (doc.at("records").get<std::uint64_t>() != report.records)
     throw disagree("/records", doc.at("records").dump(),

@@ -361,8 +361,17 @@ def check_outcome_datasets():
                f"{task} shards sorted by outcome: exit {code}, {doc['checks']['violations']}")
         expect(f"train: outcome-p" in err and figure in err, f"message: {err.strip()}")
         expect_outcome_figures(doc, shard_outcomes(d, doc, feature), task)
-    # A record whose event is neither 0 nor 1.
+    # dataset.json's outcome_stats disagreeing with the shards.
     d = tmp("ds_survival")
+    m = json.load(open(os.path.join(d, "dataset.json")))
+    m["splits"]["train"]["outcome_stats"]["events"] += 1
+    json.dump(m, open(os.path.join(d, "dataset.json"), "w"), indent=2, sort_keys=True)
+    code, _, err = inspect(d)
+    expect(code == 2 and "/splits/train/outcome_stats/events: " in err and "events" in err,
+           f"outcome_stats off by one event: exit {code}: {err.strip()}")
+    m["splits"]["train"]["outcome_stats"]["events"] -= 1
+    json.dump(m, open(os.path.join(d, "dataset.json"), "w"), indent=2, sort_keys=True)
+    # A record whose event is neither 0 nor 1.
     bad = example({"event": 2.0, "time": 3.0, "index": 0, "slide": "S0"})
     first = [p for _, _, p in frames(os.path.join(d, "train-00000-of-00004.tfrecord"))]
     rest = [[p for _, _, p in frames(os.path.join(d, f"train-0000{i}-of-00004.tfrecord"))]

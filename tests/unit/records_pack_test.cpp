@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -16,6 +17,7 @@
 #include "mltool/io/tfrecord.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/records/pack.hpp"
+#include "mltool/records/record.hpp"
 #include "mltool/records/sha256.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
@@ -428,6 +430,75 @@ TEST_F(PackTest, CoordinatesComeFromTheTileStoreWhenEveryTileIsThere) {
   EXPECT_FALSE(without.coordinates);
   EXPECT_TRUE(without.manifest.at("tile_store").is_null());
   for (const auto& r : read_dataset(j.output)) EXPECT_FALSE(r.example.has("x"));
+}
+
+// Issue 27: what pack writes, the codec train reads with decodes: patient bags of survival
+// records in folds, each bag all of its patient's slides' rows, with its patient's outcome.
+TEST_F(PackTest, SurvivalPatientBagsInFoldsDecodeWithTheRecordCodec) {
+  write_store(features, 12, 3);
+  std::string text = "key,patient,os,dead\n";
+  for (int s = 0; s < 12; ++s)
+    text += "S" + std::to_string(s) + ",P" + std::to_string(s / 2) + "," +
+            std::to_string(2 + s / 2) + ".5," + (s / 2 % 2 ? "yes" : "no") + "\n";
+  write_labels(text);
+  PackJob j = job();
+  j.task = PackTask::survival;
+  j.columns.time = "os";
+  j.columns.event = "dead";
+  j.columns.bag = "patient";
+  j.unit = PackUnit::bag;
+  j.folds = 3;
+  j.splits_given = false;
+  const PackReport r = pack_dataset(j);
+  EXPECT_EQ(r.records, 6u);
+  const auto& m = r.manifest;
+  EXPECT_EQ(m.at("task"), "survival");
+  EXPECT_EQ(m.at("folds").at("splits"), nlohmann::json({"fold-0", "fold-1", "fold-2"}));
+  EXPECT_EQ(m.at("folds").at("group_column"), "patient");
+  const RecordCodec codec(PackUnit::bag, false, PackTask::survival);
+  const RecordLimits limits{0, 36, "dataset.json"};
+  std::map<std::string, int> events_in;
+  for (const Read& rec : read_dataset(output)) {
+    Record out;
+    codec.decode(rec.example, limits, out);
+    const int p = std::stoi(out.slide.substr(1));
+    EXPECT_EQ(out.time, 2.5f + static_cast<float>(p)) << out.slide;
+    EXPECT_EQ(out.event, p % 2 ? 1.0f : 0.0f) << out.slide;
+    std::vector<std::int64_t> rows;  // slides 2p and 2p + 1, three tiles each
+    for (int row = 6 * p; row < 6 * p + 6; ++row) rows.push_back(row);
+    EXPECT_EQ(out.rows, rows) << out.slide;
+    EXPECT_EQ(m.at("group_split").at(out.slide), rec.split);
+    events_in[rec.split] += static_cast<int>(out.event);
+  }
+  EXPECT_EQ(events_in, (std::map<std::string, int>{{"fold-0", 1}, {"fold-1", 1}, {"fold-2", 1}}));
+}
+
+TEST_F(PackTest, RegressionTargetsAndOutcomeStats) {
+  write_store(features, 4, 2);
+  write_labels("key,tmb\nS0,1.5\nS1,-2\nS2,4\nS3,0.25\n");
+  PackJob j = job();
+  j.task = PackTask::regression;
+  j.columns.target = "tmb";
+  j.splits = {{"all", 1.0}};
+  const PackReport r = pack_dataset(j);
+  const auto& stats = r.manifest.at("splits").at("all").at("outcome_stats");
+  EXPECT_EQ(stats.at("count"), 8);
+  EXPECT_DOUBLE_EQ(stats.at("mean").get<double>(), 0.9375);
+  EXPECT_DOUBLE_EQ(stats.at("min").get<double>(), -2);
+  EXPECT_DOUBLE_EQ(stats.at("max").get<double>(), 4);
+  // Two records of each target: sd (n − 1) of {1.5, −2, 4, 0.25} twice.
+  double squares = 0;
+  for (double t : {1.5, -2.0, 4.0, 0.25}) squares += 2 * (t - 0.9375) * (t - 0.9375);
+  EXPECT_NEAR(stats.at("sd").get<double>(), std::sqrt(squares / 7), 1e-12);
+  EXPECT_EQ(r.manifest.at("labels").at("label_column"), nullptr);
+  EXPECT_EQ(r.manifest.at("outcome"), nlohmann::json({{"target_column", "tmb"}}));
+  const RecordCodec codec(PackUnit::tile, false, PackTask::regression);
+  const std::map<std::string, float> want = {{"S0", 1.5f}, {"S1", -2}, {"S2", 4}, {"S3", 0.25f}};
+  for (const Read& rec : read_dataset(output)) {
+    Record out;
+    codec.decode(rec.example, {0, 8, "dataset.json"}, out);
+    EXPECT_EQ(out.target, want.at(rec.example.bytes("slide").at(0)));
+  }
 }
 
 }  // namespace

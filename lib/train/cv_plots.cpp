@@ -62,7 +62,8 @@ struct Axes {
 // Five ticks at a round step covering [lo, hi].
 std::vector<double> ticks(double lo, double hi) {
   const double raw = (hi - lo) / 5, mag = std::pow(10, std::floor(std::log10(raw)));
-  const double step = raw / mag < 2 ? 2 * mag : raw / mag < 5 ? 5 * mag : 10 * mag;
+  const double r = raw / mag;
+  const double step = r < 1.5 ? mag : r < 3 ? 2 * mag : r < 7 ? 5 * mag : 10 * mag;
   std::vector<double> out;
   for (double t = std::ceil(lo / step) * step; t <= hi + 1e-9 * step; t += step) out.push_back(t);
   return out;

@@ -253,7 +253,9 @@ TEST_F(PackTest, BagsPerSlideFromSlideLevelLabelsSplitByPatient) {
   write_labels("slide,diagnosis,patient\nS0,1,p0\nS1,0,p0\nS2,1,p1\nS3,0,p2\nS4,1,p3\nS5,0,p3\n");
   PackJob j = job();
   j.unit = PackUnit::bag;
-  j.columns = {"slide", "diagnosis", "patient"};
+  j.columns.key = "slide";
+  j.columns.label = "diagnosis";
+  j.columns.group = "patient";
   j.splits = {{"train", 0.5}, {"test", 0.5}};
   const auto report = pack_dataset(j);
   EXPECT_EQ(report.records, 6u);

@@ -1,0 +1,321 @@
+"""mltool train on survival and regression cohorts packed with `mltool pack --task ... --folds`,
+checked against the field's references: lifelines (C-index, log-rank), scikit-survival
+(integrated Brier score), torchsurv (Cox partial likelihood and its gradient), scikit-learn and
+scipy (regression metrics), and the discrete-time likelihood written here from Zadeh & Schmid's
+formula. The cohorts: patients with one or two slides of 4-8 tiles whose features lean along one
+direction by a latent z; the hazard is exp(1.2 z) (about 35-40% censored, times rounded to 0.1 so
+they tie), the regression target 2 z plus noise.
+
+    train_outcomes_test.py MLTOOL [TEST...]   # TEST: check_* names without check_
+"""
+import csv
+import json
+import os
+import sys
+
+import numpy as np
+import scipy.stats
+import sklearn.metrics
+import torch
+import torch.nn.functional as F
+from lifelines.statistics import logrank_test
+from lifelines.utils import concordance_index
+from safetensors.numpy import load_file
+from sksurv.metrics import integrated_brier_score
+from sksurv.util import Surv
+from torchsurv.loss.cox import neg_partial_log_likelihood
+
+from cli_common import expect, run, run_checks, run_json, tmp, write_feature_store
+
+mltool = os.path.abspath(sys.argv[1])
+only = set(sys.argv[2:])
+DIMS = 16
+
+
+# ---------------------------------------------------------------- fixtures
+
+def cohort(seed=3, patients=120):
+    """Features, the clinical table (slide, patient, time, event, target) and per patient its
+    outcome and its tiles' rows."""
+    rng = np.random.default_rng(seed)
+    u = rng.standard_normal(DIMS)
+    u /= np.linalg.norm(u)
+    keys, rows, table, people = [], [], [], {}
+    for p in range(patients):
+        z = rng.standard_normal()
+        event_time = rng.exponential(1 / np.exp(1.2 * z)) * 12
+        censor = rng.uniform(0, 25)
+        time = max(0.1, round(min(event_time, censor), 1))
+        event = int(event_time <= censor)
+        target = round(2 * z + 0.2 * rng.standard_normal(), 4)
+        pid = f"P{p:03d}"
+        people[pid] = {"time": time, "event": event, "target": target, "rows": []}
+        for s in range(int(rng.integers(1, 3))):
+            sid = f"{pid}S{s}"
+            for t in range(int(rng.integers(4, 9))):
+                people[pid]["rows"].append(len(keys))
+                keys.append(f"{sid}/{t:06d}_000000")
+                rows.append(rng.standard_normal(DIMS) + 1.5 * z * u)
+            table.append((sid, pid, time, event, target))
+    return np.array(rows, dtype=np.float32), keys, table, people
+
+
+def fixtures():
+    X, keys, table, people = cohort()
+    write_feature_store(tmp("feat"), X, keys)
+    with open(tmp("clinical.csv"), "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["slide", "patient", "time", "event", "target"])
+        w.writerows(table)
+    common = ["--key-column", "slide", "--unit", "bag", "--bag-by", "patient", "--folds", "3",
+              "--seed", "1"]
+    pack("sds", "--task", "survival", "--time-column", "time", "--event-column", "event", *common)
+    pack("rds", "--task", "regression", "--target-column", "target", *common)
+    write_json(tmp("abmil.json"), {"family": "abmil", "hidden": [16], "attention": 8})
+    global FEATURES, PEOPLE
+    FEATURES, PEOPLE = torch.from_numpy(X), people
+    events = np.mean([p["event"] for p in people.values()])
+    return f"{len(people)} patients, {len(table)} slides, {X.shape[0]} tiles, {1 - events:.0%} censored"
+
+
+def pack(out, *args):
+    code, _, err = run([mltool, "pack", tmp("feat"), "--labels", tmp("clinical.csv"), "-o", tmp(out), *args])
+    expect(code == 0, f"pack {out}: exit {code}: {err.strip()}")
+
+
+def write_json(path, doc):
+    with open(path, "w") as f:
+        json.dump(doc, f)
+
+
+def train(*args):
+    return run_json([mltool, "train", *args, "--json", "-q"])
+
+
+def train_ok(*args):
+    code, summary, err = train(*args)
+    expect(code == 0, f"train {' '.join(args)}: exit {code}: {err.strip()}")
+    return summary
+
+
+def rows_of(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def bag(pid):
+    return FEATURES[PEOPLE[pid]["rows"]]
+
+
+# ---------------------------------------------------------------- checks
+
+def check_survival_cross_validation():
+    """train --folds all, Cox loss, attention MIL on patient bags: every patient once in
+    oof_predictions.csv; each fold's val_c_index equals lifelines' on its predictions.csv within
+    1e-9; cv.json's mean and sd are numpy's (ddof 1); the out-of-fold C-index >= 0.75; km.png's
+    log-rank p equals lifelines' logrank_test on the halves each fold's training median makes;
+    a rerun trains nothing and --gather-only gathers the same."""
+    out = tmp("cv_cox")
+    cv = train_ok(tmp("sds"), "--model", tmp("abmil.json"), "--folds", "all", "-o", out, "--epochs", "15",
+                  "--batch", "8", "--lr", "0.005")
+    oof = rows_of(os.path.join(out, "oof_predictions.csv"))
+    expect(sorted(r["sample"] for r in oof) == sorted(PEOPLE), "oof_predictions.csv must hold every patient once")
+    expect(list(oof[0])[:2] == ["sample", "fold"], f"oof columns {list(oof[0])}")
+    for f in range(3):
+        preds = rows_of(os.path.join(out, f"fold-{f}", "predictions.csv"))
+        t = [PEOPLE[p["sample"]]["time"] for p in preds]
+        e = [PEOPLE[p["sample"]]["event"] for p in preds]
+        ref = concordance_index(t, [-float(p["risk"]) for p in preds], e)
+        got = cv["per_fold"][f]["validation"]["val_c_index"]
+        expect(abs(got - ref) <= 1e-9, f"fold {f}: val_c_index {got}, lifelines {ref}")
+    values = [cv["per_fold"][f]["validation"]["val_c_index"] for f in range(3)]
+    expect(abs(cv["mean"]["val_c_index"] - np.mean(values)) <= 1e-12 and
+           abs(cv["sd"]["val_c_index"] - np.std(values, ddof=1)) <= 1e-12, f"mean/sd {cv['mean']} {cv['sd']}")
+    t = np.array([PEOPLE[r["sample"]]["time"] for r in oof])
+    e = np.array([PEOPLE[r["sample"]]["event"] for r in oof])
+    risk = np.array([float(r["risk"]) for r in oof])
+    c = concordance_index(t, -risk, e)
+    expect(c >= 0.75, f"out-of-fold C-index {c:.3f} < 0.75")
+    medians = [json.load(open(os.path.join(out, f"fold-{f}", "run.json")))["result"]["train_risk_median"]
+               for f in range(3)]
+    high = np.array([risk[i] > medians[int(r["fold"])] for i, r in enumerate(oof)])
+    p = logrank_test(t[high], t[~high], e[high], e[~high]).p_value
+    km = cv["pictures"]["km"]
+    expect(abs(km["logrank_p"] - p) <= 1e-9 * max(1.0, p) + 1e-15, f"log-rank p {km['logrank_p']} vs lifelines {p}")
+    expect(km["high"] == int(high.sum()), f"km halves {km}")
+    with open(os.path.join(out, "km.png"), "rb") as f:
+        head = f.read(24)
+    width = int.from_bytes(head[16:20], "big")
+    expect(head[:8] == b"\x89PNG\r\n\x1a\n" and width >= 1024, f"km.png: width {width}")
+    code, again, err = run_json([mltool, "train", tmp("sds"), "--model", tmp("abmil.json"), "--folds", "all",
+                                 "-o", out, "--epochs", "15", "--batch", "8", "--lr", "0.005", "--json"])
+    expect(code == 0 and "0 trained, 3 already finished" in err, f"rerun: exit {code}: {err.strip()}")
+    expect(again["mean"] == cv["mean"], "a rerun must gather the same folds")
+    gathered = train_ok(tmp("sds"), "--model", tmp("abmil.json"), "--folds", "all", "--gather-only", "-o", out)
+    expect(gathered["per_fold"] == cv["per_fold"], "--gather-only gathers the same")
+
+
+def check_gather_names_unfinished_folds():
+    """--gather-only before the folds ran: refused, naming each missing fold."""
+    code, _, err = train(tmp("sds"), "--model", tmp("abmil.json"), "--folds", "all", "--gather-only",
+                         "-o", tmp("cv_none"))
+    expect(code == 2 and "0 (absent), 1 (absent), 2 (absent)" in err, f"exit {code}: {err.strip()}")
+
+
+class MeanLinear(torch.nn.Module):
+    """A bag's mean feature, then a linear layer: the model whose one-step gradient is checked."""
+
+    def __init__(self, outputs):
+        super().__init__()
+        self.lin = torch.nn.Linear(DIMS, outputs)
+
+    def forward(self, bag):
+        return self.lin(bag.mean(0, keepdim=True))
+
+
+def one_step(name, outputs, *args):
+    """MeanLinear trained one SGD step (lr 1, no momentum effect, no decay) on all of fold 0's
+    training bags in one batch. Returns the module before, after, and fold 0's val patients."""
+    torch.manual_seed(4)
+    before = MeanLinear(outputs)
+    path = tmp(name + ".pt")
+    torch.jit.script(before).save(path)
+    out = tmp("run_" + name)
+    train_ok(tmp("sds"), "--model", path, "-o", out, "--fold", "0", "--epochs", "1", "--batch", "1000",
+             "--optimizer", "sgd", "--momentum", "0", "--weight-decay", "0", "--lr", "1", "--schedule",
+             "constant", "--device", "cpu", *args)
+    after = torch.jit.load(os.path.join(out, "model.script.pt"))
+    val = [r["sample"] for r in rows_of(os.path.join(out, "predictions.csv"))]
+    return before, after, val, out
+
+
+def expect_gradient(before, after, reference, what):
+    got = {k: (before.state_dict()[k] - v).double() for k, v in after.state_dict().items()}
+    worst = max(float((got[k] - reference[k]).abs().max()) for k in got)
+    expect(worst <= 1e-6, f"{what}: the step's gradient differs from the reference by {worst:g}")
+
+
+def check_cox_gradient_is_torchsurv():
+    """One step of --loss cox over a whole training split (times tied): the gradient mltool
+    applied equals torchsurv's neg_partial_log_likelihood (Breslow, reduction sum, divided by
+    the events) within 1e-6, and the step's logged loss equals it."""
+    before, after, val, out = one_step("cox_step", 1, "--loss", "cox", "--log-every", "1")
+    train = sorted(set(PEOPLE) - set(val))
+    ref = MeanLinear(1).double()
+    ref.load_state_dict({k: v.double() for k, v in before.state_dict().items()})
+    risk = torch.cat([ref(bag(p).double()) for p in train]).squeeze(1)
+    time = torch.tensor([PEOPLE[p]["time"] for p in train], dtype=torch.float64)
+    event = torch.tensor([PEOPLE[p]["event"] for p in train], dtype=torch.bool)
+    expect(len(set(time[event].tolist())) < int(event.sum()), "the split must have tied event times")
+    loss = neg_partial_log_likelihood(risk, event, time, ties_method="breslow", reduction="sum") / event.sum()
+    loss.backward()
+    expect_gradient(before, after, {k: p.grad for k, p in ref.named_parameters()}, "cox")
+    logged = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+    step = next(l for l in logged if l["event"] == "step")
+    expect(abs(step["loss"] - float(loss)) <= 1e-6, f"logged loss {step['loss']} vs torchsurv {float(loss)}")
+
+
+def nll_reference(logits, interval, event):
+    """Zadeh & Schmid's discrete-time likelihood, written from the formula: an event in interval
+    j: -log h_j - sum_{k<j} log(1 - h_k); censored in j: -sum_{k<=j} log(1 - h_k); h = sigmoid."""
+    h = torch.sigmoid(logits)
+    terms = []
+    for i in range(len(interval)):
+        j = int(interval[i])
+        survived = torch.log(1 - h[i, :j]).sum()
+        terms.append(-(survived + torch.log(h[i, j])) if event[i] else -(survived + torch.log(1 - h[i, j])))
+    return torch.stack(terms).mean()
+
+
+def check_nll_gradient_and_brier():
+    """--loss nll --bins 4: the cuts are numpy's quartiles of the training split's event times;
+    one step's gradient equals the paper's likelihood's within 1e-6; val_ibs equals
+    scikit-survival's integrated_brier_score on predictions.csv's survival columns, val_c_index
+    lifelines'."""
+    before, after, val, out = one_step("nll_step", 4, "--loss", "nll", "--bins", "4")
+    run_doc = json.load(open(os.path.join(out, "run.json")))
+    train = sorted(set(PEOPLE) - set(val))
+    t_train = np.array([PEOPLE[p]["time"] for p in train], dtype=np.float32).astype(np.float64)
+    e_train = np.array([PEOPLE[p]["event"] for p in train], dtype=bool)
+    cuts = np.quantile(t_train[e_train], [0.25, 0.5, 0.75])
+    expect(np.allclose(run_doc["task"]["cuts"], cuts, rtol=0, atol=1e-12), f"cuts {run_doc['task']['cuts']} vs {cuts}")
+    ref = MeanLinear(4).double()
+    ref.load_state_dict({k: v.double() for k, v in before.state_dict().items()})
+    logits = torch.cat([ref(bag(p).double()) for p in train])
+    interval = np.searchsorted(cuts, t_train, side="right")
+    nll_reference(logits, interval, e_train).backward()
+    expect_gradient(before, after, {k: p.grad for k, p in ref.named_parameters()}, "nll")
+
+    preds = rows_of(os.path.join(out, "predictions.csv"))
+    # The records hold float32 times: mltool's are those, exactly.
+    t = np.array([p["time"] for p in preds], dtype=np.float32).astype(np.float64)
+    e = np.array([float(p["event"]) == 1 for p in preds])
+    columns = [c for c in preds[0] if c.startswith("survival_")]
+    named = np.array([float(c[len("survival_"):]) for c in columns])
+    expect(np.allclose(named, cuts, rtol=1e-8), f"survival columns {columns}")
+    edges = np.array(run_doc["task"]["cuts"])  # exact; the column names are rounded
+    curves = np.array([[float(p[c]) for c in columns] for p in preds])
+    times = np.unique(t)[:-1]
+    ended = np.searchsorted(edges, times, side="right")
+    estimate = np.array([[1.0 if k == 0 else row[k - 1] for k in ended] for row in curves])
+    ibs = integrated_brier_score(Surv.from_arrays(e_train, t_train), Surv.from_arrays(e, t), estimate, times)
+    v = run_doc["result"]["validation"]
+    expect(abs(v["val_ibs"] - ibs) <= 1e-6, f"val_ibs {v['val_ibs']} vs scikit-survival {ibs}")
+    c = concordance_index(t, [-float(p["risk"]) for p in preds], e)
+    expect(abs(v["val_c_index"] - c) <= 1e-9, f"val_c_index {v['val_c_index']} vs lifelines {c}")
+
+
+def check_regression_cross_validation():
+    """--task regression, --folds all with attention MIL: out-of-fold R² >= 0.8; each fold's
+    val_mae, val_rmse, val_r2, val_pearson, val_spearman equal scikit-learn's and scipy's on its
+    predictions.csv within 1e-9; scatter.png drawn."""
+    out = tmp("cv_reg")
+    cv = train_ok(tmp("rds"), "--model", tmp("abmil.json"), "--folds", "all", "-o", out, "--epochs", "20",
+                  "--batch", "8", "--lr", "0.005", "--monitor", "val_r2")
+    for f in range(3):
+        preds = rows_of(os.path.join(out, f"fold-{f}", "predictions.csv"))
+        y = np.array([float(p["target"]) for p in preds])
+        p = np.array([float(p["prediction"]) for p in preds])
+        ref = {"val_mae": sklearn.metrics.mean_absolute_error(y, p),
+               "val_rmse": np.sqrt(sklearn.metrics.mean_squared_error(y, p)),
+               "val_r2": sklearn.metrics.r2_score(y, p),
+               "val_pearson": scipy.stats.pearsonr(y, p)[0],
+               "val_spearman": scipy.stats.spearmanr(y, p)[0]}
+        got = cv["per_fold"][f]["validation"]
+        for k, r in ref.items():
+            expect(abs(got[k] - r) <= 1e-9, f"fold {f}: {k} {got[k]} vs {r}")
+    oof = rows_of(os.path.join(out, "oof_predictions.csv"))
+    r2 = sklearn.metrics.r2_score([float(r["target"]) for r in oof], [float(r["prediction"]) for r in oof])
+    expect(r2 >= 0.8, f"out-of-fold R² {r2:.3f} < 0.8")
+    expect(cv["pictures"]["scatter"]["file"] == "scatter.png" and
+           os.path.getsize(os.path.join(out, "scatter.png")) > 0, f"pictures {cv['pictures']}")
+
+
+def check_cox_micro_batches():
+    """--micro-batches 3 with the Cox loss (risk sets spanning the parts) ends within 1e-5 of
+    plain training's weights (SGD, as train_test's bag check: AdamW's first steps turn the
+    float32 rounding of attention biases' near-zero gradients into visible differences)."""
+    args = ["--model", tmp("abmil.json"), "--fold", "1", "--epochs", "3", "--batch", "16", "--device", "cpu",
+            "--math-threads", "1", "--optimizer", "sgd", "--lr", "0.05"]
+    train_ok(tmp("sds"), *args, "-o", tmp("run_cox_mb1"))
+    train_ok(tmp("sds"), *args, "--micro-batches", "3", "-o", tmp("run_cox_mb3"))
+    a = load_file(tmp("run_cox_mb1", "model.safetensors"))
+    b = load_file(tmp("run_cox_mb3", "model.safetensors"))
+    worst = max(float(np.abs(a[k] - b[k]).max() / max(np.abs(a[k]).max(), 1e-30)) for k in a)
+    expect(worst <= 1e-5, f"micro-batched Cox differs from plain by {worst:g} (relative)")
+
+
+def check_refusals():
+    """Options of another task, a fold the dataset has not, a monitor the task does not compute."""
+    cases = [(["--fold", "0", "--loss", "cox"], "rds", "is a regression dataset"),
+             (["--fold", "3"], "sds", "has folds 0 to 2"),
+             (["--fold", "0", "--monitor", "val_auc"], "sds", "is not a metric of survival"),
+             (["--fold", "0", "--monitor", "val_ibs"], "sds", "needs --loss nll"),
+             (["--fold", "0", "--class-weights", "balanced"], "rds", "is a regression dataset")]
+    for extra, ds, message in cases:
+        code, _, err = train(tmp(ds), "--model", tmp("abmil.json"), "-o", tmp("run_refused"), *extra)
+        expect(code == 1 and message in err, f"{extra}: exit {code}: {err.strip()}")
+
+
+run_checks("train on outcomes", [f for n, f in list(globals().items()) if n.startswith("check_")], only,
+           fixtures)

@@ -18,6 +18,7 @@
 #include "mltool/util/math_env.hpp"
 #include "mltool/util/output_lock.hpp"
 #include "predict_parts.hpp"
+#include "task.hpp"
 
 namespace mltool::train {
 
@@ -157,28 +158,17 @@ class ScoreJournal {
   std::string dir_;
 };
 
-// predictions.csv: sample, slide, prediction, logit_LABEL..., prob_LABEL...
+// predictions.csv: sample, slide, then the task's columns (Task::output_header).
 void write_predictions(const std::string& path, const std::vector<std::string>& samples,
-                       const std::vector<std::string>& slides, const torch::Tensor& logits,
-                       const std::vector<std::string>& labels) {
-  const auto l = logits.to(torch::kFloat32).contiguous();
-  const auto p = torch::softmax(l, 1).contiguous();
-  const auto k = static_cast<std::int64_t>(labels.size());
+                       const std::vector<std::string>& slides, const torch::Tensor& outputs,
+                       const Task& task) {
+  const auto o = outputs.to(torch::kFloat32).contiguous();
+  const auto k = o.size(1);
   util::AtomicFile out(path);
-  std::string line = "sample,slide,prediction";
-  for (const auto& name : labels) line += "," + csv_field("logit_" + name);
-  for (const auto& name : labels) line += "," + csv_field("prob_" + name);
-  out.write(line + "\n");
-  for (std::size_t i = 0; i < samples.size(); ++i) {
-    const float* row = l.data_ptr<float>() + static_cast<std::int64_t>(i) * k;
-    const float* prob = p.data_ptr<float>() + static_cast<std::int64_t>(i) * k;
-    const auto best = std::max_element(row, row + k) - row;
-    line = csv_field(samples[i]) + "," + csv_field(slides[i]) + "," +
-           csv_field(labels[static_cast<std::size_t>(best)]);
-    for (std::int64_t c = 0; c < k; ++c) line += "," + exact_float(row[c]);
-    for (std::int64_t c = 0; c < k; ++c) line += "," + exact_float(prob[c]);
-    out.write(line + "\n");
-  }
+  out.write("sample,slide," + task.output_header() + "\n");
+  for (std::size_t i = 0; i < samples.size(); ++i)
+    out.write(csv_field(samples[i]) + "," + csv_field(slides[i]) + "," +
+              task.output_row(o.data_ptr<float>() + static_cast<std::int64_t>(i) * k) + "\n");
   out.commit();
 }
 
@@ -192,10 +182,25 @@ void write_attention(const std::string& path, const std::vector<std::string>& ke
   out.commit();
 }
 
+// Regression and survival tile models: each tile's prediction or risk, scaled to the slide's
+// range in the PNG.
+HeatmapScores outcome_scores(const SlideScores& s, const Task& task, HeatmapScores h) {
+  const auto scores = std::make_shared<std::vector<double>>(task.scores(s.logits));
+  const auto [lo, hi] = std::minmax_element(scores->begin(), scores->end());
+  const double low = scores->empty() ? 0 : *lo, span = scores->empty() ? 0 : *hi - *lo;
+  const std::string name = task.score_name();
+  h.measure = [scores, name](std::size_t i, json& m) { m[name] = (*scores)[i]; };
+  h.value = [scores, low, span](std::size_t i) {
+    return span > 0 ? static_cast<float>(((*scores)[i] - low) / span) : 0.0f;
+  };
+  h.what = name + ", scaled to the slide's range";
+  return h;
+}
+
 // What slide's heatmaps show: each tile's probabilities, --label's in the PNG (tile and image
 // models), or its attention, divided by the slide's largest in the PNG (bag models).
 HeatmapScores heatmap_scores(const PredictJob& job, const SlideScores& s,
-                             const std::vector<std::string>& labels) {
+                             const std::vector<std::string>& labels, const Task& task) {
   HeatmapScores h;
   h.size = job.heatmap_size;
   if (!s.attention.empty()) {
@@ -207,6 +212,7 @@ HeatmapScores heatmap_scores(const PredictJob& job, const SlideScores& s,
     h.what = "attention / the slide's largest";
     return h;
   }
+  if (labels.empty()) return outcome_scores(s, task, h);
   const auto label = static_cast<std::int64_t>(label_index(job, labels));
   const auto probs = torch::softmax(s.logits, 1).contiguous();
   const auto k = static_cast<std::int64_t>(labels.size());
@@ -290,7 +296,8 @@ struct Heatmaps {
 // Returns whether they came from the journal.
 bool predict_slide(const PredictJob& job, const PredictInput& in, std::size_t s,
                    const Predictor& predictor, const ScoreJournal& journal, const Heatmaps& h,
-                   const std::vector<std::string>& labels, Collected& c, PredictReport& r) {
+                   const std::vector<std::string>& labels, const Task& task, Collected& c,
+                   PredictReport& r) {
   const std::string& slide = in.slides[s];
   const auto& rows = in.rows[s];
   auto found = journal.find(slide, rows.size(), predictor.bag());
@@ -307,7 +314,7 @@ bool predict_slide(const PredictJob& job, const PredictInput& in, std::size_t s,
     std::vector<std::string> keys;
     keys.reserve(rows.size());
     for (const auto row : rows) keys.push_back(in.keys[static_cast<std::size_t>(row)]);
-    write_slide_heatmaps(*h.tiles, slide, keys, h.dir, heatmap_scores(job, scores, labels));
+    write_slide_heatmaps(*h.tiles, slide, keys, h.dir, heatmap_scores(job, scores, labels, task));
   }
   ++r.heatmaps;
   return resumed;
@@ -329,7 +336,8 @@ PredictReport predict(const PredictJob& job) {
   if (unit != "tile" && unit != "bag" && unit != "image")
     throw UsageError(at_file(job.run + "/run.json", "a model of unit '" + unit + "'"));
   const auto labels = run.at("dataset").at("labels").get<std::vector<std::string>>();
-  label_index(job, labels);  // a bad --label stops before anything is written
+  const auto task = run_task(run);
+  if (!labels.empty()) label_index(job, labels);  // a bad --label stops before anything is written
   const PredictInput in = open_predict_input(run, unit, job);
   const torch::Device device = util::resolve_devices(job.device).front();
   const int threads = device.is_cpu() ? math_threads(job) : 0;
@@ -347,15 +355,14 @@ PredictReport predict(const PredictJob& job) {
   PredictReport r;
   Collected c;
   for (std::size_t s = 0; s < in.slides.size(); ++s) {
-    r.resumed += predict_slide(job, in, s, predictor, journal, h, labels, c, r);
+    r.resumed += predict_slide(job, in, s, predictor, journal, h, labels, *task, c, r);
     r.tiles += static_cast<std::int64_t>(in.rows[s].size());
   }
   if (!c.attention.empty())
     write_attention(util::join_path(job.output, "attention.csv"), c.keys, c.attention);
-  const auto logits = c.logits.empty() ? torch::zeros({0, static_cast<std::int64_t>(labels.size())})
-                                       : torch::cat(c.logits);
-  write_predictions(util::join_path(job.output, "predictions.csv"), c.samples, c.slides, logits,
-                    labels);
+  const auto outputs = c.logits.empty() ? torch::zeros({0, task->outputs()}) : torch::cat(c.logits);
+  write_predictions(util::join_path(job.output, "predictions.csv"), c.samples, c.slides, outputs,
+                    *task);
   r.output = job.output;
   r.unit = unit;
   r.device = device.str();

@@ -22,4 +22,15 @@ std::unique_ptr<Task> make_task(const TrainJob& job, const DatasetInfo& data,
   return task;
 }
 
+std::unique_ptr<Task> run_task(const nlohmann::json& run) {
+  if (!run.contains("task"))
+    return tasks::classification(
+        nlohmann::json{{"kind", "classification"}, {"labels", run.at("dataset").at("labels")}});
+  const auto& task = run.at("task");
+  const std::string kind = task.at("kind").get<std::string>();
+  if (kind == "regression") return tasks::regression(task);
+  if (kind == "survival") return tasks::survival(task);
+  return tasks::classification(task);
+}
+
 }  // namespace mltool::train

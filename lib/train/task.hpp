@@ -53,7 +53,15 @@ class Task : public StepLoss {
   /// (regression), the last label's probability (classification).
   virtual std::vector<double> scores(const torch::Tensor& outputs) const = 0;
 
-  /// predictions.csv's columns after "record,sample", and sample i's fields of them.
+  /// predict's predictions.csv: its columns after "sample,slide", and one sample's fields from
+  /// its outputs (classification: prediction, logit_LABEL..., prob_LABEL...; regression:
+  /// prediction; survival: risk, and with nll survival_CUT...).
+  virtual std::string output_header() const = 0;
+  virtual std::string output_row(const float* out) const = 0;
+  /// The name of scores() in predict's heatmaps ("prob_LABEL" for classification is its own).
+  virtual std::string score_name() const = 0;
+
+  /// train's predictions.csv: its columns after "record,sample", and sample i's fields.
   virtual std::string csv_header() const = 0;
   virtual std::string csv_row(const SplitSamples& s, std::size_t i, const float* out) const = 0;
 };
@@ -64,12 +72,20 @@ class Task : public StepLoss {
 std::unique_ptr<Task> make_task(const TrainJob& job, const DatasetInfo& data,
                                 const SplitSamples& train);
 
+/// The task a finished run trained (run.json's "task"; a run from before tasks: classification
+/// over dataset.labels), for predict.
+std::unique_ptr<Task> run_task(const nlohmann::json& run);
+
 namespace tasks {
 std::unique_ptr<Task> classification(const TrainJob& job, const DatasetInfo& data,
                                      const SplitSamples& train);
 std::unique_ptr<Task> regression(const TrainJob& job, const DatasetInfo& data);
 std::unique_ptr<Task> survival(const TrainJob& job, const DatasetInfo& data,
                                const SplitSamples& train);
+/// The same, from run.json's "task" (describe()).
+std::unique_ptr<Task> classification(const nlohmann::json& task);
+std::unique_ptr<Task> regression(const nlohmann::json& task);
+std::unique_ptr<Task> survival(const nlohmann::json& task);
 }  // namespace tasks
 
 }  // namespace mltool::train

@@ -66,6 +66,11 @@ class Classification : public Task {
                                               : torch::tensor(weights_, torch::kFloat32));
   }
 
+  Classification(std::vector<std::string> labels, std::vector<double> weights)
+      : labels_(std::move(labels)), weights_(std::move(weights)) {
+    ce_ = cross_entropy_loss();
+  }
+
   json describe() const override {
     return {{"kind", "classification"},
             {"loss", "cross_entropy"},
@@ -125,6 +130,24 @@ class Classification : public Task {
     return {p.data_ptr<double>(), p.data_ptr<double>() + p.size(0)};
   }
 
+  std::string output_header() const override {
+    std::string out = "prediction";
+    for (const auto& name : labels_) out += "," + csv_field("logit_" + name);
+    for (const auto& name : labels_) out += "," + csv_field("prob_" + name);
+    return out;
+  }
+  std::string output_row(const float* out) const override {
+    const auto k = static_cast<std::int64_t>(labels_.size());
+    const auto logits = torch::from_blob(const_cast<float*>(out), {1, k}, torch::kFloat32);
+    const auto p = torch::softmax(logits, 1).contiguous();
+    const auto best = std::max_element(out, out + k) - out;
+    std::string row = csv_field(labels_[static_cast<std::size_t>(best)]);
+    for (std::int64_t c = 0; c < k; ++c) row += "," + exact_float(out[c]);
+    for (std::int64_t c = 0; c < k; ++c) row += "," + exact_float(p.data_ptr<float>()[c]);
+    return row;
+  }
+  std::string score_name() const override { return "prob_" + labels_.back(); }
+
   std::string csv_header() const override {
     std::string out = "label,prediction";
     for (const auto& name : labels_) out += "," + csv_field("logit_" + name);
@@ -146,6 +169,13 @@ class Classification : public Task {
 };
 
 }  // namespace
+
+std::unique_ptr<Task> classification(const json& task) {
+  const auto weights = task.value("class_weights", json());
+  return std::make_unique<Classification>(
+      task.at("labels").get<std::vector<std::string>>(),
+      weights.is_array() ? weights.get<std::vector<double>>() : std::vector<double>{});
+}
 
 std::unique_ptr<Task> classification(const TrainJob& job, const DatasetInfo& data,
                                      const SplitSamples& train) {

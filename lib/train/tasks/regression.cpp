@@ -29,6 +29,8 @@ class Regression : public Task {
       throw UsageError("--class-weights: " + data.manifest_path + " is a regression dataset");
   }
 
+  Regression(bool huber, double delta) : huber_(huber), delta_(delta) {}
+
   json describe() const override {
     json d = {{"kind", "regression"}, {"loss", huber_ ? "huber" : "mse"}};
     if (huber_) d["huber_delta"] = delta_;
@@ -63,6 +65,10 @@ class Regression : public Task {
     return {p.data_ptr<double>(), p.data_ptr<double>() + p.size(0)};
   }
 
+  std::string output_header() const override { return "prediction"; }
+  std::string output_row(const float* out) const override { return exact_float(out[0]); }
+  std::string score_name() const override { return "prediction"; }
+
   std::string csv_header() const override { return "target,prediction"; }
   std::string csv_row(const SplitSamples& s, std::size_t i, const float* out) const override {
     return exact_float(s.targets[i]) + "," + exact_float(out[0]);
@@ -80,6 +86,10 @@ class Regression : public Task {
 };
 
 }  // namespace
+
+std::unique_ptr<Task> regression(const json& task) {
+  return std::make_unique<Regression>(task.at("loss") == "huber", task.value("huber_delta", 1.0));
+}
 
 std::unique_ptr<Task> regression(const TrainJob& job, const DatasetInfo& data) {
   return std::make_unique<Regression>(job, data);

@@ -68,6 +68,10 @@ class Survival : public Task {
       throw UsageError("--monitor val_ibs needs --loss nll (a model of the survival curve)");
   }
 
+  Survival(bool nll, std::vector<double> cuts) : nll_(nll), cuts_(std::move(cuts)) {
+    if (nll_) cuts_tensor_ = torch::tensor(cuts_, torch::kFloat64);
+  }
+
   json describe() const override {
     json d = {{"kind", "survival"}, {"loss", nll_ ? "nll" : "cox"}};
     if (nll_) d["cuts"] = cuts_;
@@ -119,21 +123,27 @@ class Survival : public Task {
     return {c.data_ptr<double>(), c.data_ptr<double>() + c.size(0)};
   }
 
-  std::string csv_header() const override {
-    std::string h = "time,event,risk";
+  std::string output_header() const override {
+    std::string h = "risk";
     for (const double c : cuts_) h += ",survival_" + number_text(c);
     return h;
   }
-  std::string csv_row(const SplitSamples& s, std::size_t i, const float* out) const override {
+  std::string output_row(const float* out) const override {
     const auto row = torch::from_blob(const_cast<float*>(out), {1, outputs()}, torch::kFloat32);
-    std::string r = exact_float(s.targets[2 * i]) + "," + exact_float(s.targets[2 * i + 1]) + "," +
-                    number_text17(scores(row)[0]);
+    std::string r = number_text17(scores(row)[0]);
     if (nll_) {
       const auto curve = survival_curve(row.to(torch::kFloat64)).contiguous();
       for (std::size_t j = 0; j < cuts_.size(); ++j)
         r += "," + number_text17(curve.data_ptr<double>()[j]);
     }
     return r;
+  }
+  std::string score_name() const override { return "risk"; }
+
+  std::string csv_header() const override { return "time,event," + output_header(); }
+  std::string csv_row(const SplitSamples& s, std::size_t i, const float* out) const override {
+    return exact_float(s.targets[2 * i]) + "," + exact_float(s.targets[2 * i + 1]) + "," +
+           output_row(out);
   }
 
  private:
@@ -216,6 +226,11 @@ class Survival : public Task {
 };
 
 }  // namespace
+
+std::unique_ptr<Task> survival(const json& task) {
+  return std::make_unique<Survival>(task.at("loss") == "nll",
+                                    task.value("cuts", std::vector<double>{}));
+}
 
 std::unique_ptr<Task> survival(const TrainJob& job, const DatasetInfo& data,
                                const SplitSamples& train) {

@@ -107,6 +107,56 @@ void DataParallel::broadcast(const std::vector<torch::Tensor>& tensors) {
   });
 }
 
+torch::Tensor DataParallel::gather_rows(const torch::Tensor& local, std::int64_t global) {
+  const std::int64_t most = rank_slice(global, world_, 0).size;  // the first slices are largest
+  auto shape = local.sizes().vec();
+  shape[0] = most;
+  auto padded = torch::zeros(shape, local.options());
+  padded.narrow(0, 0, local.size(0)).copy_(local.detach());
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int r = 0; r < world_; ++r) out[0].push_back(torch::empty_like(padded));
+  std::vector<at::Tensor> in{padded};
+  impl_->collective("gathering the step's outputs",
+                    [&] { impl_->group->allgather(out, in)->wait(); });
+  std::vector<torch::Tensor> parts;
+  for (int r = 0; r < world_; ++r)
+    parts.push_back(
+        out[0][static_cast<std::size_t>(r)].narrow(0, 0, rank_slice(global, world_, r).size));
+  return torch::cat(parts);
+}
+
+namespace {
+
+class RankGlobalLoss : public StepLoss {
+ public:
+  RankGlobalLoss(const StepLoss& inner, DataParallel& dp, std::int64_t global)
+      : inner_(inner), dp_(dp), global_(global) {}
+  bool per_sample() const override { return false; }
+  torch::Tensor loss_sum(const torch::Tensor&, const torch::Tensor&) const override {
+    throw UsageError("a loss over the whole step has no per-sample sum");
+  }
+  torch::Tensor loss(const torch::Tensor& out, const torch::Tensor& y) const override {
+    const auto all = dp_.gather_rows(out.detach(), global_).requires_grad_(true);
+    const auto total = inner_.loss(all, dp_.gather_rows(y, global_));
+    const auto offset = rank_slice(global_, dp_.world(), dp_.rank()).offset;
+    const auto grad = torch::autograd::grad({total}, {all})[0].narrow(0, offset, out.size(0));
+    const auto linear = (out * grad).sum();
+    return linear - linear.detach() + total.detach() / dp_.world();
+  }
+
+ private:
+  const StepLoss& inner_;
+  DataParallel& dp_;
+  std::int64_t global_;
+};
+
+}  // namespace
+
+std::unique_ptr<StepLoss> rank_global_loss(const StepLoss& inner, DataParallel& dp,
+                                           std::int64_t global) {
+  return std::make_unique<RankGlobalLoss>(inner, dp, global);
+}
+
 std::int64_t DataParallel::broadcast_value(std::int64_t value, const torch::Device& device) {
   const auto t = torch::tensor({value}, torch::kInt64).to(device);
   broadcast({t});

@@ -3,6 +3,8 @@
 // gradient all-reduce. Internal to lib/train.
 #pragma once
 
+#include "mltool/train/step.hpp"
+
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
@@ -34,6 +36,10 @@ class DataParallel {
   void on_rank0(const std::function<void()>& action);
   /// Rank 0's value of `value` (an integer) on every rank.
   std::int64_t broadcast_value(std::int64_t value, const torch::Device& device);
+  /// Every rank's rows of a step of `global` samples (rank r holds rank_slice(global, world,
+  /// r).size rows of `local`'s width), concatenated in rank order: the global batch's. Not
+  /// differentiable (`local` is detached).
+  torch::Tensor gather_rows(const torch::Tensor& local, std::int64_t global);
 
  private:
   friend class GradientReducer;
@@ -82,6 +88,13 @@ class GradientReducer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// Data parallel with a loss over the whole step (Cox): `inner`'s loss of the global batch's
+/// outputs (gathered from every rank), as a surrogate of this rank's outputs whose gradient is
+/// the global loss's gradient with respect to them and whose value is the global loss divided
+/// by the world size (GradientReducer sums the ranks' gradients with scale 1, and their losses).
+std::unique_ptr<StepLoss> rank_global_loss(const StepLoss& inner, DataParallel& dp,
+                                           std::int64_t global);
 
 /// The module's buffers (batch-norm running statistics), for DataParallel::broadcast.
 std::vector<torch::Tensor> buffers_of(torch::nn::Module& module);

@@ -212,20 +212,40 @@ std::vector<double> start_epoch(Training& t, int epoch) {
                        " processes");
     order =
         rank_order(order, loop.step_sizes, *loop.dp, loop.task->sample_weights(loop.train), scales);
+    // A loss over the whole step: each rank's gradient is already its share of the global one.
+    if (!loop.task->per_sample()) scales.assign(scales.size(), 1.0);
     local_batch = rank_slice(local_batch, loop.dp->world(), loop.dp->rank()).size;
   }
   loop.train_feed.start(order, local_batch, t.state.epoch_step);
   return scales;
 }
 
-// Forward and backward over `b`, in micro-batches or sections; returns the batch's loss.
-torch::Tensor accumulate(Loop& loop, const Batch& b, std::int64_t* activation_bytes) {
+// Forward and backward over `b`, in micro-batches or sections; returns the batch's loss. Data
+// parallel with a loss over the whole step (Cox), the loss is the global batch's (`global`
+// samples, gathered from every rank).
+torch::Tensor accumulate(Loop& loop, const Batch& b, std::int64_t global,
+                         std::int64_t* activation_bytes) {
   const Activation in{b.x, b.mask};
+  std::unique_ptr<StepLoss> across;
+  if (loop.dp && !loop.task->per_sample()) across = rank_global_loss(*loop.task, *loop.dp, global);
+  const StepLoss& loss = across ? *across : *loop.task;
   return loop.section_bounds.empty()
-             ? accumulate_gradients(loop.model, in, b.y, *loop.task, loop.job.micro_batches,
+             ? accumulate_gradients(loop.model, in, b.y, loss, loop.job.micro_batches,
                                     activation_bytes)
-             : accumulate_gradients_sectioned(loop.model, in, b.y, *loop.task, loop.section_bounds,
+             : accumulate_gradients_sectioned(loop.model, in, b.y, loss, loop.section_bounds,
                                               activation_bytes, loop.job.offload_boundaries);
+}
+
+// A rank with no sample in a step of a loss over the whole step still joins its gathers.
+torch::Tensor join_idle(Loop& loop, std::int64_t global) {
+  const auto options = torch::TensorOptions().device(loop.device);
+  auto targets = loop.task->targets(SplitSamples{});
+  auto shape = targets.sizes().vec();
+  shape[0] = 0;
+  const auto out = torch::zeros({0, loop.task->outputs()}, options);
+  return rank_global_loss(*loop.task, *loop.dp, global)
+      ->loss(out, torch::zeros(shape, options.dtype(targets.scalar_type())))
+      .detach();
 }
 
 // One optimizer step on the feed's next batch; its loss goes to the book.
@@ -250,9 +270,12 @@ void train_step(Training& t, int epoch, const std::vector<double>& scales) {
                           scales[static_cast<std::size_t>(state.epoch_step)]);
   }
   std::int64_t activation_bytes = 0;
+  const std::int64_t global = loop.step_sizes[static_cast<std::size_t>(state.epoch_step)];
+  const bool joins = idle && loop.dp && !loop.task->per_sample();
   const torch::Tensor local_loss =
-      idle ? torch::zeros({}, torch::TensorOptions().device(loop.device))
-           : accumulate(loop, *b, &activation_bytes);
+      joins  ? join_idle(loop, global)
+      : idle ? torch::zeros({}, torch::TensorOptions().device(loop.device))
+             : accumulate(loop, *b, global, &activation_bytes);
   loop.peak_activation_bytes = std::max(loop.peak_activation_bytes, activation_bytes);
   const auto loss = loop.dp ? loop.reducer->finish(local_loss) : local_loss;
   if (job.clip_norm > 0) clip_gradients(t.parameters, job.clip_norm);

@@ -53,6 +53,10 @@ class Task : public StepLoss {
   /// (regression), the last label's probability (classification).
   virtual std::vector<double> scores(const torch::Tensor& outputs) const = 0;
 
+  /// What training noticed about the loss, for run.json's result (Cox: the steps without an
+  /// event, whose loss is zero); {} when nothing.
+  virtual nlohmann::json training_notes() const { return nlohmann::json::object(); }
+
   /// predict's predictions.csv: its columns after "sample,slide", and one sample's fields from
   /// its outputs (classification: prediction, logit_LABEL..., prob_LABEL...; regression:
   /// prediction; survival: risk, and with nll survival_CUT...).

@@ -539,6 +539,7 @@ void finish_run(const TrainJob& job, const Plan& p, Loop& loop, const LoopState&
     result["validation"] = report.validation;
     if (p.data.task == records::PackTask::survival)
       result["train_risk_median"] = median_train_risk(job, p, loop);
+    result.update(p.task->training_notes());
   }
   json end = {{"event", "end"},
               {"status", report.status},

@@ -2,9 +2,9 @@
 checked against the field's references: lifelines (C-index, log-rank), scikit-survival
 (integrated Brier score), torchsurv (Cox partial likelihood and its gradient), scikit-learn and
 scipy (regression metrics), and the discrete-time likelihood written here from Zadeh & Schmid's
-formula. The cohorts: patients with one or two slides of 4-8 tiles whose features lean along one
-direction by a latent z; the hazard is exp(1.2 z) (about 35-40% censored, times rounded to 0.1 so
-they tie), the regression target 2 z plus noise.
+formula. The cohort is scripts/fixtures/outcome_cohort.py's: 120 patients with one or two slides
+whose tile features lean along one direction by a latent z; the hazard is exp(1.2 z) (about a
+third censored, times rounded to 0.1 so they tie), the regression target 2 z plus noise.
 
     train_outcomes_test.py MLTOOL [TEST...]   # TEST: check_* names without check_
 """
@@ -25,48 +25,20 @@ from sksurv.metrics import integrated_brier_score
 from sksurv.util import Surv
 from torchsurv.loss.cox import neg_partial_log_likelihood
 
-from cli_common import expect, run, run_checks, run_json, tmp, write_feature_store
+from cli_common import expect, run, run_checks, run_json, tmp
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "fixtures"))
+import outcome_cohort  # noqa: E402
+from outcome_cohort import DIMS  # noqa: E402
 
 mltool = os.path.abspath(sys.argv[1])
 only = set(sys.argv[2:])
-DIMS = 16
 
 
 # ---------------------------------------------------------------- fixtures
 
-def cohort(seed=3, patients=120):
-    """Features, the clinical table (slide, patient, time, event, target) and per patient its
-    outcome and its tiles' rows."""
-    rng = np.random.default_rng(seed)
-    u = rng.standard_normal(DIMS)
-    u /= np.linalg.norm(u)
-    keys, rows, table, people = [], [], [], {}
-    for p in range(patients):
-        z = rng.standard_normal()
-        event_time = rng.exponential(1 / np.exp(1.2 * z)) * 12
-        censor = rng.uniform(0, 25)
-        time = max(0.1, round(min(event_time, censor), 1))
-        event = int(event_time <= censor)
-        target = round(2 * z + 0.2 * rng.standard_normal(), 4)
-        pid = f"P{p:03d}"
-        people[pid] = {"time": time, "event": event, "target": target, "rows": []}
-        for s in range(int(rng.integers(1, 3))):
-            sid = f"{pid}S{s}"
-            for t in range(int(rng.integers(4, 9))):
-                people[pid]["rows"].append(len(keys))
-                keys.append(f"{sid}/{t:06d}_000000")
-                rows.append(rng.standard_normal(DIMS) + 1.5 * z * u)
-            table.append((sid, pid, time, event, target))
-    return np.array(rows, dtype=np.float32), keys, table, people
-
-
 def fixtures():
-    X, keys, table, people = cohort()
-    write_feature_store(tmp("feat"), X, keys)
-    with open(tmp("clinical.csv"), "w", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(["slide", "patient", "time", "event", "target"])
-        w.writerows(table)
+    X, keys, table, people = outcome_cohort.write(tmp())
     common = ["--key-column", "slide", "--unit", "bag", "--bag-by", "patient", "--folds", "3",
               "--seed", "1"]
     pack("sds", "--task", "survival", "--time-column", "time", "--event-column", "event", *common)
@@ -79,7 +51,7 @@ def fixtures():
 
 
 def pack(out, *args):
-    code, _, err = run([mltool, "pack", tmp("feat"), "--labels", tmp("clinical.csv"), "-o", tmp(out), *args])
+    code, _, err = run([mltool, "pack", tmp("features"), "--labels", tmp("clinical.csv"), "-o", tmp(out), *args])
     expect(code == 0, f"pack {out}: exit {code}: {err.strip()}")
 
 
@@ -155,7 +127,7 @@ def check_survival_cross_validation():
     expect(gathered["per_fold"] == cv["per_fold"], "--gather-only gathers the same")
     # predict scores each slide as a bag: a one-slide patient's risk is its fold's (within float32
     # rounding: training evaluates bags padded together, predict one at a time).
-    code, _, err = run([mltool, "predict", os.path.join(out, "fold-0"), tmp("feat"), "-o", tmp("pred_cox"),
+    code, _, err = run([mltool, "predict", os.path.join(out, "fold-0"), tmp("features"), "-o", tmp("pred_cox"),
                         "--weights", "final"])
     expect(code == 0, f"predict: exit {code}: {err.strip()}")
     predicted = {r["slide"]: r["risk"] for r in rows_of(tmp("pred_cox", "predictions.csv"))}
@@ -227,6 +199,8 @@ def check_cox_gradient_is_torchsurv():
     logged = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
     step = next(l for l in logged if l["event"] == "step")
     expect(abs(step["loss"] - float(loss)) <= 1e-6, f"logged loss {step['loss']} vs torchsurv {float(loss)}")
+    result = json.load(open(os.path.join(out, "run.json")))["result"]
+    expect(result["steps_without_events"] == 0, f"result {result}")
 
 
 def nll_reference(logits, interval, event):

@@ -97,7 +97,17 @@ class Survival : public Task {
     return nll_terms(out, y).sum();
   }
   torch::Tensor loss(const torch::Tensor& out, const torch::Tensor& y) const override {
-    return nll_ ? StepLoss::loss(out, y) : cox(out, y);
+    if (nll_) return StepLoss::loss(out, y);
+    // A step without an event has no risk set to compare: its loss is zero, and it is counted
+    // (on the device: no synchronization).
+    const auto none = (y.select(1, 1).sum() == 0).to(torch::kInt64);
+    empty_steps_ = empty_steps_.defined() ? empty_steps_ + none : none;
+    return cox(out, y);
+  }
+  json training_notes() const override {
+    if (nll_) return json::object();
+    return {{"steps_without_events",
+             empty_steps_.defined() ? empty_steps_.item<std::int64_t>() : 0}};
   }
 
   json metrics(const torch::Tensor& outputs, const SplitSamples& s) const override {
@@ -223,6 +233,7 @@ class Survival : public Task {
   std::string manifest_;
   std::vector<double> cuts_;
   torch::Tensor cuts_tensor_;
+  mutable torch::Tensor empty_steps_;  ///< cox: training steps without an event, so far
 };
 
 }  // namespace

@@ -61,6 +61,7 @@ void check_job(const TrainJob& j) {
   require<UsageError>(j.micro_batches == 1 || j.sections == 1,
                       "--micro-batches and --sections exclude each other");
   require<UsageError>(!(j.resume && j.overwrite), "--resume and --overwrite exclude each other");
+  require<UsageError>(!j.gather_only || j.all_folds, "--gather-only needs --folds all");
   check_data_parallel(j);
 }
 

@@ -316,7 +316,8 @@ def check_refusals():
              (["--fold", "3"], "sds", "has folds 0 to 2"),
              (["--fold", "0", "--monitor", "val_auc"], "sds", "is not a metric of survival"),
              (["--fold", "0", "--monitor", "val_ibs"], "sds", "needs --loss nll"),
-             (["--fold", "0", "--class-weights", "balanced"], "rds", "is a regression dataset")]
+             (["--fold", "0", "--class-weights", "balanced"], "rds", "is a regression dataset"),
+             (["--fold", "0", "--gather-only"], "sds", "--gather-only needs --folds all")]
     for extra, ds, message in cases:
         code, _, err = train(tmp(ds), "--model", tmp("abmil.json"), "-o", tmp("run_refused"), *extra)
         expect(code == 1 and message in err, f"{extra}: exit {code}: {err.strip()}")

@@ -106,8 +106,8 @@ class Survival : public Task {
   }
   json training_notes() const override {
     if (nll_) return json::object();
-    return {{"steps_without_events",
-             empty_steps_.defined() ? empty_steps_.item<std::int64_t>() : 0}};
+    return {
+        {"steps_without_events", empty_steps_.defined() ? empty_steps_.item<std::int64_t>() : 0}};
   }
 
   json metrics(const torch::Tensor& outputs, const SplitSamples& s) const override {

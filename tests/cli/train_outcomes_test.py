@@ -3,8 +3,8 @@ checked against the field's references: lifelines (C-index, log-rank), scikit-su
 (integrated Brier score), torchsurv (Cox partial likelihood and its gradient), scikit-learn and
 scipy (regression metrics), and the discrete-time likelihood written here from Zadeh & Schmid's
 formula. The cohort is scripts/fixtures/outcome_cohort.py's: 120 patients with one or two slides
-whose tile features lean along one direction by a latent z; the hazard is exp(1.2 z) (about a
-third censored, times rounded to 0.1 so they tie), the regression target 2 z plus noise.
+whose tile features lean along one direction by a latent z; the hazard is exp(1.6 z) (about
+40% censored, times rounded to 0.1 so they tie), the regression target 2 z plus noise.
 
     train_outcomes_test.py MLTOOL [TEST...]   # TEST: check_* names without check_
 """

@@ -51,6 +51,11 @@ const util::Options<PredictJob>& predict_options() {
              "The class whose probability the PNG heatmaps show (default: the last label)"),
       option("--heatmap-size", &J::heatmap_size, "The PNG heatmaps' long side in pixels")
           .at_least(64),
+      option("--group-table", &J::group_table,
+             "Bag models: CSV/TSV/JSONL with columns slide and --group-column; each group (e.g. "
+             "a patient) is one bag of all its slides' tiles, as pack --bag-by made them"),
+      option("--group-column", &J::group_column,
+             "With --group-table: the column that names each slide's group"),
       flag("--overwrite", &J::overwrite,
            "Predict again into an output that holds a prediction with other settings"),
   };
@@ -239,6 +244,9 @@ json fingerprint(const PredictJob& job, const PredictInput& in, const torch::Dev
             {"device", device.is_cuda() ? "cuda" : "cpu"},
             {"heatmaps", in.tile_store.empty() ? "" : util::absolute_path(in.tile_store)},
             {"label", job.label},
+            {"groups", job.group_table.empty()
+                           ? json()
+                           : json({util::absolute_path(job.group_table), job.group_column})},
             {"heatmap_size", job.heatmap_size}};
   if (device.is_cpu()) f["math_threads"] = math_threads;
   return f;
@@ -305,7 +313,7 @@ bool predict_slide(const PredictJob& job, const PredictInput& in, std::size_t s,
   const SlideScores scores = resumed ? std::move(*found) : predictor.score(*in.source, rows);
   if (!resumed) journal.save(slide, scores);
   c.add(in, s, scores, predictor.bag());
-  if (!h.tiles || (predictor.bag() && scores.attention.empty())) return resumed;
+  if (!h.tiles || in.grouped || (predictor.bag() && scores.attention.empty())) return resumed;
   if (!h.tiles->is_complete(slide)) {
     log::warn(at_file(in.tile_store, "no complete slide '" + slide + "': no heatmap for it"));
     return resumed;

@@ -7,6 +7,7 @@
 #include "dataset.hpp"
 #include "mltool/features/encoder_card.hpp"
 #include "mltool/io/feature_store.hpp"
+#include "mltool/io/table.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/records/sha256.hpp"
 #include "mltool/util/error.hpp"
@@ -112,6 +113,35 @@ void keep_slides(PredictInput& in, const PredictJob& job) {
   in.rows.resize(kept);
 }
 
+// --group-table: the slides merged into their groups' bags (groups in the order of their first
+// slide; a bag's rows slide by slide). UsageError for a slide the table does not list.
+void group_slides(PredictInput& in, const PredictJob& job) {
+  const io::Table table = io::read_table(job.group_table);
+  const std::size_t slide = table.column("slide"), group = table.column(job.group_column);
+  std::map<std::string, std::string> group_of;
+  for (const auto& row : table.rows) group_of[row[slide]] = row[group];
+  std::map<std::string, std::size_t> index;
+  std::vector<std::string> groups;
+  std::vector<std::vector<std::int64_t>> rows;
+  for (std::size_t s = 0; s < in.slides.size(); ++s) {
+    const auto it = group_of.find(in.slides[s]);
+    if (it == group_of.end())
+      throw UsageError(at_file(job.group_table, "does not list slide '" + in.slides[s] + "' of " +
+                                                    job.input +
+                                                    " (predict only the listed ones with "
+                                                    "--slide)"));
+    auto [at, added] = index.emplace(it->second, groups.size());
+    if (added) {
+      groups.push_back(it->second);
+      rows.emplace_back();
+    }
+    rows[at->second].insert(rows[at->second].end(), in.rows[s].begin(), in.rows[s].end());
+  }
+  in.slides = std::move(groups);
+  in.rows = std::move(rows);
+  in.grouped = true;
+}
+
 PredictInput feature_input(const json& run, const std::string& unit, const PredictJob& job) {
   if (io::TileStore::is_store(job.input))
     throw InputError(at_file(job.input, "a tile store, but a " + unit +
@@ -192,6 +222,20 @@ PredictInput open_predict_input(const json& run, const std::string& unit, const 
   PredictInput in = unit == "image" ? image_input(run, job) : feature_input(run, unit, job);
   group_by_slide(in);
   if (!job.slides.empty()) keep_slides(in, job);
+  if (job.group_table.empty() != job.group_column.empty())
+    throw UsageError("--group-table and --group-column go together");
+  const std::string bag_column = run.at("dataset").value("bag_column", "");
+  if (!job.group_table.empty()) {
+    if (unit != "bag")
+      throw UsageError("--group-table: " + job.run + " is a " + unit +
+                       " model; groups are bags of bag models");
+    group_slides(in, job);
+  } else if (!bag_column.empty()) {
+    log::warn(job.run + " was trained on bags of '" + bag_column +
+              "' (pack --bag-by); each slide is predicted as its own bag: pass --group-table "
+              "CSV --group-column " +
+              bag_column + " to predict one bag per " + bag_column);
+  }
   return in;
 }
 

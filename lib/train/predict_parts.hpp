@@ -29,8 +29,9 @@ namespace mltool::train {
 /// models) or decoded tiles (image models).
 struct PredictInput {
   std::shared_ptr<const RowSource> source;
-  std::vector<std::string> keys;                ///< store order
-  std::vector<std::string> slides;              ///< in the order of their first row
+  std::vector<std::string> keys;    ///< store order
+  std::vector<std::string> slides;  ///< in the order of their first row
+  bool grouped = false;             ///< --group-table: `slides` are groups (patients), each one bag
   std::vector<std::vector<std::int64_t>> rows;  ///< per slide: its rows, in store order
   std::string tile_store;                       ///< the heatmaps' tile store, or ""
   std::shared_ptr<const io::TileStore> tiles;   ///< it, open (one LMDB environment per process)

@@ -397,6 +397,8 @@ json run_manifest(const TrainJob& job, const Plan& p, const Feeds& feeds, const 
                   {"train_samples", p.train.size()},
                   {"val_samples", p.val.size()}};
   if (!p.tile_store.empty()) dataset["tile_store"] = util::absolute_path(p.tile_store);
+  if (const auto bags = data.manifest.at("labels").value("bag_column", json()); bags.is_string())
+    dataset["bag_column"] = bags;
   if (const std::string encoder = features_encoder(data); !encoder.empty())
     dataset["encoder"] = encoder;
   json options = util::recorded(train_options(), job, "options");

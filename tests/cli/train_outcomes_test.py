@@ -125,20 +125,20 @@ def check_survival_cross_validation():
     expect(again["mean"] == cv["mean"], "a rerun must gather the same folds")
     gathered = train_ok(tmp("sds"), "--model", tmp("abmil.json"), "--folds", "all", "--gather-only", "-o", out)
     expect(gathered["per_fold"] == cv["per_fold"], "--gather-only gathers the same")
-    # predict scores each slide as a bag: a one-slide patient's risk is its fold's (within float32
-    # rounding: training evaluates bags padded together, predict one at a time).
+    # predict with the patients' bags (--group-table, as pack --bag-by made them): each fold-0
+    # patient's risk is its fold's (within float32 rounding: training evaluates bags padded
+    # together, predict one at a time); without the table each slide is a bag, with a warning.
     code, _, err = run([mltool, "predict", os.path.join(out, "fold-0"), tmp("features"), "-o", tmp("pred_cox"),
-                        "--weights", "final"])
+                        "--weights", "final", "--group-table", tmp("clinical.csv"), "--group-column", "patient"])
     expect(code == 0, f"predict: exit {code}: {err.strip()}")
-    predicted = {r["slide"]: r["risk"] for r in rows_of(tmp("pred_cox", "predictions.csv"))}
-    single = 0
+    predicted = {r["sample"]: float(r["risk"]) for r in rows_of(tmp("pred_cox", "predictions.csv"))}
+    expect(sorted(predicted) == sorted(PEOPLE), "predict --group-table: one row per patient")
     for r in rows_of(os.path.join(out, "fold-0", "predictions.csv")):
-        slides = [k for k in predicted if k.startswith(r["sample"] + "S")]
-        if len(slides) == 1:
-            single += 1
-            a, b = float(predicted[slides[0]]), float(r["risk"])
-            expect(abs(a - b) <= 1e-5 * max(1.0, abs(b)), f"{r['sample']}: predict {a}, train {b}")
-    expect(single >= 5, f"only {single} one-slide patients in fold 0")
+        a, b = predicted[r["sample"]], float(r["risk"])
+        expect(abs(a - b) <= 1e-5 * max(1.0, abs(b)), f"{r['sample']}: predict {a}, train {b}")
+    code, _, err = run([mltool, "predict", os.path.join(out, "fold-0"), tmp("features"), "-o", tmp("pred_slides")])
+    expect(code == 0 and "--group-table CSV --group-column patient" in err, f"exit {code}: {err.strip()}")
+    expect(len(rows_of(tmp("pred_slides", "predictions.csv"))) == 185, "without the table: one bag per slide")
 
 
 def check_gather_names_unfinished_folds():

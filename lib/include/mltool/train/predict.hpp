@@ -47,7 +47,11 @@ struct PredictJob {
   std::string tiles;        ///< the tile store for heatmaps; empty: the one features.json names
   std::string label;        ///< the class whose probability the PNG heatmaps show; empty: the last
   int heatmap_size = 1024;  ///< the PNG heatmaps' long side, pixels
-  bool overwrite = false;   ///< replace a prediction with other settings in `output`
+  /// Bag models: a table (columns `slide` and `group_column`) whose groups (patients) are the
+  /// bags, all their slides' tiles in one; empty: each slide is a bag.
+  std::string group_table;
+  std::string group_column;
+  bool overwrite = false;  ///< replace a prediction with other settings in `output`
 };
 
 /// The table of PredictJob's options (docs/predict.md's synopsis is checked against it).

@@ -71,7 +71,7 @@ TEST(ModelSpec, ErrorsNameThePointer) {
   EXPECT_TRUE(
       contains(spec_error(json{{"family", "rescnn"}, {"mean", {0.5, 0.5}}}), "spec.json: /mean:"));
   EXPECT_TRUE(
-      contains(spec_error(json{{"family", "mlp"}, {"classes", 1}}), "spec.json: /classes:"));
+      contains(spec_error(json{{"family", "mlp"}, {"classes", 0}}), "spec.json: /classes:"));
   EXPECT_TRUE(
       contains(spec_error(json{{"family", "mlp"}, {"format", "mltool.dataset"}}), "/format"));
   // A field of another family is named, with the family's own fields.

@@ -261,6 +261,11 @@ def model_only(model, a, amp, n_tiles):
             "tiles_per_second": iters * a.batch / seconds, "dims": int(y.shape[1])}
 
 
+def rate_text(v):
+    """A rate as the table shows it: whole numbers from 100 on, else 3 significant digits."""
+    return f"{v:.0f}" if v >= 100 else f"{v:.3g}"
+
+
 # ---------------------------------------------------------------- mltool
 
 def run_mltool(a, store, model_path, amp, out):
@@ -405,7 +410,7 @@ def main():
             log(f"[{amp}] {name}: FAILED: {r[name]['error']}")
             X = None
         else:
-            log(f"[{amp}] {name}: {r[name]['tiles_per_second']:.0f} tiles/s")
+            log(f"[{amp}] {name}: {rate_text(r[name]['tiles_per_second'])} tiles/s")
         save()
         if torch.device(a.device).type == "cuda":
             torch.cuda.empty_cache()
@@ -455,7 +460,7 @@ def main():
         m, b, o = rate(r, "mltool"), rate(r, "baseline"), rate(r, "model_only")
         label = "bf16 autocast" if amp == "bf16" else ("f16 autocast" if amp == "f16" else
                                                      "none (float32)")
-        cell = lambda v: f"{v:.0f}" if v else "FAILED"  # noqa: E731
+        cell = lambda v: rate_text(v) if v else "FAILED"  # noqa: E731
         rb = f"{m / b:.2f}x" if m and b else "-"
         ro = f"{100 * m / o:.0f}%" if m and o else "-"
         ag = f"{r['agreement']['relative']:.1e}" if "agreement" in r else "-"

@@ -91,7 +91,7 @@ int run_folds(const train::TrainJob& job, const CommonOptions& common, bool bar)
   if (job.rank != 0) return exit_code::ok;
   std::string summary;
   for (const auto& [name, mean] : r.cv.at("mean").items()) {
-    const auto& sd = r.cv.at("sd").at(name);
+    const auto sd = r.cv.at("sd").value(name, nlohmann::json());
     summary += (summary.empty() ? "" : ", ") + name + " " + format_fixed(mean.get<double>(), 4) +
                (sd.is_number() ? " ± " + format_fixed(sd.get<double>(), 4) : "");
   }

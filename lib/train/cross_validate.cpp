@@ -53,7 +53,7 @@ void summarize(const std::vector<json>& validations, json& mean, json& sd) {
     double ss = 0;
     for (const double x : xs) ss += (x - m) * (x - m);
     mean[name] = m;
-    sd[name] = xs.size() > 1 ? json(std::sqrt(ss / static_cast<double>(xs.size() - 1))) : json();
+    if (xs.size() > 1) sd[name] = std::sqrt(ss / static_cast<double>(xs.size() - 1));
   }
 }
 
@@ -131,7 +131,7 @@ json gather(const TrainJob& job, int folds) {
              {"sd", sd}};
   const OutOfFold oof = write_oof(job.output, folds);
   cv["pictures"] = draw_cv_pictures(job.output, task.at("kind").get<std::string>(), oof, medians);
-  util::write_file_atomic(util::join_path(job.output, "cv.json"), cv.dump(2) + "\n");
+  io::write_manifest(util::join_path(job.output, "cv.json"), cv, "cv");
   return cv;
 }
 

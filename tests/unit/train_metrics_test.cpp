@@ -45,5 +45,54 @@ TEST(Metrics, RefusesBadInput) {
   EXPECT_THROW(classification_metrics({0, 1}, {0, 1}, {0.5}, 2), UsageError);
 }
 
+TEST(Metrics, RegressionByHand) {
+  // y 1, 2, 3, 4; p 2, 2, 2, 6: errors 1, 0, -1, 2; SS_res 6, SS_tot 5.
+  const auto m = regression_metrics({1, 2, 3, 4}, {2, 2, 2, 6});
+  EXPECT_DOUBLE_EQ(m.mae, 1.0);
+  EXPECT_DOUBLE_EQ(m.rmse, std::sqrt(1.5));
+  EXPECT_DOUBLE_EQ(m.r2, 1.0 - 6.0 / 5.0);
+  // Spearman: ranks of p are 2, 2, 2, 4 (ties averaged) against 1, 2, 3, 4.
+  EXPECT_NEAR(m.spearman, pearson({1, 2, 3, 4}, {2, 2, 2, 4}), 1e-15);
+  EXPECT_TRUE(std::isnan(regression_metrics({3, 3}, {1, 2}).r2));  // constant targets
+  EXPECT_TRUE(std::isnan(pearson({1, 2}, {5, 5})));
+}
+
+TEST(Metrics, ConcordanceCountsPairsAsLifelines) {
+  // Times 1 (event), 2 (censored), 2 (event), 3 (event); risks 4, 1, 3, 3.
+  // Comparable pairs (earlier time an event, or an event and a censoring at one time):
+  // (0,1) (0,2) (0,3): risk 4 beats 1, 3, 3 -> 3; (2,1): event at 2 vs censored at 2 ->
+  // comparable, 3 > 1 -> 1; (2,3): 3 = 3 -> 1/2. Two events at one time are not comparable.
+  EXPECT_DOUBLE_EQ(concordance_index({1, 2, 2, 3}, {1, 0, 1, 1}, {4, 1, 3, 3}), 4.5 / 5.0);
+  EXPECT_TRUE(std::isnan(concordance_index({1, 2}, {0, 0}, {1, 2})));  // no event
+}
+
+TEST(Metrics, KaplanMeierAndLogRankByHand) {
+  // Times 1, 2+, 3, 3, 4+ (+ censored): S = 4/5 after 1, then 3 at risk at 3 with 2 events.
+  const auto km = kaplan_meier({1, 2, 3, 3, 4}, {1, 0, 1, 1, 0});
+  EXPECT_EQ(km.times, (std::vector<double>{1, 2, 3, 4}));
+  EXPECT_EQ(km.at_risk, (std::vector<std::int64_t>{5, 4, 3, 1}));
+  EXPECT_DOUBLE_EQ(km.at(3.5), 0.8 * (1.0 / 3.0));
+  EXPECT_DOUBLE_EQ(km.at(0.5), 1.0);
+  // Two groups, one event each at distinct times, all at risk: at t=1 the expected events of
+  // group 0 are 2/4 with variance 1/4; at t=2, 1/3 with variance 2/9. O - E = 1 - 5/6.
+  const double chi2 = (1.0 / 6.0) * (1.0 / 6.0) / (0.25 + 2.0 / 9.0);
+  EXPECT_NEAR(logrank_p({1, 5, 2, 6}, {1, 0, 1, 0}, {0, 0, 1, 1}), std::erfc(std::sqrt(chi2 / 2)),
+              1e-15);
+  EXPECT_TRUE(std::isnan(logrank_p({1, 2}, {1, 1}, {0, 0})));  // one group
+}
+
+TEST(Metrics, IntegratedBrierScoreByHand) {
+  // No censoring: the weights are 1. Test times 1, 2, 3 (events); grid 1, 2; estimates S = 0.5
+  // everywhere. At t=1: case 1 -> 0.25, controls 2 and 3 -> 0.25 each: mean 0.25. At t=2 the
+  // same. The integral over [1, 2] divided by its length: 0.25.
+  EXPECT_DOUBLE_EQ(integrated_brier_score({1, 2, 3}, {1, 1, 1}, {1, 2, 3}, {1, 1, 1}, {1, 2},
+                                          std::vector<double>(6, 0.5)),
+                   0.25);
+  // A test time past the training sample's last while the censoring estimate is above zero:
+  // scikit-survival refuses; NaN here.
+  EXPECT_TRUE(std::isnan(integrated_brier_score({1, 2}, {1, 1}, {1, 5, 6}, {1, 1, 1}, {1, 2},
+                                                std::vector<double>(6, 0.5))));
+}
+
 }  // namespace
 }  // namespace mltool::train

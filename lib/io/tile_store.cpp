@@ -161,8 +161,13 @@ void TileStore::adopt_settings(const TileSettings& settings) {
     existing->require_same(settings, path());
     return;
   }
-  const std::string text = settings.to_json().dump();
-  env_.write([&](lmdb::Txn& txn) { txn.put(meta_, kStoreKey, text); });
+  pending_settings_ = settings.to_json().dump();
+}
+
+void TileStore::put_pending_settings(lmdb::Txn& txn) {
+  // Kept after: writing the same record with every later slide is harmless, and a transaction
+  // that failed leaves it to the next.
+  if (!pending_settings_.empty()) txn.put(meta_, kStoreKey, pending_settings_);
 }
 
 std::vector<std::string> TileStore::completed_slides() const {
@@ -241,6 +246,7 @@ void TileStore::SlideWriter::commit(const std::string& slide_record,
                                     const std::string& tiles_record,
                                     const std::string& done_record) {
   batch_.flush([&](lmdb::Txn& txn) {
+    store_->put_pending_settings(txn);
     txn.put(store_->meta_, meta_key("slides", id_), slide_record);
     txn.put(store_->meta_, meta_key("tiles", id_), tiles_record);
     for (const auto& [kind, text] : records_) txn.put(store_->meta_, meta_key(kind, id_), text);
@@ -296,6 +302,7 @@ MergeReport merge_store(TileStore& out, const std::string& input, std::size_t co
       ++tiles;
     }
     batch.flush([&](lmdb::Txn& w) {
+      out.put_pending_settings(w);
       for (const char* kind : {"slides", "tiles", "done"}) {
         const std::string key = TileStore::meta_key(kind, id);
         w.put(out.meta(), key, txn.at(in.meta(), key));

@@ -877,6 +877,21 @@ def check_rerun():
            "refused runs left the store unchanged")
 
 
+def check_refused_run_leaves_no_settings():
+    """A first run refused before it finishes a slide (--mpp finer than level 0) records no
+    settings: the corrected run is accepted and its store equals a clean run's (issue 28)."""
+    paths = [tmp("shard", f"S{i}.tif") for i in (2, 3)]
+    code, _, _, err = tile(*paths, "-o", tmp("st_refused"), "--mpp", "0.1")
+    expect(code != 0 and "finer than the slide's level 0" in err, f"first run: exit {code}: {err}")
+    code, _, _, err = tile(*paths, "-o", tmp("st_refused"), "--mpp", "0.5")
+    expect(code == 0, f"corrected run: exit {code}: {err}")
+    code, _, _, err = tile(*paths, "-o", tmp("st_clean"), "--mpp", "0.5")
+    expect(code == 0, f"clean run: exit {code}: {err}")
+    a, b = Store(tmp("st_refused")), Store(tmp("st_clean"))
+    expect(a.tiles == b.tiles, "the corrected run's tiles differ from a clean run's")
+    expect("store" in a.meta and a.meta["store"] == b.meta["store"], "the corrected run's settings differ")
+
+
 def check_small_levels():
     """m. libvips' own pyramids end with a level smaller than one TIFF tile (256×192 here).
     Debian's OpenSlide 3.4.1 with libtiff 4.5 misreads such a level (rows shifted down by
@@ -1054,7 +1069,7 @@ def check_artifacts_border():
 
 CHECKS = [check_grid, check_pixels, check_resample, check_resume, check_bad_input,
           check_stdin, check_shard, check_empty, check_no_mpp, check_qc, check_qc_index,
-          check_aperio, check_rerun, check_small_levels, check_artifacts_real,
+          check_aperio, check_rerun, check_refused_run_leaves_no_settings, check_small_levels, check_artifacts_real,
           check_artifacts_pen, check_artifacts_border]
 
 

@@ -104,10 +104,15 @@ class TileStore {
   lmdb::Dbi tiles() const { return tiles_; }
   lmdb::Dbi meta() const { return meta_; }
 
-  /// The store's settings, or nothing for a new store.
+  /// The store's settings, or nothing for a new store (or one no slide was finished in).
   std::optional<TileSettings> settings() const;
-  /// Records `settings` in a new store, or checks they equal the recorded ones.
+  /// Checks `settings` equal the recorded ones; in a store without settings they are recorded
+  /// with the first slide this writer finishes (SlideWriter::commit, merge_store), so a run that
+  /// finished no slide — refused, failed or killed first — leaves nothing that refuses a
+  /// corrected rerun.
   void adopt_settings(const TileSettings& settings);
+  /// In a write transaction that finishes a slide: the adopted settings, if not yet recorded.
+  void put_pending_settings(lmdb::Txn& txn);
 
   /// Ids of complete slides, sorted.
   std::vector<std::string> completed_slides() const;
@@ -185,6 +190,7 @@ class TileStore {
   lmdb::Env env_;
   lmdb::Dbi tiles_;
   lmdb::Dbi meta_;
+  std::string pending_settings_;  // adopt_settings' on a store without: recorded with a slide
 };
 
 /// What merging one store contributed.

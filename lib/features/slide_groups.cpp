@@ -8,29 +8,6 @@
 #include "slide_groups_internal.hpp"
 
 namespace mltool::features::detail {
-namespace {
-
-// slide → group, from the table.
-std::unordered_map<std::string, std::string> read_groups(const SlideEncodeJob& job) {
-  const io::Table table = io::read_table(job.group_table);
-  const std::size_t slide = table.column("slide"), group = table.column(job.group_column);
-  std::unordered_map<std::string, std::string> out;
-  for (std::size_t i = 0; i < table.rows.size(); ++i) {
-    const auto& row = table.rows[i];
-    const std::string where = "line " + std::to_string(table.lines[i]) + ": ";
-    if (row[group].empty() || row[group].find('/') != std::string::npos)
-      throw InputError(at_file(table.path, where + "group " + io::json_quoted(row[group]) +
-                                               " must be non-empty and hold no '/'"));
-    const auto [it, added] = out.emplace(row[slide], row[group]);
-    if (!added && it->second != row[group])
-      throw InputError(at_file(table.path, where + "slide " + io::json_quoted(row[slide]) +
-                                               " is in two groups, " + io::json_quoted(it->second) +
-                                               " and " + io::json_quoted(row[group])));
-  }
-  return out;
-}
-
-}  // namespace
 
 Plan plan_groups(const SlideEncodeJob& job, const io::FeatureStore& store) {
   Plan plan;
@@ -50,7 +27,9 @@ Plan plan_groups(const SlideEncodeJob& job, const io::FeatureStore& store) {
     }
     it->second.push_back(r);
   }
-  const auto groups = job.group_table.empty() ? decltype(read_groups(job))() : read_groups(job);
+  const auto groups = job.group_table.empty()
+                          ? std::unordered_map<std::string, std::string>()
+                          : io::read_slide_groups(job.group_table, job.group_column);
   std::unordered_map<std::string, std::size_t> index;
   for (const auto& slide : slides) {
     std::string id = slide;

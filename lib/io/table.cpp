@@ -279,4 +279,24 @@ Table read_table(const std::string& path) {
   return parse_table(util::read_file(path), format, path);
 }
 
+std::unordered_map<std::string, std::string> read_slide_groups(const std::string& path,
+                                                               const std::string& group_column) {
+  const Table table = read_table(path);
+  const std::size_t slide = table.column("slide"), group = table.column(group_column);
+  std::unordered_map<std::string, std::string> out;
+  for (std::size_t i = 0; i < table.rows.size(); ++i) {
+    const auto& row = table.rows[i];
+    const std::string where = "line " + std::to_string(table.lines[i]) + ": ";
+    if (row[group].empty() || row[group].find('/') != std::string::npos)
+      throw InputError(at_file(table.path, where + "group " + json_quoted(row[group]) +
+                                               " must be non-empty and hold no '/'"));
+    const auto [it, added] = out.emplace(row[slide], row[group]);
+    if (!added && it->second != row[group])
+      throw InputError(at_file(table.path, where + "slide " + json_quoted(row[slide]) +
+                                               " is in two groups, " + json_quoted(it->second) +
+                                               " and " + json_quoted(row[group])));
+  }
+  return out;
+}
+
 }  // namespace mltool::io

@@ -8,6 +8,7 @@
 
 #include "cv_plots.hpp"
 #include "dataset.hpp"
+#include "export.hpp"
 #include "mltool/io/manifest.hpp"
 #include "mltool/io/table.hpp"
 #include "mltool/util/error.hpp"
@@ -30,13 +31,6 @@ bool finished(const json& run) {
 json fold_run(const std::string& output, int fold) {
   const std::string path = util::join_path(fold_directory(output, fold), "run.json");
   return util::exists(path) ? io::read_manifest(path, "train-run") : json();
-}
-
-std::string csv_quoted(const std::string& s) {
-  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
 }
 
 // Mean and sample standard deviation (n − 1) of each metric the folds report as a number.
@@ -71,7 +65,7 @@ OutOfFold write_oof(const std::string& output, int folds) {
       for (std::size_t c = 0; c < table.columns.size(); ++c)
         if (c != sample) oof.columns.push_back(table.columns[c]);
       for (std::size_t c = 0; c < oof.columns.size(); ++c)
-        text += (c ? "," : "") + csv_quoted(oof.columns[c]);
+        text += (c ? "," : "") + csv_field(oof.columns[c]);
       text += "\n";
     } else if (table.columns.size() + 1 != oof.columns.size()) {
       throw FormatError(at_file(table.path, "has other columns than fold 0's predictions.csv"));
@@ -80,7 +74,7 @@ OutOfFold write_oof(const std::string& output, int folds) {
       std::vector<std::string> out{row[sample], std::to_string(f)};
       for (std::size_t c = 0; c < row.size(); ++c)
         if (c != sample) out.push_back(row[c]);
-      for (std::size_t c = 0; c < out.size(); ++c) text += (c ? "," : "") + csv_quoted(out[c]);
+      for (std::size_t c = 0; c < out.size(); ++c) text += (c ? "," : "") + csv_field(out[c]);
       text += "\n";
       oof.rows.push_back(std::move(out));
     }

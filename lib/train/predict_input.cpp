@@ -116,10 +116,7 @@ void keep_slides(PredictInput& in, const PredictJob& job) {
 // --group-table: the slides merged into their groups' bags (groups in the order of their first
 // slide; a bag's rows slide by slide). UsageError for a slide the table does not list.
 void group_slides(PredictInput& in, const PredictJob& job) {
-  const io::Table table = io::read_table(job.group_table);
-  const std::size_t slide = table.column("slide"), group = table.column(job.group_column);
-  std::map<std::string, std::string> group_of;
-  for (const auto& row : table.rows) group_of[row[slide]] = row[group];
+  const auto group_of = io::read_slide_groups(job.group_table, job.group_column);
   std::map<std::string, std::size_t> index;
   std::vector<std::string> groups;
   std::vector<std::vector<std::int64_t>> rows;

@@ -9,6 +9,7 @@
 
 #include <torch/types.h>
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -69,6 +70,11 @@ class Task : public StepLoss {
   virtual std::string csv_header() const = 0;
   virtual std::string csv_row(const SplitSamples& s, std::size_t i, const float* out) const = 0;
 };
+
+/// A metric as metrics() reports it: the number, or null when it is undefined (NaN, inf).
+inline nlohmann::json number_or_null(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json();
+}
 
 /// The task of the dataset (dataset.json's "task") with the job's loss options; `train` gives
 /// what a loss learns from the training split (class weights, the nll time bins). UsageError

@@ -17,8 +17,6 @@ namespace {
 namespace F = torch::nn::functional;
 using json = nlohmann::json;
 
-json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(); }
-
 // Per label id, or empty for none.
 std::vector<double> class_weights(const std::string& text, const SplitSamples& train,
                                   std::size_t classes) {

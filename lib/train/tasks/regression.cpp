@@ -16,8 +16,6 @@ namespace {
 namespace F = torch::nn::functional;
 using json = nlohmann::json;
 
-json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(); }
-
 class Regression : public Task {
  public:
   Regression(const TrainJob& job, const DatasetInfo& data)

@@ -21,8 +21,6 @@ namespace {
 namespace F = torch::nn::functional;
 using json = nlohmann::json;
 
-json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(); }
-
 // numpy's default (linear) quantile of sorted values.
 double quantile(const std::vector<double>& sorted, double q) {
   const double pos = q * static_cast<double>(sorted.size() - 1);
@@ -45,16 +43,17 @@ std::vector<double> cuts_of(const SplitSamples& train, int bins, const std::stri
   return cuts;
 }
 
-std::string number_text(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
+// `v` with `digits` significant digits: 9 name the cuts, 17 give a double exactly.
+std::string number_text(double v, int digits = 9) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
   return buf;
 }
 
 class Survival : public Task {
  public:
   Survival(const TrainJob& job, const DatasetInfo& data, const SplitSamples& train)
-      : nll_(job.loss == Loss::nll), manifest_(data.manifest_path) {
+      : nll_(job.loss == Loss::nll) {
     if (job.loss != Loss::auto_choice && job.loss != Loss::cox && job.loss != Loss::nll)
       throw UsageError("--loss " + std::string(util::name_of(kLosses, job.loss)) + ": " +
                        data.manifest_path + " is a survival dataset (cox or nll)");
@@ -140,11 +139,11 @@ class Survival : public Task {
   }
   std::string output_row(const float* out) const override {
     const auto row = torch::from_blob(const_cast<float*>(out), {1, outputs()}, torch::kFloat32);
-    std::string r = number_text17(scores(row)[0]);
+    std::string r = number_text(scores(row)[0], 17);
     if (nll_) {
       const auto curve = survival_curve(row.to(torch::kFloat64)).contiguous();
       for (std::size_t j = 0; j < cuts_.size(); ++j)
-        r += "," + number_text17(curve.data_ptr<double>()[j]);
+        r += "," + number_text(curve.data_ptr<double>()[j], 17);
     }
     return r;
   }
@@ -157,11 +156,6 @@ class Survival : public Task {
   }
 
  private:
-  static std::string number_text17(double v) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "%.17g", v);
-    return buf;
-  }
   static void split_outcome(const SplitSamples& s, std::vector<double>& time,
                             std::vector<double>& event) {
     for (std::size_t i = 0; i < s.size(); ++i) {
@@ -230,7 +224,6 @@ class Survival : public Task {
 
  private:
   bool nll_;
-  std::string manifest_;
   std::vector<double> cuts_;
   torch::Tensor cuts_tensor_;
   mutable torch::Tensor empty_steps_;  ///< cox: training steps without an event, so far

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace mltool::io {
@@ -57,5 +58,11 @@ Table read_table(const std::string& path);
 /// `s` as a JSON string literal (invalid UTF-8 replaced): how a table's values and column
 /// names are quoted in messages.
 std::string json_quoted(std::string_view s);
+
+/// A table of slides' groups (extract --slide-encoder's and predict's --group-table): its
+/// columns `slide` and `group_column` as slide → group. InputError naming the file and line for
+/// a group that is empty or holds '/', or a slide in two groups.
+std::unordered_map<std::string, std::string> read_slide_groups(const std::string& path,
+                                                               const std::string& group_column);
 
 }  // namespace mltool::io

@@ -74,9 +74,10 @@ void TileSettings::require_same(const TileSettings& other, const std::string& st
   for (auto it = mine.begin(); it != mine.end(); ++it) {
     const auto& b = theirs.at(it.key());
     if (it.value() != b)
-      throw UsageError(at_file(store, "the store was made with " + it.key() + " " +
-                                          describe(it.value()) + ", not " + describe(b) +
-                                          "; use another store, the same settings, or --overwrite to replace it"));
+      throw UsageError(at_file(
+          store, "the store was made with " + it.key() + " " + describe(it.value()) + ", not " +
+                     describe(b) +
+                     "; use another store, the same settings, or --overwrite to replace it"));
   }
 }
 

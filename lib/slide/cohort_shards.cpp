@@ -59,12 +59,13 @@ void adopt_shard(io::TileStore& store, const util::Shard& part,
   if (const auto before = store.store_record(kShardKey)) {
     const util::Shard was = recorded_part(*before, store.path());
     if (was.index != part.index || was.count != part.count)
-      throw UsageError(at_file(
-          store.path(), "holds shard " + was.text() + " of a `tile --shard` run; this run is " +
-                            (part.whole() ? std::string("the whole list") : "shard " + part.text()) +
-                            ": give --shard " + was.text() + " (or --shard auto --shards " +
-                            std::to_string(was.count) +
-                            ") to resume it, another -o, or --overwrite to replace it"));
+      throw UsageError(
+          at_file(store.path(),
+                  "holds shard " + was.text() + " of a `tile --shard` run; this run is " +
+                      (part.whole() ? std::string("the whole list") : "shard " + part.text()) +
+                      ": give --shard " + was.text() + " (or --shard auto --shards " +
+                      std::to_string(was.count) +
+                      ") to resume it, another -o, or --overwrite to replace it"));
   }
   if (part.whole()) return;
   store.adopt_record(kShardKey, record(part, slides, false, {}).dump());
@@ -117,8 +118,7 @@ void check_shards(const std::vector<std::string>& inputs, bool allow_partial) {
   std::string text = "--merge:";
   for (const auto& p : problems) text += " " + p + ";";
   text.pop_back();
-  if (!allow_partial)
-    throw UsageError(text + " (or merge what is there with --allow-partial)");
+  if (!allow_partial) throw UsageError(text + " (or merge what is there with --allow-partial)");
   log::warn(text + "; merging what is there (--allow-partial)");
 }
 

@@ -26,8 +26,8 @@ std::optional<std::size_t> env_index(const Environment& env, const char* name) {
 
 Shard checked(Shard s, const std::string& where) {
   if (s.count == 0 || s.index >= s.count)
-    throw UsageError("--shard auto: " + where + " gives index " + std::to_string(s.index) +
-                     " of " + std::to_string(s.count) +
+    throw UsageError("--shard auto: " + where + " gives index " + std::to_string(s.index) + " of " +
+                     std::to_string(s.count) +
                      " shards; number the array tasks 0..N-1, or give --shards N");
   return s;
 }
@@ -44,8 +44,7 @@ Shard parse_shard(const std::string& text) {
   if (text.find_first_not_of("0123456789/") != std::string::npos ||
       !(in >> shard.index >> slash >> shard.count) || slash != '/' || !in.eof() ||
       shard.count == 0 || shard.index >= shard.count)
-    throw UsageError("--shard must be I/N with 0 <= I < N (e.g. 0/4) or auto, not '" + text +
-                     "'");
+    throw UsageError("--shard must be I/N with 0 <= I < N (e.g. 0/4) or auto, not '" + text + "'");
   return shard;
 }
 
@@ -83,8 +82,9 @@ Shard resolve_shard(const std::string& text, std::size_t shards, const Environme
   }
   if (const auto index = env_index(env, "JOB_COMPLETION_INDEX")) {
     if (shards == 0)
-      throw UsageError("--shard auto: JOB_COMPLETION_INDEX (a Kubernetes indexed Job) gives the "
-                       "index only; give the Job's completions as --shards N");
+      throw UsageError(
+          "--shard auto: JOB_COMPLETION_INDEX (a Kubernetes indexed Job) gives the "
+          "index only; give the Job's completions as --shards N");
     return checked({*index, shards}, "JOB_COMPLETION_INDEX with --shards");
   }
   throw UsageError(kNeither);

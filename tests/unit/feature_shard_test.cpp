@@ -109,7 +109,7 @@ TEST(FeatureShardPlan, AutoShardFromTheSchedulersEnvironment) {
   EXPECT_THROW(resolve_shard("auto", 0, env({})), UsageError);
   EXPECT_THROW(resolve_shard("auto", 0, env({{"SLURM_ARRAY_TASK_ID", "x1"}})), UsageError);
   EXPECT_EQ(resolve_shard("1/4", 4, env({})).text(), "1/4");
-  EXPECT_THROW(resolve_shard("1/4", 3, env({})), UsageError);  // --shard and --shards disagree
+  EXPECT_THROW(resolve_shard("1/4", 3, env({})), UsageError);   // --shard and --shards disagree
   EXPECT_EQ(resolve_shard("", 0, env(stepped)).text(), "0/1");  // no --shard: the whole list
   EXPECT_EQ(mltool::util::array_index("--fold", env({{"JOB_COMPLETION_INDEX", "2"}})), 2u);
 }

@@ -17,11 +17,11 @@ namespace mltool::slide {
 
 struct CohortJob {
   TileJob tile;
-  std::string store;        ///< the tile store (created or appended to)
-  std::string shard;        ///< "I/N", "auto" or "" (util::resolve_shard)
-  std::size_t shards = 0;   ///< --shards N for --shard auto; 0: not given
-  bool keep_going = false;  ///< a slide that fails is reported (status "failed") and skipped
-  bool overwrite = false;   ///< empty the store first instead of resuming or adding to it
+  std::string store;           ///< the tile store (created or appended to)
+  std::string shard;           ///< "I/N", "auto" or "" (util::resolve_shard)
+  std::size_t shards = 0;      ///< --shards N for --shard auto; 0: not given
+  bool keep_going = false;     ///< a slide that fails is reported (status "failed") and skipped
+  bool overwrite = false;      ///< empty the store first instead of resuming or adding to it
   bool allow_partial = false;  ///< merge: join the shards there are, naming the missing ones
 };
 

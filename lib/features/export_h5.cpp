@@ -219,7 +219,11 @@ void write_h5(const std::string& path, const io::FeatureStore& store, const Slid
   if (spec.coords) {  // a slide embedding (extract --slide-encoder) has none
     check_coords_fit(coords, spec.coords_element, path);
     file.create_dataset("coords", spec.coords_element, s.rows.size(), 2, spec.chunk_rows);
-    file.write_rows("coords", 0, s.rows.size(), io::H5Element::int64, coords.data());
+    // In blocks too: HDF5 keeps two selections per chunk a write touches, and TRIDENT's
+    // chunks are single rows.
+    for (std::uint64_t at = 0; at < s.rows.size(); at += kBlockRows)
+      file.write_rows("coords", at, std::min<std::uint64_t>(kBlockRows, s.rows.size() - at),
+                      io::H5Element::int64, &coords[2 * at]);
     file.set_attributes("coords", spec.coords_attrs);
   }
   file.close();

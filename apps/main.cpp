@@ -1,5 +1,6 @@
 // mltool: whole-slide images to trained models. The one place where errors become exit
 // codes (docs/cli.md#exit-codes); everything else throws.
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -12,6 +13,10 @@
 int main(int argc, char** argv) {
   int code = mltool::exit_code::ok;
   mltool::util::stop_on_sigterm();  // SIGTERM: commit the piece in hand, exit 75
+  // A write to a closed socket or pipe is an error to report (EPIPE), not a silent death: a
+  // data parallel rank whose peer died names the failed collective (Gloo writes with writev,
+  // which raises SIGPIPE), and a closed stdout is reported below.
+  std::signal(SIGPIPE, SIG_IGN);
   try {
     code = mltool::cli::run(argc, argv);
   } catch (const mltool::Error& e) {

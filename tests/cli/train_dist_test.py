@@ -327,7 +327,8 @@ def check_killed_rank():
         raise Failure("rank 0 still runs 40 s after rank 1 was killed")
     procs[1].communicate()
     expect(procs[0].returncode != 0, "rank 0 exited 0 after rank 1 was killed")
-    expect("data parallel, rank 0 of 2" in err, f"rank 0's stderr: {err.strip()[-2000:]}")
+    expect("data parallel, rank 0 of 2" in err,
+           f"rank 0 (exit {procs[0].returncode}) stderr: {err.strip()[-2000:]}")
     print(f"  rank 0 stopped {time.time() - t0:.1f} s after the kill", flush=True)
     expect(json.load(open(os.path.join(out, "run.json")))["status"] == "failed", "run.json status")
 

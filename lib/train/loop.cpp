@@ -308,10 +308,17 @@ double log_step(Training& t, int epoch) {
 }
 
 // SIGTERM (util/stop.hpp), seen between steps: every rank stops after the same step (data
-// parallel: any rank's signal stops all), last.pt saved where --resume continues.
+// parallel: any rank's signal stops all, within kStopEvery steps), last.pt saved where
+// --resume continues.
+constexpr std::int64_t kStopEvery = 8;
 void stop_if_requested(Training& t) {
   bool stop = util::stop_requested();
-  if (t.loop.dp) stop = t.loop.dp->any_rank(stop, t.loop.device);
+  if (t.loop.dp) {
+    // Ranks agree every kStopEvery steps only: the exchange waits for the device, which a
+    // step on a GPU otherwise need not.
+    if (t.state.step % kStopEvery != 0) return;
+    stop = t.loop.dp->any_rank(stop, t.loop.device);
+  }
   if (!stop) return;
   checkpoint(t, "last.pt");
   t.loop.run.log({{"event", "stopped"}, {"step", t.state.step}, {"signal", "SIGTERM"}});

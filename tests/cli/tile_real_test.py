@@ -253,7 +253,58 @@ def check_power():
     expect(code == 1 and "--mag" in err, f"--mag with --mpp: exit {code}: {err}")
 
 
-CHECKS = [check_version, check_svs, check_dicom, check_flat, check_no_usable_mpp, check_power]
+def own_tile(path, col, row):
+    """TIFF tile (col, row) of level 0 as --passthrough must store it, rebuilt with tifffile:
+    SOI, Adobe transform 0 (RGB-coded) or JFIF (YCbCr), JPEGTables without SOI/EOI, the raw
+    tile after its SOI."""
+    with tifffile.TiffFile(path) as tf:
+        page = tf.pages[0]
+        i = row * -(-page.imagewidth // page.tilewidth) + col
+        with open(path, "rb") as f:
+            f.seek(page.dataoffsets[i])
+            raw = f.read(page.databytecounts[i])
+        rgb = int(page.photometric) == 2
+        tables = page.jpegtables or b""
+    marker = (bytes([0xFF, 0xEE, 0, 14]) + b"Adobe" + bytes([0, 100, 0, 0, 0, 0, 0]) if rgb else
+              bytes([0xFF, 0xE0, 0, 16]) + b"JFIF\0" + bytes([1, 1, 0, 0, 1, 0, 1, 0, 0]))
+    return b"\xff\xd8" + marker + (tables[2:-2] if tables else b"") + raw[2:], rgb
+
+
+def check_passthrough():
+    """g. the real SVS at its native level and tile size (240-px, RGB-coded JPEG tiles): every
+    kept tile is the slide's own JPEG tile byte for byte, and decodes (Pillow; mltool's own
+    decoder through mltool_testgen beside mltool, where built) to read_region exactly."""
+    if skip_without_svs():
+        return
+    slide = openslide.OpenSlide(REAL_SVS)
+    size = int(slide.properties["openslide.level[0].tile-width"])
+    st = tmp("st_passthrough")
+    code, summary, err = tile(REAL_SVS, "-o", st, "--level", "0", "--tile-size", str(size))
+    expect(code == 0, f"exit {code}: {err}")
+    meta, tiles = store(st)
+    p = meta[f"slides/{SID}"]["passthrough"]
+    expect(p["tiles"] == len(tiles) == summary["slides"][0]["passthrough"] >= 20 and
+           p["colour"] == "rgb" and meta[f"done/{SID}"]["passthrough"] == p["tiles"],
+           f"{p}, {len(tiles)} tiles, {summary['slides'][0]}")
+    testgen = os.path.join(os.path.dirname(mltool), "mltool_testgen")
+    ours = None
+    if os.access(testgen, os.X_OK):
+        code, _, err = run([testgen, "decode-tiles", st, tmp("real-decoded.rgb")])
+        expect(code == 0, f"decode-tiles: {err}")
+        ours = np.fromfile(tmp("real-decoded.rgb"), dtype=np.uint8).reshape(-1, size, size, 3)
+    else:
+        print(f"  (mltool's decoder not checked: {testgen} is not built)", flush=True)
+    for i, (k, x, y, got) in enumerate(each_tile(meta, tiles, SID)):
+        want, rgb = own_tile(REAL_SVS, x // size, y // size)
+        expect(rgb and tiles[k] == want, f"{k}: not the slide's own tile")
+        ref = read_ref(slide, x, y, size)
+        same(k, got, ref, "read_region (Pillow's decoding)")
+        if ours is not None:
+            same(k, ours[i], ref, "read_region (mltool's decoding)")
+
+
+CHECKS = [check_version, check_svs, check_dicom, check_flat, check_no_usable_mpp, check_power,
+          check_passthrough]
 
 
 def main():

@@ -13,13 +13,13 @@ import json
 import os
 import sys
 
-import lmdb
 import numpy as np
 import openslide
 import tifffile
 from PIL import Image
 
 from cli_common import expect, run, run_checks, tmp
+from store_refs import own_tiff_jpeg, read_tile_store
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
@@ -39,8 +39,6 @@ SLIDES = {
     "ap.svs": ("aperio_svs", {"quality": 70}, 256, 6),
     "aprgb.svs": ("aperio_svs", {"quality": 70, "rgbjpeg": True}, 256, 2),
 }
-JFIF = bytes([0xFF, 0xE0, 0, 16]) + b"JFIF\0" + bytes([1, 1, 0, 0, 1, 0, 1, 0, 0])
-ADOBE_RGB = bytes([0xFF, 0xEE, 0, 14]) + b"Adobe" + bytes([0, 100, 0, 0, 0, 0, 0])
 
 
 def make_fixtures():
@@ -63,42 +61,12 @@ def make_fixtures():
 
 # ---------------------------------------------------------------- references
 
-def store(path):
-    """(meta, tiles) of a tile store, read with python-lmdb."""
-    env = lmdb.open(path, readonly=True, lock=False, max_dbs=8)
-    try:
-        with env.begin() as txn:
-            tiles = dict(txn.cursor(db=env.open_db(b"tiles", txn=txn, create=False)))
-            meta = dict(txn.cursor(db=env.open_db(b"meta", txn=txn, create=False)))
-    finally:
-        env.close()
-    return ({k.decode(): json.loads(bytes(v)) for k, v in meta.items()},
-            {k.decode(): bytes(v) for k, v in sorted(tiles.items())})
-
-
 def tile(slide, out, *args):
     code, stdout, stderr = run([mltool, "tile", slide, "-o", out, "--json", *args])
     expect(code == 0, f"tile {slide} {args}: exit {code}: {stderr}")
     summary = json.loads(stdout)["slides"][0]
-    meta, tiles = store(out)
+    meta, tiles = read_tile_store(out)
     return summary, meta, tiles
-
-
-def own_jpeg(path, level_size, col, row):
-    """The standalone JPEG mltool must store for TIFF tile (col, row) of the directory of size
-    `level_size`: SOI, the colour marker, JPEGTables without SOI/EOI, the raw tile after its
-    SOI — rebuilt here from tifffile's reading of the file."""
-    with tifffile.TiffFile(path) as tf:
-        page = next(p for p in tf.pages if (p.imagewidth, p.imagelength) == level_size)
-        across = -(-page.imagewidth // page.tilewidth)
-        i = row * across + col
-        with open(path, "rb") as f:
-            f.seek(page.dataoffsets[i])
-            raw = f.read(page.databytecounts[i])
-        tables = page.jpegtables or b""
-        marker = ADOBE_RGB if int(page.photometric) == 2 else JFIF
-    expect(raw[:2] == b"\xff\xd8" and raw[2:4] != b"\xff\xe0", "raw tile: SOI, no JFIF")
-    return b"\xff\xd8" + marker + (tables[2:-2] if tables else b"") + raw[2:]
 
 
 def reference(slide, x, y, level, size):
@@ -127,7 +95,7 @@ def assert_passed_through(name, store_path, tiles, meta, size, level=0):
         x, y = rec["x"][i], rec["y"][i]
         expect(key == f"{sid}/{rec['row'][i]:06d}_{rec['col'][i]:06d}", f"{key}: order")
         col, row = round(x / ds) // size, round(y / ds) // size
-        want = own_jpeg(path, slide.level_dimensions[level], col, row)
+        want, _ = own_tiff_jpeg(path, slide.level_dimensions[level], col, row)
         expect(data == want, f"{name} {key}: not the slide's own tile {col},{row} "
                              f"({len(data)} bytes, expected {len(want)})")
         ref = reference(slide, x, y, level, size)

@@ -2,13 +2,17 @@
 # `mltool tile` side by side with its peers, in one run, on two generated slides of the same
 # size (JPEG-compressed tiled pyramidal TIFF, 0.25 µm/px): one all tissue, one about 30% tissue.
 #   - mltool tile SLIDE -o STORE --tile-size 256 --level 0 --format jpeg --quality 90
-#       --threads $(nproc)                      (tissue detection on, --min-tissue 0.5)
+#       --threads $(nproc)                      (tissue detection on, --min-tissue 0.5; the
+#       slide's own 256-px JPEG tiles pass through, --passthrough auto; once more, for
+#       information, with --passthrough never: every tile decoded and encoded again)
 #   - vips dzsave SLIDE OUT --depth one --tile-size 256 --overlap 0 --suffix .jpg[Q=90]
 #       (libvips-tools; VIPS_CONCURRENCY defaults to the cores; writes every tile, background too)
 #   - openslide-python DeepZoomGenerator, deepest level, Pillow JPEG Q90 into memory, one
 #       process (bench/tile_deepzoom.py)
 # Each under /usr/bin/time -v (wall time, peak RSS). Prints a markdown table with the ratios
-# the goals are stated in and writes it to OUTDIR/tile-bench.md.
+# the goals are stated in, the size of mltool's store against the disk's write rate (dd, 1 GiB,
+# fdatasync: the limit of a run that only copies compressed tiles), and writes it to
+# OUTDIR/tile-bench.md.
 #
 #   bench/run-tile.sh [OUTDIR]      (default ${MLTOOL_CACHE:-~/.cache/mltool}/bench-tile)
 #
@@ -45,6 +49,7 @@ command -v vips >/dev/null || die "vips missing: apt-get install libvips-tools"
 [[ -x /usr/bin/time ]] || die "/usr/bin/time missing: apt-get install time"
 "$py" -c 'import openslide, PIL, pyvips' || die "the venv lacks openslide-python/Pillow/pyvips"
 has_reader=$("$mltool" help tile 2>&1 | grep -e '--reader' || true)
+has_passthrough=$("$mltool" help tile 2>&1 | grep -e '--passthrough' || true)
 
 mkdir -p "$out/slides"
 out=$(cd "$out" && pwd)
@@ -110,7 +115,14 @@ for frac in 1 0.3; do
     rm -rf "$work/store"
     timed "$key.mltool.$rep" "$key" "$rep" "$mltool" tile "$slide" -o "$work/store" \
       --tile-size 256 --level 0 --format jpeg --quality 90 --threads "$threads" --json
+    du -sk "$work/store" | cut -f1 > "$work/$key.mltool.$rep.kb"  # what it wrote, for the disk rate
     rm -rf "$work/store"
+    if [[ -n $has_passthrough && $rep == 1 ]]; then  # today's path: decode and encode every tile
+      timed "$key.mltoolnp.$rep" "$key" "$rep" "$mltool" tile "$slide" -o "$work/store" \
+        --tile-size 256 --level 0 --format jpeg --quality 90 --threads "$threads" \
+        --passthrough never --json
+      rm -rf "$work/store"
+    fi
     if [[ $threads1 == 1 && $rep == 1 ]]; then  # once: where the time goes, not a goal
       timed "$key.mltool1.$rep" "$key" "$rep" "$mltool" tile "$slide" -o "$work/store" \
         --tile-size 256 --level 0 --format jpeg --quality 90 --threads 1 --json
@@ -138,16 +150,22 @@ for frac in 1 0.3; do
   done
 done
 
+# The disk's sequential write rate, the limit of a tool that only copies compressed tiles:
+# 1 GiB written and fdatasync'ed (LMDB syncs at each commit), in the directory of the stores.
+disk=$(dd if=/dev/zero of="$work/dd.test" bs=1M count=1024 conv=fdatasync 2>&1 |
+  awk '/copied/{print $(NF-1), $NF}')
+rm -f "$work/dd.test"
 # mltool's fixed cost: starting the binary (its linked libraries) before any slide is read.
 "$mltool" --version > /dev/null
 startup=$(for i in 1 2 3; do /usr/bin/time -f '%e %M' "$mltool" --version 2>&1 >/dev/null | tail -1; done |
   sort -n | head -1)
 versions="$("$mltool" --version 2>&1 | grep -E '^(mltool|OpenSlide|libvips)' | paste -sd' ' | sed 's/ OpenSlide/ with OpenSlide/; s/ libvips/, libvips/'); $(vips --version);"
 versions+=" DeepZoomGenerator: $("$py" -c 'import openslide, PIL; print(f"OpenSlide {openslide.__library_version__} (openslide-python {openslide.__version__}), Pillow {PIL.__version__}")')"
-"$py" - "$work" "$size" "$threads" "$versions" "$load_before" "$startup" <<'PY' | tee "$out/tile-bench.md"
+"$py" - "$work" "$size" "$threads" "$versions" "$load_before" "$startup" "$disk" <<'PY' | tee "$out/tile-bench.md"
 import collections, json, os, subprocess, sys
 work, size, threads, versions, load = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 startup_s, startup_kb = sys.argv[6].split()
+disk = sys.argv[7]
 runs = collections.defaultdict(list)
 for line in open(os.path.join(work, "results.tsv")):
     key, label, rep, wall, rss, cpu = line.split("\t")
@@ -158,7 +176,10 @@ for line in open(os.path.join(work, "results.tsv")):
         j = json.loads(out)
         s = j["slides"][0]
         r.update(tiles=j["tiles"], grid=s["grid_tiles"], tissue=s["tissue_fraction"],
-                 reader=s.get("reader"))
+                 reader=s.get("reader"), passthrough=s.get("passthrough"))
+        kb = os.path.join(work, label + ".kb")
+        if os.path.exists(kb):
+            r["store_mb"] = int(open(kb).read()) / 1024
     elif tool in ("dzsave", "dzskip"):
         r["tiles"] = int(out)
     else:
@@ -187,6 +208,7 @@ print(f"Slides: {size}x{size} px at 0.25 µm/px, JPEG Q80 tiled (256) pyramidal 
       f"(slide read and each tool started once right before every run); peak RSS the largest.")
 print()
 names = {"mltool": f"mltool tile --threads {threads}", "mltool1": "mltool tile --threads 1",
+         "mltoolnp": f"mltool tile --threads {threads} --passthrough never",
          "mltoolos": f"mltool tile --threads {threads} --reader openslide",
          "dzsave": "vips dzsave", "dzskip": "vips dzsave --skip-blanks 5", "dzg": "DeepZoomGenerator + Pillow (1 process)"}
 slides = {"f1": "all tissue", "f0.3": "~30% tissue"}
@@ -198,7 +220,7 @@ for key in ("f1", "f0.3"):
     m = best.get((key, "mltool"))
     if not m:
         continue
-    for tool in ("mltool", "mltool1", "mltoolos", "dzsave", "dzskip", "dzg"):
+    for tool in ("mltool", "mltoolnp", "mltool1", "mltoolos", "dzsave", "dzskip", "dzg"):
         r = best.get((key, tool))
         if not r:
             continue
@@ -209,6 +231,8 @@ for key in ("f1", "f0.3"):
             tiles += f" of {r['grid']} (tissue {r['tissue']:.2f})"
             if r.get("reader"):
                 label += f" [reader: {r['reader']}]"
+            if r.get("passthrough"):
+                label += f" [passed through: {r['passthrough']}]"
         if tool == "dzg" and r["subset"]:
             tiles += f" (timed on {r['dzg']['tiles']}, extrapolated)"
             rate = r["dzg"]["tiles_per_s"]
@@ -216,7 +240,7 @@ for key in ("f1", "f0.3"):
         if tool in ("dzsave", "dzskip", "dzg"):
             up_wall = f"{r['wall'] / m['wall']:.2f}"
             up_rate = f"{(m['tiles'] / m['wall']) / rate:.2f}"
-            goal = {("f1", "dzsave"): 1, ("f0.3", "dzsave"): 3}.get((key, tool), 20)
+            goal = {("f1", "dzsave"): 5, ("f0.3", "dzsave"): 3}.get((key, tool), 20)
             if tool != "dzskip":
                 goals.append((slides[key], names[tool], r["wall"] / m["wall"], goal))
         print(f"| {slides[key]} | {label} | {tiles} | {r['wall']:.2f} | {rate:.0f} "
@@ -228,6 +252,12 @@ print("Output: mltool commits the tiles to LMDB (fdatasync at each commit); dzsa
       "dzsave and DeepZoomGenerator: every tile, background included).")
 print(f"mltool's fixed cost, in every mltool row: `mltool --version` alone takes "
       f"{float(startup_s):.2f} s and peaks at {int(startup_kb) / 1024:.0f} MiB RSS (warm).")
+for key in ("f1", "f0.3"):
+    m = best.get((key, "mltool"))
+    if m and m.get("store_mb"):
+        print(f"Disk: {slides[key]}, mltool wrote a {m['store_mb']:.0f} MB store in {m['wall']:.2f} s "
+              f"({m['store_mb'] / m['wall']:.0f} MB/s); the disk writes {disk} "
+              f"(dd, 1 GiB, fdatasync).")
 print()
 print("Goals (time to finish the whole slide, mltool's wall time against the peer's):")
 print()

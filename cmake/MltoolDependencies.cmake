@@ -44,6 +44,9 @@ if(MLTOOL_WITH_SLIDE)
   set_target_properties(mltool_openslide PROPERTIES IMPORTED_LOCATION "${MLTOOL_OPENSLIDE_LIBRARY}"
                                                     IMPORTED_SONAME libopenslide.so.1)
   pkg_check_modules(VIPS REQUIRED IMPORTED_TARGET vips)
+  # libtiff reads a level's JPEG tiles as they are stored (tile --passthrough); 4.5 for
+  # TIFFOpenExt's per-handle message handlers.
+  pkg_check_modules(TIFF REQUIRED IMPORTED_TARGET libtiff-4>=4.5)
 endif()
 
 # CUDA: compiled when nvcc exists, whether or not this machine has a GPU. sm_90 SASS plus

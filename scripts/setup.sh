@@ -25,7 +25,7 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 packages=(
   build-essential cmake ninja-build ccache pkg-config git python3 python3-venv python3-pip
   libcli11-dev nlohmann-json3-dev liblmdb-dev lmdb-utils libprotobuf-dev protobuf-compiler
-  libvips-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libhdf5-dev
+  libvips-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libhdf5-dev libtiff-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang-format
   fonts-dejavu-core  # the font of the QC pictures' captions (vips_text); named, not left to chance
 )

@@ -11,6 +11,8 @@ namespace mltool::slide {
 
 const util::EnumNames<ReaderChoice> kReaderChoices = {{ReaderChoice::automatic, "auto"},
                                                       {ReaderChoice::openslide, "openslide"}};
+const util::EnumNames<Passthrough> kPassthroughChoices = {{Passthrough::automatic, "auto"},
+                                                          {Passthrough::never, "never"}};
 
 namespace {
 
@@ -128,6 +130,10 @@ const util::Options<TileJob>& tile_options() {
       util::choice("--reader", &J::reader, kReaderChoices,
                    "Tile decoder: auto (libvips' TIFF decoder for plain TIFF pyramids, checked "
                    "against OpenSlide; OpenSlide otherwise) or openslide"),
+      util::choice("--passthrough", &J::passthrough, kPassthroughChoices,
+                   "Store a tile that is exactly one of the slide's own JPEG TIFF tiles as its "
+                   "compressed bytes, not decoded and encoded again (auto; --format jpeg only), "
+                   "or never"),
   };
   return table;
 }
@@ -163,6 +169,7 @@ nlohmann::json slide_json(const SlideReport& r) {
           {"status", r.status},
           {"tiles", r.tiles},
           {"grid_tiles", r.grid_tiles},
+          {"passthrough", r.passthrough},
           {"tissue_fraction",
            r.tissue_fraction ? nlohmann::json(*r.tissue_fraction) : nlohmann::json(nullptr)},
           {"seconds", r.seconds},

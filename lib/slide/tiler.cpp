@@ -22,6 +22,7 @@
 #include "mltool/util/parallel.hpp"
 #include "slide_mpp.hpp"
 #include "thumbnail.hpp"
+#include "tiff_jpeg_tiles.hpp"
 
 namespace mltool::slide {
 namespace {
@@ -63,11 +64,13 @@ json kept_json(const std::vector<KeptTile>& kept) {
   return {{"row", row}, {"col", col}, {"x", x}, {"y", y}, {"tissue", tissue}};
 }
 
-// Reads, resamples and encodes `kept` on worker threads; the calling thread commits them.
-// Returns normally only when every tile is in a (committed or pending) batch.
-void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
-                 const std::string& id, const std::vector<KeptTile>& kept,
-                 io::TileStore::SlideWriter& batch) {
+// Reads, resamples and encodes `kept` on worker threads (or, with `passthrough`, takes the
+// tiles that are whole TIFF tiles as they are stored); the calling thread commits them.
+// Returns normally only when every tile is in a (committed or pending) batch, and then the
+// number of tiles that passed through.
+std::int64_t write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
+                         const std::string& id, const std::vector<KeptTile>& kept,
+                         const TiffJpegTiles* passthrough, io::TileStore::SlideWriter& batch) {
   const int tile = job.settings.tile_size;
   const auto read = plan.read_size_level;
   const auto& codec = io::encoding_info(job.settings.encoding);
@@ -82,6 +85,7 @@ void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
   std::atomic<std::size_t> next{0};
   std::atomic<bool> stop{false};
   std::atomic<int> active{workers};
+  std::atomic<std::int64_t> passed{0};
   std::mutex error_mutex;
   std::exception_ptr error;
   std::mutex turn_mutex;  // the next tile to read, for an in-order reader
@@ -121,16 +125,22 @@ void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
     try {
       std::vector<std::uint8_t> rgb(static_cast<std::size_t>(read) * read * 3);
       for (std::size_t i; !stop && (i = next++) < kept.size();) {
-        read_tile(i, rgb.data());
-        if (stop) break;
-        const std::uint8_t* pixels = rgb.data();
-        io::RgbImage resized;
-        if (read != tile) {
-          resized = resize(rgb.data(), static_cast<int>(read), static_cast<int>(read), tile, tile);
-          pixels = resized.pixels.data();
+        std::optional<std::string> bytes;
+        if (passthrough) bytes = passthrough->jpeg_at(kept[i].x, kept[i].y);
+        if (bytes) {
+          ++passed;
+        } else {
+          read_tile(i, rgb.data());
+          if (stop) break;
+          const std::uint8_t* pixels = rgb.data();
+          io::RgbImage resized;
+          if (read != tile) {
+            resized = resize(pixels, static_cast<int>(read), static_cast<int>(read), tile, tile);
+            pixels = resized.pixels.data();
+          }
+          bytes = codec.encode(pixels, tile, tile, job.settings.quality);
         }
-        std::string bytes = codec.encode(pixels, tile, tile, job.settings.quality);
-        if (!queue.push({i, std::move(bytes)})) break;
+        if (!queue.push({i, std::move(*bytes)})) break;
       }
     } catch (...) {
       fail(std::current_exception());
@@ -160,6 +170,7 @@ void write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
   }
   for (auto& t : pool) t.join();
   if (error) std::rethrow_exception(error);
+  return passed;
 }
 
 // What identifies a slide in the store.
@@ -193,6 +204,8 @@ bool already_tiled(const io::TileStore& store, const std::string& path, const Id
   report.mpp_source = existing->value("mpp_source", "");  // "" in stores of earlier versions
   report.reader = existing->value("reader", done->value("reader", ""));
   report.reader_version = existing->value("reader_version", "");
+  if (existing->contains("passthrough") && existing->at("passthrough").is_object())
+    report.passthrough = existing->at("passthrough").value("tiles", std::int64_t{0});
   if (existing->contains("mpp") && existing->at("mpp").is_number())
     report.mpp = existing->at("mpp").get<double>();
   return true;
@@ -274,6 +287,49 @@ json slide_json(const Slide& slide, const Identity& who, const ReadPlan& plan, c
   };
 }
 
+// The slide's own JPEG tiles that may pass through, or null (`why` says why not). The first
+// kept tile that would pass through is decoded (libjpeg-turbo) and compared with OpenSlide's
+// read of it: any difference sends the slide the usual way, with a warning.
+std::unique_ptr<TiffJpegTiles> passthrough_source(const Slide& slide, const ReadPlan& plan,
+                                                  const TileJob& job,
+                                                  const std::vector<KeptTile>& kept,
+                                                  std::string& why) {
+  const auto& s = job.settings;
+  if (job.passthrough == Passthrough::never)
+    why = "--passthrough never";
+  else if (s.encoding != io::TileEncoding::jpeg)
+    why = "tiles are encoded as --format png";
+  else if (s.overlap != 0)
+    why = "tiles overlap (--overlap)";
+  else if (plan.read_size_level != s.tile_size)
+    why = "tiles are resampled from the level";
+  else if (slide.flat_info())
+    why = "a flat image";
+  if (!why.empty()) return nullptr;
+  auto tiles = TiffJpegTiles::open(slide, plan.level, s.tile_size, why);
+  if (!tiles) return nullptr;
+  const int n = s.tile_size;
+  for (const KeptTile& k : kept) {
+    const auto jpeg = tiles->jpeg_at(k.x, k.y);
+    if (!jpeg) continue;
+    io::RgbImage ours;
+    std::vector<std::uint8_t> theirs(static_cast<std::size_t>(n) * n * 3);
+    try {
+      io::decode_image(jpeg->data(), jpeg->size(), ours, slide.path() + ": a passed-through tile");
+    } catch (const Error& e) {
+      why = e.what();
+    }
+    slide.read_rgb(k.x, k.y, plan.level, n, n, theirs.data());
+    if (why.empty() && ours.pixels == theirs) return tiles;
+    if (why.empty()) why = "the slide's JPEG tile decodes otherwise than OpenSlide reads it";
+    log::warn(slide.path() + ": tile at (" + std::to_string(k.x) + ", " + std::to_string(k.y) +
+              ") not passed through: " + why + "; tiles are decoded and encoded again");
+    return nullptr;
+  }
+  why = "no kept tile is one whole TIFF tile of the level";
+  return nullptr;
+}
+
 // The store's "mask" record: the tissue mask tiles were kept by, for outlines (export).
 std::string mask_record(const Mask& mask, const Thumbnail& thumb) {
   io::TissueMask record;
@@ -290,7 +346,8 @@ json done_json(const SlideReport& report) {
       {"tiles", report.tiles},
       {"tissue_fraction", report.tissue_fraction ? json(*report.tissue_fraction) : json(nullptr)},
       {"seconds", std::round(report.seconds * 1000) / 1000},
-      {"reader", report.reader}};
+      {"reader", report.reader},
+      {"passthrough", report.passthrough}};
 }
 
 // The QC picture <dir>/<id>.png (qc.hpp): the slide at --qc-size, its tissue outline, the
@@ -365,7 +422,14 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
   auto batch = store.write_slide(id, slide_record.dump(), job.commit_every);
   try {
     const auto reader = make_region_reader(slide, plan.level, job.reader);
-    if (!selection.kept.empty()) write_tiles(*reader, plan, job, id, selection.kept, batch);
+    std::string why_not;
+    const auto own = passthrough_source(slide, plan, job, selection.kept, why_not);
+    if (!selection.kept.empty())
+      report.passthrough = write_tiles(*reader, plan, job, id, selection.kept, own.get(), batch);
+    slide_record["passthrough"] = own ? json{{"tiles", report.passthrough},
+                                             {"tiff_directory", own->directory()},
+                                             {"colour", io::colour_name(own->colour())}}
+                                      : json{{"tiles", 0}, {"reason", why_not}};
     report.reader = reader->name();
     report.reader_version = report.reader == "openslide" ? openslide_version() : libvips_version();
     slide_record["reader"] = report.reader;

@@ -1,5 +1,6 @@
 """Independent readers of mltool's stores for the CLI tests: python-lmdb and Pillow for the
-tile store, numpy for the feature store, as docs/formats.md describes them."""
+tile store, numpy for the feature store, as docs/formats.md describes them; tifffile for the
+JPEG tiles a slide's TIFF holds, as tile --passthrough must store them."""
 import io
 import json
 import os
@@ -25,6 +26,44 @@ def read_tiles(path):
         env.close()
     keys = sorted(k for k in tiles if any(k.startswith(d + b"/") for d in done))
     return [k.decode("ascii") for k in keys], [Image.open(io.BytesIO(tiles[k])) for k in keys]
+
+
+def read_tile_store(path):
+    """(meta, tiles) of a tile store, every record and tile, complete or not: meta decoded
+    as JSON, tiles as bytes, in key order."""
+    env = lmdb.open(path, readonly=True, lock=False, max_dbs=8)
+    try:
+        with env.begin() as txn:
+            tiles = dict(txn.cursor(db=env.open_db(b"tiles", txn=txn, create=False)))
+            meta = dict(txn.cursor(db=env.open_db(b"meta", txn=txn, create=False)))
+    finally:
+        env.close()
+    return ({k.decode(): json.loads(bytes(v)) for k, v in meta.items()},
+            {k.decode(): bytes(v) for k, v in sorted(tiles.items())})
+
+
+JFIF = bytes([0xFF, 0xE0, 0, 16]) + b"JFIF\0" + bytes([1, 1, 0, 0, 1, 0, 1, 0, 0])
+ADOBE_RGB = bytes([0xFF, 0xEE, 0, 14]) + b"Adobe" + bytes([0, 100, 0, 0, 0, 0, 0])
+
+
+def own_tiff_jpeg(path, level_size, col, row):
+    """(the standalone JPEG tile --passthrough must store for TIFF tile (col, row) of the
+    directory of size `level_size`, whether the TIFF codes it RGB): SOI, the colour marker
+    (Adobe transform 0 for Photometric RGB, JFIF for YCbCr), the JPEGTables tag without its
+    SOI/EOI, the raw tile after its SOI — rebuilt with tifffile."""
+    import tifffile  # only the tests of passthrough need it
+    with tifffile.TiffFile(path) as tf:
+        page = next(p for p in tf.pages if (p.imagewidth, p.imagelength) == tuple(level_size))
+        i = row * -(-page.imagewidth // page.tilewidth) + col
+        with open(path, "rb") as f:
+            f.seek(page.dataoffsets[i])
+            raw = f.read(page.databytecounts[i])
+        tables = page.jpegtables or b""
+        rgb = int(page.photometric) == 2
+    expect(raw[:2] == b"\xff\xd8" and raw[2:4] not in (b"\xff\xe0", b"\xff\xee"),
+           f"{path}: raw tile {i}: SOI and no JFIF/Adobe segment expected")
+    marker = ADOBE_RGB if rgb else JFIF
+    return b"\xff\xd8" + marker + (tables[2:-2] if tables else b"") + raw[2:], rgb
 
 
 def load_store(d):

@@ -14,13 +14,13 @@ import os
 import subprocess
 import sys
 
-import lmdb
 import numpy as np
 import openslide
 import tifffile
 from PIL import Image
 
 from cli_common import Failure, expect, run, run_checks, tmp
+from store_refs import own_tiff_jpeg, read_tile_store
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "..", "scripts", "fixtures", "real_slides.py")
@@ -47,19 +47,6 @@ def real(*parts):
     return os.path.join(tmp("real"), *parts)
 
 
-def store(path):
-    """(meta, tiles) of a tile store, read with python-lmdb."""
-    env = lmdb.open(path, readonly=True, lock=False, max_dbs=8)
-    try:
-        with env.begin() as txn:
-            tiles = dict(txn.cursor(db=env.open_db(b"tiles", txn=txn, create=False)))
-            meta = dict(txn.cursor(db=env.open_db(b"meta", txn=txn, create=False)))
-    finally:
-        env.close()
-    return ({k.decode(): json.loads(bytes(v)) for k, v in meta.items()},
-            {k.decode(): bytes(v) for k, v in tiles.items()})
-
-
 def tile(*args):
     """mltool tile ARGS --json -q: (exit code, summary or None, stderr)."""
     code, out, err = run([mltool, "tile", *args, "--json", "-q"])
@@ -71,7 +58,7 @@ def tiled(sid, *args):
     st = tmp(f"st_{sid}_{len(os.listdir(tmp('.')))}")
     code, summary, err = tile(*args, "-o", st, "--format", "png")
     expect(code == 0, f"tile {' '.join(args)}: exit {code}: {err}")
-    meta, tiles = store(st)
+    meta, tiles = read_tile_store(st)
     entry = next(s for s in summary["slides"] if s["id"] == sid)
     return meta, tiles, entry
 
@@ -223,7 +210,7 @@ def check_no_usable_mpp():
     code, summary, err = tile(real("dpi72.tif"), real("nores.tif"), "-o", st,
                               "--slide-mpp-table", table, "--slide-mpp", "0.3")
     expect(code == 0, f"--slide-mpp-table: exit {code}: {err}")
-    meta, _ = store(st)
+    meta, _ = read_tile_store(st)
     for sid, mpp in (("dpi72", MPP), ("nores", 0.5)):
         rec = meta[f"slides/{sid}"]
         expect(rec["mpp"] == mpp and rec["mpp_source"] == "table",
@@ -253,7 +240,41 @@ def check_power():
     expect(code == 1 and "--mag" in err, f"--mag with --mpp: exit {code}: {err}")
 
 
-CHECKS = [check_version, check_svs, check_dicom, check_flat, check_no_usable_mpp, check_power]
+def check_passthrough():
+    """g. the real SVS at its native level and tile size (240-px, RGB-coded JPEG tiles): every
+    kept tile is the slide's own JPEG tile byte for byte, and decodes (Pillow; mltool's own
+    decoder through mltool_testgen beside mltool, where built) to read_region exactly."""
+    if skip_without_svs():
+        return
+    slide = openslide.OpenSlide(REAL_SVS)
+    size = int(slide.properties["openslide.level[0].tile-width"])
+    st = tmp("st_passthrough")
+    code, summary, err = tile(REAL_SVS, "-o", st, "--level", "0", "--tile-size", str(size))
+    expect(code == 0, f"exit {code}: {err}")
+    meta, tiles = read_tile_store(st)
+    p = meta[f"slides/{SID}"]["passthrough"]
+    expect(p["tiles"] == len(tiles) == summary["slides"][0]["passthrough"] >= 20 and
+           p["colour"] == "rgb" and meta[f"done/{SID}"]["passthrough"] == p["tiles"],
+           f"{p}, {len(tiles)} tiles, {summary['slides'][0]}")
+    testgen = os.path.join(os.path.dirname(mltool), "mltool_testgen")
+    ours = None
+    if os.access(testgen, os.X_OK):
+        code, _, err = run([testgen, "decode-tiles", st, tmp("real-decoded.rgb")])
+        expect(code == 0, f"decode-tiles: {err}")
+        ours = np.fromfile(tmp("real-decoded.rgb"), dtype=np.uint8).reshape(-1, size, size, 3)
+    else:
+        print(f"  (mltool's decoder not checked: {testgen} is not built)", flush=True)
+    for i, (k, x, y, got) in enumerate(each_tile(meta, tiles, SID)):
+        want, rgb = own_tiff_jpeg(REAL_SVS, slide.dimensions, x // size, y // size)
+        expect(rgb and tiles[k] == want, f"{k}: not the slide's own tile")
+        ref = read_ref(slide, x, y, size)
+        same(k, got, ref, "read_region (Pillow's decoding)")
+        if ours is not None:
+            same(k, ours[i], ref, "read_region (mltool's decoding)")
+
+
+CHECKS = [check_version, check_svs, check_dicom, check_flat, check_no_usable_mpp, check_power,
+          check_passthrough]
 
 
 def main():

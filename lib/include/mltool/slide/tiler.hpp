@@ -32,6 +32,15 @@ struct MppTable {
 /// listed twice.
 MppTable load_mpp_table(const std::string& path);
 
+/// Whether a tile that is exactly one of the slide's own JPEG-compressed TIFF tiles is stored
+/// as those compressed bytes (made a standalone JPEG) instead of decoded and encoded again.
+enum class Passthrough {
+  automatic,  ///< where the tile is one whole TIFF tile (tiff_jpeg_tiles.hpp) and --format jpeg
+  never,      ///< always decode and encode
+};
+/// --passthrough's names: auto, never.
+extern const util::EnumNames<Passthrough> kPassthroughChoices;
+
 /// How to tile, beyond the store's settings.
 struct TileJob {
   io::TileSettings settings;
@@ -40,6 +49,7 @@ struct TileJob {
   int qc_size = 1024;               ///< long side of the slide in a QC picture, in pixels
   std::size_t commit_every = 2048;  ///< tiles per LMDB transaction
   ReaderChoice reader = ReaderChoice::automatic;
+  Passthrough passthrough = Passthrough::automatic;
   /// µm per level-0 pixel of every slide, instead of their metadata (--slide-mpp).
   std::optional<double> slide_mpp;
   /// µm per level-0 pixel per slide (--slide-mpp-table CSV, read by load_mpp_table): keys are
@@ -63,6 +73,7 @@ struct SlideReport {
   std::string status;
   std::int64_t tiles = 0;                 ///< tiles kept and written
   std::int64_t grid_tiles = 0;            ///< tiles of the full grid
+  std::int64_t passthrough = 0;           ///< tiles stored as the slide's own JPEG bytes
   std::optional<double> tissue_fraction;  ///< share of the slide that is tissue (otsu only)
   double seconds = 0;
   std::string reader;  ///< what decoded the tiles: "openslide", "libvips-tiff", "libvips-flat"

@@ -1,0 +1,202 @@
+"""mltool tile --passthrough (issue 29): tiles that are exactly one of the slide's own JPEG
+TIFF tiles are stored as those compressed bytes, made standalone. Against independent
+references: the expected bytes rebuilt from the TIFF with tifffile (raw tile, JPEGTables,
+Photometric), OpenSlide 4's read_region (openslide-python on openslide-bin) for the pixels,
+decoded with Pillow and with mltool's own decoder (mltool_testgen decode-tiles, what extract
+runs). Slides are written by libvips (scripts/fixtures/make_slides.py): YCbCr- and RGB-coded
+generic TIFFs, Aperio-like SVS files, 256- and 512-px tiles.
+
+    tile_passthrough_test.py MLTOOL MLTOOL_TESTGEN [TEST...]
+"""
+import io
+import json
+import os
+import sys
+
+import numpy as np
+import openslide
+import tifffile
+from PIL import Image
+
+from cli_common import expect, run, run_checks, tmp
+from store_refs import own_tiff_jpeg, read_tile_store
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
+import make_slides  # noqa: E402  (imports pyvips only in its child processes)
+
+mltool = os.path.abspath(sys.argv[1])
+testgen = os.path.abspath(sys.argv[2])
+only = set(sys.argv[3:])
+
+SIZE = (2560, 1792)  # 10 × 7 tiles of 256 at level 0
+TISSUE = [(300, 260, 2200, 1500)]
+# name → (generator, kwargs, TIFF tile size, Photometric the TIFF must have: 6 YCbCr, 2 RGB)
+SLIDES = {
+    "ycc.tif": ("generic_tiff", {"compression": "jpeg", "quality": 80}, 256, 6),
+    "rgb.tif": ("generic_tiff", {"compression": "jpeg", "quality": 80, "rgbjpeg": True}, 256, 2),
+    "t512.tif": ("generic_tiff", {"compression": "jpeg", "quality": 85, "tile": 512}, 512, 6),
+    "ap.svs": ("aperio_svs", {"quality": 70}, 256, 6),
+    "aprgb.svs": ("aperio_svs", {"quality": 70, "rgbjpeg": True}, 256, 2),
+}
+
+
+def make_fixtures():
+    calls = []
+    for name, (gen, kw, tile, _) in SLIDES.items():
+        args = [tmp(name), *SIZE] + ([0.25] if gen == "generic_tiff" else []) + [TISSUE]
+        calls.append([gen, args, dict(kw, tile=tile, min_level=256)])
+    make_slides.generate(calls)
+    for name, (gen, _, tile, photometric) in SLIDES.items():
+        with tifffile.TiffFile(tmp(name)) as tf:
+            page = tf.pages[0]
+            expect(page.compression == 7 and int(page.photometric) == photometric
+                   and page.tilewidth == tile,
+                   f"{name}: JPEG tiles of {tile} px, Photometric {photometric}: "
+                   f"{page.compression} {page.photometric} {page.tilewidth}")
+        vendor = openslide.OpenSlide(tmp(name)).properties["openslide.vendor"]
+        expect(vendor == ("aperio" if gen == "aperio_svs" else "generic-tiff"), f"{name}: {vendor}")
+    return f"{len(SLIDES)} slides"
+
+
+# ---------------------------------------------------------------- references
+
+def tile(slide, out, *args):
+    code, stdout, stderr = run([mltool, "tile", slide, "-o", out, "--json", *args])
+    expect(code == 0, f"tile {slide} {args}: exit {code}: {stderr}")
+    summary = json.loads(stdout)["slides"][0]
+    meta, tiles = read_tile_store(out)
+    return summary, meta, tiles
+
+
+def reference(slide, x, y, level, size):
+    return np.asarray(slide.read_region((x, y), level, (size, size)).convert("RGB"))
+
+
+def decoded_by_mltool(store_path, n, size):
+    out = tmp("decoded.rgb")
+    code, _, stderr = run([testgen, "decode-tiles", store_path, out])
+    expect(code == 0, f"decode-tiles: {stderr}")
+    data = np.fromfile(out, dtype=np.uint8)
+    expect(data.size == n * size * size * 3, f"decode-tiles gave {data.size} bytes for {n} tiles")
+    return data.reshape(n, size, size, 3)
+
+
+def assert_passed_through(name, store_path, tiles, meta, size, level=0):
+    """Every tile is the slide's own JPEG byte for byte, and decodes (Pillow and mltool) to
+    OpenSlide's read_region of it exactly."""
+    path = tmp(name)
+    sid = os.path.splitext(name)[0]
+    slide = openslide.OpenSlide(path)
+    ds = slide.level_downsamples[level]
+    rec = meta["tiles/" + sid]
+    ours = decoded_by_mltool(store_path, len(tiles), size)
+    for i, (key, data) in enumerate(tiles.items()):
+        x, y = rec["x"][i], rec["y"][i]
+        expect(key == f"{sid}/{rec['row'][i]:06d}_{rec['col'][i]:06d}", f"{key}: order")
+        col, row = round(x / ds) // size, round(y / ds) // size
+        want, _ = own_tiff_jpeg(path, slide.level_dimensions[level], col, row)
+        expect(data == want, f"{name} {key}: not the slide's own tile {col},{row} "
+                             f"({len(data)} bytes, expected {len(want)})")
+        ref = reference(slide, x, y, level, size)
+        pil = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        expect(np.array_equal(pil, ref), f"{name} {key}: Pillow's decoding differs from "
+               f"OpenSlide's read_region by up to {np.abs(pil.astype(int) - ref).max()}")
+        expect(np.array_equal(ours[i], ref), f"{name} {key}: mltool's decoding differs from "
+               f"OpenSlide's read_region by up to {np.abs(ours[i].astype(int) - ref).max()}")
+
+
+def record(meta, summary, sid):
+    """The passthrough record of slide `sid`, checked to agree with done/ and --json."""
+    p = meta["slides/" + sid]["passthrough"]
+    expect(meta["done/" + sid]["passthrough"] == p["tiles"] == summary["passthrough"],
+           f"{sid}: passthrough counts disagree: {p}, {meta['done/' + sid]}, {summary}")
+    return p
+
+
+# ---------------------------------------------------------------- checks
+
+def check_exact():
+    """Native level and tile size: every kept tile passes through, and is exact."""
+    for name, (_, _, size, photometric) in SLIDES.items():
+        out = tmp("exact-" + name + ".lmdb")
+        summary, meta, tiles = tile(tmp(name), out, "--level", "0", "--tile-size", str(size))
+        sid = os.path.splitext(name)[0]
+        p = record(meta, summary, sid)
+        expect(summary["tiles"] > 0 and p["tiles"] == summary["tiles"] == len(tiles),
+               f"{name}: {p['tiles']} of {summary['tiles']} tiles passed through")
+        expect(p["tiff_directory"] == 0, f"{name}: {p}")
+        expect(p["colour"] == ("rgb" if photometric == 2 else "ycbcr"), f"{name}: {p}")
+        assert_passed_through(name, out, tiles, meta, size)
+
+
+def check_matching_mpp():
+    """--mpp 0.5 on a 0.25 µm/px slide is level 1 as it is: its tiles pass through."""
+    out = tmp("mpp.lmdb")
+    summary, meta, tiles = tile(tmp("rgb.tif"), out, "--mpp", "0.5")
+    p = record(meta, summary, "rgb")
+    expect(meta["slides/rgb"]["level"] == 1, "level 1 read")
+    expect(p["tiles"] == len(tiles) > 0 and p["tiff_directory"] == 1, f"{p}, {len(tiles)} tiles")
+    assert_passed_through("rgb.tif", out, tiles, meta, 256, level=1)
+
+
+def check_never():
+    """--passthrough never: the same tiles decoded and encoded at --quality, as before."""
+    auto = tile(tmp("ycc.tif"), tmp("auto.lmdb"), "--level", "0")
+    never = tile(tmp("ycc.tif"), tmp("never.lmdb"), "--level", "0", "--passthrough", "never")
+    p = record(never[1], never[0], "ycc")
+    expect(p == {"tiles": 0, "reason": "--passthrough never"}, f"{p}")
+    expect(list(auto[2]) == list(never[2]), "the same tiles kept (tissue detection unchanged)")
+    strip = lambda m: {k: ({kk: vv for kk, vv in v.items() if kk not in ("seconds", "passthrough")}
+                           if isinstance(v, dict) else v) for k, v in m.items()}
+    expect(strip(auto[1]) == strip(never[1]), "the same records, but for passthrough")
+    # Pillow's quality-90 tables (libjpeg's, as libjpeg-turbo's): what today's encoder writes.
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(buf, "JPEG", quality=90)
+    q90 = Image.open(buf).quantization
+    slide = openslide.OpenSlide(tmp("ycc.tif"))
+    rec = never[1]["tiles/ycc"]
+    for i, (key, data) in enumerate(never[2].items()):
+        img = Image.open(io.BytesIO(data))
+        expect(img.quantization == q90, f"{key}: not encoded at quality 90")
+        expect(auto[2][key] != data, f"{key}: the slide's own bytes with --passthrough never")
+        ref = reference(slide, rec["x"][i], rec["y"][i], 0, 256).astype(float)
+        mse = np.mean((np.asarray(img.convert("RGB")).astype(float) - ref) ** 2)
+        expect(mse < 10, f"{key}: re-encoded tile far from OpenSlide's pixels (MSE {mse:.1f})")
+
+
+def check_not_aligned():
+    """A grid that is not the TIFF's, resampled tiles and PNG pass nothing through."""
+    cases = [
+        (["--level", "0", "--tile-size", "224"], "224"),
+        (["--level", "0", "--overlap", "32"], "--overlap"),
+        (["--mpp", "0.6"], "resampled"),
+        (["--level", "0", "--format", "png"], "png"),
+        (["--level", "0", "--tile-size", "256"], "512x512"),  # t512.tif: TIFF tiles of 512
+    ]
+    for i, (args, why) in enumerate(cases):
+        name = "t512.tif" if why == "512x512" else "ycc.tif"
+        summary, meta, tiles = tile(tmp(name), tmp(f"na{i}.lmdb"), *args)
+        sid = os.path.splitext(name)[0]
+        p = record(meta, summary, sid)
+        expect(len(tiles) > 0 and p["tiles"] == 0 and why in p["reason"],
+               f"{args}: {p} ({len(tiles)} tiles)")
+
+
+def check_resume_counts():
+    """A slide skipped as complete reports the count its store recorded."""
+    out = tmp("resume.lmdb")
+    first, _, _ = tile(tmp("ap.svs"), out, "--level", "0")
+    again, _, _ = tile(tmp("ap.svs"), out, "--level", "0")
+    expect(again["status"] == "skipped" and again["passthrough"] == first["passthrough"] > 0,
+           f"{first} then {again}")
+
+
+CHECKS = [check_exact, check_matching_mpp, check_never, check_not_aligned, check_resume_counts]
+
+
+def main():
+    run_checks("mltool tile --passthrough", CHECKS, only, make_fixtures, timed=False)
+
+
+main()

@@ -541,7 +541,7 @@ Tiles open_tiles(const ExtractJob& job) {
   t.tile = settings->tile_size;
   t.keys = t.store.complete_tile_keys();
   if (t.keys.empty()) throw InputError(at_file(job.store, "holds no complete slide with tiles"));
-  t.plan = plan_shard(t.keys, util::parse_shard(job.shard));
+  t.plan = plan_shard(t.keys, util::resolve_shard(job.shard, job.shards));
   if (!t.plan.shard.whole())
     log::info("shard " + t.plan.shard.text() + ": " + std::to_string(t.plan.slides.size()) +
               " of " + std::to_string(t.plan.store_slides) + " slides, " +

@@ -168,7 +168,13 @@ class LocalSlurm:
         return "\n".join(out)
 
     def stop(self):
-        """Stops the daemons by pid, slurmd first (it ends any job still running)."""
+        """Cancels the jobs still there (slurmstepd outlives slurmd: a job left running would
+        go on after the test), then stops the daemons by pid, slurmd first."""
+        if self.procs and all(p.poll() is None for _, p in self.procs):
+            try:
+                self._cancel_all()
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                print(f"local_slurm: cancelling the jobs left: {e}")
         for name, p in reversed(self.procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -178,6 +184,15 @@ class LocalSlurm:
                     p.kill()
                     p.wait()
         self.procs = []
+
+    def _cancel_all(self, timeout=30):
+        jobs = self.command(["squeue", "-h", "-o", "%A"]).split()
+        if not jobs:
+            return
+        self.command(["scancel", *jobs], check=False)
+        deadline = time.time() + timeout
+        while self.command(["squeue", "-h", "-o", "%A"]).split() and time.time() < deadline:
+            time.sleep(0.5)
 
     # -- the client commands
 

@@ -222,10 +222,17 @@ def check_tile():
            f"{m['JobState']} {m['Reason']}, expected PENDING DependencyNeverSatisfied")
     SLURM.command(["scancel", ok_merge])  # it never recovers: cancel it, merge by hand
     ok(["bash", "-c", merge.replace("mltool", mltool, 1)], "the merge by hand")
-    code, _, err = run([mltool, "tile", "-", "-o", tmp("tiles-one.lmdb"), "--mpp", "0.5",
-                        "--keep-going", "--threads", "1"], stdin=open(tmp("slides.txt")).read())
-    expect(code == 4, f"one tile run over the list (W has no tissue): exit {code}: {err}")
-    _same_tile_stores(f"{shared}/tiles.lmdb", tmp("tiles-one.lmdb"))
+    _same_tile_stores(f"{shared}/tiles.lmdb", _one_tile_run())
+
+
+def _one_tile_run():
+    """One `mltool tile` of slides.txt, made once."""
+    out = tmp("tiles-one.lmdb")
+    if not os.path.isdir(out):
+        code, _, err = run([mltool, "tile", "-", "-o", out, "--mpp", "0.5", "--keep-going",
+                            "--threads", "1"], stdin=open(tmp("slides.txt")).read())
+        expect(code == 4, f"one tile run over the list (W has no tissue): exit {code}: {err}")
+    return out
 
 
 def _same_tile_stores(a, b):
@@ -282,6 +289,58 @@ def check_extract():
         b = open(tmp("features-one", name), "rb").read()
         expect(a == b, f"{name}: the merged store's ({len(a)} bytes) differs from one run's "
                f"({len(b)} bytes)")
+
+
+def _pod_script(name, shared, local, completions, model=None):
+    """The container script of scripts/cluster/NAME with /shared and /local made directories
+    of the test, the model file made `model`, and --shards made `completions` (the Job's
+    completions and --shards are checked equal by tests/cli/cluster_scripts_test.py)."""
+    import yaml
+    job = yaml.safe_load(open(os.path.join(SCRIPTS, name)))
+    script = job["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    if model:
+        script = script.replace("/shared/model.pt", model)
+    script = re.sub(r"--shards \d+", f"--shards {completions}", script)
+    return script.replace("/shared/", shared + "/").replace("/local/", local + "/")
+
+
+def _run_pods(name, shared, env, completions, model=None):
+    """Runs each index of an indexed Job one after the other, as its pods would; returns
+    {index: exit status}."""
+    codes = {}
+    for i in range(completions):
+        script = _pod_script(name, shared, tmp("k8s", f"local-{i}"), completions, model)
+        os.makedirs(tmp("k8s", f"local-{i}"), exist_ok=True)
+        p = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                           env=dict(os.environ, **env, JOB_COMPLETION_INDEX=str(i)))
+        codes[i] = p.returncode
+        expect(p.returncode in (0, 4), f"{name}, index {i}: exit {p.returncode}: {p.stderr}")
+    return codes
+
+
+def check_kubernetes():
+    """The indexed Jobs' pod scripts, run here index by index with JOB_COMPLETION_INDEX
+    (/shared and /local made directories of the test; 4 and 2 indices, as many as the cohort
+    fills): the merged tile store and features equal one run's."""
+    shared = tmp("k8s", "shared")
+    os.makedirs(shared)
+    shutil.copy(tmp("slides.txt"), f"{shared}/slides.txt")
+    env = job_env(NO_STOP="1")
+    codes = _run_pods("k8s-tile.yaml", shared, env, 4)
+    expect(sorted(i for i, c in codes.items() if c == 4) == [2],
+           f"exit 4 from the all-white slide's index (2) alone: {codes}")
+    ok([mltool, "tile", "--merge", *sorted(glob.glob(f"{shared}/stores/tiles-*.lmdb")), "-o",
+        f"{shared}/tiles.lmdb"], "merging the tile Job's stores")
+    _same_tile_stores(f"{shared}/tiles.lmdb", _one_tile_run())
+    _run_pods("k8s-extract.yaml", shared, env, 2, model="builtin:color-texture")
+    ok([mltool, "extract", "--merge", *sorted(glob.glob(f"{shared}/feature-shards/shard-*")),
+        "-o", f"{shared}/features"], "merging the extract Job's stores")
+    ok([mltool, "extract", f"{shared}/tiles.lmdb", "-o", tmp("k8s", "features-one"),
+        "--math-threads", "16"], "one extract run")
+    for name in ("features.npy", "keys.txt"):
+        a = open(f"{shared}/features/{name}", "rb").read()
+        expect(a == open(tmp("k8s", "features-one", name), "rb").read(),
+               f"{name}: the merged store differs from one run's")
 
 
 def _dataset(name, *pack_args):
@@ -371,5 +430,6 @@ if __name__ == "__main__":
     if why:
         print(f"skipped: {why}")
         sys.exit(77)
-    run_checks("slurm", [check_tile, check_extract, check_train, check_cv], only, fixtures,
+    run_checks("slurm", [check_tile, check_extract, check_train, check_cv, check_kubernetes],
+               only, fixtures,
                teardown=stop_slurm)

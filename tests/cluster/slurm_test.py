@@ -216,6 +216,10 @@ def check_tile():
     expect(jobs[f"{tile}_{STOPPED_TASK}"]["ExitCode"] == "0:0",
            f"the requeued task: {jobs[f'{tile}_{STOPPED_TASK}']['JobState']} "
            f"{jobs[f'{tile}_{STOPPED_TASK}']['ExitCode']}\n{log_of(f'tile-{tile}_1.out')}")
+    logs = {i: tmp("work", "logs", f"tile-{tile}_{i}.out") for i in range(4)}
+    expect(all(os.path.exists(p) for p in logs.values()), f"logs/%x-%A_%a.out: {logs}")
+    expect("CANCELLED" in open(logs[STOPPED_TASK]).read(),
+           "the requeued task's log still has its first run's end (--open-mode=append)")
     (m,) = SLURM.jobs(ok_merge).values()
     expect(m["JobState"] == "PENDING" and m["Reason"] == "DependencyNeverSatisfied",
            f"the afterok merge, after a cancelled (and requeued) task and an exit 4: "

@@ -9,8 +9,9 @@ all-white one that makes its tile task exit 4 — against single-process runs:
   merge runs and refuses, naming the missing shard; the exit 4 of the white slide's task is
   what Slurm records; the task requeued with `scontrol requeue` finishes, and the merge by
   hand equals one `mltool tile` of the whole list, tile for tile and byte for byte;
-- extract: a 2-task array (`--gres=none`, the CPU variant) and an `afterok` merge job equal
-  one `mltool extract` byte for byte (features.npy, keys.txt);
+- extract: a 2-task array (`--gres=none`, the CPU variant) with one task requeued while it
+  runs (a preemption) and an `afterok` merge job, which waits for the rerun: equal to one
+  `mltool extract` byte for byte (features.npy, keys.txt);
 - train: slurm-train.sbatch with 2 srun tasks (ranks over Gloo, MASTER_ADDR from scontrol)
   ends with the weights of one process within 1e-5 (docs/train.md#data-parallel) and with
   those of `--nproc 2` bit for bit;
@@ -89,16 +90,17 @@ def make_cohort():
 
 
 def stopping_wrapper():
-    """bin/mltool: the real mltool, except in the first run of tile task STOPPED_TASK, which
-    kill_at_rename.c stops (SIGSTOP) just before it publishes its first QC picture: mid-slide,
-    with tiles committed, so the test can cancel it there."""
+    """bin/mltool: the real mltool, except in the first run of array task STOP_TASK of a job
+    submitted with STOP_COMMAND (tile, extract) in its environment, which kill_at_rename.c
+    stops (SIGSTOP) just before its first rename to a name containing STOP_MATCH: mid-run,
+    with work committed, so the test can cancel or requeue it there."""
     os.makedirs(tmp("bin"))
     path = tmp("bin", "mltool")
     with open(path, "w") as f:
         f.write(f"""#!/bin/bash
-if [ "$1" = tile ] && [ "${{SLURM_ARRAY_TASK_ID:-}}" = {STOPPED_TASK} ] &&
-   [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ] && [ -z "${{NO_STOP:-}}" ]; then
-  export LD_PRELOAD={rename_shim()} KILL_AT_RENAME=1 KILL_SIGNAL=STOP KILL_RENAME_MATCH=.png
+if [ -n "${{STOP_COMMAND:-}}" ] && [ "$1" = "$STOP_COMMAND" ] &&
+   [ "${{SLURM_ARRAY_TASK_ID:-}}" = "$STOP_TASK" ] && [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then
+  export LD_PRELOAD={rename_shim()} KILL_AT_RENAME=1 KILL_SIGNAL=STOP KILL_RENAME_MATCH=$STOP_MATCH
 fi
 exec {mltool} "$@"
 """)
@@ -151,25 +153,33 @@ def fixtures():
 
 # ---------------------------------------------------------------- the checks
 
-def _stopped_pid(job, deadline):
-    """The pid of task STOPPED_TASK's mltool once it is stopped (state T)."""
-    marker = f"tiles-{job}-{STOPPED_TASK}.lmdb".encode()
+def _stopped_pid(job, task, marker, deadline):
+    """The pid of array task `task`'s mltool (its command line holding `marker`) once it is
+    stopped (state T)."""
     while time.time() < deadline:
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if marker not in f.read():
+                    if marker.encode() not in f.read():
                         continue
                 with open(f"/proc/{pid}/stat") as f:
                     if f.read().rsplit(")", 1)[1].split()[0] == "T":
                         return int(pid)
             except OSError:
                 continue
-        task = SLURM.jobs(job).get(f"{job}_{STOPPED_TASK}")
-        if task and task["JobState"] in local_slurm.FINAL:
+        state = SLURM.jobs(job).get(f"{job}_{task}")
+        if state and state["JobState"] in local_slurm.FINAL:
             break
         time.sleep(0.2)
-    raise Failure(f"task {job}_{STOPPED_TASK} never stopped mid-slide:\n{log_of('tile-*')}")
+    raise Failure(f"task {job}_{task} never stopped mid-run:\n{log_of('*')}")
+
+
+def _rerun(job, task):
+    """Waits until `job`'s task `task` has run again (Restarts ≥ 1) and ended; its fields."""
+    def done(jobs):
+        t = jobs.get(f"{job}_{task}")
+        return t and t["JobState"] in local_slurm.FINAL and int(t.get("Restarts", 0)) >= 1
+    return SLURM.wait(job, until=done)[f"{job}_{task}"]
 
 
 def _merge_refused(job, missing):
@@ -188,14 +198,15 @@ def check_tile():
     merge by hand against one run."""
     shared = tmp("shared")
     env = dict(SHARDS="4", SLIDES=tmp("slides.txt"), STORES=f"{shared}/stores", QC=f"{shared}/qc")
-    tile = sbatch(NODE + ["--array=0-3", f"{SCRIPTS}/slurm-tile.sbatch"], **env)
+    tile = sbatch(NODE + ["--array=0-3", f"{SCRIPTS}/slurm-tile.sbatch"], **env,
+                  STOP_COMMAND="tile", STOP_TASK=str(STOPPED_TASK), STOP_MATCH=".png")
     merge = f"mltool tile --merge {shared}/stores/tiles-*.lmdb -o {shared}/tiles.lmdb --json"
     ok_merge = sbatch(NODE + [f"--dependency=afterok:{tile}", "--job-name=tile-merge",
                               "--output=logs/%x-%j.out", "--wrap", merge])
     any_merge = sbatch(NODE + [f"--dependency=afterany:{tile}", "--job-name=tile-merge-any",
                                "--output=logs/%x-%j.out", "--wrap",
                                merge.replace("tiles.lmdb --json", "tiles-any.lmdb --json")])
-    _stopped_pid(tile, time.time() + 120)
+    _stopped_pid(tile, STOPPED_TASK, f"tiles-{tile}-{STOPPED_TASK}.lmdb", time.time() + 120)
     SLURM.command(["scancel", f"{tile}_{STOPPED_TASK}"])
     jobs = SLURM.wait(tile)
     states = {k: (v["JobState"], v["ExitCode"]) for k, v in jobs.items()}
@@ -210,12 +221,9 @@ def check_tile():
     SLURM.wait(ok_merge, until=never, timeout=60)
     # Requeue the cancelled task: it resumes (its node-local store is still there).
     SLURM.command(["scontrol", "requeue", f"{tile}_{STOPPED_TASK}"])
-    SLURM.wait(tile, until=lambda j: j[f"{tile}_{STOPPED_TASK}"]["JobState"] in local_slurm.FINAL
-               and int(j[f"{tile}_{STOPPED_TASK}"].get("Restarts", 0)) >= 1)
-    jobs = SLURM.jobs(tile)
-    expect(jobs[f"{tile}_{STOPPED_TASK}"]["ExitCode"] == "0:0",
-           f"the requeued task: {jobs[f'{tile}_{STOPPED_TASK}']['JobState']} "
-           f"{jobs[f'{tile}_{STOPPED_TASK}']['ExitCode']}\n{log_of(f'tile-{tile}_1.out')}")
+    again = _rerun(tile, STOPPED_TASK)
+    expect(again["ExitCode"] == "0:0", f"the requeued task: {again['JobState']} "
+           f"{again['ExitCode']}\n{log_of(f'tile-{tile}_{STOPPED_TASK}.out')}")
     logs = {i: tmp("work", "logs", f"tile-{tile}_{i}.out") for i in range(4)}
     expect(all(os.path.exists(p) for p in logs.values()), f"logs/%x-%A_%a.out: {logs}")
     expect("CANCELLED" in open(logs[STOPPED_TASK]).read(),
@@ -273,19 +281,27 @@ def _read_store(path):
 
 
 def check_extract():
-    """A 2-task extract array on the CPU (--gres=none) and its afterok merge = one run."""
+    """A 2-task extract array on the CPU (--gres=none), one task requeued while it runs (as
+    a preemption does: SIGTERM, back in the queue) after its first chunk's rows are written;
+    it runs again and its afterok merge = one run."""
     shared = tmp("shared")
     if not os.path.isdir(f"{shared}/tiles.lmdb"):
         run([mltool, "tile", "-", "-o", f"{shared}/tiles.lmdb", "--mpp", "0.5", "--keep-going"],
             stdin=open(tmp("slides.txt")).read())
     env = dict(SHARDS="2", TILES=f"{shared}/tiles.lmdb", FEATURE_SHARDS=f"{shared}/fshards")
-    job = sbatch(NODE + ["--gres=none", "--array=0-1", f"{SCRIPTS}/slurm-extract.sbatch"], **env)
+    job = sbatch(NODE + ["--gres=none", "--array=0-1", f"{SCRIPTS}/slurm-extract.sbatch"], **env,
+                 STOP_COMMAND="extract", STOP_TASK="0", STOP_MATCH="chunk-000000.json")
     merge = sbatch(NODE + [f"--dependency=afterok:{job}", "--job-name=extract-merge",
                            "--output=logs/%x-%j.out", "--wrap",
                            f"mltool extract --merge {shared}/fshards/shard-* "
                            f"-o {shared}/features --json"])
+    _stopped_pid(job, 0, f"{shared}/fshards/shard-0", time.time() + 120)
+    SLURM.command(["scontrol", "requeue", f"{job}_0"])
+    again = _rerun(job, 0)
+    expect(again["ExitCode"] == "0:0", f"the requeued extract task: {again['JobState']} "
+           f"{again['ExitCode']}\n{log_of(f'extract-{job}_0.out')}")
     finished(job, "the extract array")
-    finished(merge, "the extract merge")
+    finished(merge, "the extract merge, after a task was requeued")
     ok([mltool, "extract", f"{shared}/tiles.lmdb", "-o", tmp("features-one"), "--threads", "1",
         "--math-threads", "1", "--device", "auto"], "one extract run")
     for name in ("features.npy", "keys.txt"):
@@ -328,7 +344,7 @@ def check_kubernetes():
     shared = tmp("k8s", "shared")
     os.makedirs(shared)
     shutil.copy(tmp("slides.txt"), f"{shared}/slides.txt")
-    env = job_env(NO_STOP="1")
+    env = job_env()
     codes = _run_pods("k8s-tile.yaml", shared, env)
     expect(sorted(i for i, c in codes.items() if c == 4) == [2],
            f"exit 4 from the all-white slide's index (2) alone: {codes}")

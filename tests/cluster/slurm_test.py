@@ -304,11 +304,7 @@ def check_extract():
     finished(merge, "the extract merge, after a task was requeued")
     ok([mltool, "extract", f"{shared}/tiles.lmdb", "-o", tmp("features-one"), "--threads", "1",
         "--math-threads", "1", "--device", "auto"], "one extract run")
-    for name in ("features.npy", "keys.txt"):
-        a = open(f"{shared}/features/{name}", "rb").read()
-        b = open(tmp("features-one", name), "rb").read()
-        expect(a == b, f"{name}: the merged store's ({len(a)} bytes) differs from one run's "
-               f"({len(b)} bytes)")
+    _same_features(f"{shared}/features", tmp("features-one"))
 
 
 def _pod_script(name, shared, local, model=None):
@@ -356,10 +352,7 @@ def check_kubernetes():
         "-o", f"{shared}/features"], "merging the extract Job's stores")
     ok([mltool, "extract", f"{shared}/tiles.lmdb", "-o", tmp("k8s", "features-one"),
         "--math-threads", "16"], "one extract run")
-    for name in ("features.npy", "keys.txt"):
-        a = open(f"{shared}/features/{name}", "rb").read()
-        expect(a == open(tmp("k8s", "features-one", name), "rb").read(),
-               f"{name}: the merged store differs from one run's")
+    _same_features(f"{shared}/features", tmp("k8s", "features-one"))
 
 
 def _dataset(name, *pack_args):
@@ -378,6 +371,22 @@ def _dataset(name, *pack_args):
     return out
 
 
+def _mlp_spec(name, hidden):
+    spec = tmp("shared", name)
+    with open(spec, "w") as f:
+        json.dump({"family": "mlp", "hidden": [hidden]}, f)
+    return spec
+
+
+def _same_features(merged, one):
+    """features.npy and keys.txt of two feature stores, byte for byte."""
+    for name in ("features.npy", "keys.txt"):
+        a = open(os.path.join(merged, name), "rb").read()
+        b = open(os.path.join(one, name), "rb").read()
+        expect(a == b, f"{name}: the merged store's ({len(a)} bytes) differs from one run's "
+               f"({len(b)} bytes)")
+
+
 def _weights(run_dir):
     from train_test import read_safetensors
     tensors, _ = read_safetensors(os.path.join(run_dir, "model.safetensors"))
@@ -387,9 +396,7 @@ def _weights(run_dir):
 def check_train():
     """slurm-train.sbatch with 2 srun tasks = one process (1e-5) = --nproc 2 (bit for bit)."""
     ds = _dataset("ds", "--split", "train=0.7,val=0.3")
-    spec = tmp("shared", "mlp.json")
-    with open(spec, "w") as f:
-        json.dump({"family": "mlp", "hidden": [16]}, f)
+    spec = _mlp_spec("mlp.json", 16)
     run_dir = tmp("shared", "run")
     job = sbatch(["--nodes=1", "--ntasks-per-node=2", "--gres=none", "--cpus-per-task=1",
                   "--mem=2G", f"{SCRIPTS}/slurm-train.sbatch"],
@@ -415,9 +422,7 @@ def check_train():
 def check_cv():
     """A 3-task slurm-cv.sbatch array and its afterok gather = --folds all in one process."""
     ds = _dataset("ds-cv", "--folds", "3")
-    spec = tmp("shared", "mlp-cv.json")
-    with open(spec, "w") as f:
-        json.dump({"family": "mlp", "hidden": [8]}, f)
+    spec = _mlp_spec("mlp-cv.json", 8)
     cv = tmp("shared", "cv")
     job = sbatch(NODE + ["--gres=none", "--array=0-2", f"{SCRIPTS}/slurm-cv.sbatch"],
                  DATASET=ds, MODEL_SPEC=spec, CV=cv)

@@ -204,8 +204,7 @@ def check_tile():
     ok_merge = sbatch(NODE + [f"--dependency=afterok:{tile}", "--job-name=tile-merge",
                               "--output=logs/%x-%j.out", "--wrap", merge])
     any_merge = sbatch(NODE + [f"--dependency=afterany:{tile}", "--job-name=tile-merge-any",
-                               "--output=logs/%x-%j.out", "--wrap",
-                               merge.replace("tiles.lmdb --json", "tiles-any.lmdb --json")])
+                               "--output=logs/%x-%j.out", "--wrap", merge])
     _stopped_pid(tile, STOPPED_TASK, f"tiles-{tile}-{STOPPED_TASK}.lmdb", time.time() + 120)
     SLURM.command(["scancel", f"{tile}_{STOPPED_TASK}"])
     jobs = SLURM.wait(tile)
@@ -217,6 +216,7 @@ def check_tile():
     for i in (0, 3):
         expect(states[f"{tile}_{i}"] == ("COMPLETED", "0:0"), f"task {i}: {states}")
     _merge_refused(any_merge, STOPPED_TASK)
+    expect(not os.path.exists(f"{shared}/tiles.lmdb"), "the refused merge wrote its output")
     never = lambda j: all(v["Reason"] == "DependencyNeverSatisfied" for v in j.values())
     SLURM.wait(ok_merge, until=never, timeout=60)
     # Requeue the cancelled task: it resumes (its node-local store is still there).

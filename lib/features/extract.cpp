@@ -35,6 +35,7 @@
 #include "mltool/util/log.hpp"
 #include "mltool/util/output_lock.hpp"
 #include "mltool/util/parallel.hpp"
+#include "mltool/util/stop.hpp"
 
 namespace mltool::features {
 namespace {
@@ -491,6 +492,9 @@ std::uint64_t write_rows(Pipeline& p, ChunkedFeatureWriter& writer, Clock::time_
                       invalid);
         ++written;
       }
+      if (b + 1 < p.batches)  // SIGTERM: run_pipeline commits these rows as a chunk
+        util::stop_if_requested(std::to_string(p.first + written) + " of " +
+                                std::to_string(p.plan.rows) + " rows, committed");
       if (std::chrono::duration<double>(Clock::now() - last_report).count() >= 10) {
         last_report = Clock::now();
         const double s = std::chrono::duration<double>(Clock::now() - run_start).count();

@@ -13,7 +13,9 @@
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
+#include "mltool/util/parallel.hpp"
 #include "mltool/util/shard.hpp"
+#include "mltool/util/stop.hpp"
 
 namespace mltool::slide {
 namespace {
@@ -113,8 +115,15 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
   const std::vector<std::string> mine = shard_slides(slides, part);
   auto store = open_store(job, part, mine);
   CohortReport report;
+  report.threads = util::thread_count(job.tile.threads);
+  report.shard = job.shard;
   std::vector<std::string> failed;
   for (const auto& path : mine) {
+    if (util::stop_requested()) {  // SIGTERM: the slides done are committed
+      write_index(job, report.slides);
+      util::stop_if_requested(std::to_string(report.slides.size()) + " of " +
+                              std::to_string(mine.size()) + " slides, committed in " + job.store);
+    }
     try {
       SlideReport r = tile_slide(store, path, job.tile);
       log_slide(r, job);

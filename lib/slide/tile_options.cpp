@@ -176,8 +176,11 @@ nlohmann::json slide_json(const SlideReport& r) {
 nlohmann::json to_json(const CohortReport& r, const std::string& store) {
   nlohmann::json slides = nlohmann::json::array();
   for (const auto& s : r.slides) slides.push_back(slide_json(s));
-  return {{"command", "tile"}, {"store", store},     {"slides", slides},
-          {"tiles", r.tiles},  {"failed", r.failed}, {"empty", r.empty}};
+  nlohmann::json out = {{"command", "tile"},   {"store", store},     {"slides", slides},
+                        {"tiles", r.tiles},    {"failed", r.failed}, {"empty", r.empty},
+                        {"threads", r.threads}};
+  if (!r.shard.empty()) out["shard"] = r.shard;
+  return out;
 }
 
 nlohmann::json to_json(const std::vector<io::MergeReport>& merged, const std::string& store) {

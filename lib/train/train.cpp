@@ -611,7 +611,7 @@ TrainReport train_model(const TrainJob& job,
   try {
     state = run_loop(loop, state);
   } catch (const Error& e) {
-    manifest["status"] = "failed";
+    manifest["status"] = e.kind() == ErrorKind::stopped ? "interrupted" : "failed";
     manifest["result"] = {{"steps", state.step}, {"error", e.what()}};
     run.dir->write_manifest(manifest);
     throw;

@@ -21,7 +21,7 @@ import numpy as np
 import openslide
 from PIL import Image
 
-from cli_common import Failure, expect, run, run_checks, tmp
+from cli_common import Failure, expect, run, run_checks, run_with_sigterms, tmp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
@@ -140,6 +140,11 @@ def tile(*args, stdin=None):
             summary = json.loads(out)
         except ValueError:
             raise Failure(f"stdout is not one JSON document: {out[:500]!r}")
+        if code not in (0, 4):  # a failed run's summary: the error and the exit code
+            expect(summary == {"command": "tile", "status": "stopped" if code == 75 else "failed",
+                               "error": summary.get("error"), "exit_code": code}
+                   and summary["error"] in err, f"the --json summary of a failed run: {summary}")
+            return code, None, out, err
         for e in summary["slides"]:
             # A failed slide may have no grid or tissue to report (a missing file).
             fields = (("path", "id", "status", "error") if e.get("status") == "failed" else
@@ -740,6 +745,26 @@ def check_shard_records(paths):
     _run_same(Store(tmp("st_ge_merged")), Store(tmp("st_ge_all")), "merged with an empty shard")
 
 
+def check_sigterm():
+    """g3. SIGTERM at random points (as Slurm's scancel or preemption sends it): each run
+    finishes the slide in hand, commits it and exits 75; rerun, the store equals an
+    uninterrupted run's."""
+    import random
+    paths = [tmp("shard", f"S{i}.tif") for i in range(5)]
+    args = [*paths, "--mpp", "0.25", "--threads", "1"]
+    t0 = time.time()
+    code, _, _, err = tile(*args, "-o", tmp("st_sig_ref"))
+    expect(code == 0, f"reference run: exit {code}: {err}")
+    whole = time.time() - t0
+    for seed in (1, 2):
+        out = tmp(f"st_sig_{seed}")
+        stopped = run_with_sigterms([mltool, "tile", *args, "-o", out], random.Random(seed),
+                                    0.6 * whole)
+        print(f"  stopped {stopped} time(s) by SIGTERM before finishing", flush=True)
+        _run_same(Store(out), Store(tmp("st_sig_ref")),
+                  f"seed {seed}: stopped {stopped} times by SIGTERM, then finished")
+
+
 def check_empty():
     """h. an all-white slide completes with zero tiles: "empty", exit 4; re-run skips it."""
     store = tmp("st_h")
@@ -1154,7 +1179,7 @@ def check_artifacts_border():
 
 
 CHECKS = [check_grid, check_pixels, check_resample, check_resume, check_bad_input,
-          check_stdin, check_shard, check_empty, check_no_mpp, check_qc, check_qc_index,
+          check_stdin, check_shard, check_sigterm, check_empty, check_no_mpp, check_qc, check_qc_index,
           check_aperio, check_rerun, check_refused_run_leaves_no_settings, check_small_levels, check_artifacts_real,
           check_artifacts_pen, check_artifacts_border]
 

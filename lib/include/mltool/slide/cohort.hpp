@@ -30,6 +30,8 @@ struct CohortReport {
   std::int64_t tiles = 0;           ///< tiles of every slide, skipped ones included
   int failed = 0;                   ///< slides that failed (keep_going)
   int empty = 0;                    ///< slides complete with zero tiles
+  int threads = 0;                  ///< the workers used (--threads, else the allowed CPUs)
+  std::string shard;                ///< "I/N" of a --shard run, else ""
 };
 
 /// The options of the run over a list (lib/slide/tile_options.cpp).

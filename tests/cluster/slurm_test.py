@@ -226,8 +226,12 @@ def check_tile():
            f"{again['ExitCode']}\n{log_of(f'tile-{tile}_{STOPPED_TASK}.out')}")
     logs = {i: tmp("work", "logs", f"tile-{tile}_{i}.out") for i in range(4)}
     expect(all(os.path.exists(p) for p in logs.values()), f"logs/%x-%A_%a.out: {logs}")
-    expect("CANCELLED" in open(logs[STOPPED_TASK]).read(),
+    first_run = open(logs[STOPPED_TASK]).read()
+    expect("CANCELLED" in first_run,
            "the requeued task's log still has its first run's end (--open-mode=append)")
+    expect("exit code 75" in first_run,
+           f"the cancelled task's step (srun) ended with mltool's 75 (SIGTERM: the slide in hand "
+           f"committed): {first_run}")
     (m,) = SLURM.jobs(ok_merge).values()
     expect(m["JobState"] == "PENDING" and m["Reason"] == "DependencyNeverSatisfied",
            f"the afterok merge, after a cancelled (and requeued) task and an exit 4: "

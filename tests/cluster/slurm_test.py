@@ -147,7 +147,10 @@ def fixtures():
         os.makedirs(tmp(d))
     t0 = time.time()
     SLURM = local_slurm.LocalSlurm(tmp("slurm"))
-    SLURM.start()
+    try:
+        SLURM.start()
+    except RuntimeError as e:
+        raise Failure(f"starting Slurm: {e}")
     return f"{note}, G1, G2, W; Slurm up in {time.time() - t0:.1f} s"
 
 

@@ -61,6 +61,10 @@ def check_sbatch(name, text):
         expect(lo == 0 and hi + 1 == int(shards.group(1)),
                f"{name}: {array[0]} but SHARDS defaults to {shards.group(1)}")
         expect('--shard auto --shards "$shards"' in text, f"{name}: --shard auto --shards")
+    if "srun" in text:
+        expect('[ "$code" -ne 75 ] || scontrol requeue "$SLURM_JOB_ID"' in text
+               and any(d.startswith("--signal=TERM@") for d in directives),
+               f"{name}: --signal=TERM@S, and a requeue of itself when its step exits 75")
 
 
 def check_job(name, text):

@@ -4,7 +4,9 @@ slurmd on localhost), over a small cohort — the real slide of ../shared/slides
 names (left out, with a message, where that folder is absent), generated slides, and an
 all-white one that makes its tile task exit 4 — against single-process runs:
 
-- tile: a 4-task array, one task stopped mid-slide and cancelled, so an `afterok` merge
+- tile: a 4-task array; one task stopped mid-slide and sent SIGTERM in its step alone (as
+  `--signal=TERM@120` does): mltool exits 75 and the script requeues the task, which
+  completes; another task stopped mid-slide and cancelled, so an `afterok` merge
   never runs (DependencyNeverSatisfied, even after the task is requeued) and an `afterany`
   merge runs and refuses, naming the missing shard; the exit 4 of the white slide's task is
   what Slurm records; the task requeued with `scontrol requeue` finishes, and the merge by
@@ -30,6 +32,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -51,6 +54,7 @@ SCRIPTS = os.path.join(REPO, "scripts", "cluster")
 REAL_SLIDE = os.path.join(REPO, "..", "shared", "slides", "CMU-1-Small-Region.svs")
 SLURM = None  # the LocalSlurm while the checks run
 STOPPED_TASK = 1  # the tile task stopped mid-slide and cancelled
+SIGNALLED_TASK = 0  # the tile task stopped mid-slide and sent SIGTERM as --signal does
 NODE = ["--cpus-per-task=1", "--mem=1G"]  # the scripts' 8 CPUs and 8G, on a 2-CPU machine
 
 
@@ -90,7 +94,7 @@ def make_cohort():
 
 
 def stopping_wrapper():
-    """bin/mltool: the real mltool, except in the first run of array task STOP_TASK of a job
+    """bin/mltool: the real mltool, except in the first run of array tasks STOP_TASK of a job
     submitted with STOP_COMMAND (tile, extract) in its environment, which kill_at_rename.c
     stops (SIGSTOP) just before its first rename to a name containing STOP_MATCH: mid-run,
     with work committed, so the test can cancel or requeue it there."""
@@ -99,7 +103,7 @@ def stopping_wrapper():
     with open(path, "w") as f:
         f.write(f"""#!/bin/bash
 if [ -n "${{STOP_COMMAND:-}}" ] && [ "$1" = "$STOP_COMMAND" ] &&
-   [ "${{SLURM_ARRAY_TASK_ID:-}}" = "$STOP_TASK" ] && [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then
+   [[ " $STOP_TASK " == *" ${{SLURM_ARRAY_TASK_ID:-}} "* ]] && [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then
   export LD_PRELOAD={rename_shim()} KILL_AT_RENAME=1 KILL_SIGNAL=STOP KILL_RENAME_MATCH=$STOP_MATCH
 fi
 exec {mltool} "$@"
@@ -182,7 +186,10 @@ def _rerun(job, task):
     def done(jobs):
         t = jobs.get(f"{job}_{task}")
         return t and t["JobState"] in local_slurm.FINAL and int(t.get("Restarts", 0)) >= 1
-    return SLURM.wait(job, until=done)[f"{job}_{task}"]
+    try:
+        return SLURM.wait(job, until=done)[f"{job}_{task}"]
+    except RuntimeError as e:
+        raise Failure(f"{e}\n{log_of(f'*-{job}_{task}.out')}")
 
 
 def _merge_refused(job, missing):
@@ -202,13 +209,25 @@ def check_tile():
     shared = tmp("shared")
     env = dict(SHARDS="4", SLIDES=tmp("slides.txt"), STORES=f"{shared}/stores", QC=f"{shared}/qc")
     tile = sbatch(NODE + ["--array=0-3", f"{SCRIPTS}/slurm-tile.sbatch"], **env,
-                  STOP_COMMAND="tile", STOP_TASK=str(STOPPED_TASK), STOP_MATCH=".png")
+                  STOP_COMMAND="tile", STOP_TASK=f"{SIGNALLED_TASK} {STOPPED_TASK}",
+                  STOP_MATCH=".png")
     merge = f"mltool tile --merge {shared}/stores/tiles-*.lmdb -o {shared}/tiles.lmdb --json"
     ok_merge = sbatch(NODE + [f"--dependency=afterok:{tile}", "--job-name=tile-merge",
                               "--output=logs/%x-%j.out", "--wrap", merge])
     any_merge = sbatch(NODE + [f"--dependency=afterany:{tile}", "--job-name=tile-merge-any",
                                "--output=logs/%x-%j.out", "--wrap", merge])
-    _stopped_pid(tile, STOPPED_TASK, f"tiles-{tile}-{STOPPED_TASK}.lmdb", time.time() + 120)
+    pids = {task: _stopped_pid(tile, task, f"tiles-{tile}-{task}.lmdb", time.time() + 120)
+            for task in (SIGNALLED_TASK, STOPPED_TASK)}
+    # SIGTERM to the step's mltool alone, as --signal=TERM@120 sends it before the time limit
+    # (not to the batch shell): mltool commits its slide and exits 75, and the script
+    # requeues the task.
+    os.kill(pids[SIGNALLED_TASK], signal.SIGTERM)
+    os.kill(pids[SIGNALLED_TASK], signal.SIGCONT)
+    again = _rerun(tile, SIGNALLED_TASK)
+    log = log_of(f"tile-{tile}_{SIGNALLED_TASK}.out")
+    expect(again["ExitCode"] == "0:0" and "exit code 75" in log,
+           f"task {SIGNALLED_TASK}, signalled: its step exits 75, the script requeues it, and "
+           f"it completes: {again['JobState']} {again['ExitCode']}\n{log}")
     SLURM.command(["scancel", f"{tile}_{STOPPED_TASK}"])
     jobs = SLURM.wait(tile)
     states = {k: (v["JobState"], v["ExitCode"]) for k, v in jobs.items()}
@@ -216,7 +235,7 @@ def check_tile():
     expect(states[f"{tile}_2"] == ("FAILED", "4:0"),
            f"task 2 (the all-white slide: exit 4 under --keep-going) is what Slurm records: "
            f"{states}\n{log_of(f'tile-{tile}_2.out')}")
-    for i in (0, 3):
+    for i in (SIGNALLED_TASK, 3):
         expect(states[f"{tile}_{i}"] == ("COMPLETED", "0:0"), f"task {i}: {states}")
     _merge_refused(any_merge, STOPPED_TASK)
     expect(not os.path.exists(f"{shared}/tiles.lmdb"), "the refused merge wrote its output")
@@ -232,9 +251,6 @@ def check_tile():
     first_run = open(logs[STOPPED_TASK]).read()
     expect("CANCELLED" in first_run,
            "the requeued task's log still has its first run's end (--open-mode=append)")
-    expect("exit code 75" in first_run,
-           f"the cancelled task's step (srun) ended with mltool's 75 (SIGTERM: the slide in hand "
-           f"committed): {first_run}")
     (m,) = SLURM.jobs(ok_merge).values()
     expect(m["JobState"] == "PENDING" and m["Reason"] == "DependencyNeverSatisfied",
            f"the afterok merge, after a cancelled (and requeued) task and an exit 4: "
@@ -289,15 +305,15 @@ def _read_store(path):
 
 def check_extract():
     """A 2-task extract array on the CPU (--gres=none), one task requeued while it runs (as
-    a preemption does: SIGTERM, back in the queue) after its first chunk's rows are written;
-    it runs again and its afterok merge = one run."""
+    a preemption does: SIGTERM, back in the queue); it runs again, and the afterok merge,
+    which waited for it, = one run."""
     shared = tmp("shared")
     if not os.path.isdir(f"{shared}/tiles.lmdb"):
         run([mltool, "tile", "-", "-o", f"{shared}/tiles.lmdb", "--mpp", "0.5", "--keep-going"],
             stdin=open(tmp("slides.txt")).read())
     env = dict(SHARDS="2", TILES=f"{shared}/tiles.lmdb", FEATURE_SHARDS=f"{shared}/fshards")
     job = sbatch(NODE + ["--gres=none", "--array=0-1", f"{SCRIPTS}/slurm-extract.sbatch"], **env,
-                 STOP_COMMAND="extract", STOP_TASK="0", STOP_MATCH="chunk-000000.json")
+                 STOP_COMMAND="extract", STOP_TASK="0", STOP_MATCH="config.json")
     merge = sbatch(NODE + [f"--dependency=afterok:{job}", "--job-name=extract-merge",
                            "--output=logs/%x-%j.out", "--wrap",
                            f"mltool extract --merge {shared}/fshards/shard-* "

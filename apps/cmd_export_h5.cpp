@@ -1,7 +1,9 @@
-// mltool export h5 FEATURES/ -o DIR/ [--tiles STORE] [--format h5|pt] [--dtype f32|f16]
+// mltool export h5 FEATURES/ -o DIR/ [--tiles STORE] [--layout flat|trident|clam]
+//                 [--format h5|pt] [--dtype f32|f16]
 //
 // Option parsing and the summary; the export is mltool::features::export_h5. `--format pt`
-// borrows the tensor encoder of the LibTorch module, loaded only then.
+// and `--layout clam` (pt_files/) borrow the tensor encoder of the LibTorch module, loaded
+// only then.
 #include <iostream>
 #include <memory>
 
@@ -16,10 +18,13 @@ namespace mltool::cli {
 namespace {
 
 int run_export_h5(features::ExportH5Job& job, const CommonOptions& common) {
-  if (job.format == features::ExportFormat::pt) {
+  const bool clam = job.layout == features::ExportLayout::clam;
+  if (job.format == features::ExportFormat::pt || clam) {
     std::string why;
     const TorchModule* module = load_torch_module(why);
-    if (!module) throw ResourceError("--format pt needs the LibTorch module: " + why);
+    if (!module)
+      throw ResourceError(std::string(clam ? "--layout clam" : "--format pt") +
+                          " needs the LibTorch module: " + why);
     job.encode_pt = module->encode_pt;
   }
   job.on_slide = [](const std::string& slide, std::uint64_t done, std::uint64_t total) {
@@ -27,8 +32,8 @@ int run_export_h5(features::ExportH5Job& job, const CommonOptions& common) {
   };
   const auto r = features::export_h5(job);
   log::info(r.output + ": " + std::to_string(r.slides) + " slides, " + std::to_string(r.rows) +
-            " rows (" + std::to_string(r.written) + " files written, " + std::to_string(r.resumed) +
-            " kept from an interrupted run)");
+            " rows, " + r.layout + " layout (" + std::to_string(r.written) + " slides written, " +
+            std::to_string(r.resumed) + " kept from an interrupted run)");
   if (r.invalid_rows)
     log::warn(std::to_string(r.invalid_rows) + " invalid rows of the store were left out");
   if (common.json) std::cout << features::to_json(r).dump(2) << "\n";
@@ -38,7 +43,7 @@ int run_export_h5(features::ExportH5Job& job, const CommonOptions& common) {
 }  // namespace
 
 Command export_h5_command() {
-  return {"h5", "Per-slide <slide>.h5 (features, coords) as CLAM and TRIDENT read, or .pt",
+  return {"h5", "Per-slide .h5 (features, coords) as CLAM and TRIDENT read, in their layouts",
           [](CLI::App& app, const CommonOptions& common) -> Action {
             auto job = std::make_shared<features::ExportH5Job>();
             add_options(app, features::export_h5_options(), job);

@@ -46,9 +46,9 @@ ChunkedFeatureWriter::ChunkedFeatureWriter(std::string dir, std::uint64_t dims, 
     const json found = read_json(config);
     if (found.value("dims", json()) != wanted["dims"] ||
         found.value("run", json()) != wanted["run"])
-      throw UsageError(at_file(dir_, "holds a partial extraction made with other settings (" +
-                                         config + "); repeat them, or remove " + partial_ +
-                                         " to start over"));
+      throw UsageError(at_file(
+          dir_, "holds a partial extraction made with other settings (" + config +
+                    "); repeat them, or start over with --overwrite (or remove " + partial_ + ")"));
   } else {
     json doc = wanted;
     doc["note"] = std::move(note);

@@ -1,9 +1,10 @@
-// mltool export h5: a feature store → one CLAM/TRIDENT file per slide (h5_interop.hpp).
+// mltool export h5: a feature store → CLAM/TRIDENT files per slide (h5_interop.hpp), in the
+// layout h5_layouts.cpp describes.
 //
 // Phases: open the store and group its rows by slide (store order); find where coordinates
 // come from (the tile store, or x<X>_y<Y> keys); open the journal that makes the export
-// resumable; write each slide's file aside and rename it into place, then note it in the
-// journal.
+// resumable; write each of a slide's files aside and rename it into place, then note the
+// slide in the journal.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <unordered_set>
 
 #include "h5_interop_internal.hpp"
+#include "h5_layouts.hpp"
 #include "mltool/features/h5_interop.hpp"
 #include "mltool/io/crc32c.hpp"
 #include "mltool/io/feature_store.hpp"
@@ -84,6 +86,7 @@ class Geometry {
   }
 
   const std::string& label() const { return label_; }
+  std::uint64_t no_mpp() const { return no_mpp_; }
 
   // coords (rows x 2) and the attributes of `coords` for one slide.
   std::pair<std::vector<std::int64_t>, json> slide(const Slide& s, const std::string& outdir) {
@@ -93,6 +96,7 @@ class Geometry {
  private:
   std::pair<std::vector<std::int64_t>, json> from_tiles(const Slide& s, const std::string& outdir) {
     auto [coords, info] = detail::tile_coords(*tiles_, store_, s.id, s.rows);
+    if (!info.value("mpp", json()).is_number()) ++no_mpp_;
     return {std::move(coords), detail::coords_attributes(info, s.id, outdir)};
   }
 
@@ -120,6 +124,7 @@ class Geometry {
   std::optional<io::TileStore> tiles_;
   std::string label_;
   json imported_ = json::object();
+  std::uint64_t no_mpp_ = 0;
 };
 
 // The journal of a resumable export: its first line the fingerprint, then one slide id per
@@ -182,50 +187,141 @@ void gather_block(const io::FeatureStore& store, const std::uint64_t* rows, std:
   }
 }
 
+// CLAM's h5_files/ hold int32 coords: refused rather than wrapped beyond its range.
+void check_coords_fit(const std::vector<std::int64_t>& coords, io::H5Element element,
+                      const std::string& path) {
+  if (element != io::H5Element::int32) return;
+  for (const auto v : coords)
+    if (v < INT32_MIN || v > INT32_MAX)
+      throw InputError(path + ": a coordinate, " + std::to_string(v) +
+                       ", does not fit the int32 'coords' CLAM writes; use --layout flat or "
+                       "trident (int64)");
+}
+
 void write_h5(const std::string& path, const io::FeatureStore& store, const Slide& s,
-              const ExportH5Job& job, const std::vector<std::int64_t>& coords,
-              const json& coords_attrs, const json& features_attrs) {
+              io::DType dtype, const std::vector<std::int64_t>& coords,
+              const detail::LayoutFile& spec) {
   auto file = io::H5File::create(path);
-  const bool half = job.dtype == io::DType::float16;
-  const auto element = half ? io::H5Element::float16 : io::H5Element::float32;
-  file.create_dataset("features", element, s.rows.size(), store.dims());
-  std::vector<float> f32;
-  std::vector<std::uint16_t> f16;
-  for (std::uint64_t at = 0; at < s.rows.size(); at += kBlockRows) {
-    const std::size_t n = std::min<std::uint64_t>(kBlockRows, s.rows.size() - at);
-    gather_block(store, &s.rows[at], n, job.dtype, f32, f16);
-    file.write_rows("features", at, n, element,
-                    half ? static_cast<const void*>(f16.data()) : f32.data());
+  if (spec.features) {
+    const bool half = dtype == io::DType::float16;
+    const auto element = half ? io::H5Element::float16 : io::H5Element::float32;
+    file.create_dataset("features", element, s.rows.size(), store.dims(), spec.chunk_rows);
+    std::vector<float> f32;
+    std::vector<std::uint16_t> f16;
+    for (std::uint64_t at = 0; at < s.rows.size(); at += kBlockRows) {
+      const std::size_t n = std::min<std::uint64_t>(kBlockRows, s.rows.size() - at);
+      gather_block(store, &s.rows[at], n, dtype, f32, f16);
+      file.write_rows("features", at, n, element,
+                      half ? static_cast<const void*>(f16.data()) : f32.data());
+    }
+    file.set_attributes("features", spec.features_attrs);
   }
-  file.set_attributes("features", features_attrs);
-  if (coords_attrs.is_null()) {  // a slide embedding (extract --slide-encoder): no tiles
-    file.close();
-    return;
+  if (spec.coords) {  // a slide embedding (extract --slide-encoder) has none
+    check_coords_fit(coords, spec.coords_element, path);
+    file.create_dataset("coords", spec.coords_element, s.rows.size(), 2, spec.chunk_rows);
+    // In blocks too: HDF5 keeps two selections per chunk a write touches, and TRIDENT's
+    // chunks are single rows.
+    for (std::uint64_t at = 0; at < s.rows.size(); at += kBlockRows)
+      file.write_rows("coords", at, std::min<std::uint64_t>(kBlockRows, s.rows.size() - at),
+                      io::H5Element::int64, &coords[2 * at]);
+    file.set_attributes("coords", spec.coords_attrs);
   }
-  file.create_dataset("coords", io::H5Element::int64, s.rows.size(), 2);
-  file.write_rows("coords", 0, s.rows.size(), io::H5Element::int64, coords.data());
-  file.set_attributes("coords", coords_attrs);
   file.close();
 }
 
-std::string encode_pt(const io::FeatureStore& store, const Slide& s, const ExportH5Job& job) {
+std::string encode_pt(const io::FeatureStore& store, const Slide& s, io::DType dtype,
+                      const ExportH5Job& job) {
   std::vector<float> f32;
   std::vector<std::uint16_t> f16;
-  gather_block(store, s.rows.data(), s.rows.size(), job.dtype, f32, f16);
-  const bool half = job.dtype == io::DType::float16;
+  gather_block(store, s.rows.data(), s.rows.size(), dtype, f32, f16);
+  const bool half = dtype == io::DType::float16;
   return job.encode_pt(half ? static_cast<const void*>(f16.data()) : f32.data(), s.rows.size(),
-                       store.dims(), job.dtype);
-}
-
-json features_attributes(const io::FeatureStore& store, const std::string& slide,
-                         const std::string& outdir) {
-  return {{"name", slide}, {"savetodir", outdir}, {"encoder", detail::encoder_name(store)}};
+                       store.dims(), dtype);
 }
 
 void check_job(const ExportH5Job& job) {
   util::check_options(export_h5_options(), job);
-  if (job.format == ExportFormat::pt && !job.encode_pt)
-    throw ResourceError("--format pt needs LibTorch, which this program could not load");
+  if (job.format == ExportFormat::pt && job.layout != ExportLayout::flat)
+    throw UsageError(
+        std::string("--format pt is for --layout flat (--layout ") +
+        util::name_of(kExportLayouts, job.layout) +
+        (job.layout == ExportLayout::clam ? " writes pt_files/ itself)" : " writes .h5 files)"));
+  if ((job.format == ExportFormat::pt || job.layout == ExportLayout::clam) && !job.encode_pt)
+    throw ResourceError(
+        std::string(job.layout == ExportLayout::clam ? "--layout clam" : "--format pt") +
+        " needs LibTorch, which this program could not load");
+}
+
+// The export's settings: what it writes, and the journal's first line.
+struct Settings {
+  io::DType dtype;
+  std::string encoder;
+  bool per_slide = false;  // a store of slide embeddings
+  json fingerprint;
+};
+
+Settings settings_of(const ExportH5Job& job, const io::FeatureStore& store,
+                     const Geometry& geometry) {
+  Settings set;
+  set.dtype = job.dtype                          ? *job.dtype
+              : job.layout == ExportLayout::clam ? io::DType::float32
+                                                 : store.dtype();
+  if (job.layout == ExportLayout::clam && set.dtype == io::DType::float16)
+    log::warn(
+        "--layout clam --dtype f16: CLAM trains in float32 and cannot read these files "
+        "as they are");
+  set.encoder = detail::encoder_name(store);
+  set.per_slide = detail::slide_level(store);
+  if (set.per_slide && job.layout != ExportLayout::flat)
+    throw UsageError(store.dir() +
+                     ": a store of slide embeddings (extract --slide-encoder) "
+                     "has no patches for --layout " +
+                     std::string(util::name_of(kExportLayouts, job.layout)) +
+                     "; export it with --layout flat");
+  // The manifest by its CRC: an imported store's holds every slide's attributes.
+  const std::string manifest = store.manifest().dump();
+  set.fingerprint = {{"features", util::absolute_path(job.features)},
+                     {"manifest_crc32c", io::crc32c(manifest.data(), manifest.size())},
+                     {"manifest_bytes", manifest.size()},
+                     {"coordinates", geometry.label()},
+                     {"format", util::name_of(kExportFormats, job.format)},
+                     {"dtype", util::name_of(kInteropDTypes, set.dtype)}};
+  if (job.layout != ExportLayout::flat)  // flat journals of earlier versions stay valid
+    set.fingerprint["layout"] = util::name_of(kExportLayouts, job.layout);
+  return set;
+}
+
+// Writes every file of one slide, each aside and renamed into place; `dirs` are the
+// directories made (and cleared of a killed run's partial files) so far.
+void write_slide(const ExportH5Job& job, const io::FeatureStore& store, const Slide& s,
+                 const Settings& set, const std::vector<std::int64_t>& coords,
+                 const std::vector<detail::LayoutFile>& files,
+                 std::unordered_set<std::string>& dirs) {
+  for (const auto& spec : files) {
+    const std::string path = util::join_path(job.output, spec.path);
+    if (const std::string dir = util::parent_directory(path); dirs.insert(dir).second) {
+      util::make_directories(dir);
+      util::remove_stale_partials(dir);
+    }
+    if (spec.pt) {
+      util::write_file_atomic(path, encode_pt(store, s, set.dtype, job));
+      continue;
+    }
+    const std::string temp = path + ".partial-" + std::to_string(::getpid());
+    try {
+      write_h5(temp, store, s, set.dtype, coords, spec);
+      detail::publish(temp, path);
+    } catch (...) {
+      ::unlink(temp.c_str());
+      throw;
+    }
+  }
+}
+
+bool all_exist(const std::string& output, const std::vector<detail::LayoutFile>& files) {
+  for (const auto& f : files)
+    if (!util::exists(util::join_path(output, f.path))) return false;
+  return true;
 }
 
 }  // namespace
@@ -240,50 +336,40 @@ ExportH5Report export_h5(const ExportH5Job& job) {
   const Plan plan = group_rows(store);
   Geometry geometry(store, job.tiles);
   const std::string outdir = util::absolute_path(job.output);
-  // The manifest by its CRC: an imported store's holds every slide's attributes.
-  const std::string manifest = store.manifest().dump();
-  const json fingerprint = {{"features", util::absolute_path(job.features)},
-                            {"manifest_crc32c", io::crc32c(manifest.data(), manifest.size())},
-                            {"manifest_bytes", manifest.size()},
-                            {"coordinates", geometry.label()},
-                            {"format", util::name_of(kExportFormats, job.format)},
-                            {"dtype", util::name_of(kInteropDTypes, job.dtype)}};
-  Journal journal(job.output, fingerprint);
+  const Settings set = settings_of(job, store, geometry);
+  Journal journal(job.output, set.fingerprint);
+  std::unordered_set<std::string> dirs;
   ExportH5Report r;
   r.output = outdir;
   r.format = util::name_of(kExportFormats, job.format);
-  r.dtype = util::name_of(kInteropDTypes, job.dtype);
+  r.layout = util::name_of(kExportLayouts, job.layout);
+  r.dtype = util::name_of(kInteropDTypes, set.dtype);
+  r.encoder = set.encoder;
   r.slides = plan.slides.size();
   r.invalid_rows = plan.invalid;
   r.dims = store.dims();
-  const bool per_slide = detail::slide_level(store);
-  r.coordinates = per_slide ? "none" : geometry.label();
-  const std::string ext = job.format == ExportFormat::pt ? ".pt" : ".h5";
+  r.coordinates = set.per_slide ? "none" : geometry.label();
   for (const auto& s : plan.slides) {
-    const std::string path = util::join_path(job.output, s.id + ext);
     r.rows += s.rows.size();
-    if (journal.done(s.id) && util::exists(path)) {
+    auto [coords, attrs] = set.per_slide ? std::make_pair(std::vector<std::int64_t>(), json())
+                                         : geometry.slide(s, outdir);
+    const auto files =
+        detail::layout_files(job.layout, job.format, s.id, attrs, set.encoder, outdir);
+    if (journal.done(s.id) && all_exist(job.output, files)) {
       ++r.resumed;
     } else {
-      const std::string temp = path + ".partial-" + std::to_string(::getpid());
-      try {
-        if (job.format == ExportFormat::pt) {
-          util::write_file_atomic(path, encode_pt(store, s, job));
-        } else {
-          auto [coords, attrs] = per_slide ? std::make_pair(std::vector<std::int64_t>(), json())
-                                           : geometry.slide(s, outdir);
-          write_h5(temp, store, s, job, coords, attrs, features_attributes(store, s.id, outdir));
-          detail::publish(temp, path);
-        }
-      } catch (...) {
-        ::unlink(temp.c_str());
-        throw;
-      }
+      write_slide(job, store, s, set, coords, files, dirs);
       journal.append(s.id);
       ++r.written;
     }
     if (job.on_slide) job.on_slide(s.id, r.written + r.resumed, r.slides);
   }
+  r.no_mpp = geometry.no_mpp();
+  if (r.no_mpp)
+    log::warn(std::to_string(r.no_mpp) +
+              " slides have no µm/px: their magnification attributes take level 0 for 40x "
+              "(docs/export.md); give their µm/px to mltool tile (--slide-mpp, "
+              "--slide-mpp-table, --mpp-from-power) for true ones");
   r.status = r.written == 0 && r.slides > 0 ? "skipped" : "exported";
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;

@@ -157,8 +157,8 @@ void check_resume(const std::string& dir, const json& stored, const json& now) {
     throw UsageError(at_file(
         dir, "holds a partial extraction made with " + what +
                  "; a resume must repeat it to give the rows of an uninterrupted run: repeat it, "
-                 "or remove " +
-                 partial + " to start over"));
+                 "or start over with --overwrite (or remove " +
+                 partial + ")"));
   };
   if (!stored.is_object())
     refuse("other settings (" + util::join_path(partial, "config.json") + ")");
@@ -563,6 +563,10 @@ ExtractReport extract_features(const ExtractJob& request) {
   const Resolved resolved = resolve_model(request, on_cpu);
   const ExtractJob& job = resolved.job;
   const util::OutputLock lock(job.output, "mltool extract");  // one writer per feature store
+  if (job.overwrite) {  // features.json first: without it the store is not complete
+    for (const char* name : {"features.json", ".extract-partial", "features.npy", "keys.txt"})
+      util::remove_tree(util::join_path(job.output, name));
+  }
   const Tiles tiles = open_tiles(job);
   const ShardPlan& plan = tiles.plan;
 

@@ -92,6 +92,8 @@ const util::Options<ExtractJob>& extract_options() {
           .at_least(1)
           .at_most(4294967296.0),
       util::math_threads_option(&J::math_threads),
+      flag("--overwrite", &J::overwrite,
+           "Start over: remove a partial extraction and the feature store in -o first"),
       flag("--keep-going", &J::keep_going,
            "Undecodable tiles become invalid rows (NaN, listed in features.json); exit 4"),
       option("--shard", &J::shard,

@@ -25,10 +25,6 @@ std::string xy_key(const std::string& slide, std::int64_t x, std::int64_t y);
 /// The (x, y) of a key "<slide>/x<X>_y<Y>", or nullopt.
 std::optional<std::pair<std::int64_t, std::int64_t>> parse_xy_key(std::string_view key);
 
-/// The attributes CLAM and TRIDENT put on `coords`, from a tile store's slides/<id> record.
-nlohmann::json coords_attributes(const nlohmann::json& slide, const std::string& id,
-                                 const std::string& outdir);
-
 /// The level-0 top-left corners (x, y interleaved) of rows `rows` of `store`, whose keys are
 /// tile keys of slide `id` in tile store `tiles`, and that slide's "slides/<id>" record: where
 /// export h5 and extract --slide-encoder take coordinates from. InputError naming both stores
@@ -41,8 +37,8 @@ std::pair<std::vector<std::int64_t>, nlohmann::json> tile_coords(
 /// --slide-encoder: features.json's model.kind is "slide-encoder".
 bool slide_level(const io::FeatureStore& store);
 
-/// The encoder a store's features.json names: model.encoder, model.name, the model file's
-/// name, or "unknown".
+/// The encoder a store's features.json names: model.encoder (the card's name, or an imported
+/// file's), model.name, the model file's stem, or "unknown".
 std::string encoder_name(const io::FeatureStore& store);
 
 /// fsyncs `temp`, renames it to `path` and fsyncs the directory (best effort).

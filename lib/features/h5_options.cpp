@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <unordered_map>
@@ -24,8 +23,28 @@ using json = nlohmann::json;
 
 const util::EnumNames<ExportFormat> kExportFormats = {{ExportFormat::h5, "h5"},
                                                       {ExportFormat::pt, "pt"}};
+const util::EnumNames<ExportLayout> kExportLayouts = {
+    {ExportLayout::flat, "flat"}, {ExportLayout::trident, "trident"}, {ExportLayout::clam, "clam"}};
 const util::EnumNames<io::DType> kInteropDTypes = {{io::DType::float32, "f32"},
                                                    {io::DType::float16, "f16"}};
+
+namespace {
+// --dtype f32|f16, unset by default: the default depends on --layout and the store.
+util::Option<ExportH5Job> dtype_option() {
+  using J = ExportH5Job;
+  auto o = util::custom<J>(
+      "--dtype", "TEXT",
+      "Written feature type (default: f32 for --layout clam, the store's dtype otherwise)",
+      [](J& j, const std::string& text) {
+        j.dtype = util::parse_enum(kInteropDTypes, text, "--dtype");
+      },
+      [](const J& j) {
+        return j.dtype ? json(util::name_of(kInteropDTypes, *j.dtype)) : json(nullptr);
+      });
+  for (const auto& [value, name] : kInteropDTypes) o.choices.emplace_back(name);
+  return o;
+}
+}  // namespace
 
 const util::Options<ExportH5Job>& export_h5_options() {
   using J = ExportH5Job;
@@ -36,10 +55,14 @@ const util::Options<ExportH5Job>& export_h5_options() {
       option("--tiles", &J::tiles,
              "The tile store the features came from, when it moved (default: the one "
              "features.json names)"),
+      choice("--layout", &J::layout, kExportLayouts,
+             "flat: DIR/<slide>.h5 (or .pt); trident: TRIDENT's job tree "
+             "<mag>x_<ps>px_<ov>px_overlap/{patches,features_<encoder>}/; clam: CLAM's h5_files/ "
+             "and pt_files/ (needs LibTorch)"),
       choice("--format", &J::format, kExportFormats,
-             "h5: <slide>.h5 with features and coords (CLAM, TRIDENT); pt: CLAM's <slide>.pt "
-             "tensor (needs LibTorch)"),
-      choice("--dtype", &J::dtype, kInteropDTypes, "Written feature type: f32 or f16"),
+             "With --layout flat: h5, <slide>.h5 with features and coords; pt, CLAM's "
+             "<slide>.pt tensor (needs LibTorch)"),
+      dtype_option(),
   };
   return table;
 }
@@ -51,6 +74,8 @@ const util::Options<ImportH5Job>& import_h5_options() {
       option("input", &J::input, "Directory of .h5 files (TRIDENT's, or CLAM's h5_files)")
           .required(),
       option("-o,--output", &J::output, "The feature store to write").required(),
+      option("--encoder", &J::encoder,
+             "Which features_<encoder>/ of a TRIDENT job directory to read, when it has several"),
       option("--chunk-rows", &J::chunk_rows, "Rows per committed chunk: what a killed run keeps")
           .at_least(1),
   };
@@ -61,7 +86,9 @@ json to_json(const ExportH5Report& r) {
   return {{"command", "export h5"},
           {"output", r.output},
           {"format", r.format},
+          {"layout", r.layout},
           {"dtype", r.dtype},
+          {"encoder", r.encoder},
           {"status", r.status},
           {"slides", r.slides},
           {"written", r.written},
@@ -69,6 +96,7 @@ json to_json(const ExportH5Report& r) {
           {"rows", r.rows},
           {"dims", r.dims},
           {"invalid_rows", r.invalid_rows},
+          {"no_mpp", r.no_mpp},
           {"coordinates", r.coordinates},
           {"seconds", r.seconds}};
 }
@@ -128,39 +156,6 @@ std::optional<std::pair<std::int64_t, std::int64_t>> parse_xy_key(std::string_vi
   return std::make_pair(*x, *y);
 }
 
-json coords_attributes(const json& slide, const std::string& id, const std::string& outdir) {
-  try {
-    const int level = slide.at("level").get<int>();
-    const json& dims = slide.at("levels").at(level);
-    const double downsample = slide.at("level_downsample").get<double>();
-    const std::int64_t level_dim[2] = {dims.at("width").get<std::int64_t>(),
-                                       dims.at("height").get<std::int64_t>()};
-    json a = {
-        {"patch_size", slide.at("tile_size").get<std::int64_t>()},
-        {"patch_level", level},
-        {"patch_size_level0", std::llround(slide.at("size_level0").get<double>())},
-        {"overlap", slide.at("overlap").get<std::int64_t>()},
-        {"downsample", {downsample, downsample}},
-        {"level_dim", {level_dim[0], level_dim[1]}},
-        {"downsampled_level_dim", {level_dim[0], level_dim[1]}},
-        {"level0_width", slide.at("width").get<std::int64_t>()},
-        {"level0_height", slide.at("height").get<std::int64_t>()},
-        {"name", id},
-        {"savetodir", outdir},
-        {"save_path", outdir},
-    };
-    // Magnification by the usual convention, 10 / (µm per pixel): 0.25 µm/px is 40x.
-    if (slide.value("mpp", json()).is_number()) {
-      const double mpp = slide["mpp"].get<double>();
-      a["level0_magnification"] = 10.0 / mpp;
-      a["target_magnification"] = 10.0 / (mpp * slide.at("target_downsample").get<double>());
-    }
-    return a;
-  } catch (const json::exception& e) {
-    throw FormatError("tile store meta 'slides/" + id + "': " + e.what());
-  }
-}
-
 std::pair<std::vector<std::int64_t>, json> tile_coords(const io::TileStore& tiles,
                                                        const io::FeatureStore& store,
                                                        const std::string& id,
@@ -203,9 +198,11 @@ std::string encoder_name(const io::FeatureStore& store) {
   if (const std::string card = encoder_name_of(model); !card.empty()) return card;
   for (const char* field : {"name"})
     if (model.value(field, json()).is_string()) return model[field].get<std::string>();
-  if (model.value("path", json()).is_string()) {
+  if (model.value("path", json()).is_string()) {  // a TorchScript file without a card: its stem
     const std::string path = model["path"].get<std::string>();
-    return path.substr(path.rfind('/') + 1);
+    const std::string file = path.substr(path.rfind('/') + 1);
+    const auto dot = file.rfind('.');
+    return dot == std::string::npos || dot == 0 ? file : file.substr(0, dot);
   }
   return "unknown";
 }

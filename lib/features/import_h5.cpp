@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -50,19 +52,76 @@ bool is_h5_name(const std::string& name) {
   return name[0] != '.' && (ends(".h5") || ends(".hdf5"));
 }
 
-std::vector<std::string> h5_names(const std::string& dir) {
+// The names of `dir`'s entries that `keep` accepts, sorted.
+std::vector<std::string> names_in(const std::string& dir,
+                                  const std::function<bool(const std::string&)>& keep) {
   DIR* d = ::opendir(dir.c_str());
   if (!d) throw InputError(dir + ": cannot open the directory: " + std::strerror(errno));
   std::vector<std::string> names;
   while (const dirent* e = ::readdir(d))
-    if (is_h5_name(e->d_name)) names.emplace_back(e->d_name);
+    if (keep(e->d_name)) names.emplace_back(e->d_name);
   ::closedir(d);
   std::sort(names.begin(), names.end());
   return names;
 }
 
-// The files to import, by slide id; CLAM's feat_dir is read through its h5_files/.
-std::pair<std::string, std::vector<SlideFile>> list_files(const std::string& input) {
+std::vector<std::string> h5_names(const std::string& dir) { return names_in(dir, is_h5_name); }
+
+// The features_<encoder>/ directories TRIDENT's Processor writes under each patching
+// directory (<mag>x_<ps>px_<ov>px_overlap/) of a job directory: those of `input` and of its
+// subdirectories.
+std::vector<std::string> trident_feature_dirs(const std::string& input) {
+  std::vector<std::string> found;
+  const auto scan = [&found](const std::string& dir) {
+    for (const auto& n : names_in(dir, [&dir](const std::string& name) {
+           return name.rfind("features_", 0) == 0 && util::is_directory(util::join_path(dir, name));
+         }))
+      found.push_back(util::join_path(dir, n));
+  };
+  scan(input);
+  for (const auto& sub : names_in(input, [&input](const std::string& name) {
+         return name[0] != '.' && name.rfind("features_", 0) != 0 &&
+                util::is_directory(util::join_path(input, name));
+       }))
+    scan(util::join_path(input, sub));
+  return found;
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& i : items) out += (out.empty() ? "" : ", ") + i;
+  return out;
+}
+
+// The features_<encoder>/ of a TRIDENT job directory to read: the only one, or --encoder's.
+std::string pick_trident_dir(const std::string& input, const std::string& encoder) {
+  std::vector<std::string> found = trident_feature_dirs(input);
+  if (found.empty())
+    throw InputError(input +
+                     ": no .h5 or .hdf5 files (nor CLAM's h5_files/, nor TRIDENT's "
+                     "features_<encoder>/ directories)");
+  if (!encoder.empty()) {
+    std::vector<std::string> chosen;
+    for (const auto& d : found)
+      if (d.substr(d.rfind('/') + 1) == "features_" + encoder) chosen.push_back(d);
+    if (chosen.empty())
+      throw InputError(input + ": no features_" + encoder + "/ (--encoder " + encoder +
+                       "); there are " + joined(found));
+    found = std::move(chosen);
+  }
+  if (found.size() > 1)
+    throw UsageError(
+        input + ": a TRIDENT job directory with several feature directories: " + joined(found) +
+        (encoder.empty() ? "; choose one with --encoder NAME, or give its directory"
+                         : "; give the directory of the one to import"));
+  log::info(input + ": a TRIDENT job directory; reading " + found[0]);
+  return found[0];
+}
+
+// The files to import, by slide id; CLAM's feat_dir is read through its h5_files/, a
+// TRIDENT job directory through its features_<encoder>/.
+std::pair<std::string, std::vector<SlideFile>> list_files(const std::string& input,
+                                                          const std::string& encoder) {
   if (!util::is_directory(input)) throw InputError(input + ": not a directory");
   std::string dir = input;
   auto names = h5_names(dir);
@@ -70,7 +129,11 @@ std::pair<std::string, std::vector<SlideFile>> list_files(const std::string& inp
     dir = util::join_path(input, "h5_files");
     names = h5_names(dir);
   }
-  if (names.empty()) throw InputError(input + ": no .h5 or .hdf5 files (nor an h5_files/ of them)");
+  if (names.empty()) {
+    dir = pick_trident_dir(input, encoder);
+    names = h5_names(dir);
+    if (names.empty()) throw InputError(dir + ": no .h5 or .hdf5 files");
+  }
   std::vector<SlideFile> files;
   std::map<std::string, std::string> by_slide;
   for (const auto& name : names) {
@@ -142,9 +205,9 @@ struct Plan {
   std::string layout;
 };
 
-Plan plan_import(const std::string& input) {
+Plan plan_import(const std::string& input, const std::string& encoder) {
   Plan p;
-  std::tie(p.dir, p.files) = list_files(input);
+  std::tie(p.dir, p.files) = list_files(input, encoder);
   std::set<std::string> layouts;
   const SlideFile* first = nullptr;
   for (auto& f : p.files) {
@@ -168,6 +231,9 @@ Plan plan_import(const std::string& input) {
     p.rows += f.rows;
   }
   if (!first) throw InputError(input + ": every file has zero rows; nothing to import");
+  if (!encoder.empty() && !p.encoder.empty() && p.encoder != encoder)
+    throw UsageError(first->path + ": 'features' attribute encoder is '" + p.encoder +
+                     "', not --encoder " + encoder);
   p.layout = layouts.size() == 1 ? *layouts.begin() : "mixed";
   return p;
 }
@@ -209,7 +275,11 @@ json model_json(const Plan& p) {
 void import_file(const SlideFile& f, std::uint64_t skip, ChunkedFeatureWriter& out) {
   const auto file = io::H5File::open(f.path);
   std::vector<std::int64_t> coords(2 * f.rows);
-  file.read_rows("coords", 0, f.rows, io::H5Element::int64, coords.data());
+  // In blocks: HDF5 keeps two selections per chunk a read touches, and TRIDENT's chunks are
+  // single rows.
+  for (std::uint64_t at = 0; at < f.rows; at += kBlockRows)
+    file.read_rows("coords", at, std::min(kBlockRows, f.rows - at), io::H5Element::int64,
+                   &coords[2 * at]);
   std::unordered_map<std::string, std::uint64_t> seen;
   std::vector<std::string> keys(f.rows);
   for (std::uint64_t i = 0; i < f.rows; ++i) {
@@ -254,7 +324,7 @@ bool already_imported(const std::string& output, const json& fp) {
 ImportH5Report import_h5(const ImportH5Job& job) {
   const auto start = std::chrono::steady_clock::now();
   util::check_options(import_h5_options(), job);
-  const Plan plan = plan_import(job.input);
+  const Plan plan = plan_import(job.input, job.encoder);
   util::make_directories(job.output);
   util::OutputLock lock(job.output, "mltool import");
   const json fp = fingerprint(plan);

@@ -217,16 +217,18 @@ H5DatasetInfo H5File::dataset_info(const std::string& name) const {
 }
 
 void H5File::create_dataset(const std::string& name, H5Element element, std::uint64_t rows,
-                            std::uint64_t cols) {
+                            std::uint64_t cols, std::uint64_t chunk_rows) {
+  // Extendible along the rows, as h5py's create_dataset(maxshape=(None, cols)) that CLAM and
+  // TRIDENT call, hence chunked (HDF5 requires it of an unlimited dimension).
   const hsize_t dims[2] = {rows, cols};
-  Id space(H5Screate_simple(2, dims, nullptr), H5Sclose);
+  const hsize_t max_dims[2] = {H5S_UNLIMITED, cols};
+  Id space(H5Screate_simple(2, dims, max_dims), H5Sclose);
   Id plist(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  // Chunks of about 1 MiB of rows; a dataset with no rows is left contiguous.
-  if (rows > 0 && cols > 0) {
-    const hsize_t chunk[2] = {
-        std::max<hsize_t>(1, std::min<hsize_t>(rows, (1u << 20) / (cols * 4))), cols};
-    H5Pset_chunk(plist.get(), 2, chunk);
-  }
+  const hsize_t row_bytes = std::max<hsize_t>(1, cols) * 4;
+  if (chunk_rows == 0)  // about 1 MiB of rows, no more rows than there are
+    chunk_rows = std::max<hsize_t>(1, std::min<hsize_t>(rows, (1u << 20) / row_bytes));
+  const hsize_t chunk[2] = {chunk_rows, std::max<hsize_t>(1, cols)};
+  H5Pset_chunk(plist.get(), 2, chunk);
   Id type = memory_type(element);
   Id d(H5Dcreate2(handle_->file.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT,
                   plist.get(), H5P_DEFAULT),

@@ -48,7 +48,8 @@ def run(args, stdin=None, env=None):
 
 def run_json(args, stdin=None, env=None):
     """Runs a command that prints one JSON document (`--json`); returns (exit code, the
-    document or None when stdout is empty, stderr). Anything else on stdout is a Failure."""
+    document or None when stdout is empty or the run failed, stderr). Anything else on stdout
+    is a Failure; so is a failed run's summary that does not hold its error and exit code."""
     code, out, err = run(args, stdin=stdin, env=env)
     doc = None
     if out.strip():
@@ -56,6 +57,12 @@ def run_json(args, stdin=None, env=None):
             doc = json.loads(out)
         except ValueError:
             raise Failure(f"stdout is not one JSON document: {out[:500]!r}")
+        if code not in (0, 4):  # a failed run's summary (docs/cli.md): checked, then None
+            expect(isinstance(doc, dict) and set(doc) == {"command", "status", "error", "exit_code"}
+                   and doc["exit_code"] == code and doc["error"] in err
+                   and doc["status"] == ("stopped" if code == 75 else "failed"),
+                   f"the --json summary of a run that exited {code}: {doc}")
+            doc = None
     return code, doc, err
 
 

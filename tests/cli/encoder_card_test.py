@@ -230,7 +230,8 @@ def check_bad_card():
 
 
 def check_export_h5_encoder():
-    """export h5 writes the card's name as TRIDENT's `encoder` attribute."""
+    """export h5 writes the card's name as TRIDENT's `encoder` attribute (and directory), and
+    the file's stem for a TorchScript file without a card."""
     c = card("probe-h5", 128, 128)
     path = save(Probe(), tmp("probe-h5.pt"), c)
     extract(path, "f-h5")
@@ -242,6 +243,18 @@ def check_export_h5_encoder():
         got = f["features"].attrs.get("encoder")
     got = got.decode() if isinstance(got, bytes) else got
     expect(got == "probe-h5", f"encoder attribute {got!r}")
+    code, _, err = run([mltool, "export", "h5", tmp("f-h5"), "-o", tmp("h5-trident"),
+                        "--layout", "trident"])
+    expect(code == 0 and sorted(os.listdir(tmp("h5-trident", "20x_128px_0px_overlap")))
+           == ["features_probe-h5", "patches"], f"trident tree: {err}")
+    plain = save(Probe(), tmp("plain-probe.v2.pt"))
+    extract(plain, "f-plain", "--input-size", str(TS))
+    code, s, err = run_json([mltool, "export", "h5", tmp("f-plain"), "-o", tmp("h5-plain"),
+                             "--json"])
+    with h5py.File(os.path.join(tmp("h5-plain"), files[0]), "r") as f:
+        got = f["features"].attrs.get("encoder")
+    expect(code == 0 and got == "plain-probe.v2" == s["encoder"],
+           f"encoder attribute of a TorchScript without a card: {got!r} {s} {err}")
 
 
 CHECKS = [check_card_preprocessing, check_float_interpolation, check_flags_agree_and_override,

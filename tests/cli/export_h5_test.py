@@ -16,6 +16,7 @@ import h5py
 import numpy as np
 import torch
 
+import h5_cli
 from cli_common import Failure, expect, run, run_checks, run_json, tmp
 from store_refs import by_slide, load_store, tile_geometry
 
@@ -26,20 +27,11 @@ import make_slides  # noqa: E402  (imports pyvips only in its child processes)
 mltool = os.path.abspath(sys.argv[1])
 only = set(sys.argv[2:])
 TS = 128
-EXPORT_FIELDS = ("command", "output", "format", "dtype", "status", "slides", "written", "resumed",
-                 "rows", "dims", "invalid_rows", "coordinates", "seconds")
-IMPORT_FIELDS = ("command", "output", "input", "status", "layout", "dtype", "encoder", "files",
-                 "slides", "empty", "rows", "dims", "resumed_from", "seconds")
 
 
 def make_fixtures():
     global STORE, FEATURES
-    make_slides.generate([
-        ["generic_tiff", [tmp("A.tif"), 2048, 1536, 0.25, [(0, 0, 2048, 1280)]],
-         {"min_level": 256}],
-        ["generic_tiff", [tmp("A-2.tif"), 1024, 768, 0.25, [(0, 0, 1024, 768)]],
-         {"min_level": 256}],
-    ])
+    make_slides.generate(h5_cli.a_slides(tmp))
     STORE = tmp("tiles.lmdb")
     code, _, err = run([mltool, "tile", tmp("A.tif"), tmp("A-2.tif"), "-o", STORE, "--mpp", "0.5",
                         "--tile-size", str(TS), "--format", "png", "-q"])
@@ -55,22 +47,11 @@ def make_fixtures():
 # ---------------------------------------------------------------- references
 
 def export(features, out, *args, code_wanted=0):
-    code, s, err = run_json([mltool, "export", "h5", features, "-o", out, *args, "--json"])
-    expect(code == code_wanted, f"export h5 {' '.join(args)} exits {code_wanted} (got {code}): "
-                                f"{err[-1500:]}")
-    if code == 0:
-        missing = [f for f in EXPORT_FIELDS if f not in s]
-        expect(not missing, f"export summary lacks {missing}: {s}")
-    return s, err
+    return h5_cli.export(mltool, features, out, *args, code_wanted=code_wanted)
 
 
 def import_h5(d, out, *args, code_wanted=0):
-    code, s, err = run_json([mltool, "import", "h5", d, "-o", out, *args, "--json"])
-    expect(code == code_wanted, f"import h5 {d} exits {code_wanted} (got {code}): {err[-1500:]}")
-    if code == 0:
-        missing = [f for f in IMPORT_FIELDS if f not in s]
-        expect(not missing, f"import summary lacks {missing}: {s}")
-    return s, err
+    return h5_cli.import_h5(mltool, d, out, *args, code_wanted=code_wanted)
 
 
 def expect_export_matches(out, dtype=np.float32):

@@ -13,12 +13,10 @@ import random
 import signal
 import subprocess
 import sys
-import time
 
 import lmdb
-import numpy as np
 
-from cli_common import Failure, expect, run, run_checks, tmp
+from cli_common import expect, rename_shim, run, run_checks, tmp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
@@ -147,12 +145,24 @@ def check_extract():
         refused(["extract", *first, "-o", out], codes, f"extract, {name}")
         mltool_ok("extract", *good, "-o", out, what=f"extract after {name}")
         same_files(out, tmp("feat"), ["features.npy", "keys.txt"], f"extract after {name}")
+    # Killed after its first chunk with other settings (--batch 3 --chunk-rows 2), so a partial
+    # extraction is there: the default run is refused naming --overwrite, which starts over.
+    out = tmp("f_partial")
+    env = dict(os.environ, LD_PRELOAD=rename_shim(), KILL_AT_RENAME="3")
+    p = subprocess.run([mltool, "extract", *good, "--batch", "3", "--chunk-rows", "2", "-o", out],
+                       env=env, capture_output=True, text=True)
+    expect(p.returncode == -signal.SIGKILL, f"extract killed at its 3rd rename: {p.returncode}")
+    code, _, err = run([mltool, "extract", *good, "-o", out])
+    expect(code == 1 and "--overwrite" in err and "--batch" in err,
+           f"a run over another's partial extraction: exit {code}, naming --overwrite: {err}")
+    mltool_ok("extract", *good, "--overwrite", "-o", out, what="extract --overwrite")
+    same_files(out, tmp("feat"), ["features.npy", "keys.txt"], "extract --overwrite")
     out = tmp("f_kill")
     killed(["extract", *good, "--batch", "3", "-o", out], 1.0)
     code, _, err = run([mltool, "extract", *good, "-o", out])
     if code != 0:  # a partial run with --batch 3: its refusal must say how to start over
-        expect(code == 1 and ".extract-partial" in err, f"extract after a kill: {err}")
-        mltool_ok("extract", *good, "--batch", "3", "-o", out, what="extract resumed")
+        expect(code == 1 and "--overwrite" in err, f"extract after a kill: {err}")
+        mltool_ok("extract", *good, "--overwrite", "-o", out, what="extract --overwrite")
     same_files(out, tmp("feat"), ["features.npy", "keys.txt"], "extract after a kill")
 
 

@@ -45,7 +45,8 @@ struct ExtractJob {
   /// LibTorch's intra-op (math) threads on the CPU; 0 = a partial run's when resuming, else
   /// LibTorch's default (OMP_NUM_THREADS, or the cores). Part of the resume fingerprint.
   int math_threads = 0;
-  bool keep_going = false;          ///< undecodable tiles become invalid (NaN) rows
+  bool keep_going = false;  ///< undecodable tiles become invalid (NaN) rows
+  bool overwrite = false;   ///< remove a partial extraction and the feature store in `output` first
   std::uint64_t chunk_rows = 8192;  ///< rows per committed chunk (the resume granularity)
   /// "I/N": only the complete slides I, I+N, I+2N, ... in slide-id order (features/shard.hpp);
   /// "" = all of them; "auto": I and N from a job array (util::resolve_shard).

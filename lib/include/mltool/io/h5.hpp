@@ -49,10 +49,11 @@ class H5File {
   /// The shape and element type of dataset `name`; InputError if there is none.
   H5DatasetInfo dataset_info(const std::string& name) const;
 
-  /// Creates the 2-D dataset `name` (rows x cols) of `element` (float16, float32 or int64),
-  /// chunked by blocks of rows.
+  /// Creates the 2-D dataset `name` (rows x cols) of `element` (float16, float32, int32 or
+  /// int64), extendible in rows (maxshape (None, cols)) and chunked by `chunk_rows` rows
+  /// (0: about 1 MiB of rows).
   void create_dataset(const std::string& name, H5Element element, std::uint64_t rows,
-                      std::uint64_t cols);
+                      std::uint64_t cols, std::uint64_t chunk_rows = 0);
   /// Writes rows [row0, row0 + count) of the 2-D dataset `name` from `data`, row-major, whose
   /// elements are `memory` (HDF5 converts to the dataset's type).
   void write_rows(const std::string& name, std::uint64_t row0, std::uint64_t count,

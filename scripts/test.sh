@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs set-up (packages, venv, build) and then the test suite through ctest.
-#   scripts/test.sh              # labels unit + cli + giant (what CI runs; giant: the ViT-H/ViT-g
-#                                # encoder presets, 2 tiles each)
+#   scripts/test.sh              # labels unit + cli + giant + slurm (what CI runs; giant: the
+#                                # ViT-H/ViT-g encoder presets, 2 tiles each; slurm: the cluster
+#                                # recipes on a one-node Slurm, which the test installs with
+#                                # apt-get as root, else skips)
 #   scripts/test.sh -L gpu       # any ctest arguments replace the default label selection
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +12,6 @@ scripts/setup.sh
 scripts/check-format.sh
 python3 scripts/check-function-length.py
 args=("$@")
-[ ${#args[@]} -gt 0 ] || args=(-L 'unit|cli|giant')
+[ ${#args[@]} -gt 0 ] || args=(-L 'unit|cli|giant|slurm')
 cd "$build"
 ctest --output-on-failure -j "$(nproc)" "${args[@]}"

@@ -159,6 +159,11 @@ std::vector<io::MergeReport> merge_stores(const CohortJob& job,
   if (job.overwrite) out.clear();
   std::vector<io::MergeReport> reports;
   for (const auto& path : inputs) {
+    if (finished_without_slides(path)) {  // it recorded no settings either: skip it
+      log::info(path + ": a finished shard without a complete slide: nothing to merge");
+      reports.push_back(io::MergeReport{path});
+      continue;
+    }
     reports.push_back(io::merge_store(out, path, job.tile.commit_every));
     const auto& r = reports.back();
     log::info(path + ": " + std::to_string(r.slides) + " slides (" + std::to_string(r.tiles) +

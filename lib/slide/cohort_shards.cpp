@@ -122,4 +122,10 @@ void check_shards(const std::vector<std::string>& inputs, bool allow_partial) {
   log::warn(text + "; merging what is there (--allow-partial)");
 }
 
+bool finished_without_slides(const std::string& path) {
+  const auto store = io::TileStore::open(path, false);
+  const auto r = store.store_record(kShardKey);
+  return r && r->value("finished", false) && store.completed_slides().empty();
+}
+
 }  // namespace mltool::slide

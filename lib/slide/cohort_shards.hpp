@@ -28,4 +28,8 @@ void finish_shard(io::TileStore& store, const util::Shard& part,
 /// `allow_partial` (then a warning). Stores without a record (not tiled with --shard) pass.
 void check_shards(const std::vector<std::string>& inputs, bool allow_partial);
 
+/// Whether the store at `path` is a finished shard without one complete slide (its slides all
+/// failed, or it had none: more shards than slides). It has nothing to merge, and no settings.
+bool finished_without_slides(const std::string& path);
+
 }  // namespace mltool::slide

@@ -77,9 +77,10 @@ def tmp(*parts):
     return os.path.join(TMP, *parts)
 
 
-def run_checks(title, checks, only, fixtures=None, timed=True):
+def run_checks(title, checks, only, fixtures=None, timed=True, teardown=None):
     """In a new temporary directory: runs fixtures() if given, then each of `checks` (check_*
-    functions) whose name without check_ is in `only` (all of them if `only` is empty).
+    functions) whose name without check_ is in `only` (all of them if `only` is empty), then
+    teardown() if given (also after a failure, before the directory is removed).
 
     Prints "ok: fixtures[, WHAT] (S s)", WHAT being what fixtures() returns if anything, or
     "FAIL: fixtures: MESSAGE" and exits 1 on a Failure (other exceptions go up); per check
@@ -91,34 +92,43 @@ def run_checks(title, checks, only, fixtures=None, timed=True):
     start = time.time()
     with tempfile.TemporaryDirectory() as d:
         TMP = os.path.realpath(d)
-        if fixtures is not None:
-            t0 = time.time()
-            try:
-                what = fixtures()
-            except Failure as e:
-                print(f"FAIL: fixtures: {e}", file=sys.stderr)
-                sys.exit(1)
-            what = f", {what}" if what else ""
-            print(f"ok: fixtures{what} ({time.time() - t0:.1f} s)", flush=True)
-        for check in checks:
-            name = check.__name__[len("check_"):]
-            if only and name not in only:
-                continue
-            t0 = time.time()
-            try:
-                check()
-                print(f"ok: {name} ({time.time() - t0:.1f} s)", flush=True)
-            except Failure as e:
-                failed.append(name)
-                print(f"FAIL: {name}: {e}", file=sys.stderr, flush=True)
-            except Exception:
-                failed.append(name)
-                print(f"FAIL: {name}: unexpected error\n{traceback.format_exc()}",
-                      file=sys.stderr, flush=True)
+        try:
+            _run_in(checks, only, fixtures, failed)
+        finally:
+            if teardown is not None:
+                teardown()
     if failed:
         print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
         sys.exit(1)
     print(f"ok: {title} ({time.time() - start:.1f} s)" if timed else f"ok: {title}")
+
+
+def _run_in(checks, only, fixtures, failed):
+    """run_checks' fixtures and checks; the names of failed checks go into `failed`."""
+    if fixtures is not None:
+        t0 = time.time()
+        try:
+            what = fixtures()
+        except Failure as e:
+            print(f"FAIL: fixtures: {e}", file=sys.stderr)
+            sys.exit(1)
+        what = f", {what}" if what else ""
+        print(f"ok: fixtures{what} ({time.time() - t0:.1f} s)", flush=True)
+    for check in checks:
+        name = check.__name__[len("check_"):]
+        if only and name not in only:
+            continue
+        t0 = time.time()
+        try:
+            check()
+            print(f"ok: {name} ({time.time() - t0:.1f} s)", flush=True)
+        except Failure as e:
+            failed.append(name)
+            print(f"FAIL: {name}: {e}", file=sys.stderr, flush=True)
+        except Exception:
+            failed.append(name)
+            print(f"FAIL: {name}: unexpected error\n{traceback.format_exc()}",
+                  file=sys.stderr, flush=True)
 
 
 _SHIM = {}

@@ -732,6 +732,17 @@ def check_shard_records(paths):
     code, out, err = run([mltool, "tile", "--merge", tmp("st_gu0"), tmp("st_gu1"),
                           "-o", tmp("st_gu_merged")])
     expect(code == 0 and "text" in err, f"--merge naming the failed slide: exit {code}: {err}")
+    # More shards than slides: shard 2/3 of two slides is empty, finishes, and merges as nothing.
+    for i in range(3):
+        code, _, _, err = tile(*paths[:2], "-o", tmp(f"st_ge{i}"), "--shard", f"{i}/3",
+                               "--mpp", "0.25")
+        expect(code == 0, f"shard {i}/3 of 2 slides: exit {code}: {err}")
+    code, out, err = run([mltool, "tile", "--merge", *(tmp(f"st_ge{i}") for i in range(3)),
+                          "-o", tmp("st_ge_merged")])
+    expect(code == 0, f"--merge with an empty shard: exit {code}: {err}")
+    code, _, _, err = tile(*paths[:2], "-o", tmp("st_ge_all"), "--mpp", "0.25")
+    expect(code == 0, f"the 2 slides in one run: exit {code}: {err}")
+    _run_same(Store(tmp("st_ge_merged")), Store(tmp("st_ge_all")), "merged with an empty shard")
 
 
 def check_sigterm():

@@ -28,6 +28,7 @@
 #include "mltool/io/image_codec.hpp"
 #include "mltool/io/manifest.hpp"
 #include "mltool/io/tile_store.hpp"
+#include "mltool/util/batch_split.hpp"
 #include "mltool/util/bounded_queue.hpp"
 #include "mltool/util/device.hpp"
 #include "mltool/util/error.hpp"
@@ -35,7 +36,6 @@
 #include "mltool/util/log.hpp"
 #include "mltool/util/output_lock.hpp"
 #include "mltool/util/parallel.hpp"
-#include "batch_split.hpp"
 
 namespace mltool::features {
 namespace {
@@ -57,7 +57,7 @@ struct Result {
   std::int64_t size = 0;
   torch::Tensor features;  // CPU float32 size × D
   std::vector<std::uint8_t> invalid;
-  std::optional<BatchSplit> split;  // computed in pieces after an out-of-memory error
+  std::optional<util::BatchSplit> split;  // computed in pieces after an out-of-memory error
 };
 
 // Results arrive from the device threads in any order and leave in batch order.
@@ -360,23 +360,31 @@ struct Pipeline {
   Reorder results;
   Failure failure;
   std::atomic<int> live_workers;
-  std::unique_ptr<BatchSplitter> splitter;  // set by start_splitter
+  std::unique_ptr<util::BatchSplitter> splitter;  // set by start_splitter
 };
 
 // The out-of-memory size rule where the batches before this run's first left it: the splits
 // the committed chunks recorded are replayed (batch_split.hpp).
 void start_splitter(Pipeline& p, const ChunkedFeatureWriter& writer) {
-  std::map<std::uint64_t, BatchSplit> recorded;
+  std::map<std::uint64_t, util::BatchSplit> recorded;
   for (const auto& j : writer.committed_splits()) {
-    const BatchSplit s = BatchSplit::from_json(j, writer.partial_dir());
+    const util::BatchSplit s = util::BatchSplit::from_json(j, writer.partial_dir());
     recorded.emplace(s.batch, s);
   }
-  p.splitter = std::make_unique<BatchSplitter>(p.job.batch, !p.job.no_oom_retry, recorded);
+  p.splitter = std::make_unique<util::BatchSplitter>(p.job.batch, !p.job.no_oom_retry, recorded);
   if (recorded.empty() || p.batch_ids.empty()) return;
   std::vector<std::uint64_t> earlier = p.plan.batches(0, p.batch);
   earlier.erase(std::lower_bound(earlier.begin(), earlier.end(), p.batch_ids.front()),
                 earlier.end());
   p.splitter->replay(earlier);
+}
+
+// "m.pt at input size 224", for an out-of-memory error.
+std::string model_text(const Extractor& model, int input_size) {
+  const json d = model.describe();
+  return (d.contains("path") ? d.value("path", std::string())
+                             : "builtin:" + d.value("name", std::string())) +
+         " at input size " + std::to_string(input_size);
 }
 
 // Batch `b` of this run decoded into `buffer`. Look-ups on this thread (one read transaction
@@ -442,7 +450,7 @@ void run_device(Pipeline& p, Extractor& model) {
     struct InFlight {
       HostBatch batch;
       torch::Tensor features;  // on the device, possibly still computing
-      std::optional<BatchSplit> split;
+      std::optional<util::BatchSplit> split;
     };
     std::optional<InFlight> pending;
     auto finish_pending = [&] {
@@ -479,9 +487,10 @@ void run_device(Pipeline& p, Extractor& model) {
         copied->block(compute);
         input.record_stream(compute);
       }
-      std::optional<BatchSplit> split;
-      auto features = p.splitter->forward(model, input, p.batch_ids[hb->index], p.job.input_size,
-                                          split);
+      std::optional<util::BatchSplit> split;
+      auto features = p.splitter->forward(
+          input, p.batch_ids[hb->index], [&](const torch::Tensor& x) { return model.forward(x); },
+          device, model_text(model, p.job.input_size), split);
       pending = InFlight{std::move(*hb), std::move(features), split};
       if (pending->features.size(1) != p.dims)
         throw UsageError("the model produced " + std::to_string(pending->features.size(1)) +

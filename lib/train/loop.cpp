@@ -13,6 +13,7 @@
 #include "mltool/train/sections.hpp"
 #include "mltool/train/step.hpp"
 #include "mltool/util/error.hpp"
+#include "oom_step.hpp"
 
 namespace mltool::train {
 namespace {
@@ -230,8 +231,7 @@ torch::Tensor accumulate(Loop& loop, const Batch& b, std::int64_t global,
   if (loop.dp && !loop.task->per_sample()) across = rank_global_loss(*loop.task, *loop.dp, global);
   const StepLoss& loss = across ? *across : *loop.task;
   return loop.section_bounds.empty()
-             ? accumulate_gradients(loop.model, in, b.y, loss, loop.job.micro_batches,
-                                    activation_bytes)
+             ? accumulate_gradients(loop.model, in, b.y, loss, loop.micro_batches, activation_bytes)
              : accumulate_gradients_sectioned(loop.model, in, b.y, loss, loop.section_bounds,
                                               activation_bytes, loop.job.offload_boundaries);
 }
@@ -275,7 +275,8 @@ void train_step(Training& t, int epoch, const std::vector<double>& scales) {
   const torch::Tensor local_loss =
       joins  ? join_idle(loop, global)
       : idle ? torch::zeros({}, torch::TensorOptions().device(loop.device))
-             : accumulate(loop, *b, global, &activation_bytes);
+             : with_oom_retry(loop, state, b->size,
+                              [&] { return accumulate(loop, *b, global, &activation_bytes); });
   loop.peak_activation_bytes = std::max(loop.peak_activation_bytes, activation_bytes);
   const auto loss = loop.dp ? loop.reducer->finish(local_loss) : local_loss;
   if (job.clip_norm > 0) clip_gradients(t.parameters, job.clip_norm);

@@ -85,6 +85,13 @@ struct Loop {
   GradientReducer* reducer = nullptr;  ///< with dp: sums the gradients during backward
   /// The global batch size of each step of an epoch (step_sizes); steps_per_epoch of them.
   std::vector<std::int64_t> step_sizes;
+  /// The parts each step runs in: --micro-batches, doubled by out-of-memory errors.
+  std::int64_t micro_batches = 1;
+  /// Out-of-memory fallback once micro-batches of one sample do not fit: sections of one block
+  /// each (plan_sections); unset: none.
+  std::function<std::vector<std::size_t>(std::int64_t sections)> plan_sections;
+  /// Called when an out-of-memory error changed how the steps run (run.json records it).
+  std::function<void(const LoopState&)> on_memory_change;
 };
 
 /// Trains from `state` until the epochs are done, early stopping, or job.max_steps (then

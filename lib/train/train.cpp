@@ -482,6 +482,29 @@ LoopState resume_run(const Plan& p, OpenRun& run, Loop& loop, json& manifest) {
   return state;
 }
 
+// Out-of-memory changes to how the steps run (oom_step.hpp): a resumed run's continue, and
+// run.json's runtime.oom_retry records them as they happen.
+void keep_memory_changes(Loop& loop, const LoopState& state, json& manifest, RunDir& dir) {
+  const auto record = [&manifest, &dir, &loop](const LoopState& s) {
+    manifest["runtime"]["oom_retry"] = {{"micro_batches", loop.micro_batches},
+                                        {"sections", s.oom_sections > 0 ? s.oom_sections : 1}};
+    dir.write_manifest(manifest);
+  };
+  if (state.oom_micro_batches > loop.micro_batches) {
+    loop.micro_batches = state.oom_micro_batches;
+    log::info("resuming with " + std::to_string(loop.micro_batches) +
+              " micro-batches, as an out-of-memory error left the run");
+  }
+  if (state.oom_sections > 0 && loop.section_bounds.empty()) {
+    loop.section_bounds = loop.plan_sections(state.oom_sections);
+    loop.micro_batches = 1;
+    log::info("resuming with " + std::to_string(state.oom_sections) +
+              " sections, as an out-of-memory error left the run");
+  }
+  if (state.oom_micro_batches > 0 || state.oom_sections > 0) record(state);
+  loop.on_memory_change = record;
+}
+
 // The report of a finished (or stopped) loop.
 TrainReport make_report(const TrainJob& job, const Plan& p, const Feeds& feeds, const Loop& loop,
                         const LoopState& state, const GradientReducer* reducer) {
@@ -499,9 +522,9 @@ TrainReport make_report(const TrainJob& job, const Plan& p, const Feeds& feeds, 
   r.best_value = state.best.value_or(0);
   r.monitor = util::name_of(kMonitors, job.monitor);
   r.memory_mode = !loop.section_bounds.empty() ? "sections"
-                  : job.micro_batches > 1      ? "micro_batches"
+                  : loop.micro_batches > 1     ? "micro_batches"
                                                : "plain";
-  r.micro_batches = job.micro_batches;
+  r.micro_batches = loop.micro_batches;
   r.sections = section_blocks(loop.model, loop.section_bounds);
   r.activation_bytes = loop.peak_activation_bytes;
   r.device_peak_bytes = device_peak(p.device);
@@ -585,6 +608,10 @@ TrainReport train_model(const TrainJob& job,
                                                : p.named_bounds;
   loop.dp = p.dp.get();
   loop.reducer = reducer.get();
+  loop.micro_batches = job.micro_batches;
+  loop.plan_sections = [&](std::int64_t k) {
+    return plan_sections(k, *model, *p.source, p.train, p.data.unit, p.device);
+  };
 
   json blocks = json::array();
   for (std::size_t i = 0; i < model->size(); ++i)
@@ -596,6 +623,7 @@ TrainReport train_model(const TrainJob& job,
                               {"mltool.blocks", blocks.dump()},
                               {"mltool.created_by", util::tool_version()}};
   LoopState state = job.resume ? resume_run(p, run, loop, manifest) : LoopState{};
+  keep_memory_changes(loop, state, manifest, *run.dir);
   const std::int64_t resumed_from = state.step;
   run.dir->open_metrics(state.metrics_bytes);
   run.dir->write_manifest(manifest);

@@ -42,9 +42,9 @@ std::set<std::uint64_t> parse_debug_oom() {
 bool is_out_of_memory(const std::exception& e) {
   if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) return true;
   const std::string_view what = e.what();
-  for (const char* text : {"CUDA out of memory", "OutOfMemoryError", "out of memory",
-                           "DefaultCPUAllocator: can't allocate memory",
-                           "DefaultCPUAllocator: not enough memory"})
+  for (const char* text :
+       {"CUDA out of memory", "OutOfMemoryError", "out of memory",
+        "DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory"})
     if (what.find(text) != std::string_view::npos) return true;
   return false;
 }
@@ -63,8 +63,8 @@ bool debug_oom_listed(std::uint64_t number) {
 
 void throw_debug_oom(const std::string& what) {
   // The type and the first words of the CUDA caching allocator's error.
-  TORCH_CHECK_WITH(OutOfMemoryError, false,
-                   "CUDA out of memory (MLTOOL_DEBUG_OOM: ", what, "'s first attempt)");
+  TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (MLTOOL_DEBUG_OOM: ", what,
+                   "'s first attempt)");
   std::abort();  // not reached
 }
 

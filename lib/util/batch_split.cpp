@@ -1,5 +1,5 @@
-// Splitting extract's batches on out-of-memory errors (batch_split.hpp).
-#include "batch_split.hpp"
+// Splitting batches on out-of-memory errors (batch_split.hpp).
+#include "mltool/util/batch_split.hpp"
 
 #include <torch/torch.h>
 
@@ -10,7 +10,7 @@
 #include "mltool/util/log.hpp"
 #include "mltool/util/oom.hpp"
 
-namespace mltool::features {
+namespace mltool::util {
 
 using json = nlohmann::json;
 
@@ -64,8 +64,9 @@ std::int64_t BatchSplitter::piece_for(std::uint64_t batch, std::int64_t rows, bo
   return std::min(rows, replayed ? it->second.size : size_);
 }
 
-torch::Tensor BatchSplitter::forward(Extractor& model, const torch::Tensor& input,
-                                     std::uint64_t batch, int input_size,
+torch::Tensor BatchSplitter::forward(const torch::Tensor& input, std::uint64_t batch,
+                                     const std::function<torch::Tensor(const torch::Tensor&)>& run,
+                                     const torch::Device& device, const std::string& model,
                                      std::optional<BatchSplit>& split) {
   const std::int64_t rows = input.size(0);
   bool replayed = false, oom = false;
@@ -75,7 +76,7 @@ torch::Tensor BatchSplitter::forward(Extractor& model, const torch::Tensor& inpu
     try {
       std::vector<torch::Tensor> parts;
       for (std::int64_t begin = 0; begin < rows; begin += piece) {
-        parts.push_back(model.forward(input.narrow(0, begin, std::min(piece, rows - begin))));
+        parts.push_back(run(input.narrow(0, begin, std::min(piece, rows - begin))));
         if (inject) util::throw_debug_oom("batch " + std::to_string(batch));
       }
       if (piece < rows) split = BatchSplit{batch, piece, oom};
@@ -87,13 +88,11 @@ torch::Tensor BatchSplitter::forward(Extractor& model, const torch::Tensor& inpu
     } catch (const std::exception& e) {
       if (!retry_ || !util::is_out_of_memory(e)) throw;
       inject = false;
-      util::release_cached_memory(model.device());
+      util::release_cached_memory(device);
       if (piece == 1)
         throw ResourceError("out of memory computing one tile of batch " + std::to_string(batch) +
-                            " with " + model.describe().value("name", std::string("the model")) +
-                            " at input size " + std::to_string(input_size) + " (" +
-                            util::free_memory_text(model.device()) +
-                            "); free the device, use a smaller --input-size, or --device cpu");
+                            " with " + model + " (" + util::free_memory_text(device) +
+                            "); free the device, use a smaller model or input, or --device cpu");
       const std::int64_t half = (piece + 1) / 2;
       log::warn("out of memory in batch " + std::to_string(batch) + " (" + std::to_string(piece) +
                 " tiles at a time): retrying it " + std::to_string(half) +
@@ -106,4 +105,4 @@ torch::Tensor BatchSplitter::forward(Extractor& model, const torch::Tensor& inpu
   }
 }
 
-}  // namespace mltool::features
+}  // namespace mltool::util

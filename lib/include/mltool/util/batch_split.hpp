@@ -1,24 +1,24 @@
-// Out-of-memory recovery of extract's batches (docs/memory-modes.md#out-of-memory): a batch
-// whose forward runs out of memory is computed again in pieces of half the size, down to one
-// tile; the batches after it keep the size that worked for kRetryFullAfter batches, then try
-// the configured size again. What each batch was computed with depends only on the split
-// events recorded so far (batch number → piece size), never on timing, so a resumed run that
-// replays them computes every row as the uninterrupted run did. Internal to lib/features.
+// Out-of-memory recovery of extract's and predict's batches (docs/memory-modes.md#out-of-
+// memory): a batch whose forward runs out of memory is computed again in pieces of half the
+// size, down to one tile; the batches after it keep the size that worked for kRetryFullAfter
+// batches, then try the configured size again. What each batch was computed with depends only on
+// the split events recorded so far (batch number → piece size), never on timing, so a resumed run
+// that replays them computes every row as the uninterrupted run did.
 #pragma once
 
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "mltool/features/extractor.hpp"
-
-namespace mltool::features {
+namespace mltool::util {
 
 /// Batches computed at a reduced size after an out-of-memory error before the configured size
 /// is tried again.
@@ -45,12 +45,15 @@ class BatchSplitter {
   /// `earlier`, in order) were computed as recorded: what a resumed run starts from.
   void replay(const std::vector<std::uint64_t>& earlier);
 
-  /// `model`'s features of `input` (the tiles of batch `batch`, on the model's device) as the
-  /// size rule says, splitting on an out-of-memory error; `split` gets how, when in pieces.
-  /// ResourceError when one tile does not fit, naming the model, the input size and the free
-  /// memory.
-  torch::Tensor forward(Extractor& model, const torch::Tensor& input, std::uint64_t batch,
-                        int input_size, std::optional<BatchSplit>& split);
+  /// `run` of `input` (the tiles of batch `batch`, on `device`) as the size rule says: run over
+  /// pieces of the rows, their outputs joined; split on an out-of-memory error (after the
+  /// allocator's cache is emptied). `split` gets how, when in pieces. ResourceError when one
+  /// tile does not fit, naming `model` (the model and its input size) and the free memory.
+  /// MLTOOL_DEBUG_OOM listing `batch` makes its first attempt throw after its first piece.
+  torch::Tensor forward(const torch::Tensor& input, std::uint64_t batch,
+                        const std::function<torch::Tensor(const torch::Tensor&)>& run,
+                        const torch::Device& device, const std::string& model,
+                        std::optional<BatchSplit>& split);
 
  private:
   std::int64_t piece_for(std::uint64_t batch, std::int64_t rows, bool& replayed, bool& oom);
@@ -60,8 +63,8 @@ class BatchSplitter {
   const bool retry_;
   const std::map<std::uint64_t, BatchSplit> recorded_;
   std::mutex mutex_;
-  std::int64_t size_;      // the piece size of the next batch
+  std::int64_t size_;        // the piece size of the next batch
   std::int64_t streak_ = 0;  // batches done at the reduced size since the last error
 };
 
-}  // namespace mltool::features
+}  // namespace mltool::util

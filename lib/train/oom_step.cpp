@@ -18,10 +18,9 @@ using json = nlohmann::json;
 
 // What the steps run in now, for the messages: "4 micro-batches", "3 sections".
 std::string mode_text(const Loop& loop) {
-  return loop.section_bounds.empty()
-             ? std::to_string(loop.micro_batches) + " micro-batch" +
-                   (loop.micro_batches == 1 ? "" : "es")
-             : std::to_string(loop.section_bounds.size() - 1) + " sections";
+  return loop.section_bounds.empty() ? std::to_string(loop.micro_batches) + " micro-batch" +
+                                           (loop.micro_batches == 1 ? "" : "es")
+                                     : std::to_string(loop.section_bounds.size() - 1) + " sections";
 }
 
 // Makes the steps smaller after an out-of-memory error in step `step` (0-based) of `samples`
@@ -50,8 +49,7 @@ void shrink(Loop& loop, LoopState& state, std::int64_t samples, std::int64_t ste
   }
   const std::string now = mode_text(loop);
   log::warn("out of memory in step " + std::to_string(step + 1) + " (" + std::to_string(samples) +
-            " samples in " + before + "): redoing it in " + now +
-            ", kept for the rest of the run");
+            " samples in " + before + "): redoing it in " + now + ", kept for the rest of the run");
   loop.run.log({{"event", "oom"},
                 {"step", step + 1},
                 {"samples", samples},

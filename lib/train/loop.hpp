@@ -90,6 +90,9 @@ struct Loop {
   /// Out-of-memory fallback once micro-batches of one sample do not fit: sections of one block
   /// each (plan_sections); unset: none.
   std::function<std::vector<std::size_t>(std::int64_t sections)> plan_sections;
+  /// Out-of-memory fallback in the first epoch: the pinned feed leaves the device for the host
+  /// feed; false when there is none to drop. Unset: none.
+  std::function<bool()> drop_pinned_feed;
   /// Called when an out-of-memory error changed how the steps run (run.json records it).
   std::function<void(const LoopState&)> on_memory_change;
 };

@@ -28,6 +28,15 @@ std::string mode_text(const Loop& loop) {
 // left.
 void shrink(Loop& loop, LoopState& state, std::int64_t samples, std::int64_t step) {
   const std::string before = mode_text(loop);
+  if (state.epoch == 0 && loop.drop_pinned_feed && loop.drop_pinned_feed()) {
+    util::release_cached_memory(loop.device);  // the rows the pinned feed held
+    log::warn("out of memory in step " + std::to_string(step + 1) +
+              " of the first epoch: the pinned feed's rows leave the device, the host feed "
+              "serves the same batches from here on");
+    loop.run.log({{"event", "oom"}, {"step", step + 1}, {"samples", samples}, {"feed", "host"}});
+    if (loop.on_memory_change) loop.on_memory_change(state);
+    return;
+  }
   if (loop.section_bounds.empty() && loop.micro_batches < samples) {
     loop.micro_batches = std::min(2 * loop.micro_batches, samples);
     state.oom_micro_batches = loop.micro_batches;

@@ -298,6 +298,10 @@ Plan resolve_plan(const TrainJob& job) {
 struct Feeds {
   FeedKind kind = FeedKind::host;  ///< pinned, host or sync: auto resolved
   std::unique_ptr<Feed> train, val;
+  /// --feed auto's pinned feeds, which an out-of-memory error in the first epoch turns into
+  /// host feeds (oom_step.hpp); null otherwise.
+  FallbackFeed* train_fallback = nullptr;
+  FallbackFeed* val_fallback = nullptr;
 };
 
 // Why the pinned feed cannot be used ("" if it can; then `matrix` holds the rows).
@@ -342,6 +346,19 @@ Feeds choose_feed(const TrainJob& job, const Plan& p) {
   };
   f.train = make(p.train);
   f.val = make(p.val);
+  if (job.feed == FeedKind::auto_choice && f.kind == FeedKind::pinned && !p.dp) {
+    const auto fallback = [&](std::unique_ptr<Feed>& feed, const SplitSamples& s) {
+      auto wrapped = std::make_unique<FallbackFeed>(std::move(feed), [&p, &s] {
+        return host_feed(p.source, s, p.task->targets(s), p.data.unit, p.device,
+                         std::min(8, p.threads));
+      });
+      FallbackFeed* raw = wrapped.get();
+      feed = std::move(wrapped);
+      return raw;
+    };
+    f.train_fallback = fallback(f.train, p.train);
+    f.val_fallback = fallback(f.val, p.val);
+  }
   return f;
 }
 
@@ -586,7 +603,7 @@ TrainReport train_model(const TrainJob& job,
   const Plan p = resolve_plan(job);
   OpenRun run;  // the output lock cannot move: filled in place
   open_run(job, p, run);
-  const Feeds feeds = choose_feed(job, p);
+  Feeds feeds = choose_feed(job, p);
 
   const auto model = make_model(job, p);
   const auto optimizer = make_optimizer(job, *model);
@@ -624,6 +641,13 @@ TrainReport train_model(const TrainJob& job,
                               {"mltool.created_by", util::tool_version()}};
   LoopState state = job.resume ? resume_run(p, run, loop, manifest) : LoopState{};
   keep_memory_changes(loop, state, manifest, *run.dir);
+  loop.drop_pinned_feed = [&feeds, &manifest] {
+    if (!feeds.train_fallback || !feeds.train_fallback->to_host()) return false;
+    feeds.val_fallback->to_host();
+    feeds.kind = FeedKind::host;
+    manifest["runtime"]["feed"] = util::name_of(kFeeds, feeds.kind);  // written by the caller
+    return true;
+  };
   const std::int64_t resumed_from = state.step;
   run.dir->open_metrics(state.metrics_bytes);
   run.dir->write_manifest(manifest);

@@ -177,6 +177,35 @@ def check_extract_resume():
                 expect(False, f"killed after {chunks} chunks of {chunk_rows}, resumed: {n} differs{detail}")
 
 
+def check_extract_merge():
+    """Shards split their own batches; --merge renumbers their split rows as the merged store
+    has them (rows of one entry stay one stretch unless other shards' slides come between)."""
+    env = {"MLTOOL_DEBUG_OOM": "1,7"}
+    parts = []
+    for i in range(2):
+        out = tmp(f"f_shard{i}")
+        extract_ok(out, env, "--shard", f"{i}/2")
+        parts.append(out)
+    code, _, err = run([mltool, "extract", "--merge", *parts, "-o", tmp("f_merged")])
+    expect(code == 0, f"merge: exit {code}: {err}")
+    X, meta = features(tmp("f_merged"))
+    shard_rows = sum(e["rows"] for p in parts for e in features(p)[1].get("split_batches", []))
+    merged = meta.get("split_batches", [])
+    expect(shard_rows > 0 and sum(e["rows"] for e in merged) == shard_rows,
+           f"merged split rows {merged} vs the shards' {shard_rows}")
+    keys = open(tmp("f_merged", "keys.txt")).read().split()
+    for p in parts:
+        pk = open(os.path.join(p, "keys.txt")).read().split()
+        PX, pm = features(p)
+        where = {k: i for i, k in enumerate(keys)}
+        for e in pm.get("split_batches", []):
+            rows = [where[pk[r]] for r in range(e["first_row"], e["first_row"] + e["rows"])]
+            covered = any(m["batch"] == e["batch"] and m["first_row"] <= rows[0] < m["first_row"] + m["rows"]
+                          for m in merged)
+            expect(covered and (X[rows] == PX[e["first_row"]:e["first_row"] + e["rows"]]).all(),
+                   f"{p}: split batch {e} not found in the merged store's {merged}")
+
+
 def check_extract_refusals():
     code, _, err = extract(tmp("f_noretry"), {"MLTOOL_DEBUG_OOM": "2"}, "--no-oom-retry")
     expect(code == 3 and "out of memory" in err.lower(), f"--no-oom-retry: exit {code}: {err[-500:]}")
@@ -198,7 +227,8 @@ TRAIN = None
 
 def train_args():
     T.write_json(tmp("mlp_plain.json"), {"family": "mlp", "hidden": [32]})
-    return [tmp("ds"), "--model", tmp("mlp_plain.json"), "--epochs", "2", "--batch", "16", "--log-every", "3"]
+    return [tmp("ds"), "--model", tmp("mlp_plain.json"), "--epochs", "2", "--batch", "16", "--log-every", "3",
+            "--feed", "host"]
 
 
 def train_env(env, *args):
@@ -209,6 +239,36 @@ def train_env(env, *args):
 
 def oom_lines(run_dir):
     return [l for l in T.metrics(run_dir) if l.get("event") == "oom"]
+
+
+def check_train_redo_exact():
+    """Batch norm and dropout: the first attempt of a step moves the statistics and draws masks;
+    the redo must put them back, so a run whose step 0 ran out with --micro-batches 2 (and went
+    on with 4) has the bytes of a --micro-batches 4 run. --feed host: no feed fallback."""
+    args = [tmp("ds"), "--model", tmp("mlp.json"), "--epochs", "2", "--batch", "16", "--feed", "host",
+            "--micro-batches", "2"]
+    T.train_ok(*args[:-1], "4", "-o", tmp("run_bn_mb4"))
+    train_env({"MLTOOL_DEBUG_OOM": "0"}, *args, "-o", tmp("run_bn_oom0"))
+    expect(open(tmp("run_bn_oom0", "model.safetensors"), "rb").read() ==
+           open(tmp("run_bn_mb4", "model.safetensors"), "rb").read(),
+           "an error in step 0 redone with 4 micro-batches: other weights than --micro-batches 4")
+
+
+def check_train_feed_fallback():
+    """--feed auto picks the pinned feed; an error in the first epoch drops it for the host
+    feed, which serves the same batches: the weights are the clean run's bytes (batch norm and
+    dropout on, the redone step draws the same masks)."""
+    args = [tmp("ds"), "--model", tmp("mlp.json"), "--epochs", "2", "--batch", "16"]
+    T.train_ok(*args, "-o", tmp("run_f_clean"))
+    s = train_env({"MLTOOL_DEBUG_OOM": "1"}, *args, "-o", tmp("run_f_oom"))
+    expect(s["feed"] == "host", f"feed {s['feed']}")
+    expect(open(tmp("run_f_oom", "model.safetensors"), "rb").read() ==
+           open(tmp("run_f_clean", "model.safetensors"), "rb").read(), "the host feed fallback: other weights")
+    lines = oom_lines(tmp("run_f_oom"))
+    expect([(l["step"], l.get("feed")) for l in lines] == [(2, "host")], f"oom lines {lines}")
+    expect(json.load(open(tmp("run_f_oom", "run.json")))["runtime"]["feed"] == "host", "run.json runtime.feed")
+    other = [l for l in T.metrics(tmp("run_f_oom")) if l.get("event") != "oom"]
+    expect(other == T.metrics(tmp("run_f_clean")), "metrics.jsonl differs beyond the oom line")
 
 
 def check_train():
@@ -241,7 +301,8 @@ def check_train():
 
 def check_train_sections():
     # --batch 2: 2 micro-batches of one sample are the end; then sections of one block each.
-    args = [tmp("ds"), "--model", tmp("mlp_plain.json"), "--epochs", "1", "--batch", "2", "--max-steps", "12"]
+    args = [tmp("ds"), "--model", tmp("mlp_plain.json"), "--epochs", "1", "--batch", "2", "--feed", "host",
+            "--max-steps", "12"]
     T.write_json(tmp("mlp_plain.json"), {"family": "mlp", "hidden": [32]})
     T.train_ok(*args, "-o", tmp("run_s_clean"))
     s = train_env({"MLTOOL_DEBUG_OOM": "1,4"}, *args, "-o", tmp("run_s_oom"))
@@ -260,7 +321,7 @@ def check_train_sections():
     # One block and one sample a micro-batch: nothing smaller; the error names what was tried.
     T.write_json(tmp("linear.json"), {"family": "mlp", "hidden": []})
     code, _, err = run([mltool, "train", tmp("ds"), "--model", tmp("linear.json"), "--epochs", "1", "--batch", "1",
-                        "-o", tmp("run_s_none"), "-q"], env={"MLTOOL_DEBUG_OOM": "2"})
+                        "--feed", "host", "-o", tmp("run_s_none"), "-q"], env={"MLTOOL_DEBUG_OOM": "2"})
     expect(code == 3 and "step 3" in err and "1 micro-batch" in err and "free" in err,
            f"nothing smaller left: exit {code}: {err[-600:]}")
 
@@ -340,5 +401,6 @@ def check_predict():
 
 
 if __name__ == "__main__":
-    run_checks("oom retry", [check_extract, check_extract_log_once, check_extract_resume, check_extract_refusals,
-                             check_train, check_train_sections, check_train_no_retry, check_predict], only, fixtures)
+    run_checks("oom retry", [check_extract, check_extract_log_once, check_extract_resume, check_extract_merge,
+                             check_extract_refusals,
+                             check_train, check_train_redo_exact, check_train_feed_fallback, check_train_sections, check_train_no_retry, check_predict], only, fixtures)

@@ -20,11 +20,10 @@ import sys
 
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 import train_test as T  # also puts scripts/fixtures on sys.path
 from cli_common import expect, rename_shim, run, run_checks, run_json, tmp
+from torch_models import Linear1
 
 import make_slides  # noqa: E402  (scripts/fixtures, on sys.path through train_test)
 
@@ -32,18 +31,6 @@ mltool = os.path.abspath(sys.argv[1])
 only = set(sys.argv[2:])
 RETRY_FULL_AFTER = 16  # docs/memory-modes.md: batches at the reduced size before --batch again
 torch.set_num_threads(2)
-
-
-class Linear1(nn.Module):
-    """A convolution, then a Linear layer (MKL's sgemm: a row's bits can depend on its batch)."""
-
-    def __init__(self):
-        super().__init__()
-        self.inp = nn.Conv2d(3, 24, 3, padding=1)
-        self.fc = nn.Linear(24, 40)
-
-    def forward(self, x):
-        return self.fc(F.relu(self.inp(x)).mean((2, 3)))
 
 
 def fixtures():

@@ -41,9 +41,10 @@ struct Evaluation {
 };
 
 /// Runs the model in eval mode over every sample of `samples` in split order; the task gives
-/// the metrics.
+/// the metrics. A batch that runs out of memory is split (util::BatchSplitter) unless
+/// `oom_retry` is false (--no-oom-retry).
 Evaluation evaluate(BlockModel& model, Feed& feed, const SplitSamples& samples, std::int64_t batch,
-                    const Task& task);
+                    const Task& task, bool oom_retry = true);
 
 /// A split the loop reads: its feed and its samples.
 struct LoopSplit {

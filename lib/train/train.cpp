@@ -555,8 +555,9 @@ TrainReport make_report(const TrainJob& job, const Plan& p, const Feeds& feeds, 
 // The median risk of the final model on its training samples (cross-validation splits each
 // fold's out-of-fold risks into high and low at it).
 double median_train_risk(const TrainJob& job, const Plan& p, Loop& loop) {
-  auto risk =
-      p.task->scores(evaluate(loop.model, loop.train_feed, p.train, job.batch, *p.task).outputs);
+  auto risk = p.task->scores(
+      evaluate(loop.model, loop.train_feed, p.train, job.batch, *p.task, !job.no_oom_retry)
+          .outputs);
   std::sort(risk.begin(), risk.end());
   const std::size_t n = risk.size();
   return n % 2 ? risk[n / 2] : (risk[n / 2 - 1] + risk[n / 2]) / 2;
@@ -576,7 +577,8 @@ void finish_run(const TrainJob& job, const Plan& p, Loop& loop, const LoopState&
     export_safetensors(loop.model, run.path("model.safetensors"), run.export_metadata);
     export_state_dict(loop.model, run.path("model.pt"));
     if (p.script) save_script(*p.script->module, run.path("model.script.pt"));
-    const auto eval = evaluate(loop.model, loop.val_feed, p.val, job.batch, *p.task);
+    const auto eval =
+        evaluate(loop.model, loop.val_feed, p.val, job.batch, *p.task, !job.no_oom_retry);
     write_predictions(run.path("predictions.csv"), p.val, eval.outputs, *p.task);
     report.validation = eval.metrics;
     result["validation"] = report.validation;

@@ -39,7 +39,9 @@ class BatchSplitter {
  public:
   /// `full`: --batch; `retry` false (--no-oom-retry): an out-of-memory error is rethrown.
   /// `recorded`: the splits of an earlier (killed) run of these batches, replayed as they were.
-  BatchSplitter(std::int64_t full, bool retry, std::map<std::uint64_t, BatchSplit> recorded);
+  /// `seam` false: MLTOOL_DEBUG_OOM does not apply (its numbers count other work).
+  BatchSplitter(std::int64_t full, bool retry, std::map<std::uint64_t, BatchSplit> recorded,
+                bool seam = true);
 
   /// Puts the size rule where it was after batch `batch` when the batches before it (this run's:
   /// `earlier`, in order) were computed as recorded: what a resumed run starts from.
@@ -61,6 +63,7 @@ class BatchSplitter {
 
   const std::int64_t full_;
   const bool retry_;
+  const bool seam_;
   const std::map<std::uint64_t, BatchSplit> recorded_;
   std::mutex mutex_;
   std::int64_t size_;        // the piece size of the next batch

@@ -23,34 +23,41 @@ std::string mode_text(const Loop& loop) {
                                      : std::to_string(loop.section_bounds.size() - 1) + " sections";
 }
 
+// The first remedy in the first epoch: --feed auto's pinned feed leaves the device. Whether
+// there was one to drop.
+bool drop_feed(Loop& loop, LoopState& state, std::int64_t samples, std::int64_t step) {
+  if (state.epoch != 0 || !loop.drop_pinned_feed || !loop.drop_pinned_feed()) return false;
+  util::release_cached_memory(loop.device);  // the rows the pinned feed held
+  log::warn("out of memory in step " + std::to_string(step + 1) +
+            " of the first epoch: the pinned feed's rows leave the device, the host feed "
+            "serves the same batches from here on");
+  loop.run.log({{"event", "oom"}, {"step", step + 1}, {"samples", samples}, {"feed", "host"}});
+  if (loop.on_memory_change) loop.on_memory_change(state);
+  return true;
+}
+
 // Makes the steps smaller after an out-of-memory error in step `step` (0-based) of `samples`
-// samples: twice the micro-batches, else sections of one block; ResourceError when neither is
-// left.
+// samples: the pinned feed dropped (drop_feed), else twice the micro-batches, else sections of
+// one block each; ResourceError when none is left.
 void shrink(Loop& loop, LoopState& state, std::int64_t samples, std::int64_t step) {
+  if (drop_feed(loop, state, samples, step)) return;
   const std::string before = mode_text(loop);
-  if (state.epoch == 0 && loop.drop_pinned_feed && loop.drop_pinned_feed()) {
-    util::release_cached_memory(loop.device);  // the rows the pinned feed held
-    log::warn("out of memory in step " + std::to_string(step + 1) +
-              " of the first epoch: the pinned feed's rows leave the device, the host feed "
-              "serves the same batches from here on");
-    loop.run.log({{"event", "oom"}, {"step", step + 1}, {"samples", samples}, {"feed", "host"}});
-    if (loop.on_memory_change) loop.on_memory_change(state);
-    return;
-  }
+  const auto blocks = static_cast<std::int64_t>(loop.model.size());
+  const auto sections =
+      loop.section_bounds.empty() ? 1 : static_cast<std::int64_t>(loop.section_bounds.size()) - 1;
   if (loop.section_bounds.empty() && loop.micro_batches < samples) {
     loop.micro_batches = std::min(2 * loop.micro_batches, samples);
     state.oom_micro_batches = loop.micro_batches;
-  } else if (loop.section_bounds.empty() && loop.model.size() > 1 && loop.plan_sections) {
-    const auto sections = static_cast<std::int64_t>(loop.model.size());
-    loop.section_bounds = loop.plan_sections(sections);
+  } else if (sections < blocks && loop.plan_sections) {  // --sections K: one block each
+    loop.section_bounds = loop.plan_sections(blocks);
     loop.micro_batches = 1;
-    state.oom_sections = sections;
+    state.oom_sections = blocks;
   } else {
     const std::string message =
         "out of memory in step " + std::to_string(step + 1) + " of " + std::to_string(samples) +
         " samples even with " + before +
         (loop.section_bounds.empty() ? " of one sample (the model has one block: no sections)"
-                                     : " (after micro-batches of one sample)") +
+                                     : " of one block each") +
         " (" + util::free_memory_text(loop.device) +
         "); free the device, lower --batch, or use a smaller model";
     loop.run.log({{"event", "error"}, {"step", step + 1}, {"message", message}});

@@ -512,7 +512,8 @@ void keep_memory_changes(Loop& loop, const LoopState& state, json& manifest, Run
     log::info("resuming with " + std::to_string(loop.micro_batches) +
               " micro-batches, as an out-of-memory error left the run");
   }
-  if (state.oom_sections > 0 && loop.section_bounds.empty()) {
+  const auto sections = static_cast<std::int64_t>(loop.section_bounds.size()) - 1;  // -1: none
+  if (state.oom_sections > std::max<std::int64_t>(1, sections)) {
     loop.section_bounds = loop.plan_sections(state.oom_sections);
     loop.micro_batches = 1;
     log::info("resuming with " + std::to_string(state.oom_sections) +

@@ -305,6 +305,16 @@ def check_train_sections():
     T.train_ok(*args[:-2], "-o", tmp("run_s_clean"), "--resume")
     train_env({"MLTOOL_DEBUG_OOM": "1,4"}, *args[:-2], "-o", tmp("run_s_oom"), "--resume")
     T.tensors_close(tmp("run_s_oom", "model.safetensors"), tmp("run_s_clean", "model.safetensors"), 1e-6)
+    # --sections 2 of a three-block model: one block a section after an error, kept on resume.
+    T.write_json(tmp("mlp3.json"), {"family": "mlp", "hidden": [32, 32]})
+    args3 = [tmp("ds"), "--model", tmp("mlp3.json"), "--epochs", "1", "--batch", "8", "--feed", "host",
+             "--sections", "2"]
+    T.train_ok(*args3, "-o", tmp("run_s3_clean"))
+    train_env({"MLTOOL_DEBUG_OOM": "2"}, *args3, "-o", tmp("run_s3_part"), "--max-steps", "4")
+    s = train_env({}, *args3, "-o", tmp("run_s3_part"), "--resume")
+    expect(s["memory"]["sections"] == [["hidden1"], ["hidden2"], ["head"]], f"memory {s['memory']}")
+    expect([(l["step"], l["sections"]) for l in oom_lines(tmp("run_s3_part"))] == [(3, 3)], "oom lines")
+    T.tensors_close(tmp("run_s3_part", "model.safetensors"), tmp("run_s3_clean", "model.safetensors"), 1e-6)
     # One block and one sample a micro-batch: nothing smaller; the error names what was tried.
     T.write_json(tmp("linear.json"), {"family": "mlp", "hidden": []})
     code, _, err = run([mltool, "train", tmp("ds"), "--model", tmp("linear.json"), "--epochs", "1", "--batch", "1",

@@ -1,5 +1,6 @@
 #include "cli.hpp"
 
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -102,8 +103,22 @@ nlohmann::json command_options(const CLI::App& sub) {
   return out;
 }
 
+// The --json summary of a run that ended with an error: written with one call, so a
+// scheduler's log keeps it whole.
+void print_failure(const std::string& command, const std::string& error, int code, bool stopped) {
+  const std::string text = nlohmann::json{{"command", command},
+                                          {"status", stopped ? "stopped" : "failed"},
+                                          {"error", error},
+                                          {"exit_code", code}}
+                               .dump(2) +
+                           "\n";
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
 void apply_logging(const std::string& name, const CommonOptions& common) {
   log::set_prefix("mltool " + name);
+  log::set_format(common.log_format == "json" ? log::Format::json : log::Format::text);
   if (common.quiet)
     log::set_level(log::Level::error);
   else if (common.verbose > 0)
@@ -194,7 +209,14 @@ int run(int argc, char** argv) {
   for (auto& [sub, action] : actions)
     if (sub->parsed()) {
       apply_logging(sub->get_name(), *common);
-      return action();
+      if (!common->json) return action();
+      try {
+        return action();
+      } catch (const Error& e) {  // --json: a summary also of a failed run, for schedulers
+        print_failure(sub->get_name(), e.what(), exit_code_for(e.kind()),
+                      e.kind() == ErrorKind::stopped);
+        throw;
+      }
     }
   std::cout << app.help();
   return exit_code::usage;

@@ -13,10 +13,11 @@ namespace mltool::cli {
 
 /// Options every subcommand accepts, declared once in add_common_options().
 struct CommonOptions {
-  int threads = 0;     ///< worker threads; 0 = one per core
-  bool json = false;   ///< print one machine-readable JSON summary on stdout
-  int verbose = 0;     ///< -v: debug logging
-  bool quiet = false;  ///< -q: errors only
+  int threads = 0;                  ///< worker threads; 0 = one per core
+  bool json = false;                ///< print one machine-readable JSON summary on stdout
+  int verbose = 0;                  ///< -v: debug logging
+  bool quiet = false;               ///< -q: errors only
+  std::string log_format = "text";  ///< --log-format text|json
 };
 
 /// The action of a parsed subcommand: runs it and returns the exit code.

@@ -13,6 +13,10 @@ void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_flag("--json", o.json, "Print one machine-readable JSON summary on stdout");
   app.add_flag("-v,--verbose", o.verbose, "More logging on stderr");
   app.add_flag("-q,--quiet", o.quiet, "Only errors on stderr");
+  app.add_option("--log-format", o.log_format,
+                 "Log lines on stderr: text (a timestamp, the command, the message) or json (one "
+                 "object a line: time, level, command, message)")
+      ->check(CLI::IsMember({"text", "json"}));
 }
 
 Action add_subcommands(CLI::App& app, const CommonOptions& common,

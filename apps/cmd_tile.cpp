@@ -29,7 +29,7 @@ int run_tile(TileOptions& o, const CommonOptions& common) {
   auto& job = *o.job;
   job.tile.threads = common.threads;
   if (o.merge) {
-    const auto merged = slide::merge_stores(job.store, inputs, job.tile.commit_every);
+    const auto merged = slide::merge_stores(job, inputs);
     if (common.json) std::cout << slide::to_json(merged, job.store).dump(2) << "\n";
     return exit_code::ok;
   }

@@ -7,9 +7,11 @@
 #include "cli.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/log.hpp"
+#include "mltool/util/stop.hpp"
 
 int main(int argc, char** argv) {
   int code = mltool::exit_code::ok;
+  mltool::util::stop_on_sigterm();  // SIGTERM: commit the piece in hand, exit 75
   try {
     code = mltool::cli::run(argc, argv);
   } catch (const mltool::Error& e) {

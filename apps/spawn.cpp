@@ -20,6 +20,7 @@
 
 #include "mltool/util/error.hpp"
 #include "mltool/util/log.hpp"
+#include "mltool/util/stop.hpp"
 
 namespace mltool::cli {
 namespace {
@@ -92,6 +93,12 @@ int spawn_local_ranks(int nproc) {
       ::setenv("LOCAL_WORLD_SIZE", w.c_str(), 1);
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
       ::setenv("MASTER_PORT", port.c_str(), 1);
+      // SIGTERM blocked across exec until the rank's main() installs its handler
+      // (util::stop_on_sigterm unblocks it), so a SIGTERM forwarded while it loads waits.
+      sigset_t term;
+      sigemptyset(&term);
+      sigaddset(&term, SIGTERM);
+      sigprocmask(SIG_BLOCK, &term, nullptr);
       std::vector<char*> argv;
       for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
@@ -103,6 +110,7 @@ int spawn_local_ranks(int nproc) {
     pids.push_back(pid);
   }
   int code = exit_code::ok;
+  bool stopped = false;
   std::size_t running = pids.size();
   auto rank_of = [&](pid_t pid) {
     for (std::size_t i = 0; i < pids.size(); ++i)
@@ -114,6 +122,10 @@ int spawn_local_ranks(int nproc) {
     if (rank < 0) return;
     pids[static_cast<std::size_t>(rank)] = -1;
     --running;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == exit_code::stopped) {
+      stopped = true;  // SIGTERM: the ranks stop together, rank 0 saving the checkpoint
+      return;
+    }
     const bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
     if (!failed || code != exit_code::ok) return;
     code = WIFEXITED(status) ? WEXITSTATUS(status) : exit_code::runtime;
@@ -123,10 +135,16 @@ int spawn_local_ranks(int nproc) {
       if (p > 0) ::kill(p, SIGTERM);
   };
   auto deadline = std::chrono::steady_clock::time_point::max();
+  bool forwarded = false;
   while (running > 0) {
+    if (util::stop_requested() && !forwarded) {  // a SIGTERM to this process: to every rank
+      forwarded = true;
+      for (const pid_t p : pids)
+        if (p > 0) ::kill(p, SIGTERM);
+    }
     int status = 0;
-    const bool stopping = code != exit_code::ok;
-    const pid_t pid = ::waitpid(-1, &status, stopping ? WNOHANG : 0);
+    // Polled, so a SIGTERM (whose handler restarts a blocking wait) is forwarded at once.
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid < 0) {
       if (errno == EINTR) continue;
       break;
@@ -142,7 +160,7 @@ int spawn_local_ranks(int nproc) {
         if (p > 0) ::kill(p, SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return code;
+  return code == exit_code::ok && stopped ? exit_code::stopped : code;
 }
 
 }  // namespace mltool::cli

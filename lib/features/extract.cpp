@@ -36,6 +36,7 @@
 #include "mltool/util/log.hpp"
 #include "mltool/util/output_lock.hpp"
 #include "mltool/util/parallel.hpp"
+#include "mltool/util/stop.hpp"
 
 namespace mltool::features {
 namespace {
@@ -532,6 +533,9 @@ std::uint64_t write_rows(Pipeline& p, ChunkedFeatureWriter& writer, Clock::time_
                       invalid);
         ++written;
       }
+      if (b + 1 < p.batches)  // SIGTERM: run_pipeline commits these rows as a chunk
+        util::stop_if_requested(std::to_string(p.first + written) + " of " +
+                                std::to_string(p.plan.rows) + " rows, committed");
       if (std::chrono::duration<double>(Clock::now() - last_report).count() >= 10) {
         last_report = Clock::now();
         const double s = std::chrono::duration<double>(Clock::now() - run_start).count();
@@ -582,7 +586,7 @@ Tiles open_tiles(const ExtractJob& job) {
   t.tile = settings->tile_size;
   t.keys = t.store.complete_tile_keys();
   if (t.keys.empty()) throw InputError(at_file(job.store, "holds no complete slide with tiles"));
-  t.plan = plan_shard(t.keys, util::parse_shard(job.shard));
+  t.plan = plan_shard(t.keys, util::resolve_shard(job.shard, job.shards));
   if (!t.plan.shard.whole())
     log::info("shard " + t.plan.shard.text() + ": " + std::to_string(t.plan.slides.size()) +
               " of " + std::to_string(t.plan.store_slides) + " slides, " +

@@ -95,18 +95,11 @@ const util::Options<ExtractJob>& extract_options() {
       flag("--keep-going", &J::keep_going,
            "Undecodable tiles become invalid rows (NaN, listed in features.json); exit 4"),
       option("--shard", &J::shard,
-             "Only the complete slides I, I+N, I+2N, ... in slide-id order (I/N, 0-based); "
-             "join the stores with --merge")
-          .check(
-              [](const J& j) {
-                try {
-                  util::parse_shard(j.shard);
-                  return true;
-                } catch (const UsageError&) {
-                  return false;
-                }
-              },
-              "I/N with 0 <= I < N (e.g. 0/4)"),
+             "Only the complete slides I, I+N, I+2N, ... in slide-id order (I/N, 0-based), or "
+             "auto: I and N from the job array (Slurm, Kubernetes); join the stores with --merge")
+          .check([](const J& j) { return util::shard_syntax_ok(j.shard); },
+                 "I/N with 0 <= I < N (e.g. 0/4), or auto"),
+      util::shards_option(&J::shards),
       flag("--allow-wide-features", &J::allow_wide_features,
            "Keep a model output of more than two dimensions or over 16384 values a tile "
            "(flattened); refused otherwise as unpooled tokens"),

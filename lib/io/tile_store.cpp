@@ -74,9 +74,10 @@ void TileSettings::require_same(const TileSettings& other, const std::string& st
   for (auto it = mine.begin(); it != mine.end(); ++it) {
     const auto& b = theirs.at(it.key());
     if (it.value() != b)
-      throw UsageError(at_file(store, "the store was made with " + it.key() + " " +
-                                          describe(it.value()) + ", not " + describe(b) +
-                                          "; use another store or the same settings"));
+      throw UsageError(at_file(
+          store, "the store was made with " + it.key() + " " + describe(it.value()) + ", not " +
+                     describe(b) +
+                     "; use another store, the same settings, or --overwrite to replace it"));
   }
 }
 
@@ -161,13 +162,35 @@ void TileStore::adopt_settings(const TileSettings& settings) {
     existing->require_same(settings, path());
     return;
   }
-  pending_settings_ = settings.to_json().dump();
+  adopt_record(kStoreKey, settings.to_json().dump());
 }
 
-void TileStore::put_pending_settings(lmdb::Txn& txn) {
-  // Kept after: writing the same record with every later slide is harmless, and a transaction
-  // that failed leaves it to the next.
-  if (!pending_settings_.empty()) txn.put(meta_, kStoreKey, pending_settings_);
+std::optional<nlohmann::json> TileStore::store_record(const std::string& key) const {
+  auto txn = env_.begin_read();
+  const auto value = txn.get(meta_, key);
+  if (!value) return std::nullopt;
+  auto doc = nlohmann::json::parse(*value, nullptr, false);
+  if (doc.is_discarded()) throw FormatError(path() + ": meta '" + key + "': not valid JSON");
+  return doc;
+}
+
+void TileStore::adopt_record(const std::string& key, std::string text) {
+  for (auto& [k, t] : pending_)
+    if (k == key) {
+      t = std::move(text);
+      return;
+    }
+  pending_.emplace_back(key, std::move(text));
+}
+
+void TileStore::put_store_record(const std::string& key, const std::string& text) {
+  env_.write([&](lmdb::Txn& txn) { txn.put(meta_, key, text); });
+}
+
+void TileStore::put_pending_records(lmdb::Txn& txn) {
+  // Kept after: writing the same records with every later slide is harmless, and a
+  // transaction that failed leaves them to the next.
+  for (const auto& [key, text] : pending_) txn.put(meta_, key, text);
 }
 
 std::vector<std::string> TileStore::completed_slides() const {
@@ -236,6 +259,27 @@ std::uint64_t TileStore::discard_incomplete(const std::string& id) {
   return deleted;
 }
 
+void TileStore::clear() {
+  pending_.clear();
+  for (const lmdb::Dbi& dbi : {tiles_, meta_}) {
+    // In bounded transactions, as discard_incomplete, for a store of any size.
+    for (bool more = true; more;) {
+      std::vector<std::string> keys;
+      {
+        auto txn = env_.begin_read();
+        for (const auto& e : txn.prefix(dbi, "")) {
+          keys.emplace_back(e.key);
+          if (keys.size() == 65536) break;
+        }
+      }
+      more = keys.size() == 65536;
+      env_.write([&](lmdb::Txn& txn) {
+        for (const auto& k : keys) txn.del(dbi, k);
+      });
+    }
+  }
+}
+
 TileStore::SlideWriter::SlideWriter(TileStore& store, std::string id, lmdb::BatchOptions options)
     : store_(&store),
       id_(std::move(id)),
@@ -246,7 +290,7 @@ void TileStore::SlideWriter::commit(const std::string& slide_record,
                                     const std::string& tiles_record,
                                     const std::string& done_record) {
   batch_.flush([&](lmdb::Txn& txn) {
-    store_->put_pending_settings(txn);
+    store_->put_pending_records(txn);
     txn.put(store_->meta_, meta_key("slides", id_), slide_record);
     txn.put(store_->meta_, meta_key("tiles", id_), tiles_record);
     for (const auto& [kind, text] : records_) txn.put(store_->meta_, meta_key(kind, id_), text);
@@ -302,7 +346,7 @@ MergeReport merge_store(TileStore& out, const std::string& input, std::size_t co
       ++tiles;
     }
     batch.flush([&](lmdb::Txn& w) {
-      out.put_pending_settings(w);
+      out.put_pending_records(w);
       for (const char* kind : {"slides", "tiles", "done"}) {
         const std::string key = TileStore::meta_key(kind, id);
         w.put(out.meta(), key, txn.at(in.meta(), key));

@@ -1,5 +1,7 @@
 #include "mltool/slide/cohort.hpp"
 
+#include "cohort_shards.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -11,7 +13,9 @@
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
+#include "mltool/util/parallel.hpp"
 #include "mltool/util/shard.hpp"
+#include "mltool/util/stop.hpp"
 
 namespace mltool::slide {
 namespace {
@@ -73,14 +77,27 @@ SlideReport failed_report(const std::string& path, const Error& e) {
 
 }  // namespace
 
+// The slides shard `part` takes of the list, logged.
 std::vector<std::string> shard_slides(const std::vector<std::string>& slides,
-                                      const std::string& shard) {
-  const util::Shard part = util::parse_shard(shard);
+                                      const util::Shard& part) {
   if (part.whole()) return slides;
   std::vector<std::string> out = util::take_shard(slides, part);
   log::info("shard " + part.text() + ": " + std::to_string(out.size()) + " of " +
             std::to_string(slides.size()) + " slides");
   return out;
+}
+
+// The store, emptied first under --overwrite, with the run's settings and shard adopted.
+io::TileStore open_store(const CohortJob& job, const util::Shard& part,
+                         const std::vector<std::string>& mine) {
+  auto store = io::TileStore::open(job.store, true);
+  if (job.overwrite) {
+    store.clear();
+    log::info(job.store + ": emptied (--overwrite)");
+  }
+  store.adopt_settings(job.tile.settings);
+  adopt_shard(store, part, mine);
+  return store;
 }
 
 CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob& asked) {
@@ -93,11 +110,20 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
   if (!s.mpp && !s.level) s.mpp = kDefaultMpp;
   util::check_options(cohort_options(), job);
   validate(job.tile);
-  const std::vector<std::string> mine = shard_slides(slides, job.shard);
-  auto store = io::TileStore::open(job.store, true);
-  store.adopt_settings(job.tile.settings);
+  const util::Shard part = util::resolve_shard(job.shard, job.shards);
+  job.shard = part.whole() ? "" : part.text();
+  const std::vector<std::string> mine = shard_slides(slides, part);
+  auto store = open_store(job, part, mine);
   CohortReport report;
+  report.threads = util::thread_count(job.tile.threads);
+  report.shard = job.shard;
+  std::vector<std::string> failed;
   for (const auto& path : mine) {
+    if (util::stop_requested()) {  // SIGTERM: the slides done are committed
+      write_index(job, report.slides);
+      util::stop_if_requested(std::to_string(report.slides.size()) + " of " +
+                              std::to_string(mine.size()) + " slides, committed in " + job.store);
+    }
     try {
       SlideReport r = tile_slide(store, path, job.tile);
       log_slide(r, job);
@@ -111,9 +137,11 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
         throw;
       }
       ++report.failed;
+      failed.push_back(report.slides.back().id.empty() ? path : report.slides.back().id);
       log::error(e.what());
     }
   }
+  finish_shard(store, part, mine, failed);
   write_index(job, report.slides);
   if (report.failed || report.empty)
     log::warn(std::to_string(report.failed) + " slide(s) failed, " + std::to_string(report.empty) +
@@ -121,13 +149,17 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
   return report;
 }
 
-std::vector<io::MergeReport> merge_stores(const std::string& output,
-                                          const std::vector<std::string>& inputs,
-                                          std::size_t commit_every) {
-  auto out = io::TileStore::open(output, true);
+std::vector<io::MergeReport> merge_stores(const CohortJob& job,
+                                          const std::vector<std::string>& inputs) {
+  for (const auto& path : inputs)
+    if (util::absolute_path(path) == util::absolute_path(job.store))
+      throw UsageError(at_file(path, "is both an input and the output (-o) of --merge"));
+  check_shards(inputs, job.allow_partial);
+  auto out = io::TileStore::open(job.store, true);
+  if (job.overwrite) out.clear();
   std::vector<io::MergeReport> reports;
   for (const auto& path : inputs) {
-    reports.push_back(io::merge_store(out, path, commit_every));
+    reports.push_back(io::merge_store(out, path, job.tile.commit_every));
     const auto& r = reports.back();
     log::info(path + ": " + std::to_string(r.slides) + " slides (" + std::to_string(r.tiles) +
               " tiles) merged, " + std::to_string(r.skipped) + " already there");

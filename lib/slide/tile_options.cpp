@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "mltool/slide/cohort.hpp"
+#include "mltool/util/shard.hpp"
 
 namespace mltool::slide {
 
@@ -138,8 +139,16 @@ const util::Options<CohortJob>& cohort_options() {
                    "The tile store (an LMDB directory; created or appended to)")
           .required(),
       util::option("--shard", &C::shard,
-                   "Take slides I, I+N, I+2N, ... of the list (I/N, 0-based)"),
+                   "Take slides I, I+N, I+2N, ... of the list (I/N, 0-based), or auto: I and N "
+                   "from the job array (Slurm, Kubernetes)")
+          .check([](const C& c) { return util::shard_syntax_ok(c.shard); },
+                 "I/N with 0 <= I < N (e.g. 0/4), or auto"),
+      util::shards_option(&C::shards),
       util::flag("--keep-going", &C::keep_going, "Continue past bad slides; exit 4 if any failed"),
+      util::flag("--overwrite", &C::overwrite,
+                 "Empty the store (-o) first, instead of resuming or adding to it"),
+      util::flag("--allow-partial", &C::allow_partial,
+                 "--merge: join the shard stores there are, naming the missing or unfinished"),
   };
   return table;
 }
@@ -167,8 +176,11 @@ nlohmann::json slide_json(const SlideReport& r) {
 nlohmann::json to_json(const CohortReport& r, const std::string& store) {
   nlohmann::json slides = nlohmann::json::array();
   for (const auto& s : r.slides) slides.push_back(slide_json(s));
-  return {{"command", "tile"}, {"store", store},     {"slides", slides},
-          {"tiles", r.tiles},  {"failed", r.failed}, {"empty", r.empty}};
+  nlohmann::json out = {{"command", "tile"},   {"store", store},     {"slides", slides},
+                        {"tiles", r.tiles},    {"failed", r.failed}, {"empty", r.empty},
+                        {"threads", r.threads}};
+  if (!r.shard.empty()) out["shard"] = r.shard;
+  return out;
 }
 
 nlohmann::json to_json(const std::vector<io::MergeReport>& merged, const std::string& store) {

@@ -15,6 +15,10 @@
 
 #include <torch/csrc/autograd/function_hook.h>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -22,6 +26,7 @@
 
 #include "mltool/train/batches.hpp"
 #include "mltool/util/error.hpp"
+#include "mltool/util/log.hpp"
 
 namespace mltool::train {
 namespace {
@@ -34,6 +39,35 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master
   if (master == "127.0.0.1" || master == "localhost")
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+// Rank 0's store socket, listening on MASTER_ADDR's address only (127.0.0.1 for --nproc), so
+// the store — which has no authentication — is not reachable on every interface, as LibTorch's
+// own listener would be. -1 when MASTER_ADDR is not an address of this machine (LibTorch then
+// listens as it does, on every interface: a trusted network is needed, docs/scaling-out.md).
+int listen_on_master(const std::string& master, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(master.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return -1;
+  int fd = -1;
+  for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 512) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  if (fd < 0)
+    log::warn("data parallel: MASTER_ADDR " + master +
+              " is not an address of this machine; the rendezvous store listens on every "
+              "interface (it has no authentication: use a trusted network)");
+  return fd;
 }
 
 }  // namespace
@@ -72,6 +106,9 @@ DataParallel::DataParallel(const TrainJob& job, const torch::Device& device)
     c10d::TCPStoreOptions o;
     o.port = static_cast<std::uint16_t>(job.master_port);
     o.isServer = rank_ == 0;
+    if (o.isServer)
+      if (const int fd = listen_on_master(job.master_addr, job.master_port); fd >= 0)
+        o.masterListenFd = fd;
     o.numWorkers = static_cast<std::size_t>(world_);
     o.waitWorkers = true;
     o.timeout = timeout;
@@ -105,6 +142,17 @@ void DataParallel::broadcast(const std::vector<torch::Tensor>& tensors) {
       impl_->group->broadcast(one, o)->wait();
     }
   });
+}
+
+bool DataParallel::any_rank(bool flag, const torch::Device& device) {
+  const auto t = torch::tensor({flag ? 1 : 0}, torch::kInt32).to(device);
+  impl_->collective("an all-reduce of a flag", [&] {
+    std::vector<at::Tensor> one{t};
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::MAX;
+    impl_->group->allreduce(one, o)->wait();
+  });
+  return t.cpu().item<int>() != 0;
 }
 
 torch::Tensor DataParallel::gather_rows(const torch::Tensor& local, std::int64_t global) {

@@ -34,6 +34,8 @@ class DataParallel {
   /// Rank 0 runs `action`; the others wait for it and throw what it threw (as UsageError or
   /// ResourceError with rank 0's message), so no rank goes on when rank 0 could not.
   void on_rank0(const std::function<void()>& action);
+  /// Whether `flag` is true on any rank (every rank calls it at the same point).
+  bool any_rank(bool flag, const torch::Device& device);
   /// Rank 0's value of `value` (an integer) on every rank.
   std::int64_t broadcast_value(std::int64_t value, const torch::Device& device);
   /// Every rank's rows of a step of `global` samples (rank r holds rank_slice(global, world,

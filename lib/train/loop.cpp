@@ -14,6 +14,7 @@
 #include "mltool/train/step.hpp"
 #include "mltool/util/batch_split.hpp"
 #include "mltool/util/error.hpp"
+#include "mltool/util/stop.hpp"
 #include "oom_step.hpp"
 
 namespace mltool::train {
@@ -323,6 +324,20 @@ double log_step(Training& t, int epoch) {
   return mean;
 }
 
+// SIGTERM (util/stop.hpp), seen between steps: every rank stops after the same step (data
+// parallel: any rank's signal stops all), last.pt saved where --resume continues.
+void stop_if_requested(Training& t) {
+  bool stop = util::stop_requested();
+  if (t.loop.dp) stop = t.loop.dp->any_rank(stop, t.loop.device);
+  if (!stop) return;
+  checkpoint(t, "last.pt");
+  t.loop.run.log({{"event", "stopped"}, {"step", t.state.step}, {"signal", "SIGTERM"}});
+  throw StoppedError(
+      at_file(t.loop.run.dir(), "stopped by SIGTERM after step " + std::to_string(t.state.step) +
+                                    ", saved in checkpoints/last.pt; run the same command with "
+                                    "--resume to continue (exit 75)"));
+}
+
 // The epoch's steps from state.epoch_step on; false when job.max_steps stopped them.
 bool run_steps(Training& t, int epoch) {
   const TrainJob& job = t.job;
@@ -339,6 +354,7 @@ bool run_steps(Training& t, int epoch) {
     if (job.checkpoint_every > 0 && state.step % job.checkpoint_every == 0)
       checkpoint(t, "last.pt");
     if (t.loop.progress) t.loop.progress(p);
+    stop_if_requested(t);
   }
   return true;
 }

@@ -17,6 +17,7 @@
 #include "mltool/util/log.hpp"
 #include "mltool/util/math_env.hpp"
 #include "mltool/util/output_lock.hpp"
+#include "mltool/util/stop.hpp"
 #include "predict_parts.hpp"
 #include "task.hpp"
 
@@ -385,6 +386,9 @@ PredictReport predict(const PredictJob& job) {
   for (std::size_t s = 0; s < in.slides.size(); ++s) {
     r.resumed += predict_slide(job, in, s, predictor, journal, h, labels, *task, c, r);
     r.tiles += static_cast<std::int64_t>(in.rows[s].size());
+    if (s + 1 < in.slides.size())  // SIGTERM: the slides done are journaled
+      util::stop_if_requested(std::to_string(s + 1) + " of " + std::to_string(in.slides.size()) +
+                              " slides, journaled in " + job.output);
   }
   if (!c.attention.empty())
     write_attention(util::join_path(job.output, "attention.csv"), c.keys, c.attention);

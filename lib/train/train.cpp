@@ -259,7 +259,9 @@ void read_samples(const TrainJob& job, Plan& p) {
                                           " has no folds (pack it with --folds K)");
   require<UsageError>(job.fold < static_cast<int>(folds.size()),
                       "--fold " + std::to_string(job.fold) + ": " + p.data.manifest_path +
-                          " has folds 0 to " + std::to_string(folds.size() - 1));
+                          " has folds 0 to " + std::to_string(folds.size() - 1) +
+                          " (with --fold auto: number the array tasks 0.." +
+                          std::to_string(folds.size() - 1) + ")");
   std::vector<std::string> others;
   for (std::size_t i = 0; i < folds.size(); ++i)
     if (static_cast<int>(i) != job.fold) others.push_back(folds[i]);
@@ -664,7 +666,7 @@ TrainReport train_model(const TrainJob& job,
   try {
     state = run_loop(loop, state);
   } catch (const Error& e) {
-    manifest["status"] = "failed";
+    manifest["status"] = e.kind() == ErrorKind::stopped ? "interrupted" : "failed";
     manifest["result"] = {{"steps", state.step}, {"error", e.what()}};
     run.dir->write_manifest(manifest);
     throw;

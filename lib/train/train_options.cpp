@@ -6,6 +6,7 @@
 // (tests/cli/options_docs_test.py).
 #include "mltool/train/train.hpp"
 #include "mltool/util/math_env.hpp"
+#include "mltool/util/shard.hpp"
 
 namespace mltool::train {
 
@@ -63,8 +64,15 @@ util::Options<TrainJob> task_options() {
           .in("options")
           .absent_means(4)
           .fixed_on_resume(),
-      option("--fold", &J::fold,
-             "K-fold datasets: validate on fold I, train on the others (-1: the splits)")
+      util::custom<J>(
+          "--fold", "INT",
+          "K-fold datasets: validate on fold I, train on the others (-1: the splits; auto: I "
+          "from the job array, SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX)",
+          [](J& j, const std::string& text) {
+            j.fold = text == "auto" ? static_cast<int>(util::array_index("--fold"))
+                                    : static_cast<int>(util::parse_integer(text, "--fold"));
+          },
+          [](const J& j) { return nlohmann::json(j.fold); })
           .at_least(-1)
           .in("options")
           .absent_means(-1)

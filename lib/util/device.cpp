@@ -4,11 +4,13 @@
 #include <cuda_runtime_api.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
 #include "mltool/util/error.hpp"
 #include "mltool/util/log.hpp"
+#include "mltool/util/parallel.hpp"
 
 namespace mltool::util {
 
@@ -43,7 +45,13 @@ int set_math_threads(int asked, int recorded) {
     threads = recorded;
     log::info("resuming with --math-threads " + std::to_string(threads) + ", the earlier run's");
   }
-  if (threads == 0) threads = at::get_num_threads();
+  if (threads == 0) {
+    // LibTorch's default counts the machine's cores; a Slurm allocation or a cpuset may give
+    // this process fewer (OMP_NUM_THREADS, when set, is the user's word and stands).
+    threads = at::get_num_threads();
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    if (!omp || !*omp) threads = std::min(threads, allowed_cpus());
+  }
   at::set_num_threads(threads);
   return threads;
 }

@@ -22,6 +22,7 @@ int exit_code_for(ErrorKind kind) noexcept {
     case ErrorKind::input:
     case ErrorKind::format: return exit_code::input;
     case ErrorKind::resource: return exit_code::runtime;
+    case ErrorKind::stopped: return exit_code::stopped;
   }
   return exit_code::runtime;
 }

@@ -1,5 +1,7 @@
 #include "mltool/util/parallel.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -8,11 +10,18 @@
 
 namespace mltool::util {
 
-int thread_count(int requested) {
-  if (requested > 0) return requested;
+int allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
   const unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : static_cast<int>(n);
 }
+
+int thread_count(int requested) { return requested > 0 ? requested : allowed_cpus(); }
 
 void parallel_for(std::size_t n, int threads, const std::function<void(std::size_t)>& fn) {
   std::vector<std::exception_ptr> errors(n);

@@ -9,6 +9,7 @@ Two kinds of script use them:
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -188,3 +189,45 @@ def write_feature_store(d, matrix, keys, dtype="float32", invalid=None, source=N
     expect(all(k in meta for k in schema["required"]), "store manifest misses a field")
     with open(os.path.join(d, "features.json"), "w") as f:
         json.dump(meta, f, indent=2, sort_keys=True)
+
+
+def wait_for_sigterm_handler(p, timeout=60):
+    """Waits until process `p` catches SIGTERM (its /proc status SigCgt mask says so: main()
+    has installed the handler) or has ended."""
+    deadline = time.time() + timeout
+    while p.poll() is None and time.time() < deadline:
+        try:
+            with open(f"/proc/{p.pid}/status") as f:
+                caught = next((int(line.split()[1], 16) for line in f if line.startswith("SigCgt:")), 0)
+        except OSError:
+            return
+        if caught & (1 << (signal.SIGTERM - 1)):
+            return
+        time.sleep(0.005)
+
+
+def run_with_sigterms(args, rng, most_delay, resume_args=(), env=None, rounds=6):
+    """Preemption as Slurm and Kubernetes do it: runs `args`, sends SIGTERM a random delay (0 to
+    `most_delay` s, from `rng`) after its handler is installed, and runs `args + resume_args` again the same way until a
+    run finishes (exit 0) or `rounds` runs were stopped (then one last run without a signal).
+    Every run a signal reached must exit 75 (it committed what it had) or 0 (it finished
+    first). Returns the number of runs that exited 75."""
+    stopped = 0
+    for i in range(rounds + 1):
+        cmd = list(args) + (list(resume_args) if stopped else [])
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, **env) if env else None)
+        if i < rounds:
+            wait_for_sigterm_handler(p)
+            delay = rng.uniform(0, most_delay)
+            try:
+                p.wait(timeout=delay)
+            except subprocess.TimeoutExpired:
+                p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=300)
+        if p.returncode == 0:
+            return stopped
+        expect(p.returncode == 75 and "SIGTERM" in err,
+               f"{' '.join(cmd)}: SIGTERM gave exit {p.returncode}, expected 75: {err[-2000:]}")
+        stopped += 1
+    raise Failure(f"{' '.join(args)}: never finished")

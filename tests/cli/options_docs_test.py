@@ -17,7 +17,7 @@ mltool, docs, schemas = sys.argv[1:4]
 PAGES = {"tile": "tile.md", "extract": "extract.md", "pack": "pack.md", "inspect": "inspect.md",
          "train": "train.md", "predict": "predict.md", "index": "dali-index.md", "export h5": "export.md",
          "import h5": "import.md", "export geojson": "export.md"}
-SHARED = {"--threads", "--json", "--verbose", "--quiet", "-v", "-q"}  # docs/cli.md
+SHARED = {"--threads", "--json", "--verbose", "--quiet", "-v", "-q", "--log-format"}  # docs/cli.md
 
 
 def synopsis(page, cmd):

@@ -21,8 +21,8 @@ import torch
 
 import train_test as T  # also puts scripts/fixtures on sys.path
 import torch.nn.functional as F
-from cli_common import (expect, rename_shim, run, run_checks, second_writer_refused, tmp,
-                        write_feature_store)
+from cli_common import (expect, rename_shim, run, run_checks, run_with_sigterms,
+                        second_writer_refused, tmp, write_feature_store)
 
 mltool = os.path.abspath(sys.argv[1])
 only = set(sys.argv[2:])
@@ -390,6 +390,27 @@ def check_resume():
     expect(code == 0, f"the first prediction failed: {err[-500:]}")
 
 
+def check_sigterm():
+    """SIGTERM at random points: each run journals the slide in hand and exits 75; rerun,
+    the output equals one uninterrupted run's byte for byte."""
+    import random
+    import time
+    import tile_store
+    if not os.path.exists(tmp("tiles.lmdb")):
+        tile_store.write_store(tmp("tiles.lmdb"), [{"id": f"S{i:02d}", "rows": 15, "cols": 1} for i in range(20)],
+                               16, encoding="png")
+    args = [tmp("run_mlp"), tmp("feat"), "--tiles", tmp("tiles.lmdb"), "--batch", "4"]
+    t0 = time.time()
+    predict_ok(*args, "-o", tmp("pred_sig_ref"))
+    whole = time.time() - t0
+    for seed in (1, 2):
+        out = tmp(f"pred_sig_{seed}")
+        stopped = run_with_sigterms([mltool, "predict", *args, "-o", out, "-q"], random.Random(seed), 0.6 * whole)
+        print(f"  stopped {stopped} time(s) by SIGTERM before finishing", flush=True)
+        expect(files_of(out) == files_of(tmp("pred_sig_ref")),
+               f"seed {seed}: stopped {stopped} times by SIGTERM, then: other files")
+
+
 if __name__ == "__main__":
     run_checks("predict", [check_mlp, check_slides, check_abmil, check_heatmaps, check_bad_input, check_image,
-                           check_script_tiles, check_script_bags, check_resume], only, fixtures)
+                           check_script_tiles, check_script_bags, check_resume, check_sigterm], only, fixtures)

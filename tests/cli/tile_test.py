@@ -21,7 +21,7 @@ import numpy as np
 import openslide
 from PIL import Image
 
-from cli_common import Failure, expect, run, run_checks, tmp
+from cli_common import Failure, expect, run, run_checks, run_with_sigterms, tmp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
@@ -140,6 +140,11 @@ def tile(*args, stdin=None):
             summary = json.loads(out)
         except ValueError:
             raise Failure(f"stdout is not one JSON document: {out[:500]!r}")
+        if code not in (0, 4):  # a failed run's summary: the error and the exit code
+            expect(summary == {"command": "tile", "status": "stopped" if code == 75 else "failed",
+                               "error": summary.get("error"), "exit_code": code}
+                   and summary["error"] in err, f"the --json summary of a failed run: {summary}")
+            return code, None, out, err
         for e in summary["slides"]:
             # A failed slide may have no grid or tissue to report (a missing file).
             fields = (("path", "id", "status", "error") if e.get("status") == "failed" else
@@ -644,14 +649,109 @@ def check_shard():
     merged, single = Store(tmp("st_g_merged")), Store(tmp("st_g_all"))
     expect(merged.done() == single.done(), f"merged slides {sorted(merged.done())}")
     _run_same(merged, single, "merged shards vs one run")
+    check_shard_records(paths)
     # Stores made with different settings do not merge.
     code, _, _, err = tile(paths[0], "-o", tmp("st_g_512"), "--tile-size", "512", "--mpp", "0.25")
     expect(code == 0, f"--tile-size 512: exit {code}: {err}")
     code, out, err = run([mltool, "tile", "--merge", tmp("st_g0"), tmp("st_g_512"),
-                          "-o", tmp("st_g_bad")])
+                          "-o", tmp("st_g_bad"), "--allow-partial"])
     expect(code == 1, f"merging tile sizes 256 and 512: exit {code}, expected 1: {err}")
     expect("tile_size" in err or "tile-size" in err or "tile size" in err,
            f"the error names the setting: {err!r}")
+
+
+def tile_env(env, *args):
+    """mltool tile ARGS --json with `env` added: (code, summary or None, stderr)."""
+    code, out, err = run([mltool, "tile", *args, "--json"], env=env)
+    return code, (json.loads(out) if out.strip() else None), err
+
+
+SLURM_UNSET = {k: "" for k in ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN",
+                               "SLURM_ARRAY_TASK_MAX", "SLURM_ARRAY_TASK_STEP",
+                               "JOB_COMPLETION_INDEX")}
+
+
+def check_shard_records(paths):
+    """g2. each shard store records I/N, its slides and that it finished; --merge refuses a
+    missing or unfinished shard (naming it) unless --allow-partial; --shard auto takes I/N from
+    Slurm's array variables (stepped arrays; --shards N for a re-submitted task) or
+    Kubernetes' JOB_COMPLETION_INDEX with --shards; a store of shard I/N refuses another I/N."""
+    rec = Store(tmp("st_g0")).meta.get("shard")
+    expect(rec == {"index": 0, "count": 3, "slides": ["S0", "S3"], "finished": True,
+                   "failed": []}, f"meta 'shard' of shard 0/3: {rec}")
+    # --array=0-4:2, task 4 → index 2 of 3; a re-submitted --array=1 with --shards 3 → 1/3
+    for env, extra, want in [
+            ({"SLURM_ARRAY_TASK_ID": "4", "SLURM_ARRAY_TASK_MIN": "0",
+              "SLURM_ARRAY_TASK_MAX": "4", "SLURM_ARRAY_TASK_STEP": "2"}, [], "st_g2"),
+            ({"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_MIN": "1",
+              "SLURM_ARRAY_TASK_MAX": "1", "SLURM_ARRAY_TASK_STEP": "1"}, ["--shards", "3"],
+             "st_g1"),
+            ({"JOB_COMPLETION_INDEX": "0"}, ["--shards", "3"], "st_g0")]:
+        out = tmp(f"st_gauto_{want}")
+        code, summary, err = tile_env(dict(SLURM_UNSET, **env), *paths, "-o", out, "--shard",
+                                      "auto", *extra, "--mpp", "0.25")
+        expect(code == 0, f"--shard auto with {env}: exit {code}: {err}")
+        _run_same(Store(out), Store(tmp(want)), f"--shard auto with {env} vs {want}")
+    for env, extra, words in [({}, [], ["SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX"]),
+                              ({"JOB_COMPLETION_INDEX": "1"}, [], ["--shards"]),
+                              ({"JOB_COMPLETION_INDEX": "3"}, ["--shards", "3"], ["0..N-1"])]:
+        code, _, err = tile_env(dict(SLURM_UNSET, **env), *paths, "-o", tmp("st_gauto_bad"),
+                                "--shard", "auto", *extra)
+        expect(code == 1 and all(w in err for w in words),
+               f"--shard auto {extra} with {env}: exit {code}, expected 1 naming {words}: {err}")
+    code, _, _, err = tile(*paths, "-o", tmp("st_g0"), "--shard", "0/2", "--mpp", "0.25")
+    expect(code == 1 and "0/3" in err and "--overwrite" in err,
+           f"shard 0/3's store rerun as 0/2: exit {code}, expected 1 naming 0/3, --overwrite: {err}")
+    code, out, err = run([mltool, "tile", "--merge", tmp("st_g0"), tmp("st_g2"),
+                          "-o", tmp("st_g_part")])
+    expect(code == 1 and "1/3" in err and "--allow-partial" in err,
+           f"--merge without shard 1/3: exit {code}, expected 1 naming 1/3: {err}")
+    code, out, err = run([mltool, "tile", "--merge", tmp("st_g0"), tmp("st_g2"),
+                          "-o", tmp("st_g_part"), "--allow-partial"])
+    expect(code == 0 and "1/3" in err, f"--allow-partial: exit {code}, naming 1/3: {err}")
+    expect(Store(tmp("st_g_part")).done() == {"S0", "S2", "S3"},
+           f"--allow-partial merged {sorted(Store(tmp('st_g_part')).done())}")
+    # An unfinished shard: its second slide fails (no --keep-going) after its first is in.
+    bad = [paths[0], paths[1], tmp("bad", "text.svs"), paths[3]]
+    code, _, _, err = tile(*bad, "-o", tmp("st_gu0"), "--shard", "0/2", "--mpp", "0.25")
+    expect(code == 2, f"shard 0/2 with a bad slide: exit {code}, expected 2: {err}")
+    code, _, _, err = tile(*bad, "-o", tmp("st_gu1"), "--shard", "1/2", "--mpp", "0.25")
+    expect(code == 0, f"shard 1/2: exit {code}: {err}")
+    rec = Store(tmp("st_gu0")).meta.get("shard")
+    expect(rec and rec["finished"] is False, f"the failed shard's record: {rec}")
+    code, out, err = run([mltool, "tile", "--merge", tmp("st_gu0"), tmp("st_gu1"),
+                          "-o", tmp("st_gu_merged")])
+    expect(code == 1 and "0/2" in err and "unfinished" in err,
+           f"--merge of an unfinished shard: exit {code}, expected 1 naming 0/2: {err}")
+    code, summary, _, err = tile(*bad, "-o", tmp("st_gu0"), "--shard", "0/2", "--mpp", "0.25",
+                                 "--keep-going")
+    expect(code == 4, f"shard 0/2 again, --keep-going: exit {code}, expected 4: {err}")
+    rec = Store(tmp("st_gu0")).meta.get("shard")
+    expect(rec["finished"] is True and rec["failed"] == ["text"],
+           f"finished with the failed slide listed: {rec}")
+    code, out, err = run([mltool, "tile", "--merge", tmp("st_gu0"), tmp("st_gu1"),
+                          "-o", tmp("st_gu_merged")])
+    expect(code == 0 and "text" in err, f"--merge naming the failed slide: exit {code}: {err}")
+
+
+def check_sigterm():
+    """g3. SIGTERM at random points (as Slurm's scancel or preemption sends it): each run
+    finishes the slide in hand, commits it and exits 75; rerun, the store equals an
+    uninterrupted run's."""
+    import random
+    paths = [tmp("shard", f"S{i}.tif") for i in range(5)]
+    args = [*paths, "--mpp", "0.25", "--threads", "1"]
+    t0 = time.time()
+    code, _, _, err = tile(*args, "-o", tmp("st_sig_ref"))
+    expect(code == 0, f"reference run: exit {code}: {err}")
+    whole = time.time() - t0
+    for seed in (1, 2):
+        out = tmp(f"st_sig_{seed}")
+        stopped = run_with_sigterms([mltool, "tile", *args, "-o", out], random.Random(seed),
+                                    0.6 * whole)
+        print(f"  stopped {stopped} time(s) by SIGTERM before finishing", flush=True)
+        _run_same(Store(out), Store(tmp("st_sig_ref")),
+                  f"seed {seed}: stopped {stopped} times by SIGTERM, then finished")
 
 
 def check_empty():
@@ -1068,7 +1168,7 @@ def check_artifacts_border():
 
 
 CHECKS = [check_grid, check_pixels, check_resample, check_resume, check_bad_input,
-          check_stdin, check_shard, check_empty, check_no_mpp, check_qc, check_qc_index,
+          check_stdin, check_shard, check_sigterm, check_empty, check_no_mpp, check_qc, check_qc_index,
           check_aperio, check_rerun, check_refused_run_leaves_no_settings, check_small_levels, check_artifacts_real,
           check_artifacts_pen, check_artifacts_border]
 

@@ -241,6 +241,71 @@ def check_nproc_failure():
     expect(not os.path.exists(tmp("bad_batch")), "a run directory for a refused run")
 
 
+def listening_addresses(pid):
+    """The local addresses (hex ip:port as /proc/net/tcp{,6} writes them) that process `pid`'s
+    TCP sockets listen on."""
+    inodes = set()
+    fd_dir = f"/proc/{pid}/fd"
+    for fd in os.listdir(fd_dir):
+        try:
+            target = os.readlink(os.path.join(fd_dir, fd))
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    out = []
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and cols[9] in inodes:  # TCP_LISTEN
+                    out.append(cols[1])
+    return out
+
+
+def children_of(pid):
+    """The pids whose parent is `pid` (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def check_loopback_only():
+    """--nproc 2 listens on the loopback interface only (the rendezvous store, Gloo): no
+    socket of the ranks listens on another address while they train."""
+    p = subprocess.Popen(args(tmp("loopback"), "--batch", "8", "--nproc", "2", epochs=400),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen, deadline = {}, time.time() + 60
+    try:
+        while time.time() < deadline and p.poll() is None:
+            for child in children_of(p.pid):
+                try:
+                    for address in listening_addresses(child):
+                        seen[address] = child
+                except OSError:  # the rank ended meanwhile
+                    pass
+            if seen and os.path.exists(os.path.join(tmp("loopback"), "metrics.jsonl")):
+                break
+            time.sleep(0.05)
+    finally:
+        for child in children_of(p.pid):
+            os.kill(child, signal.SIGKILL)
+        p.kill()
+        p.communicate()
+    expect(seen, "no listening socket of the ranks seen")
+    loopback = ("0100007F:", "00000000000000000000000001000000:")  # 127.0.0.1, ::1
+    others = [a for a in seen if not a.startswith(loopback)]
+    expect(not others, f"--nproc 2 listens beyond the loopback interface: {others} (all: {sorted(seen)})")
+
+
 def check_killed_rank():
     out = tmp("killed")
     procs = env_ranks(args(out, "--batch", "8", "--dist-timeout", "10", epochs=1000))
@@ -320,6 +385,6 @@ def check_nproc_killed_child():
 if __name__ == "__main__":
     run_checks("train_dist", [check_nproc_matches_one_process, check_overlapped_buckets,
                               check_uneven_last_batch, check_resume, check_environment_launch,
-                              check_group_of_one,
+                              check_group_of_one, check_loopback_only,
                               check_nproc_failure, check_killed_rank, check_hung_rank,
                               check_nproc_killed_child, check_script_nproc], only, fixtures)

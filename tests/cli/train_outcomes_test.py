@@ -60,8 +60,11 @@ def write_json(path, doc):
         json.dump(doc, f)
 
 
-def train(*args):
-    return run_json([mltool, "train", *args, "--json", "-q"])
+ARRAY_UNSET = {"SLURM_ARRAY_TASK_ID": "", "JOB_COMPLETION_INDEX": ""}
+
+
+def train(*args, env=None):
+    return run_json([mltool, "train", *args, "--json", "-q"], env=dict(ARRAY_UNSET, **(env or {})))
 
 
 def train_ok(*args):
@@ -318,9 +321,32 @@ def check_refusals():
              (["--fold", "0", "--monitor", "val_ibs"], "sds", "needs --loss nll"),
              (["--fold", "0", "--class-weights", "balanced"], "rds", "is a regression dataset"),
              (["--fold", "0", "--gather-only"], "sds", "--gather-only needs --folds all")]
+    cases += [(["--fold", "auto"], "sds", "SLURM_ARRAY_TASK_ID"),
+              (["--fold", "auto", "env", "SLURM_ARRAY_TASK_ID", "3"], "sds", "has folds 0 to 2")]
     for extra, ds, message in cases:
-        code, _, err = train(tmp(ds), "--model", tmp("abmil.json"), "-o", tmp("run_refused"), *extra)
-        expect(code == 1 and message in err, f"{extra}: exit {code}: {err.strip()}")
+        env = dict(zip(extra[3::2], extra[4::2])) if "env" in extra else None
+        extra = extra[:2] if env else extra
+        code, _, err = train(tmp(ds), "--model", tmp("abmil.json"), "-o", tmp("run_refused"), *extra,
+                             env=env)
+        expect(code == 1 and message in err, f"{extra} {env}: exit {code}: {err.strip()}")
+
+
+def check_fold_auto():
+    """--fold auto in a Slurm array task 2 (or a Kubernetes completion index 2) trains fold 2:
+    the same weights as --fold 2."""
+    args = [tmp("sds"), "--model", tmp("abmil.json"), "--epochs", "1", "--batch", "16",
+            "--device", "cpu", "--math-threads", "1"]
+    train_ok(*args, "--fold", "2", "-o", tmp("run_fold2"))
+    for env in ({"SLURM_ARRAY_TASK_ID": "2"}, {"JOB_COMPLETION_INDEX": "2"}):
+        out = tmp(f"run_fold_auto_{len(env)}_{list(env)[0]}")
+        code, _, err = train(*args, "--fold", "auto", "-o", out, env=env)
+        expect(code == 0, f"--fold auto with {env}: exit {code}: {err.strip()}")
+        a = load_file(tmp("run_fold2", "model.safetensors"))
+        b = load_file(os.path.join(out, "model.safetensors"))
+        expect(all(np.array_equal(a[k], b[k]) for k in a), f"--fold auto with {env} is not fold 2")
+        with open(os.path.join(out, "run.json")) as f:
+            fold = json.load(f)["options"].get("fold")
+        expect(fold == 2, f"run.json records fold {fold}, not 2")
 
 
 run_checks("train on outcomes", [f for n, f in list(globals().items()) if n.startswith("check_")], only,

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from cli_common import (MATH_PATHS, expect, run, run_checks, run_json, second_writer_refused, tmp,
-                        write_feature_store)
+from cli_common import (MATH_PATHS, expect, run, run_checks, run_json, run_with_sigterms,
+                        second_writer_refused, tmp, write_feature_store)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
@@ -225,6 +225,51 @@ def check_kill_and_resume():
     expect(metrics(tmp("run_kill")) == metrics(tmp("run_nokill")), "killed and resumed run: other metrics")
     if not killed:
         print("note: kill_and_resume: the run finished before the kill", flush=True)
+
+
+def check_sigterm():
+    """SIGTERM at random points: each run ends the step in hand, saves last.pt, says
+    "interrupted" in run.json and exits 75; --resume after each gives the uninterrupted
+    run's weights and metrics byte for byte. Also through --nproc 2 (the signal to the parent
+    reaches every rank; they stop after the same step)."""
+    import random
+    args = [tmp("ds"), "--model", tmp("mlp.json"), "--epochs", "40", "--batch", "8", "-q"]
+    t0 = time.time()
+    train_ok(*args, "-o", tmp("run_sig_ref"))
+    whole = time.time() - t0
+    for seed in (1, 2):
+        out = tmp(f"run_sig_{seed}")
+        stopped = run_with_sigterms([mltool, "train", *args, "-o", out], random.Random(seed), 0.6 * whole,
+                                    resume_args=["--resume"])
+        print(f"  stopped {stopped} time(s) by SIGTERM before finishing", flush=True)
+        expect(open(tmp(out, "model.safetensors"), "rb").read() ==
+               open(tmp("run_sig_ref", "model.safetensors"), "rb").read(),
+               f"seed {seed}: stopped {stopped} times, resumed: other weights")
+        expect(metrics(out) == metrics(tmp("run_sig_ref")),
+               f"seed {seed}: stopped {stopped} times, resumed: other metrics")
+    # A stopped run's run.json.
+    p = subprocess.Popen([mltool, "train", *args, "-o", tmp("run_sig_status")],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(whole / 2)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate()
+    if p.returncode == 75:
+        run = json.load(open(tmp("run_sig_status", "run.json")))
+        expect(run["status"] == "interrupted" and "SIGTERM" in run["result"]["error"],
+               f"run.json of a SIGTERMed run: {run['status']}, {run.get('result')}")
+        expect(os.path.exists(tmp("run_sig_status", "checkpoints", "last.pt")), "no last.pt")
+    dp = [tmp("ds"), "--model", tmp("mlp.json"), "--epochs", "20", "--batch", "8", "-q",
+          "--device", "cpu", "--math-threads", "1"]
+    t0 = time.time()
+    train_ok(*dp, "--nproc", "2", "-o", tmp("run_sig_dp_ref"))
+    whole = time.time() - t0
+    out = tmp("run_sig_dp")
+    stopped = run_with_sigterms([mltool, "train", *dp, "--nproc", "2", "-o", out], random.Random(3),
+                                0.6 * whole, resume_args=["--resume"], rounds=3)
+    print(f"  stopped {stopped} time(s) by SIGTERM before finishing", flush=True)
+    expect(open(tmp(out, "model.safetensors"), "rb").read() ==
+           open(tmp("run_sig_dp_ref", "model.safetensors"), "rb").read(),
+           f"--nproc 2 stopped {stopped} times, resumed: other weights")
 
 
 def mlp_forward(sd, x, spec):
@@ -890,7 +935,7 @@ def check_script_resume():
 
 
 if __name__ == "__main__":
-    run_checks("train", [check_mlp_learns, check_feeds_agree, check_resume, check_kill_and_resume,
+    run_checks("train", [check_mlp_learns, check_feeds_agree, check_resume, check_kill_and_resume, check_sigterm,
                          check_pytorch_loads, check_abmil_learns, check_image, check_bad_input,
                          check_nan_loss, check_micro_batches, check_sections, check_reproducible,
                          check_one_writer, check_script_matches_python, check_script_learns,

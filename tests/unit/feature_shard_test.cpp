@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "mltool/io/feature_store.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
+#include "mltool/util/shard.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
@@ -77,6 +79,39 @@ TEST(FeatureShardPlan, ShardTextIsChecked) {
   for (const char* bad : {"2/2", "1/0", "-1/2", "1", "1/2/3", "a/b", " 1/2"})
     EXPECT_THROW(parse_shard(bad), UsageError) << bad;
   EXPECT_EQ(parse_shard("3/8").text(), "3/8");
+}
+
+// --shard auto: the index and count a Slurm array or a Kubernetes indexed Job gives.
+TEST(FeatureShardPlan, AutoShardFromTheSchedulersEnvironment) {
+  using mltool::util::resolve_shard;
+  const auto env = [](std::map<std::string, std::string> vars) {
+    return [vars = std::move(vars)](const char* name) -> const char* {
+      const auto it = vars.find(name);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    };
+  };
+  const std::map<std::string, std::string> stepped = {{"SLURM_ARRAY_TASK_ID", "6"},
+                                                      {"SLURM_ARRAY_TASK_MIN", "0"},
+                                                      {"SLURM_ARRAY_TASK_MAX", "7"},
+                                                      {"SLURM_ARRAY_TASK_STEP", "2"}};
+  // --array=0-7:2: tasks 0, 2, 4, 6 are shards 0..3 of 4 (MAX 7 is not a task: (7-0)/2+1 = 4)
+  EXPECT_EQ(resolve_shard("auto", 0, env(stepped)).text(), "3/4");
+  // a re-submitted --array=3 is a one-task array: with --shards 8 it stays 3/8
+  const std::map<std::string, std::string> one = {{"SLURM_ARRAY_TASK_ID", "3"},
+                                                  {"SLURM_ARRAY_TASK_MIN", "3"},
+                                                  {"SLURM_ARRAY_TASK_MAX", "3"},
+                                                  {"SLURM_ARRAY_TASK_STEP", "1"}};
+  EXPECT_EQ(resolve_shard("auto", 8, env(one)).text(), "3/8");
+  EXPECT_EQ(resolve_shard("auto", 0, env(one)).text(), "0/1");
+  EXPECT_THROW(resolve_shard("auto", 3, env(one)), UsageError);  // 3 is not below 3
+  EXPECT_EQ(resolve_shard("auto", 5, env({{"JOB_COMPLETION_INDEX", "4"}})).text(), "4/5");
+  EXPECT_THROW(resolve_shard("auto", 0, env({{"JOB_COMPLETION_INDEX", "4"}})), UsageError);
+  EXPECT_THROW(resolve_shard("auto", 0, env({})), UsageError);
+  EXPECT_THROW(resolve_shard("auto", 0, env({{"SLURM_ARRAY_TASK_ID", "x1"}})), UsageError);
+  EXPECT_EQ(resolve_shard("1/4", 4, env({})).text(), "1/4");
+  EXPECT_THROW(resolve_shard("1/4", 3, env({})), UsageError);   // --shard and --shards disagree
+  EXPECT_EQ(resolve_shard("", 0, env(stepped)).text(), "0/1");  // no --shard: the whole list
+  EXPECT_EQ(mltool::util::array_index("--fold", env({{"JOB_COMPLETION_INDEX", "2"}})), 2u);
 }
 
 // A row's values: a function of its key alone, as extract's are of its tile.

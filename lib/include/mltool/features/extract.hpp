@@ -48,8 +48,9 @@ struct ExtractJob {
   bool keep_going = false;          ///< undecodable tiles become invalid (NaN) rows
   std::uint64_t chunk_rows = 8192;  ///< rows per committed chunk (the resume granularity)
   /// "I/N": only the complete slides I, I+N, I+2N, ... in slide-id order (features/shard.hpp);
-  /// "" = all of them.
+  /// "" = all of them; "auto": I and N from a job array (util::resolve_shard).
   std::string shard;
+  std::size_t shards = 0;            ///< --shards N for --shard auto; 0: not given
   bool allow_wide_features = false;  ///< keep outputs wider than 16,384 values or of > 2 dims
   /// An out-of-memory error ends the run instead of splitting the batch (docs/memory-modes.md).
   bool no_oom_retry = false;

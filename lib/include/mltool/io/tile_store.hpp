@@ -6,6 +6,8 @@
 //          "slides/<id>"  → the slide: path, pyramid, µm/px, level read, tile geometry
 //          "tiles/<id>"   → per kept tile, in key order: row, col, level-0 x, y, tissue
 //          "done/<id>"    → completion marker: committed with the slide's last tiles
+//          "shard"        → of a `tile --shard I/N` store: I, N, the shard's slide list and
+//                           whether the run over it finished (checked by --merge)
 //          "mask/<id>"    → the tissue mask tiles were chosen by (TissueMask; --tissue otsu,
 //                           and absent in stores written before it was kept)
 //
@@ -111,8 +113,16 @@ class TileStore {
   /// finished no slide — refused, failed or killed first — leaves nothing that refuses a
   /// corrected rerun.
   void adopt_settings(const TileSettings& settings);
-  /// In a write transaction that finishes a slide: the adopted settings, if not yet recorded.
-  void put_pending_settings(lmdb::Txn& txn);
+  /// A store-wide meta record ("store", "shard"), parsed; nothing if absent. FormatError if it
+  /// is not JSON.
+  std::optional<nlohmann::json> store_record(const std::string& key) const;
+  /// Records store-wide meta `key` with the first slide this writer finishes, as the settings
+  /// are (a later call for the same key replaces the pending text).
+  void adopt_record(const std::string& key, std::string text);
+  /// Writes store-wide meta `key` now, in its own transaction.
+  void put_store_record(const std::string& key, const std::string& text);
+  /// In a write transaction that finishes a slide: the adopted records (settings, shard).
+  void put_pending_records(lmdb::Txn& txn);
 
   /// Ids of complete slides, sorted.
   std::vector<std::string> completed_slides() const;
@@ -128,6 +138,9 @@ class TileStore {
   /// Deletes the tiles and records of slide `id` unless it is complete; returns the number
   /// of tiles deleted.
   std::uint64_t discard_incomplete(const std::string& id);
+  /// Deletes every tile and record (tile --overwrite): an empty store, still locked by this
+  /// writer.
+  void clear();
 
   /// A consistent read view of the tiles (one read transaction), for one thread at a time.
   class Snapshot {
@@ -190,7 +203,8 @@ class TileStore {
   lmdb::Env env_;
   lmdb::Dbi tiles_;
   lmdb::Dbi meta_;
-  std::string pending_settings_;  // adopt_settings' on a store without: recorded with a slide
+  // adopt_settings' and adopt_record's, on a store without them: recorded with a slide
+  std::vector<std::pair<std::string, std::string>> pending_;
 };
 
 /// What merging one store contributed.

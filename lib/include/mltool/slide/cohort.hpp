@@ -15,16 +15,14 @@
 
 namespace mltool::slide {
 
-/// The slides shard `shard` ("I/N", 0 <= I < N) takes of `slides`: I, I+N, I+2N, ...; all of
-/// them for "". UsageError naming --shard for anything else.
-std::vector<std::string> shard_slides(const std::vector<std::string>& slides,
-                                      const std::string& shard);
-
 struct CohortJob {
   TileJob tile;
-  std::string store;        ///< the tile store (created or appended to)
-  std::string shard;        ///< "I/N" or "" (shard_slides)
-  bool keep_going = false;  ///< a slide that fails is reported (status "failed") and skipped
+  std::string store;           ///< the tile store (created or appended to)
+  std::string shard;           ///< "I/N", "auto" or "" (util::resolve_shard)
+  std::size_t shards = 0;      ///< --shards N for --shard auto; 0: not given
+  bool keep_going = false;     ///< a slide that fails is reported (status "failed") and skipped
+  bool overwrite = false;      ///< empty the store first instead of resuming or adding to it
+  bool allow_partial = false;  ///< merge: join the shards there are, naming the missing ones
 };
 
 struct CohortReport {
@@ -32,6 +30,8 @@ struct CohortReport {
   std::int64_t tiles = 0;           ///< tiles of every slide, skipped ones included
   int failed = 0;                   ///< slides that failed (keep_going)
   int empty = 0;                    ///< slides complete with zero tiles
+  int threads = 0;                  ///< the workers used (--threads, else the allowed CPUs)
+  std::string shard;                ///< "I/N" of a --shard run, else ""
 };
 
 /// The options of the run over a list (lib/slide/tile_options.cpp).
@@ -46,9 +46,10 @@ nlohmann::json to_json(const std::vector<io::MergeReport>& merged, const std::st
 /// error is rethrown (the slides before it are complete in the store).
 CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob& job);
 
-/// Merges every store of `inputs` into the store at `output` (io::merge_store), logging each.
-std::vector<io::MergeReport> merge_stores(const std::string& output,
-                                          const std::vector<std::string>& inputs,
-                                          std::size_t commit_every);
+/// Merges every store of `inputs` into the store `job.store` (io::merge_store), logging each.
+/// Stores of a `--shard I/N` run must be all there and finished: UsageError naming the missing
+/// or unfinished shards, unless job.allow_partial (then logged).
+std::vector<io::MergeReport> merge_stores(const CohortJob& job,
+                                          const std::vector<std::string>& inputs);
 
 }  // namespace mltool::slide

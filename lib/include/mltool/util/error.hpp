@@ -14,6 +14,7 @@ enum class ErrorKind {
   input,     ///< an input file or value is missing, unreadable or invalid (exit 2)
   format,    ///< an input file is readable but does not follow its format (exit 2)
   resource,  ///< the machine ran out of something, or a system call failed (exit 3)
+  stopped,   ///< SIGTERM: the piece in hand was committed, the rest is left (exit 75)
 };
 
 /// Base of every exception mltool throws on purpose. `what()` is a complete,
@@ -47,6 +48,13 @@ class ResourceError : public Error {
   explicit ResourceError(const std::string& m) : Error(ErrorKind::resource, m) {}
 };
 
+/// A run that stopped early on request (SIGTERM, util/stop.hpp) after committing what it had:
+/// running the same command again resumes it.
+class StoppedError : public Error {
+ public:
+  explicit StoppedError(const std::string& m) : Error(ErrorKind::stopped, m) {}
+};
+
 /// "path: message" — the prefix every file-related error uses.
 std::string at_file(const std::string& path, const std::string& message);
 
@@ -63,6 +71,7 @@ inline constexpr int usage = 1;
 inline constexpr int input = 2;
 inline constexpr int runtime = 3;
 inline constexpr int partial = 4;
+inline constexpr int stopped = 75;  ///< EX_TEMPFAIL: "try again" (a requeued task resumes)
 }  // namespace exit_code
 
 /// The exit code for an error kind.

@@ -22,6 +22,21 @@ json read_json(const std::string& path) {
   return doc;
 }
 
+// The splits with one entry a batch: a batch resumed in its middle was noted by both runs,
+// the second time from the first row the resumed run wrote to the batch's end.
+json joined_splits(const json& splits) {
+  json out = json::array();
+  for (const auto& s : splits) {
+    if (!out.empty() && out.back().at("batch") == s.at("batch")) {
+      const auto end = s.at("first_row").get<std::uint64_t>() + s.at("rows").get<std::uint64_t>();
+      out.back()["rows"] = end - out.back().at("first_row").get<std::uint64_t>();
+      continue;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
 }  // namespace
 
 json ChunkedFeatureWriter::partial_config(const std::string& dir) {
@@ -58,6 +73,7 @@ ChunkedFeatureWriter::ChunkedFeatureWriter(std::string dir, std::uint64_t dims, 
   while (util::exists(chunk_path(chunks_, ".json"))) {
     const json manifest = read_json(chunk_path(chunks_, ".json"));
     committed_ += manifest.at("rows").get<std::uint64_t>();
+    for (const auto& split : manifest.value("splits", json::array())) splits_.push_back(split);
     ++chunks_;
   }
   // Files of a chunk that was being written when the run died are not committed: drop them.
@@ -87,8 +103,11 @@ void ChunkedFeatureWriter::commit_chunk() {
     npy.commit();
   }
   util::write_file_atomic(chunk_path(chunks_, ".keys"), keys_);
-  util::write_file_atomic(chunk_path(chunks_, ".json"),
-                          json{{"rows", pending_}, {"invalid", invalid_}}.dump() + "\n");
+  json manifest = {{"rows", pending_}, {"invalid", invalid_}};
+  if (!pending_splits_.empty()) manifest["splits"] = pending_splits_;
+  util::write_file_atomic(chunk_path(chunks_, ".json"), manifest.dump() + "\n");
+  for (auto& split : pending_splits_) splits_.push_back(std::move(split));
+  pending_splits_ = json::array();
   ++chunks_;
   committed_ += pending_;
   rows_.clear();
@@ -97,10 +116,17 @@ void ChunkedFeatureWriter::commit_chunk() {
   pending_ = 0;
 }
 
+void ChunkedFeatureWriter::note_split(json split, std::uint64_t rows) {
+  split["first_row"] = committed_ + pending_;
+  split["rows"] = rows;
+  pending_splits_.push_back(std::move(split));
+}
+
 std::uint64_t ChunkedFeatureWriter::finish(io::DType dtype, const json& model, const json& source) {
   std::uint64_t invalid = 0;
   commit_chunk();
   io::FeatureStoreWriter out(dir_, dims_, dtype, model, source);
+  out.set_split_batches(joined_splits(splits_));
   std::uint64_t base = 0;
   for (std::uint64_t c = 0; c < chunks_; ++c) {
     const json manifest = read_json(chunk_path(c, ".json"));

@@ -28,6 +28,7 @@
 #include "mltool/io/image_codec.hpp"
 #include "mltool/io/manifest.hpp"
 #include "mltool/io/tile_store.hpp"
+#include "mltool/util/batch_split.hpp"
 #include "mltool/util/bounded_queue.hpp"
 #include "mltool/util/device.hpp"
 #include "mltool/util/error.hpp"
@@ -57,6 +58,7 @@ struct Result {
   std::int64_t size = 0;
   torch::Tensor features;  // CPU float32 size × D
   std::vector<std::uint8_t> invalid;
+  std::optional<util::BatchSplit> split;  // computed in pieces after an out-of-memory error
 };
 
 // Results arrive from the device threads in any order and leave in batch order.
@@ -359,7 +361,32 @@ struct Pipeline {
   Reorder results;
   Failure failure;
   std::atomic<int> live_workers;
+  std::unique_ptr<util::BatchSplitter> splitter;  // set by start_splitter
 };
+
+// The out-of-memory size rule where the batches before this run's first left it: the splits
+// the committed chunks recorded are replayed (batch_split.hpp).
+void start_splitter(Pipeline& p, const ChunkedFeatureWriter& writer) {
+  std::map<std::uint64_t, util::BatchSplit> recorded;
+  for (const auto& j : writer.committed_splits()) {
+    const util::BatchSplit s = util::BatchSplit::from_json(j, writer.partial_dir());
+    recorded.emplace(s.batch, s);
+  }
+  p.splitter = std::make_unique<util::BatchSplitter>(p.job.batch, !p.job.no_oom_retry, recorded);
+  if (recorded.empty() || p.batch_ids.empty()) return;
+  std::vector<std::uint64_t> earlier = p.plan.batches(0, p.batch);
+  earlier.erase(std::lower_bound(earlier.begin(), earlier.end(), p.batch_ids.front()),
+                earlier.end());
+  p.splitter->replay(earlier);
+}
+
+// "m.pt at input size 224", for an out-of-memory error.
+std::string model_text(const Extractor& model, int input_size) {
+  const json d = model.describe();
+  return (d.contains("path") ? d.value("path", std::string())
+                             : "builtin:" + d.value("name", std::string())) +
+         " at input size " + std::to_string(input_size);
+}
 
 // Batch `b` of this run decoded into `buffer`. Look-ups on this thread (one read transaction
 // is used by one thread at a time); the values point into the map, valid while the
@@ -424,6 +451,7 @@ void run_device(Pipeline& p, Extractor& model) {
     struct InFlight {
       HostBatch batch;
       torch::Tensor features;  // on the device, possibly still computing
+      std::optional<util::BatchSplit> split;
     };
     std::optional<InFlight> pending;
     auto finish_pending = [&] {
@@ -432,6 +460,7 @@ void run_device(Pipeline& p, Extractor& model) {
       r.size = pending->batch.size;
       r.features = pending->features.to(torch::kCPU).contiguous();  // waits for that forward
       r.invalid = std::move(pending->batch.invalid);
+      r.split = pending->split;
       p.pool.push(pending->batch.pixels);
       p.results.put(pending->batch.index, std::move(r));
       pending.reset();
@@ -459,7 +488,11 @@ void run_device(Pipeline& p, Extractor& model) {
         copied->block(compute);
         input.record_stream(compute);
       }
-      pending = InFlight{std::move(*hb), model.forward(input)};
+      std::optional<util::BatchSplit> split;
+      auto features = p.splitter->forward(
+          input, p.batch_ids[hb->index], [&](const torch::Tensor& x) { return model.forward(x); },
+          device, model_text(model, p.job.input_size), split);
+      pending = InFlight{std::move(*hb), std::move(features), split};
       if (pending->features.size(1) != p.dims)
         throw UsageError("the model produced " + std::to_string(pending->features.size(1)) +
                          " features for a batch of " + std::to_string(pending->batch.size) +
@@ -474,6 +507,13 @@ void run_device(Pipeline& p, Extractor& model) {
   p.results.wake();
 }
 
+// Records in the chunk the rows of `r` that are written, computed in a split batch.
+void note_split(const Pipeline& p, ChunkedFeatureWriter& writer, const Result& r) {
+  std::uint64_t rows = 0;
+  for (std::int64_t i = 0; i < r.size; ++i) rows += p.writes(r.first_row + i) ? 1 : 0;
+  if (rows > 0) writer.note_split(r.split->to_json(), rows);
+}
+
 // Writer: rows in store order. Returns how many rows it wrote.
 std::uint64_t write_rows(Pipeline& p, ChunkedFeatureWriter& writer, Clock::time_point run_start) {
   auto last_report = Clock::now();
@@ -485,6 +525,7 @@ std::uint64_t write_rows(Pipeline& p, ChunkedFeatureWriter& writer, Clock::time_
       auto r = p.results.take(b, [&] { return p.failure.stopped || p.live_workers == 0; });
       if (!r) break;
       const float* rows = r->features.data_ptr<float>();
+      if (r->split) note_split(p, writer, *r);
       for (std::int64_t i = 0; i < r->size; ++i) {
         if (!p.writes(r->first_row + i)) continue;
         const bool invalid = r->invalid[i] != 0;
@@ -607,6 +648,7 @@ ExtractReport extract_features(const ExtractJob& request) {
   report.resumed_from = first;
 
   Pipeline pipeline(job, tiles.store, tiles.keys, plan, tiles.tile, dims, first, devices);
+  start_splitter(pipeline, writer);
   Clock::time_point run_start;
   const std::uint64_t written = run_pipeline(pipeline, writer, replicas, run_start);
   const std::uint64_t total = plan.rows - first;

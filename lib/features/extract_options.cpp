@@ -105,6 +105,8 @@ const util::Options<ExtractJob>& extract_options() {
       flag("--allow-wide-features", &J::allow_wide_features,
            "Keep a model output of more than two dimensions or over 16384 values a tile "
            "(flattened); refused otherwise as unpooled tokens"),
+      flag("--no-oom-retry", &J::no_oom_retry,
+           "An out-of-memory error ends the run instead of splitting the batch and retrying"),
   };
   return table;
 }

@@ -11,6 +11,7 @@
 #include "mltool/io/crc32c.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
+#include "mltool/util/oom.hpp"
 
 namespace mltool::features {
 namespace {
@@ -92,7 +93,8 @@ class TorchScriptExtractor final : public Extractor {
       return run(nhwc);
     } catch (const Error&) {
       throw;
-    } catch (const std::exception& e) {  // e.g. out of device memory on a larger batch
+    } catch (const std::exception& e) {
+      if (util::is_out_of_memory(e)) throw;  // the caller splits the batch (batch_split.hpp)
       throw ResourceError(at_file(path_, "the forward pass of a batch of " +
                                              std::to_string(nhwc.size(0)) +
                                              " tiles failed: " + torch_error_cause(e)));

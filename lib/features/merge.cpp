@@ -163,6 +163,43 @@ json merged_source(const std::vector<const Input*>& by_index) {
   return source;
 }
 
+// The shards' split_batches (rows computed in pieces after an out-of-memory error) with their
+// rows renumbered as the merged store has them: an entry whose rows the merge separates (its
+// batch spans slides that other shards' slides now come between) becomes one per stretch.
+class MergedSplits {
+ public:
+  // Row `row` of `in` became row `out` of the merged store.
+  void add(const Input& in, std::uint64_t row, std::uint64_t out) {
+    const json& manifest = in.store.manifest();
+    const auto found = manifest.find("split_batches");
+    if (found == manifest.end()) return;
+    const json& splits = *found;
+    auto& next = next_[&in];  // rows come in ascending order per input
+    while (next < splits.size() && end_of(splits[next]) <= row) ++next;
+    if (next == splits.size() || splits[next].at("first_row").get<std::uint64_t>() > row) return;
+    const json& s = splits[next];
+    if (!out_.empty() && last_ == std::make_pair(&in, next) && end_of(out_.back()) == out) {
+      out_.back()["rows"] = out_.back().at("rows").get<std::uint64_t>() + 1;
+      return;
+    }
+    out_.push_back({{"batch", s.at("batch")},
+                    {"size", s.at("size")},
+                    {"oom", s.at("oom")},
+                    {"first_row", out},
+                    {"rows", 1}});
+    last_ = {&in, next};
+  }
+  json take() { return std::move(out_); }
+
+ private:
+  static std::uint64_t end_of(const json& s) {
+    return s.at("first_row").get<std::uint64_t>() + s.at("rows").get<std::uint64_t>();
+  }
+  std::map<const Input*, std::size_t> next_;
+  std::pair<const Input*, std::size_t> last_{nullptr, 0};
+  json out_ = json::array();
+};
+
 // Copies the rows slide by slide in store order; returns the invalid rows.
 std::uint64_t write_merged(const std::vector<const Input*>& by_index, const std::string& output) {
   const Input& first = *by_index.front();
@@ -175,6 +212,7 @@ std::uint64_t write_merged(const std::vector<const Input*>& by_index, const std:
   io::FeatureStoreWriter out(output, first.store.dims(), first.store.dtype(),
                              first.store.manifest().at("model"), merged_source(by_index));
   std::uint32_t crc = 0;
+  MergedSplits splits;
   for (const Block& b : blocks) {
     const io::FeatureStore& in = b.input->store;
     const auto* data = static_cast<const unsigned char*>(in.data());
@@ -187,6 +225,7 @@ std::uint64_t write_merged(const std::vector<const Input*>& by_index, const std:
                                                 "', as source.shard.slides says"));
       out.append_stored(key, data + r * in.row_bytes());
       if (std::binary_search(invalid.begin(), invalid.end(), r)) out.mark_invalid(out.rows() - 1);
+      splits.add(*b.input, r, out.rows() - 1);
       crc = io::crc32c_extend(io::crc32c_extend(crc, key.data(), key.size()), "\n", 1);
     }
   }
@@ -195,6 +234,7 @@ std::uint64_t write_merged(const std::vector<const Input*>& by_index, const std:
                                           std::to_string(crc) + ", the shards recorded " +
                                           text(first.shard.value("store_keys_crc32c", json())) +
                                           ")"));
+  out.set_split_batches(splits.take());
   out.finish();
   std::uint64_t invalid = 0;
   for (const Input* in : by_index) invalid += in->store.invalid_rows().size();

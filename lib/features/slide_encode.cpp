@@ -21,6 +21,7 @@
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
+#include "mltool/util/oom.hpp"
 #include "mltool/util/output_lock.hpp"
 #include "slide_groups_internal.hpp"
 
@@ -151,15 +152,17 @@ class SlideModule {
   // One row of card.dims values; `fell_back` says the group ran on the CPU instead.
   std::vector<float> forward(const Inputs& in, const std::string& group, bool& fell_back) {
     fell_back = false;
-    if (device_.is_cpu()) return run(module_, in, torch::Device(torch::kCPU), group);
+    if (device_.is_cpu()) return on_cpu(module_, in, group);
     try {
       return run(module_, in, device_, group);
-    } catch (const c10::OutOfMemoryError&) {
+    } catch (const std::exception& e) {
+      if (!util::is_out_of_memory(e)) throw;
+      util::release_cached_memory(device_);  // what the failed forward cached
       log::warn("group '" + group + "': " + std::to_string(in.features.size(0)) +
                 " tiles do not fit in " + device_.str() + "'s memory; encoding it on the CPU");
       if (!cpu_) cpu_ = load(torch::Device(torch::kCPU));
       fell_back = true;
-      return run(*cpu_, in, torch::Device(torch::kCPU), group);
+      return on_cpu(*cpu_, in, group);
     }
   }
 
@@ -175,6 +178,20 @@ class SlideModule {
     }
   }
 
+  // On the CPU, whose memory is the last resort: running out there is the run's error.
+  std::vector<float> on_cpu(torch::jit::Module& m, const Inputs& in, const std::string& group) {
+    const torch::Device cpu(torch::kCPU);
+    try {
+      return run(m, in, cpu, group);
+    } catch (const std::exception& e) {
+      if (!util::is_out_of_memory(e)) throw;
+      throw ResourceError(at_file(card_.file, "out of memory encoding group '" + group + "' (" +
+                                                  std::to_string(in.features.size(0)) +
+                                                  " tiles) on the CPU (" +
+                                                  util::free_memory_text(cpu) + ")"));
+    }
+  }
+
   std::vector<float> run(torch::jit::Module& m, const Inputs& in, torch::Device d,
                          const std::string& group) {
     torch::InferenceMode guard;
@@ -183,9 +200,8 @@ class SlideModule {
       out = m.forward({in.features.to(d), in.coords.to(d),
                        torch::tensor(in.tile_size, torch::kInt64).to(d),
                        torch::tensor(in.mpp, torch::kFloat64).to(d)});
-    } catch (const c10::OutOfMemoryError&) {
-      throw;
     } catch (const std::exception& e) {
+      if (util::is_out_of_memory(e)) throw;  // forward() encodes the group on the CPU
       throw ResourceError(at_file(card_.file, "the slide encoder failed on group '" + group +
                                                   "' (" + std::to_string(in.features.size(0)) +
                                                   " tiles): " + torch_error_cause(e)));

@@ -128,6 +128,7 @@ void FeatureStoreWriter::finish() {
               {"created_by", created_by_}};
   if (!source_.is_null()) doc["source"] = source_;
   if (!invalid_rows_.empty()) doc["invalid_rows"] = invalid_rows_;
+  if (split_batches_.is_array() && !split_batches_.empty()) doc["split_batches"] = split_batches_;
   const std::string manifest_path = join(dir_, kFeaturesManifestFile);
   // Validate and serialize before publishing anything: a manifest that cannot be
   // written must not leave new data files behind either.

@@ -46,7 +46,9 @@ json LoopState::to_json() const {
           {"best_epoch", best_epoch},
           {"bad_epochs", bad_epochs},
           {"metrics_bytes", metrics_bytes},
-          {"status", status}};
+          {"status", status},
+          {"oom_micro_batches", oom_micro_batches},
+          {"oom_sections", oom_sections}};
 }
 
 LoopState LoopState::from_json(const json& doc, const std::string& where) {
@@ -66,6 +68,8 @@ LoopState LoopState::from_json(const json& doc, const std::string& where) {
     s.bad_epochs = doc.at("bad_epochs").get<int>();
     s.metrics_bytes = doc.at("metrics_bytes").get<std::uint64_t>();
     s.status = doc.at("status").get<std::string>();
+    s.oom_micro_batches = doc.value("oom_micro_batches", std::int64_t{0});  // absent before 0.x
+    s.oom_sections = doc.value("oom_sections", std::int64_t{0});
     return s;
   } catch (const json::exception& e) {
     throw FormatError(at_file(where, std::string("checkpoint state: ") + e.what()));

@@ -15,6 +15,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -83,6 +84,26 @@ std::unique_ptr<Feed> pinned_feed(std::shared_ptr<const RowSource> source, torch
 std::unique_ptr<Feed> host_feed(std::shared_ptr<const RowSource> source,
                                 const SplitSamples& samples, torch::Tensor targets,
                                 records::PackUnit unit, const torch::Device& device, int workers);
+
+/// A pinned feed that can become a host feed (train's out-of-memory fallback in the first epoch,
+/// oom_step.hpp): to_host() drops the pinned feed, and with it its share of the device's copy of
+/// the rows, and goes on from the same position of the same pass with `make_host()`'s feed,
+/// which serves the same batches.
+class FallbackFeed : public Feed {
+ public:
+  FallbackFeed(std::unique_ptr<Feed> pinned, std::function<std::unique_ptr<Feed>()> make_host);
+  void start(const torch::Tensor& order, std::int64_t batch, std::int64_t first) override;
+  std::optional<Batch> next() override;
+  /// Switches to the host feed; false when it already is one.
+  bool to_host();
+
+ private:
+  std::unique_ptr<Feed> inner_;
+  std::function<std::unique_ptr<Feed>()> make_host_;
+  bool host_ = false;
+  torch::Tensor order_;  // the pass in progress: its order, batch size and batches served
+  std::int64_t batch_ = 0, served_ = 0;
+};
 
 /// Bytes the pinned feed puts on the device for `source`.
 std::uint64_t pinned_bytes(const RowSource& source);

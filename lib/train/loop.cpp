@@ -12,8 +12,10 @@
 #include "mltool/train/batches.hpp"
 #include "mltool/train/sections.hpp"
 #include "mltool/train/step.hpp"
+#include "mltool/util/batch_split.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/stop.hpp"
+#include "oom_step.hpp"
 
 namespace mltool::train {
 namespace {
@@ -120,14 +122,29 @@ void clip_gradients(const std::vector<torch::Tensor>& parameters, double max_nor
 }
 
 Evaluation evaluate(BlockModel& model, Feed& feed, const SplitSamples& samples, std::int64_t batch,
-                    const Task& task) {
+                    const Task& task, bool oom_retry) {
   const torch::NoGradGuard no_grad;
   model.eval();
   const auto n = static_cast<std::int64_t>(samples.size());
   feed.start(torch::arange(n, torch::kInt64), batch, 0);
   std::vector<torch::Tensor> outputs;
-  while (auto b = feed.next())
-    outputs.push_back(model.forward(Activation{b->x, b->mask}).to(torch::kCPU, torch::kFloat32));
+  // A batch that runs out of memory is split (util::BatchSplitter; the rows are independent
+  // in eval mode): the pieces are ranges of its samples.
+  util::BatchSplitter splitter(batch, oom_retry, {}, false);
+  std::uint64_t number = 0;
+  while (auto b = feed.next()) {
+    const auto forward = [&](const torch::Tensor& rows) {
+      const auto first = rows[0].item<std::int64_t>(), count = rows.size(0);
+      return model.forward(
+          Activation{b->x.narrow(0, first, count),
+                     b->mask.defined() ? b->mask.narrow(0, first, count) : torch::Tensor()});
+    };
+    std::optional<util::BatchSplit> split;
+    outputs.push_back(splitter
+                          .forward(torch::arange(b->size, torch::kInt64), number++, forward,
+                                   b->x.device(), "the model (validation)", split)
+                          .to(torch::kCPU, torch::kFloat32));
+  }
   model.train();
   Evaluation e;
   e.outputs = torch::cat(outputs);
@@ -231,8 +248,7 @@ torch::Tensor accumulate(Loop& loop, const Batch& b, std::int64_t global,
   if (loop.dp && !loop.task->per_sample()) across = rank_global_loss(*loop.task, *loop.dp, global);
   const StepLoss& loss = across ? *across : *loop.task;
   return loop.section_bounds.empty()
-             ? accumulate_gradients(loop.model, in, b.y, loss, loop.job.micro_batches,
-                                    activation_bytes)
+             ? accumulate_gradients(loop.model, in, b.y, loss, loop.micro_batches, activation_bytes)
              : accumulate_gradients_sectioned(loop.model, in, b.y, loss, loop.section_bounds,
                                               activation_bytes, loop.job.offload_boundaries);
 }
@@ -276,7 +292,8 @@ void train_step(Training& t, int epoch, const std::vector<double>& scales) {
   const torch::Tensor local_loss =
       joins  ? join_idle(loop, global)
       : idle ? torch::zeros({}, torch::TensorOptions().device(loop.device))
-             : accumulate(loop, *b, global, &activation_bytes);
+             : with_oom_retry(loop, state, b->size,
+                              [&] { return accumulate(loop, *b, global, &activation_bytes); });
   loop.peak_activation_bytes = std::max(loop.peak_activation_bytes, activation_bytes);
   const auto loss = loop.dp ? loop.reducer->finish(local_loss) : local_loss;
   if (job.clip_norm > 0) clip_gradients(t.parameters, job.clip_norm);
@@ -371,7 +388,8 @@ void end_epoch(Training& t, int epoch) {
   if (loop.dp) loop.dp->broadcast(buffers_of(loop.model));  // rank 0's batch-norm statistics
   const double train_loss =
       state.epoch_loss / static_cast<double>(std::max<std::int64_t>(1, state.epoch_count));
-  const auto eval = evaluate(loop.model, loop.val_feed, loop.val, job.batch, *loop.task);
+  const auto eval =
+      evaluate(loop.model, loop.val_feed, loop.val, job.batch, *loop.task, !job.no_oom_retry);
   const auto& metrics = eval.metrics;
   const bool improved =
       note_best(state, job.monitor, metrics.at(util::name_of(kMonitors, job.monitor)), epoch);

@@ -41,9 +41,10 @@ struct Evaluation {
 };
 
 /// Runs the model in eval mode over every sample of `samples` in split order; the task gives
-/// the metrics.
+/// the metrics. A batch that runs out of memory is split (util::BatchSplitter) unless
+/// `oom_retry` is false (--no-oom-retry).
 Evaluation evaluate(BlockModel& model, Feed& feed, const SplitSamples& samples, std::int64_t batch,
-                    const Task& task);
+                    const Task& task, bool oom_retry = true);
 
 /// A split the loop reads: its feed and its samples.
 struct LoopSplit {
@@ -85,6 +86,16 @@ struct Loop {
   GradientReducer* reducer = nullptr;  ///< with dp: sums the gradients during backward
   /// The global batch size of each step of an epoch (step_sizes); steps_per_epoch of them.
   std::vector<std::int64_t> step_sizes;
+  /// The parts each step runs in: --micro-batches, doubled by out-of-memory errors.
+  std::int64_t micro_batches = 1;
+  /// Out-of-memory fallback once micro-batches of one sample do not fit: sections of one block
+  /// each (plan_sections); unset: none.
+  std::function<std::vector<std::size_t>(std::int64_t sections)> plan_sections;
+  /// Out-of-memory fallback in the first epoch: the pinned feed leaves the device for the host
+  /// feed; false when there is none to drop. Unset: none.
+  std::function<bool()> drop_pinned_feed;
+  /// Called when an out-of-memory error changed how the steps run (run.json records it).
+  std::function<void(const LoopState&)> on_memory_change;
 };
 
 /// Trains from `state` until the epochs are done, early stopping, or job.max_steps (then

@@ -59,6 +59,8 @@ const util::Options<PredictJob>& predict_options() {
              "With --group-table: the column that names each slide's group"),
       flag("--overwrite", &J::overwrite,
            "Predict again into an output that holds a prediction with other settings"),
+      flag("--no-oom-retry", &J::no_oom_retry,
+           "An out-of-memory error ends the run instead of splitting the batch and retrying"),
   };
   return table;
 }
@@ -154,7 +156,9 @@ class ScoreJournal {
                    {static_cast<std::int64_t>(s.attention.size())},
                    s.attention.data(),
                    s.attention.size() * sizeof(float)});
-    write_safetensors(file(id), t);
+    std::map<std::string, std::string> metadata;
+    if (!s.splits.empty()) metadata["mltool.split_batches"] = s.splits.dump();
+    write_safetensors(file(id), t, metadata);
   }
 
  private:
@@ -301,6 +305,17 @@ struct Heatmaps {
   std::string dir;
 };
 
+// The number of slide `s`'s first batch in the run's batch order (every slide's batches counted,
+// journaled or not, so a resumed run numbers them as the uninterrupted one: MLTOOL_DEBUG_OOM).
+std::uint64_t first_batch(const PredictJob& job, const PredictInput& in, std::size_t s,
+                          const Predictor& predictor) {
+  std::uint64_t first = 0;
+  const auto batch = static_cast<std::uint64_t>(job.batch);
+  for (std::size_t i = 0; i < s; ++i)
+    first += predictor.bag() ? 1 : (in.rows[i].size() + batch - 1) / batch;
+  return first;
+}
+
 // Slide `s`: its scores from the journal or the model (then journaled), its heatmaps.
 // Returns whether they came from the journal.
 bool predict_slide(const PredictJob& job, const PredictInput& in, std::size_t s,
@@ -311,8 +326,11 @@ bool predict_slide(const PredictJob& job, const PredictInput& in, std::size_t s,
   const auto& rows = in.rows[s];
   auto found = journal.find(slide, rows.size(), predictor.bag());
   const bool resumed = found.has_value();
-  const SlideScores scores = resumed ? std::move(*found) : predictor.score(*in.source, rows);
+  const SlideScores scores =
+      resumed ? std::move(*found)
+              : predictor.score(*in.source, rows, first_batch(job, in, s, predictor));
   if (!resumed) journal.save(slide, scores);
+  r.split_batches += static_cast<std::int64_t>(scores.splits.size());
   c.add(in, s, scores, predictor.bag());
   if (!h.tiles || in.grouped || (predictor.bag() && scores.attention.empty())) return resumed;
   if (!h.tiles->is_complete(slide)) {
@@ -332,9 +350,11 @@ bool predict_slide(const PredictJob& job, const PredictInput& in, std::size_t s,
 }  // namespace
 
 json to_json(const PredictReport& r) {
-  return {{"output", r.output},   {"unit", r.unit},       {"device", r.device},
-          {"weights", r.weights}, {"samples", r.samples}, {"tiles", r.tiles},
-          {"slides", r.slides},   {"resumed", r.resumed}, {"heatmaps", r.heatmaps},
+  return {{"output", r.output},     {"unit", r.unit},
+          {"device", r.device},     {"weights", r.weights},
+          {"samples", r.samples},   {"tiles", r.tiles},
+          {"slides", r.slides},     {"resumed", r.resumed},
+          {"heatmaps", r.heatmaps}, {"split_batches", r.split_batches},
           {"seconds", r.seconds}};
 }
 

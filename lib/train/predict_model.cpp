@@ -7,6 +7,7 @@
 
 #include "export.hpp"
 #include "mltool/train/model_spec.hpp"
+#include "mltool/util/batch_split.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/parallel.hpp"
@@ -53,7 +54,11 @@ std::string weights_file(const PredictJob& job) {
 }
 
 Predictor::Predictor(const json& run, const PredictJob& job, const torch::Device& device)
-    : device_(device), batch_(job.batch), threads_(util::thread_count(job.threads)) {
+    : device_(device),
+      batch_(job.batch),
+      retry_(!job.no_oom_retry),
+      name_("the model of " + job.run),
+      threads_(util::thread_count(job.threads)) {
   const std::string unit = run.at("dataset").value("unit", "tile");
   bag_ = unit == "bag";
   const auto& m = run.at("model");
@@ -106,7 +111,8 @@ SlideScores Predictor::score_bag(const torch::Tensor& x) const {
 // Tiles and images: batches of `batch_` rows from the slide's first, the next one gathered
 // (decoded) while this one computes; on a GPU gathered into pinned memory and copied
 // asynchronously. Bags: the slide's rows as one bag.
-SlideScores Predictor::score(const RowSource& source, const std::vector<std::int64_t>& rows) const {
+SlideScores Predictor::score(const RowSource& source, const std::vector<std::int64_t>& rows,
+                             std::uint64_t first_batch) const {
   torch::NoGradGuard no_grad;
   const bool features = source.dtype() != torch::kUInt8;  // tiles' pixels stay uint8
   const bool cuda = device_.is_cuda();
@@ -121,11 +127,22 @@ SlideScores Predictor::score(const RowSource& source, const std::vector<std::int
   };
   SlideScores out;
   std::vector<torch::Tensor> parts;
+  util::BatchSplitter splitter(batch_, retry_, {});
+  const auto forward = [&](const torch::Tensor& x) { return model_->forward({x, {}}); };
   auto ahead = std::async(std::launch::async, fetch, std::size_t{0});
   for (std::size_t b = 0; b < rows.size(); b += batch) {
     const auto host = ahead.get();
     if (b + batch < rows.size()) ahead = std::async(std::launch::async, fetch, b + batch);
-    parts.push_back(model_->forward({prepare(host), {}}).to(torch::kCPU, torch::kFloat32));
+    std::optional<util::BatchSplit> split;
+    parts.push_back(
+        splitter.forward(prepare(host), first_batch + b / batch, forward, device_, name_, split)
+            .to(torch::kCPU, torch::kFloat32));
+    if (split) {
+      json j = split->to_json();
+      j["first_row"] = b;
+      j["rows"] = host.size(0);
+      out.splits.push_back(j);
+    }
   }
   out.logits = parts.empty() ? torch::zeros({0, 0}) : torch::cat(parts);
   return out;

@@ -52,6 +52,9 @@ std::string weights_file(const PredictJob& job);
 struct SlideScores {
   torch::Tensor logits;
   std::vector<float> attention;
+  /// The batches computed in pieces after an out-of-memory error (util::BatchSplit, with
+  /// first_row and rows counted in the slide); journaled with the scores.
+  nlohmann::json splits = nlohmann::json::array();
 };
 
 /// A finished run's model with the chosen weights, in eval mode on its device.
@@ -59,8 +62,11 @@ class Predictor {
  public:
   Predictor(const nlohmann::json& run, const PredictJob& job, const torch::Device& device);
   /// Scores the slide made of `rows` of `source`, `batch` rows per forward pass (tiles and
-  /// images; a bag is one pass), decoding on `threads` threads.
-  SlideScores score(const RowSource& source, const std::vector<std::int64_t>& rows) const;
+  /// images; a bag is one pass), decoding on `threads` threads. A batch that runs out of memory
+  /// is split (util::BatchSplitter; each slide starts at --batch again); `first_batch` is the
+  /// number of the slide's first batch in the run.
+  SlideScores score(const RowSource& source, const std::vector<std::int64_t>& rows,
+                    std::uint64_t first_batch) const;
   bool bag() const { return bag_; }
   /// Whether the model tells its attention per tile (built-in bag models, and TorchScript
   /// bag modules with an `attention(bag)` method).
@@ -72,6 +78,8 @@ class Predictor {
   std::shared_ptr<torch::jit::Module> script_;  ///< a TorchScript run's module, else null
   torch::Device device_;
   std::int64_t batch_ = 1;
+  bool retry_ = true;
+  std::string name_;  ///< the run's model, for an out-of-memory error
   int threads_ = 1;
   bool bag_ = false;
   std::size_t pool_ = 0;  ///< a built-in bag model's attention block

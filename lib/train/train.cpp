@@ -300,6 +300,10 @@ Plan resolve_plan(const TrainJob& job) {
 struct Feeds {
   FeedKind kind = FeedKind::host;  ///< pinned, host or sync: auto resolved
   std::unique_ptr<Feed> train, val;
+  /// --feed auto's pinned feeds, which an out-of-memory error in the first epoch turns into
+  /// host feeds (oom_step.hpp); null otherwise.
+  FallbackFeed* train_fallback = nullptr;
+  FallbackFeed* val_fallback = nullptr;
 };
 
 // Why the pinned feed cannot be used ("" if it can; then `matrix` holds the rows).
@@ -344,6 +348,19 @@ Feeds choose_feed(const TrainJob& job, const Plan& p) {
   };
   f.train = make(p.train);
   f.val = make(p.val);
+  if (job.feed == FeedKind::auto_choice && f.kind == FeedKind::pinned && !p.dp) {
+    const auto fallback = [&](std::unique_ptr<Feed>& feed, const SplitSamples& s) {
+      auto wrapped = std::make_unique<FallbackFeed>(std::move(feed), [&p, &s] {
+        return host_feed(p.source, s, p.task->targets(s), p.data.unit, p.device,
+                         std::min(8, p.threads));
+      });
+      FallbackFeed* raw = wrapped.get();
+      feed = std::move(wrapped);
+      return raw;
+    };
+    f.train_fallback = fallback(f.train, p.train);
+    f.val_fallback = fallback(f.val, p.val);
+  }
   return f;
 }
 
@@ -484,6 +501,30 @@ LoopState resume_run(const Plan& p, OpenRun& run, Loop& loop, json& manifest) {
   return state;
 }
 
+// Out-of-memory changes to how the steps run (oom_step.hpp): a resumed run's continue, and
+// run.json's runtime.oom_retry records them as they happen.
+void keep_memory_changes(Loop& loop, const LoopState& state, json& manifest, RunDir& dir) {
+  const auto record = [&manifest, &dir, &loop](const LoopState& s) {
+    manifest["runtime"]["oom_retry"] = {{"micro_batches", loop.micro_batches},
+                                        {"sections", s.oom_sections > 0 ? s.oom_sections : 1}};
+    dir.write_manifest(manifest);
+  };
+  if (state.oom_micro_batches > loop.micro_batches) {
+    loop.micro_batches = state.oom_micro_batches;
+    log::info("resuming with " + std::to_string(loop.micro_batches) +
+              " micro-batches, as an out-of-memory error left the run");
+  }
+  const auto sections = static_cast<std::int64_t>(loop.section_bounds.size()) - 1;  // -1: none
+  if (state.oom_sections > std::max<std::int64_t>(1, sections)) {
+    loop.section_bounds = loop.plan_sections(state.oom_sections);
+    loop.micro_batches = 1;
+    log::info("resuming with " + std::to_string(state.oom_sections) +
+              " sections, as an out-of-memory error left the run");
+  }
+  if (state.oom_micro_batches > 0 || state.oom_sections > 0) record(state);
+  loop.on_memory_change = record;
+}
+
 // The report of a finished (or stopped) loop.
 TrainReport make_report(const TrainJob& job, const Plan& p, const Feeds& feeds, const Loop& loop,
                         const LoopState& state, const GradientReducer* reducer) {
@@ -501,9 +542,9 @@ TrainReport make_report(const TrainJob& job, const Plan& p, const Feeds& feeds, 
   r.best_value = state.best.value_or(0);
   r.monitor = util::name_of(kMonitors, job.monitor);
   r.memory_mode = !loop.section_bounds.empty() ? "sections"
-                  : job.micro_batches > 1      ? "micro_batches"
+                  : loop.micro_batches > 1     ? "micro_batches"
                                                : "plain";
-  r.micro_batches = job.micro_batches;
+  r.micro_batches = loop.micro_batches;
   r.sections = section_blocks(loop.model, loop.section_bounds);
   r.activation_bytes = loop.peak_activation_bytes;
   r.device_peak_bytes = device_peak(p.device);
@@ -517,8 +558,9 @@ TrainReport make_report(const TrainJob& job, const Plan& p, const Feeds& feeds, 
 // The median risk of the final model on its training samples (cross-validation splits each
 // fold's out-of-fold risks into high and low at it).
 double median_train_risk(const TrainJob& job, const Plan& p, Loop& loop) {
-  auto risk =
-      p.task->scores(evaluate(loop.model, loop.train_feed, p.train, job.batch, *p.task).outputs);
+  auto risk = p.task->scores(
+      evaluate(loop.model, loop.train_feed, p.train, job.batch, *p.task, !job.no_oom_retry)
+          .outputs);
   std::sort(risk.begin(), risk.end());
   const std::size_t n = risk.size();
   return n % 2 ? risk[n / 2] : (risk[n / 2 - 1] + risk[n / 2]) / 2;
@@ -538,7 +580,8 @@ void finish_run(const TrainJob& job, const Plan& p, Loop& loop, const LoopState&
     export_safetensors(loop.model, run.path("model.safetensors"), run.export_metadata);
     export_state_dict(loop.model, run.path("model.pt"));
     if (p.script) save_script(*p.script->module, run.path("model.script.pt"));
-    const auto eval = evaluate(loop.model, loop.val_feed, p.val, job.batch, *p.task);
+    const auto eval =
+        evaluate(loop.model, loop.val_feed, p.val, job.batch, *p.task, !job.no_oom_retry);
     write_predictions(run.path("predictions.csv"), p.val, eval.outputs, *p.task);
     report.validation = eval.metrics;
     result["validation"] = report.validation;
@@ -565,7 +608,7 @@ TrainReport train_model(const TrainJob& job,
   const Plan p = resolve_plan(job);
   OpenRun run;  // the output lock cannot move: filled in place
   open_run(job, p, run);
-  const Feeds feeds = choose_feed(job, p);
+  Feeds feeds = choose_feed(job, p);
 
   const auto model = make_model(job, p);
   const auto optimizer = make_optimizer(job, *model);
@@ -587,6 +630,10 @@ TrainReport train_model(const TrainJob& job,
                                                : p.named_bounds;
   loop.dp = p.dp.get();
   loop.reducer = reducer.get();
+  loop.micro_batches = job.micro_batches;
+  loop.plan_sections = [&](std::int64_t k) {
+    return plan_sections(k, *model, *p.source, p.train, p.data.unit, p.device);
+  };
 
   json blocks = json::array();
   for (std::size_t i = 0; i < model->size(); ++i)
@@ -598,6 +645,14 @@ TrainReport train_model(const TrainJob& job,
                               {"mltool.blocks", blocks.dump()},
                               {"mltool.created_by", util::tool_version()}};
   LoopState state = job.resume ? resume_run(p, run, loop, manifest) : LoopState{};
+  keep_memory_changes(loop, state, manifest, *run.dir);
+  loop.drop_pinned_feed = [&feeds, &manifest] {
+    if (!feeds.train_fallback || !feeds.train_fallback->to_host()) return false;
+    feeds.val_fallback->to_host();
+    feeds.kind = FeedKind::host;
+    manifest["runtime"]["feed"] = util::name_of(kFeeds, feeds.kind);  // written by the caller
+    return true;
+  };
   const std::int64_t resumed_from = state.step;
   run.dir->open_metrics(state.metrics_bytes);
   run.dir->write_manifest(manifest);

@@ -133,6 +133,10 @@ util::Options<TrainJob> run_options() {
            "Sections: keep the section inputs in pinned host memory until their recompute "
            "(CUDA; no effect on the CPU)")
           .in("runtime"),
+      flag("--no-oom-retry", &J::no_oom_retry,
+           "An out-of-memory error in a step ends the run instead of redoing the step with "
+           "twice the micro-batches (docs/memory-modes.md#out-of-memory)")
+          .in("runtime"),
       option("--lr", &J::lr, "Peak learning rate").positive().in("options"),
       choice("--optimizer", &J::optimizer, kOptimizers, "adamw or sgd (with momentum)")
           .in("options"),

@@ -28,7 +28,7 @@ from cli_common import (MATH_PATHS, Failure, expect, rename_shim, run, run_check
                         run_with_sigterms,
                         second_writer_refused, tmp)
 from store_refs import read_tiles
-from torch_models import Small
+from torch_models import Linear1, Small
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
@@ -543,19 +543,6 @@ def check_resume():
            and {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in got} == mtimes,
            "a skipped run leaves the store as it was")
     expect(not os.path.exists(partial), "a skipped run leaves no .extract-partial")
-
-
-class Linear1(nn.Module):
-    """A convolution, then a Linear layer: MKL's sgemm, whose bits for a row can depend on
-    the batch it is in, the row's place in it and the threads."""
-
-    def __init__(self):
-        super().__init__()
-        self.inp = nn.Conv2d(3, 24, 3, padding=1)
-        self.fc = nn.Linear(24, 40)
-
-    def forward(self, x):
-        return self.fc(F.relu(self.inp(x)).mean((2, 3)))
 
 
 def check_sigterm():

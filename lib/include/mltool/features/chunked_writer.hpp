@@ -39,6 +39,13 @@ class ChunkedFeatureWriter {
   /// Commits the pending rows as a chunk (no-op if none).
   void commit_chunk();
 
+  /// Notes that the next `rows` rows appended were computed in a split batch: `split` is its
+  /// {batch, size, oom}; committed with the chunk the first of them goes to, and published in
+  /// features.json's split_batches (rows of one batch noted by two runs are joined).
+  void note_split(nlohmann::json split, std::uint64_t rows);
+  /// The splits noted in the committed chunks (of earlier runs and this one), in order.
+  const nlohmann::json& committed_splits() const { return splits_; }
+
   /// Commits what is pending and publishes the feature store in `dtype` (float32 or
   /// float16), `model` and `source` as in io::FeatureStoreWriter; then removes the chunks.
   /// Returns the number of invalid rows in the store (this run's and earlier runs').
@@ -60,6 +67,8 @@ class ChunkedFeatureWriter {
   std::string keys_;                    // pending, one per line
   std::vector<std::uint64_t> invalid_;  // pending, chunk-local row numbers
   std::uint64_t pending_ = 0;
+  nlohmann::json splits_ = nlohmann::json::array();          // committed
+  nlohmann::json pending_splits_ = nlohmann::json::array();  // with the pending rows
 };
 
 }  // namespace mltool::features

@@ -53,6 +53,8 @@ struct ExtractJob {
   std::string shard;
   std::size_t shards = 0;            ///< --shards N for --shard auto; 0: not given
   bool allow_wide_features = false;  ///< keep outputs wider than 16,384 values or of > 2 dims
+  /// An out-of-memory error ends the run instead of splitting the batch (docs/memory-modes.md).
+  bool no_oom_retry = false;
   /// The keys of the options given explicitly ("input_size", "mean", "std", "amp", "dtype"),
   /// noted by the table's parser: an encoder card's settings yield to them, with a warning.
   std::set<std::string> given;

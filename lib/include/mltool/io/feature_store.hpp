@@ -57,6 +57,9 @@ class FeatureStoreWriter {
   /// Records that an already appended row holds no valid features (its tile
   /// failed); listed in the manifest's invalid_rows.
   void mark_invalid(std::uint64_t row);
+  /// Records the rows computed in batches split after an out-of-memory error (extract):
+  /// the manifest's split_batches, each {batch, size, oom, first_row, rows}; empty: omitted.
+  void set_split_batches(nlohmann::json splits) { split_batches_ = std::move(splits); }
 
   std::uint64_t rows() const { return rows_; }
   std::uint64_t dims() const { return dims_; }
@@ -82,6 +85,7 @@ class FeatureStoreWriter {
   util::AtomicFile keys_;
   std::vector<std::uint16_t> half_row_;
   std::vector<std::uint64_t> invalid_rows_;
+  nlohmann::json split_batches_;
   std::uint64_t rows_ = 0;
   bool failed_ = false;
   bool finished_ = false;

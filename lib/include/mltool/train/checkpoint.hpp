@@ -30,6 +30,10 @@ struct LoopState {
   int bad_epochs = 0;               ///< epochs since the last improvement
   std::uint64_t metrics_bytes = 0;  ///< length of metrics.jsonl when saved (resume truncates to it)
   std::string status;               ///< "" while training; complete, early_stopped when done
+  /// Set by an out-of-memory error (docs/memory-modes.md#out-of-memory): the micro-batches the
+  /// steps run in from then on, and the sections (one a block) it fell back to; 0: the job's.
+  std::int64_t oom_micro_batches = 0;
+  std::int64_t oom_sections = 0;
 
   nlohmann::json to_json() const;
   /// FormatError naming `where` for a missing or mistyped field.

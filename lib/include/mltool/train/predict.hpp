@@ -52,6 +52,8 @@ struct PredictJob {
   std::string group_table;
   std::string group_column;
   bool overwrite = false;  ///< replace a prediction with other settings in `output`
+  /// An out-of-memory error ends the run instead of splitting the batch (docs/memory-modes.md).
+  bool no_oom_retry = false;
 };
 
 /// The table of PredictJob's options (docs/predict.md's synopsis is checked against it).
@@ -65,8 +67,9 @@ struct PredictReport {
   std::int64_t samples = 0;  ///< rows of predictions.csv
   std::int64_t tiles = 0;    ///< feature rows read
   std::int64_t slides = 0;
-  std::int64_t resumed = 0;   ///< slides whose scores a stopped prediction had journaled
-  std::int64_t heatmaps = 0;  ///< slides with a heatmap
+  std::int64_t resumed = 0;        ///< slides whose scores a stopped prediction had journaled
+  std::int64_t heatmaps = 0;       ///< slides with a heatmap
+  std::int64_t split_batches = 0;  ///< batches this run computed in pieces (out of memory)
   double seconds = 0;
 };
 

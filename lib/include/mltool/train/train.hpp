@@ -73,6 +73,9 @@ struct TrainJob {
   int batch = 64;         ///< samples (tiles, bags or images) per step
   int micro_batches = 1;  ///< forward+backward in this many parts per step (memory modes)
   int sections = 1;       ///< blocks in this many sections, recomputed in backward (memory modes)
+  /// An out-of-memory error in a step ends the run instead of redoing the step with more
+  /// micro-batches (docs/memory-modes.md#out-of-memory).
+  bool no_oom_retry = false;
   bool offload_boundaries = false;  ///< sections: keep the section inputs in pinned host memory
   LastBatch last_batch = LastBatch::keep;
   double lr = 1e-3;

@@ -1,0 +1,198 @@
+"""Out-of-memory recovery on a real GPU (ctest label gpu; docs/memory-modes.md#out-of-memory):
+the CUDA caching allocator is capped with PYTORCH_CUDA_ALLOC_CONF=per_process_memory_fraction
+(torch 2.11) below what the configured batch needs, measured first, and mltool extract,
+predict and train must still finish, having split (features.json split_batches, the predict
+summary's split_batches, run.json runtime.oom_retry), and equal an uncapped run:
+
+  extract   a wide convolution net (TorchScript) on 224-px tiles, capped at about 35% of what
+            the batch of 128 needs: features within 5e-3 of the largest magnitude (cuDNN may
+            pick other algorithms, TF32, for other batch sizes)
+  train     an MLP with 4096-wide layers on 16384 samples, --batch 8192, capped between the
+            fixed memory (feed, weights, optimizer) and 70% of the uncapped peak: weights
+            within 1e-4 relative of the uncapped run, the micro-batches doubled in run.json
+  predict   that run over 4 slides of 4096 tiles with --batch 4096, capped at the weights plus
+            40% of the batch's activations: predictions.csv's values within 1e-4
+
+    oom_gpu_test.py MLTOOL [CHECK...]   # CHECK: check_* names without check_
+
+Without a GPU visible to torch it prints "skip: ..." and exits 77 (ctest SKIP_RETURN_CODE).
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
+sys.path.insert(0, os.path.join(HERE, "..", "cli"))
+from cli_common import expect, run, run_checks, tmp, write_feature_store  # noqa: E402
+
+args = [a for a in sys.argv[1:] if not a.startswith("--")]
+if not args:
+    print(__doc__.split("\n\n")[1], file=sys.stderr)
+    sys.exit(2)
+mltool = os.path.abspath(args[0])
+only = set(args[1:])
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+if __name__ == "__main__" and not torch.cuda.is_available():
+    print("skip: no CUDA GPU is visible to torch; the out-of-memory GPU test needs one")
+    sys.exit(77)
+
+TS = 224
+MIB = 1 << 20
+
+
+class Wide(nn.Module):
+    """Activations of 64 x 224 x 224 floats a tile (12.8 MB a layer): a batch fills memory fast."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 64, 3, padding=1)
+        self.b = nn.Conv2d(64, 64, 3, padding=1)
+        self.fc = nn.Linear(64, 32)
+
+    def forward(self, x):
+        x = F.relu(self.b(F.relu(self.a(x))))
+        return self.fc(x.mean((2, 3)))
+
+
+def capped(limit_bytes):
+    """The environment that caps the caching allocator at `limit_bytes` of device 0."""
+    total = torch.cuda.get_device_properties(0).total_memory
+    fraction = max(limit_bytes / total, 1e-4)
+    return {"PYTORCH_CUDA_ALLOC_CONF": f"per_process_memory_fraction:{fraction:.6f}"}
+
+
+def run_ok(cmd, env=None):
+    code, out, err = run(cmd, env=env)
+    expect(code == 0, f"{' '.join(cmd[:3])}... (env {env}): exit {code}: {err[-2000:]}")
+    return json.loads(out) if out.strip().startswith("{") else None, err
+
+
+def peak_of(fn):
+    """Bytes the caching allocator peaked at while `fn()` ran (after a clean start)."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
+def fixtures():
+    import tile_store
+    tile_store.write_store(tmp("tiles.lmdb"), [{"id": f"S{i}", "rows": 8, "cols": 8} for i in range(4)], TS,
+                           encoding="jpeg")
+    torch.manual_seed(7)
+    torch.jit.script(Wide().eval()).save(tmp("wide.pt"))
+    rng = np.random.default_rng(3)
+    centers = rng.standard_normal((2, 512))
+    labels = rng.integers(0, 2, 16384)
+    rows = centers[labels] + rng.standard_normal((16384, 512))
+    keys = [f"S{i // 4096:02d}/{i % 4096:06d}_000000" for i in range(16384)]
+    write_feature_store(tmp("feat"), rows, keys)
+    with open(tmp("labels.csv"), "w") as f:
+        f.write("key,label\n" + "".join(f"{k},{'ab'[l]}\n" for k, l in zip(keys, labels)))
+    code, _, err = run([mltool, "pack", tmp("feat"), "--labels", tmp("labels.csv"), "-o", tmp("ds"), "--seed", "1",
+                        "--split", "train=0.9,val=0.1"])
+    expect(code == 0, f"pack: {err}")
+    with open(tmp("mlp.json"), "w") as f:
+        json.dump({"family": "mlp", "hidden": [4096, 4096]}, f)
+    return "256 tiles of 224 px, 16384 x 512 features"
+
+
+def check_extract():
+    base = [mltool, "extract", tmp("tiles.lmdb"), "--model", tmp("wide.pt"), "--input-size", str(TS),
+            "--device", "cuda:0", "--batch", "128", "--json", "-q"]
+    run_ok([*base, "-o", tmp("f_free")])
+    model = torch.jit.load(tmp("wide.pt"), map_location="cuda")
+    x = torch.rand(128, 3, TS, TS, device="cuda")
+    with torch.inference_mode():
+        need = peak_of(lambda: model(x))
+    del x
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    # The decoded batch (uint8) and its preprocessed copy come along; 35% of the forward's peak.
+    limit = weights + 128 * TS * TS * 3 * 5 + int(0.35 * need) + 64 * MIB
+    run_ok([*base, "-o", tmp("f_capped")], env=capped(limit))
+    a = np.load(tmp("f_capped", "features.npy"))
+    b = np.load(tmp("f_free", "features.npy"))
+    meta = json.load(open(tmp("f_capped", "features.json")))
+    expect(meta.get("split_batches"), f"capped at {limit / MIB:.0f} MiB (the batch needs {need / MIB:.0f}): "
+                                      "no batch was split")
+    rel = float(np.abs(a.astype(np.float64) - b).max() / np.abs(b).max())
+    print(f"extract: {len(meta['split_batches'])} split batches, max relative difference {rel:.2e}")
+    expect(rel <= 5e-3, f"capped features differ by {rel} relative")
+
+
+def safetensors(path):
+    data = open(path, "rb").read()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    return {k: np.frombuffer(data[8 + n + h["data_offsets"][0]:8 + n + h["data_offsets"][1]], "<f4")
+            for k, h in header.items() if h["dtype"] == "F32"}
+
+
+def check_train():
+    base = [mltool, "train", tmp("ds"), "--model", tmp("mlp.json"), "--epochs", "2", "--batch", "8192",
+            "--device", "cuda:0", "--feed", "pinned", "--json", "-q"]
+    free, _ = run_ok([*base, "-o", tmp("run_free")])
+    peak = free["memory"]["device_peak_bytes"]
+    params = 512 * 4096 + 4096 * 4096 + 4096 * 2 + 3 * 4096 + 2
+    fixed = 16384 * 512 * 4 + params * 4 * 4 + 64 * MIB  # feed, weights + grads + AdamW's two
+    expect(peak > fixed, f"the uncapped peak {peak} is below the fixed memory {fixed}")
+    limit = fixed + int(0.7 * (peak - fixed))
+    capped_run, _ = run_ok([*base, "-o", tmp("run_capped")], env=capped(limit))
+    runtime = json.load(open(tmp("run_capped", "run.json")))["runtime"]
+    expect("oom_retry" in runtime and capped_run["memory"]["micro_batches"] > 1,
+           f"capped at {limit / MIB:.0f} MiB (peak {peak / MIB:.0f}): no retry ({runtime}, {capped_run['memory']})")
+    a, b = safetensors(tmp("run_capped", "model.safetensors")), safetensors(tmp("run_free", "model.safetensors"))
+    worst = max(float(np.abs(a[k].astype(np.float64) - b[k]).max() / max(np.abs(b[k]).max(), 1e-30)) for k in b)
+    print(f"train: {runtime['oom_retry']}, max relative difference {worst:.2e}")
+    expect(worst <= 1e-4, f"capped weights differ by {worst} relative")
+
+
+def check_predict():
+    if not os.path.exists(tmp("run_free", "model.safetensors")):
+        check_train()
+    base = [mltool, "predict", tmp("run_free"), tmp("feat"), "--batch", "4096", "--device", "cuda:0",
+            "--weights", "final", "--json", "-q"]
+    run_ok([*base, "-o", tmp("p_free")])
+    w = {k: torch.from_numpy(v.copy()).cuda() for k, v in safetensors(tmp("run_free", "model.safetensors")).items()}
+    x = torch.randn(4096, 512, device="cuda")
+
+    def forward():
+        h = x
+        for i in (1, 2):
+            h = F.relu(F.linear(h, w[f"hidden{i}.linear.weight"].view(4096, -1), w[f"hidden{i}.linear.bias"]))
+        return h
+
+    with torch.inference_mode():
+        need = peak_of(forward)
+    weights = sum(v.numel() * 4 for v in w.values())
+    limit = weights + 4096 * 512 * 4 + int(0.4 * need) + 64 * MIB
+    summary, _ = run_ok([*base, "-o", tmp("p_capped")], env=capped(limit))
+    expect(summary["split_batches"] > 0, f"capped at {limit / MIB:.0f} MiB (needs {need / MIB:.0f}): no split")
+    import csv
+    rows = [list(csv.reader(open(tmp(d, "predictions.csv")))) for d in ("p_capped", "p_free")]
+    expect(len(rows[0]) == len(rows[1]) == 16385, "predictions.csv rows")
+    worst = 0.0
+    for ra, rb in zip(rows[0][1:], rows[1][1:]):
+        for u, v in zip(ra[2:], rb[2:]):
+            try:
+                worst = max(worst, abs(float(u) - float(v)))
+            except ValueError:
+                expect(u == v, f"{u} vs {v}")
+    print(f"predict: {summary['split_batches']} split batches, max difference {worst:.2e}")
+    expect(worst <= 1e-4, f"capped predictions differ by {worst}")
+
+
+if __name__ == "__main__":
+    run_checks("oom gpu", [check_extract, check_train, check_predict], only, fixtures)

@@ -140,7 +140,8 @@ class Journal {
         throw UsageError(dir +
                          ": holds an export of another feature store, tile store, format or "
                          "dtype (" +
-                         path_ + "); export into another directory, or remove it");
+                         path_ +
+                         "); export into another directory, or replace it with --overwrite");
       std::size_t at = eol + 1;
       for (auto next = text.find('\n', at); next != std::string::npos;
            at = next + 1, next = text.find('\n', at))
@@ -337,6 +338,7 @@ ExportH5Report export_h5(const ExportH5Job& job) {
   Geometry geometry(store, job.tiles);
   const std::string outdir = util::absolute_path(job.output);
   const Settings set = settings_of(job, store, geometry);
+  if (job.overwrite) util::remove_tree(util::join_path(job.output, kJournal));
   Journal journal(job.output, set.fingerprint);
   std::unordered_set<std::string> dirs;
   ExportH5Report r;

@@ -63,6 +63,9 @@ const util::Options<ExportH5Job>& export_h5_options() {
              "With --layout flat: h5, <slide>.h5 with features and coords; pt, CLAM's "
              "<slide>.pt tensor (needs LibTorch)"),
       dtype_option(),
+      util::flag("--overwrite", &J::overwrite,
+                 "Replace an earlier export in -o (another store, layout or dtype): its journal "
+                 "is dropped and every slide written again"),
   };
   return table;
 }
@@ -78,6 +81,8 @@ const util::Options<ImportH5Job>& import_h5_options() {
              "Which features_<encoder>/ of a TRIDENT job directory to read, when it has several"),
       option("--chunk-rows", &J::chunk_rows, "Rows per committed chunk: what a killed run keeps")
           .at_least(1),
+      util::flag("--overwrite", &J::overwrite,
+                 "Replace a feature store (or a partial import of other files) in -o"),
   };
   return table;
 }

@@ -316,7 +316,7 @@ bool already_imported(const std::string& output, const json& fp) {
   if (source.value("fingerprint", json()) == fp) return true;
   throw UsageError(output +
                    ": already holds a feature store, not one imported from these files; "
-                   "import into another directory, or remove it");
+                   "import into another directory, or replace it with --overwrite");
 }
 
 }  // namespace
@@ -340,6 +340,9 @@ ImportH5Report import_h5(const ImportH5Job& job) {
   for (const auto& f : plan.files) (f.rows ? r.slides : r.empty) += 1;
   for (const auto& f : plan.files)
     if (f.rows == 0) log::warn(f.path + ": no rows; slide '" + f.slide + "' is left out");
+  if (job.overwrite)  // features.json first: without it the store is not complete
+    for (const char* name : {"features.json", ".extract-partial", "features.npy", "keys.txt"})
+      util::remove_tree(util::join_path(job.output, name));
   if (already_imported(job.output, fp)) {
     r.status = "skipped";
   } else {

@@ -215,6 +215,15 @@ def check_export_import():
         if os.path.isdir(os.path.join(tmp("h5_clean"), n)):
             same_files(os.path.join(out, n), os.path.join(tmp("h5_clean"), n),
                        sorted(os.listdir(os.path.join(tmp("h5_clean"), n))), "export h5")
+    # An export of other settings in DIR: refused naming --overwrite, which re-exports.
+    mltool_ok("export", "h5", tmp("feat"), "-o", tmp("h5_other"), "--dtype", "f16")
+    code, _, err = run([mltool, "export", "h5", tmp("feat"), "-o", tmp("h5_other")])
+    expect(code == 1 and "--overwrite" in err, f"export h5 over another export: {code}: {err}")
+    mltool_ok("export", "h5", tmp("feat"), "-o", tmp("h5_other"), "--overwrite")
+    for n in names:
+        if os.path.isdir(os.path.join(tmp("h5_clean"), n)):
+            same_files(os.path.join(tmp("h5_other"), n), os.path.join(tmp("h5_clean"), n),
+                       sorted(os.listdir(os.path.join(tmp("h5_clean"), n))), "export h5 --overwrite")
     mltool_ok("export", "geojson", tmp("tiles.lmdb"), "-o", tmp("gj_clean"))
     refused(["export", "geojson", tmp("nope.lmdb"), "-o", tmp("gj_after")], (2,),
             "export geojson of a missing store")
@@ -226,6 +235,14 @@ def check_export_import():
     mltool_ok("import", "h5", tmp("h5_clean"), "-o", tmp("imp_after"))
     same_files(tmp("imp_after"), tmp("imp_clean"), ["features.npy", "keys.txt"],
                "import h5 after a failure")
+    # A feature store that is not this import's: refused naming --overwrite, which replaces it.
+    import shutil
+    shutil.copytree(tmp("feat"), tmp("feat_other"))
+    code, _, err = run([mltool, "import", "h5", tmp("h5_clean"), "-o", tmp("feat_other")])
+    expect(code == 1 and "--overwrite" in err, f"import h5 over another store: {code}: {err}")
+    mltool_ok("import", "h5", tmp("h5_clean"), "-o", tmp("feat_other"), "--overwrite")
+    same_files(tmp("feat_other"), tmp("imp_clean"), ["features.npy", "keys.txt"],
+               "import h5 --overwrite")
 
 
 if __name__ == "__main__":

@@ -47,6 +47,8 @@ struct ExportH5Job {
   ExportLayout layout = ExportLayout::flat;
   /// Unset: float32 for the clam layout (CLAM trains in float32), the store's dtype otherwise.
   std::optional<io::DType> dtype;
+  /// Replace an earlier export in `output`: its journal is dropped, every slide written again.
+  bool overwrite = false;
   /// Needed for --format pt and --layout clam (the LibTorch module's); without it they are
   /// refused.
   PtEncoder encode_pt;
@@ -86,6 +88,7 @@ struct ImportH5Job {
   /// Which features_<encoder>/ of a TRIDENT job directory; needed when there are several.
   std::string encoder;
   std::uint64_t chunk_rows = 65536;  ///< rows per committed chunk: what a killed run keeps
+  bool overwrite = false;            ///< replace a feature store (or partial import) in `output`
 };
 
 struct ImportH5Report {

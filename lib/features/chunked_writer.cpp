@@ -44,6 +44,11 @@ json ChunkedFeatureWriter::partial_config(const std::string& dir) {
   return util::exists(config) ? read_json(config) : json();
 }
 
+void ChunkedFeatureWriter::remove_all(const std::string& dir) {
+  for (const char* name : {"features.json", ".extract-partial", "features.npy", "keys.txt"})
+    util::remove_tree(util::join_path(dir, name));
+}
+
 ChunkedFeatureWriter::ChunkedFeatureWriter(std::string dir, std::uint64_t dims, json fingerprint,
                                            std::uint64_t chunk_rows, json note)
     : dir_(std::move(dir)),

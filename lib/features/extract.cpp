@@ -604,10 +604,7 @@ ExtractReport extract_features(const ExtractJob& request) {
   const Resolved resolved = resolve_model(request, on_cpu);
   const ExtractJob& job = resolved.job;
   const util::OutputLock lock(job.output, "mltool extract");  // one writer per feature store
-  if (job.overwrite) {  // features.json first: without it the store is not complete
-    for (const char* name : {"features.json", ".extract-partial", "features.npy", "keys.txt"})
-      util::remove_tree(util::join_path(job.output, name));
-  }
+  if (job.overwrite) ChunkedFeatureWriter::remove_all(job.output);
   const Tiles tiles = open_tiles(job);
   const ShardPlan& plan = tiles.plan;
 

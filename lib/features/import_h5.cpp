@@ -340,9 +340,7 @@ ImportH5Report import_h5(const ImportH5Job& job) {
   for (const auto& f : plan.files) (f.rows ? r.slides : r.empty) += 1;
   for (const auto& f : plan.files)
     if (f.rows == 0) log::warn(f.path + ": no rows; slide '" + f.slide + "' is left out");
-  if (job.overwrite)  // features.json first: without it the store is not complete
-    for (const char* name : {"features.json", ".extract-partial", "features.npy", "keys.txt"})
-      util::remove_tree(util::join_path(job.output, name));
+  if (job.overwrite) ChunkedFeatureWriter::remove_all(job.output);
   if (already_imported(job.output, fp)) {
     r.status = "skipped";
   } else {

@@ -14,13 +14,12 @@ import signal
 import subprocess
 import sys
 
-import lmdb
-
 from cli_common import expect, rename_shim, run, run_checks, tmp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
 import make_slides  # noqa: E402
+from store_refs import read_tile_store  # noqa: E402
 
 mltool = os.path.abspath(sys.argv[1])
 only = set(sys.argv[2:])
@@ -49,20 +48,12 @@ def killed(args, most_delay):
 
 
 def store_content(path):
-    env = lmdb.open(path, readonly=True, lock=False, max_dbs=8)
-    try:
-        with env.begin() as txn:
-            tiles = dict(txn.cursor(db=env.open_db(b"tiles", txn=txn, create=False)))
-            meta = dict(txn.cursor(db=env.open_db(b"meta", txn=txn, create=False)))
-    finally:
-        env.close()
-    out = {}
-    for k, v in meta.items():
-        doc = json.loads(bytes(v))
-        if k.startswith(b"done/"):
+    """(tiles, meta) of a tile store, the run-dependent `seconds` of done/ markers removed."""
+    meta, tiles = read_tile_store(path)
+    for k, doc in meta.items():
+        if k.startswith("done/"):
             doc.pop("seconds", None)
-        out[k] = doc
-    return {bytes(k): bytes(v) for k, v in tiles.items()}, out
+    return tiles, meta
 
 
 def same_store(a, b, what):

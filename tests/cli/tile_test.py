@@ -21,7 +21,7 @@ import numpy as np
 import openslide
 from PIL import Image
 
-from cli_common import Failure, expect, run, run_checks, run_with_sigterms, tmp
+from cli_common import Failure, expect, run, run_checks, run_json, run_with_sigterms, tmp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
@@ -662,8 +662,7 @@ def check_shard():
 
 def tile_env(env, *args):
     """mltool tile ARGS --json with `env` added: (code, summary or None, stderr)."""
-    code, out, err = run([mltool, "tile", *args, "--json"], env=env)
-    return code, (json.loads(out) if out.strip() else None), err
+    return run_json([mltool, "tile", *args, "--json"], env=env)
 
 
 SLURM_UNSET = {k: "" for k in ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN",

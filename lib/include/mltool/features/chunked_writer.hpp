@@ -29,6 +29,10 @@ class ChunkedFeatureWriter {
   /// "note"}), or null when DIR holds no partial run.
   static nlohmann::json partial_config(const std::string& dir);
 
+  /// Removes the feature store and any partial run in DIR (--overwrite), features.json first so
+  /// that no moment shows a complete store with missing files.
+  static void remove_all(const std::string& dir);
+
   /// Rows already committed by earlier runs (and by this one): where to resume.
   std::uint64_t committed_rows() const { return committed_; }
   std::uint64_t dims() const { return dims_; }

@@ -40,7 +40,9 @@ done
 # name | needs a GPU | takes OUTDIR as its first argument | what it writes | where it goes in docs/benchmarks.md
 table='tfrecord|no|no|stdout|"CRC32C and TFRecord (foundation)": the CRC32C line and the mltool / TensorFlow / raw write table
 tile|no|yes|OUTDIR/tile-bench.md|"mltool tile": the table of mltool tile vs vips dzsave vs DeepZoomGenerator
-tile-memory|no|yes|OUTDIR/tile-memory.md|"mltool tile": the peak-RSS-against-slide-size table (bench/run-tile-memory.sh)
+tile-memory|no|yes|OUTDIR/tile-memory.md|"mltool tile": the peak-RSS-against-slide-size table (bench/run-tile-memory.sh); "mltool extract SLIDES": its extract-against-tile peak RSS table
+extract-slides|no|yes|OUTDIR/extract-slides.md, extract-slides.json|"mltool extract SLIDES": the tile + extract STORE against extract SLIDES table
+trident|no|yes|OUTDIR/trident.md, trident.json|"mltool extract SLIDES": the table against TRIDENT (needs TRIDENT_DIR, a TRIDENT checkout: bench/run-trident.sh --help)
 pack|no|no|stdout|"mltool pack": a row of the mltool / TensorFlow table (default size: the 625,000-record row)
 inspect|no|no|stdout|"mltool inspect": the inspect / inspect --deep table (also docs/inspect.md, "Performance")
 extract|yes|yes|OUTDIR/extract-bench.md, extract-bench.json|"GPU": mltool extract vs the DataLoader baseline and the model alone, with the device name

@@ -1,4 +1,5 @@
 // mltool extract TILES.lmdb -o FEATURES/ [options]      tile store → feature store
+// mltool extract SLIDE... -o FEATURES/ [tile options]    slides → coordinates + features
 // mltool extract --merge FEATURES... -o MERGED/          join the stores of --shard runs
 // mltool extract --slide-encoder FILE FEATURES/ -o SLIDES/  one row per slide
 //
@@ -28,9 +29,9 @@ struct ExtractOptions {
 };
 
 int run_merge(const ExtractOptions& o, const CommonOptions& common) {
-  if (!o.job->store.empty())
-    throw UsageError("--merge takes feature stores, not a tile store ('" + o.job->store +
-                     "'): mltool extract --merge FEATURES... -o MERGED");
+  if (!o.job->inputs.empty())
+    throw UsageError("--merge takes feature stores, not a tile store or slides ('" +
+                     o.job->inputs.front() + "'): mltool extract --merge FEATURES... -o MERGED");
   const auto r = features::merge_shards(expand_stdin_list(o.merge), o.job->output);
   if (common.json) std::cout << features::to_json(r).dump(2) << "\n";
   return exit_code::ok;
@@ -59,7 +60,8 @@ int run_extract(ExtractOptions& o, const CommonOptions& common) {
     throw UsageError("--group-table, --group-column and --skip-missing go with --slide-encoder");
   if (!o.merge.empty()) return run_merge(o, common);
   auto& job = *o.job;
-  if (job.store.empty()) throw UsageError("store is required (or --merge FEATURES...)");
+  if (job.inputs.empty())
+    throw UsageError("a tile store or slides are required (or --merge FEATURES...)");
   job.threads = common.threads;
   const auto r = features::extract_features(job);
   std::string devices;
@@ -75,19 +77,23 @@ int run_extract(ExtractOptions& o, const CommonOptions& common) {
         " tiles/s" + (r.invalid ? ", " + std::to_string(r.invalid) + " invalid rows" : ""));
   }
   if (common.json) std::cout << features::to_json(r).dump(2) << "\n";
-  return r.invalid ? exit_code::partial : exit_code::ok;
+  return r.invalid || (r.tiled && r.tiled->failed) ? exit_code::partial : exit_code::ok;
 }
 
 }  // namespace
 
 Command extract_command() {
-  return {"extract", "Turn a tile store into a feature matrix with a TorchScript or built-in model",
+  return {"extract",
+          "Turn a tile store, or slides tiled on the fly, into a feature matrix with a "
+          "TorchScript or built-in model",
           [](CLI::App& app, const CommonOptions& common) -> Action {
             auto o = std::make_shared<ExtractOptions>();
             add_options(app, features::extract_options(), o->job);
             add_options(app, features::slide_encode_options(), o->slide);
+            add_options(app, slide::tile_options(),
+                        std::shared_ptr<slide::TileJob>(o->job, &o->job->tile));
             // The tile store is not given with --merge, whose inputs are feature stores.
-            app.get_option("store")->required(false);
+            app.get_option("inputs")->required(false);
             app.add_option("--merge", o->merge,
                            "Join the feature stores of extract --shard runs into -o "
                            "('-' reads paths from stdin)")

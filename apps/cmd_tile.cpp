@@ -48,8 +48,9 @@ Command tile_command() {
                            "Slides ('-' reads paths from stdin); with --merge, tile stores")
                 ->required();
             add_options(app, slide::cohort_options(), o->job);
-            add_options(app, slide::tile_options(),
-                        std::shared_ptr<slide::TileJob>(o->job, &o->job->tile));
+            const std::shared_ptr<slide::TileJob> tile(o->job, &o->job->tile);
+            add_options(app, slide::tile_options(), tile);
+            add_options(app, slide::tile_store_options(), tile);
             app.add_flag("--merge", o->merge,
                          "Join the given tile stores into -o instead of tiling slides");
             return [o, &common] { return run_tile(*o, common); };

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <thread>
 
+#include "extract_inputs.hpp"
 #include "mltool/features/chunked_writer.hpp"
 #include "mltool/features/extractor.hpp"
 #include "mltool/features/shard.hpp"
@@ -28,6 +29,7 @@
 #include "mltool/io/image_codec.hpp"
 #include "mltool/io/manifest.hpp"
 #include "mltool/io/tile_store.hpp"
+#include "mltool/slide/tile_pixels.hpp"
 #include "mltool/util/batch_split.hpp"
 #include "mltool/util/bounded_queue.hpp"
 #include "mltool/util/device.hpp"
@@ -318,11 +320,11 @@ std::uint64_t resume_position(const ChunkedFeatureWriter& writer, std::uint64_t 
 // The three stages and what they share: a reader fills pool buffers with decoded batches,
 // one thread per device computes them and returns the buffers, the caller writes the rows.
 struct Pipeline {
-  Pipeline(const ExtractJob& job, const io::TileStore& store, const std::vector<std::string>& keys,
-           const ShardPlan& plan, int tile, std::int64_t dims, std::uint64_t first,
-           const std::vector<torch::Device>& devices)
+  Pipeline(const ExtractJob& job, const slide::TilePixels& pixels,
+           const std::vector<std::string>& keys, const ShardPlan& plan, int tile, std::int64_t dims,
+           std::uint64_t first, const std::vector<torch::Device>& devices)
       : job(job),
-        store(store),
+        pixels(pixels),
         keys(keys),
         plan(plan),
         tile(tile),
@@ -338,11 +340,17 @@ struct Pipeline {
       pool.push(torch::empty({job.batch, tile, tile, 3},
                              torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pinned)));
   }
+  // A device thread waited `seconds` for a decoded batch.
+  void note_wait(double seconds) {
+    std::lock_guard lock(wait_mutex);
+    wait_seconds += seconds;
+    max_wait_seconds = std::max(max_wait_seconds, seconds);
+  }
   // Whether store row `row` is written: this run's (shard's) and not committed before.
   bool writes(std::uint64_t row) const { return row >= first_row && plan.takes_row(row); }
 
   const ExtractJob& job;
-  const io::TileStore& store;
+  const slide::TilePixels& pixels;       // from the tile store, or from the slides of coordinates
   const std::vector<std::string>& keys;  // the whole store's: batches count rows from its row 0
   const ShardPlan& plan;
   const int tile;
@@ -362,6 +370,8 @@ struct Pipeline {
   Failure failure;
   std::atomic<int> live_workers;
   std::unique_ptr<util::BatchSplitter> splitter;  // set by start_splitter
+  std::mutex wait_mutex;
+  double wait_seconds = 0, max_wait_seconds = 0;  // note_wait's
 };
 
 // The out-of-memory size rule where the batches before this run's first left it: the splits
@@ -393,8 +403,6 @@ std::string model_text(const Extractor& model, int input_size) {
 // transaction lives, and decode in parallel.
 HostBatch decode_batch(Pipeline& p, std::uint64_t b, torch::Tensor buffer) {
   const ExtractJob& job = p.job;
-  const int tile = p.tile;
-  const std::size_t tile_bytes = static_cast<std::size_t>(tile) * tile * 3;
   HostBatch hb;
   hb.index = b;
   hb.first_row = p.batch_ids[b] * p.batch;
@@ -402,24 +410,23 @@ HostBatch decode_batch(Pipeline& p, std::uint64_t b, torch::Tensor buffer) {
       static_cast<std::int64_t>(std::min<std::uint64_t>(job.batch, p.keys.size() - hb.first_row));
   hb.pixels = buffer;
   hb.invalid.assign(hb.size, 0);
-  auto* base = hb.pixels.data_ptr<std::uint8_t>();
-  const auto snapshot = p.store.snapshot();
-  std::vector<std::optional<std::string_view>> values(static_cast<std::size_t>(hb.size));
-  for (std::int64_t i = 0; i < hb.size; ++i) values[i] = snapshot.find(p.keys[hb.first_row + i]);
-  util::parallel_for(static_cast<std::size_t>(hb.size), job.threads, [&](std::size_t i) {
-    std::uint8_t* slot = base + i * tile_bytes;
-    try {
-      thread_local io::RgbImage image;
-      p.store.decode_tile(p.keys[hb.first_row + i], values[i], tile, image);
-      std::memcpy(slot, image.pixels.data(), tile_bytes);
-    } catch (const Error& e) {
-      const bool recomputed = !p.writes(hb.first_row + i);  // committed already, or not ours
-      if (!job.keep_going && !recomputed) throw;
-      if (!recomputed) log::warn(std::string(e.what()) + "; its row is marked invalid (NaN)");
-      std::memset(slot, 0, tile_bytes);
-      hb.invalid[i] = 1;
-    }
-  });
+  const std::string* keys = p.keys.data() + hb.first_row;
+  p.pixels.read(
+      static_cast<std::size_t>(hb.size),
+      [keys](std::size_t i) -> const std::string& { return keys[i]; }, job.threads,
+      hb.pixels.data_ptr<std::uint8_t>(),
+      [&](std::size_t i) {
+        const bool recomputed = !p.writes(hb.first_row + i);  // committed already, or not ours
+        if (!job.keep_going && !recomputed) throw;            // the read's error, as it is
+        if (!recomputed) {
+          try {
+            throw;
+          } catch (const std::exception& e) {
+            log::warn(std::string(e.what()) + "; its row is marked invalid (NaN)");
+          }
+        }
+        hb.invalid[i] = 1;
+      });
   return hb;
 }
 
@@ -465,8 +472,10 @@ void run_device(Pipeline& p, Extractor& model) {
       p.results.put(pending->batch.index, std::move(r));
       pending.reset();
     };
-    while (!p.failure.stopped) {
+    for (bool first = true; !p.failure.stopped; first = false) {
+      const auto waiting = Clock::now();
       auto hb = p.ready.pop();
+      if (!first && hb) p.note_wait(std::chrono::duration<double>(Clock::now() - waiting).count());
       torch::Tensor input;
       std::optional<at::cuda::CUDAEvent> copied;
       if (hb) {
@@ -573,18 +582,19 @@ std::uint64_t run_pipeline(Pipeline& p, ChunkedFeatureWriter& writer,
 
 // The tile store's complete tiles, and the rows of them this run (its shard) takes.
 struct Tiles {
-  io::TileStore store;
+  std::unique_ptr<io::TileStore> store;  // a pointer: pixels keeps a reference to it
+  std::unique_ptr<slide::TilePixels> pixels;
   int tile = 0;
   std::vector<std::string> keys;
   ShardPlan plan;
 };
 
 Tiles open_tiles(const ExtractJob& job) {
-  Tiles t{io::TileStore::open(job.store, false), 0, {}, {}};
-  const auto settings = t.store.settings();
-  if (!settings) throw InputError(at_file(job.store, "not a tile store (no meta 'store' record)"));
-  t.tile = settings->tile_size;
-  t.keys = t.store.complete_tile_keys();
+  Tiles t{
+      std::make_unique<io::TileStore>(io::TileStore::open(job.store, false)), nullptr, 0, {}, {}};
+  t.pixels = std::make_unique<slide::TilePixels>(*t.store);
+  t.tile = t.pixels->tile_size();
+  t.keys = t.store->complete_tile_keys();
   if (t.keys.empty()) throw InputError(at_file(job.store, "holds no complete slide with tiles"));
   t.plan = plan_shard(t.keys, util::resolve_shard(job.shard, job.shards));
   if (!t.plan.shard.whole())
@@ -601,10 +611,11 @@ ExtractReport extract_features(const ExtractJob& request) {
   check_job(request);
   const auto devices = util::resolve_devices(request.device);
   const bool on_cpu = devices.front().is_cpu();
-  const Resolved resolved = resolve_model(request, on_cpu);
-  const ExtractJob& job = resolved.job;
+  Resolved resolved = resolve_model(request, on_cpu);
+  ExtractJob& job = resolved.job;
   const util::OutputLock lock(job.output, "mltool extract");  // one writer per feature store
   if (job.overwrite) ChunkedFeatureWriter::remove_all(job.output);
+  auto tiled = resolve_inputs(job);  // job.store: the tile store, or the slides' coordinates
   const Tiles tiles = open_tiles(job);
   const ShardPlan& plan = tiles.plan;
 
@@ -620,13 +631,15 @@ ExtractReport extract_features(const ExtractJob& request) {
 
   ExtractReport report;
   report.output = job.output;
+  report.store = job.store;
+  report.tiled = std::move(tiled);
   report.dims = dims;
   report.model = replicas.front()->describe();
   for (const auto& d : devices) report.devices.push_back(d.str());
   report.math_threads = math_threads;
   report.shard = plan.shard.whole() ? "" : plan.shard.text();
   report.rows = plan.rows;
-  const json source = source_json(tiles.store, tiles.keys, tiles.tile);
+  const json source = source_json(*tiles.store, tiles.keys, tiles.tile);
   const json fingerprint =
       fingerprint_of(job, source, report.model, on_cpu, math_threads, plan.shard);
   const json recorded = store_source(source, plan, fingerprint);
@@ -644,7 +657,7 @@ ExtractReport extract_features(const ExtractJob& request) {
   const std::uint64_t first = resume_position(writer, plan.rows);
   report.resumed_from = first;
 
-  Pipeline pipeline(job, tiles.store, tiles.keys, plan, tiles.tile, dims, first, devices);
+  Pipeline pipeline(job, *tiles.pixels, tiles.keys, plan, tiles.tile, dims, first, devices);
   start_splitter(pipeline, writer);
   Clock::time_point run_start;
   const std::uint64_t written = run_pipeline(pipeline, writer, replicas, run_start);
@@ -653,6 +666,8 @@ ExtractReport extract_features(const ExtractJob& request) {
     throw ResourceError("extraction stopped after " + std::to_string(written) + " of " +
                         std::to_string(total) + " tiles");
 
+  report.input_wait_seconds = pipeline.wait_seconds;
+  report.max_input_wait_seconds = pipeline.max_wait_seconds;
   report.invalid = writer.finish(job.dtype, report.model, recorded);
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const double run_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();

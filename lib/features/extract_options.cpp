@@ -66,7 +66,10 @@ const util::Options<ExtractJob>& extract_options() {
   using J = ExtractJob;
   using util::choice, util::flag, util::option;
   static const util::Options<ExtractJob> table = {
-      option("store", &J::store, "The tile store (mltool tile)").required(),
+      option("inputs", &J::inputs,
+             "The tile store (mltool tile), or slides (files, DICOM directories; '-' reads paths "
+             "from stdin) to tile on the fly with tile's options into OUTPUT/coordinates.lmdb")
+          .required(),
       option("-o,--output", &J::output, "The feature store directory (created; resumed if partial)")
           .required(),
       option("--model", &J::model, "A TorchScript file, or builtin:color-texture (no weights)"),
@@ -124,7 +127,10 @@ nlohmann::json to_json(const ExtractReport& r) {
           {"shard", r.shard.empty() ? nlohmann::json() : nlohmann::json(r.shard)},
           {"model", r.model},
           {"seconds", r.seconds},
-          {"tiles_per_second", r.tiles_per_second}};
+          {"tiles_per_second", r.tiles_per_second},
+          {"input_wait_seconds", r.input_wait_seconds},
+          {"max_input_wait_seconds", r.max_input_wait_seconds},
+          {"tiling", r.tiled ? slide::to_json(*r.tiled, r.store) : nlohmann::json()}};
 }
 
 }  // namespace mltool::features

@@ -30,7 +30,7 @@ const util::Options<SlideEncodeJob>& slide_encode_options() {
 SlideEncodeJob slide_encode_job(const ExtractJob& extract, SlideEncodeJob slide) {
   // The extract options a slide encoding shares; any other one given is a mistake to report,
   // not to ignore (a --batch or --model that would silently do nothing).
-  static const std::set<std::string> shared = {"store", "output", "device", "dtype",
+  static const std::set<std::string> shared = {"inputs", "output", "device", "dtype",
                                                "math_threads"};
   const ExtractJob defaults;
   for (const auto& o : extract_options())
@@ -38,12 +38,17 @@ SlideEncodeJob slide_encode_job(const ExtractJob& extract, SlideEncodeJob slide)
       throw UsageError(o.flag() +
                        " does not apply to --slide-encoder (which runs a slide encoder on the "
                        "features of a feature store)");
+  if (const std::string flag = slide::given_tile_option(extract.tile); !flag.empty())
+    throw UsageError(flag + " tiles slides; --slide-encoder reads a feature store");
+  if (extract.inputs.size() != 1)
+    throw UsageError("--slide-encoder takes one feature store, not " +
+                     std::to_string(extract.inputs.size()) + " inputs");
   if (slide.group_table.empty() && (!slide.group_column.empty() || slide.skip_missing))
     throw UsageError(std::string(slide.skip_missing ? "--skip-missing" : "--group-column") +
                      " needs --group-table CSV");
   if (!slide.group_table.empty() && slide.group_column.empty())
     throw UsageError("--group-table needs --group-column NAME (the column of each slide's group)");
-  slide.store = extract.store;
+  slide.store = extract.inputs.front();
   slide.output = extract.output;
   slide.device = extract.device;
   slide.dtype = extract.dtype;

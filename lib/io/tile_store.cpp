@@ -40,7 +40,8 @@ nlohmann::json TileSettings::to_json() const {
           {"quality", quality},
           {"tissue", util::name_of(kTissueDetections, tissue)},
           {"min_tissue", min_tissue},
-          {"artifacts", util::name_of(kArtifactFilters, artifacts)}};
+          {"artifacts", util::name_of(kArtifactFilters, artifacts)},
+          {"pixels", pixels}};
 }
 
 TileSettings TileSettings::from_json(const nlohmann::json& doc, const std::string& where) {
@@ -61,6 +62,7 @@ TileSettings TileSettings::from_json(const nlohmann::json& doc, const std::strin
   if (doc.contains("artifacts"))
     s.artifacts = util::parse_enum(kArtifactFilters, doc.at("artifacts").get<std::string>(),
                                    where + ": 'artifacts'");  // the schema's enum
+  s.pixels = doc.value("pixels", true);  // absent: a store written before coordinates stores
   if (s.mpp.has_value() == s.level.has_value())
     throw FormatError(where + ": exactly one of 'mpp' and 'level' must be set");
   if ((s.mpp && !(*s.mpp > 0)) || (s.level && *s.level < 0) || s.overlap >= s.tile_size)
@@ -73,6 +75,11 @@ void TileSettings::require_same(const TileSettings& other, const std::string& st
   const auto theirs = other.to_json();
   for (auto it = mine.begin(); it != mine.end(); ++it) {
     const auto& b = theirs.at(it.key());
+    if (it.key() == "pixels" && it.value() != b)
+      throw UsageError(at_file(
+          store, pixels ? "holds tile pixels (mltool tile), not a coordinates store"
+                        : "is a coordinates store (mltool extract SLIDE...: no tile pixels), not a "
+                          "tile store; use another store, or --overwrite to replace it"));
     if (it.value() != b)
       throw UsageError(at_file(
           store, "the store was made with " + it.key() + " " + describe(it.value()) + ", not " +
@@ -200,14 +207,41 @@ std::vector<std::string> TileStore::completed_slides() const {
   return ids;
 }
 
+namespace {
+
+// A coordinates store's keys of slide `id`, from its "tiles" record, in key order.
+void recorded_keys(const TileStore& store, const std::string& id, std::vector<std::string>& keys) {
+  const auto tiles = store.record("tiles", id);
+  const std::string where = store.path() + ": meta 'tiles/" + id + "'";
+  if (!tiles || !tiles->is_object() || !tiles->contains("row") || !tiles->contains("col") ||
+      !tiles->at("row").is_array() || tiles->at("row").size() != tiles->at("col").size())
+    throw FormatError(where + ": missing, or without row and col arrays of one length");
+  const std::size_t first = keys.size();
+  const auto& rows = tiles->at("row");
+  const auto& cols = tiles->at("col");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (!rows[i].is_number_integer() || !cols[i].is_number_integer())
+      throw FormatError(where + ": entry " + std::to_string(i) + " is not a row and column");
+    keys.push_back(tile_key(id, rows[i].get<std::int64_t>(), cols[i].get<std::int64_t>()));
+  }
+  std::sort(keys.begin() + static_cast<std::ptrdiff_t>(first), keys.end());
+}
+
+}  // namespace
+
 std::vector<std::string> TileStore::complete_tile_keys() const {
   auto ids = completed_slides();
   std::sort(ids.begin(), ids.end(), before_in_key_order);
   std::vector<std::string> keys;
+  const auto stored = settings();
+  const bool pixels = !stored || stored->pixels;
   auto txn = env_.begin_read();
   for (const auto& id : ids) {
     const std::size_t before = keys.size();
-    for (const auto& e : txn.prefix(tiles_, id + "/")) keys.emplace_back(e.key);
+    if (pixels)
+      for (const auto& e : txn.prefix(tiles_, id + "/")) keys.emplace_back(e.key);
+    else
+      recorded_keys(*this, id, keys);
     const auto done = nlohmann::json::parse(txn.at(meta_, meta_key("done", id)), nullptr, false);
     const std::int64_t expected = done.is_object() ? done.value("tiles", std::int64_t{-1}) : -1;
     if (expected != static_cast<std::int64_t>(keys.size() - before))

@@ -114,6 +114,27 @@ const util::Options<TileJob>& tile_options() {
           "Keep tiles with at least this tissue fraction")
           .at_least(0)
           .at_most(1),
+      util::option("--qc", &J::qc_dir,
+                   "Write a QC picture per slide and the run's index.html into this directory"),
+      util::option("--qc-size", &J::qc_size, "Long side of the slide in a QC picture, in pixels")
+          .at_least(256)
+          .at_most(8192),
+      util::choice("--reader", &J::reader, kReaderChoices,
+                   "Tile decoder: auto (libvips' TIFF decoder for plain TIFF pyramids, checked "
+                   "against OpenSlide; OpenSlide otherwise) or openslide"),
+  };
+  return table;
+}
+
+std::string given_tile_option(const TileJob& job) {
+  // --mpp given as the default 0.5 reads as the default; its field says it was given.
+  if (job.settings.mpp) return "--mpp";
+  return util::first_changed(tile_options(), job);
+}
+
+const util::Options<TileJob>& tile_store_options() {
+  using util::choice_at, util::option_at;
+  static const util::Options<TileJob> table = {
       choice_at<J>(
           "--format", [](J& j) -> io::TileEncoding& { return j.settings.encoding; },
           io::encoding_names(), "Tile encoding: " + encodings_text()),
@@ -121,15 +142,7 @@ const util::Options<TileJob>& tile_options() {
           "--quality", [](J& j) -> int& { return j.settings.quality; }, "JPEG quality")
           .at_least(1)
           .at_most(100),
-      util::option("--qc", &J::qc_dir,
-                   "Write a QC picture per slide and the run's index.html into this directory"),
-      util::option("--qc-size", &J::qc_size, "Long side of the slide in a QC picture, in pixels")
-          .at_least(256)
-          .at_most(8192),
       util::option("--commit-every", &J::commit_every, "Tiles per LMDB transaction").at_least(1),
-      util::choice("--reader", &J::reader, kReaderChoices,
-                   "Tile decoder: auto (libvips' TIFF decoder for plain TIFF pyramids, checked "
-                   "against OpenSlide; OpenSlide otherwise) or openslide"),
       util::choice("--passthrough", &J::passthrough, kPassthroughChoices,
                    "Store a tile that is exactly one of the slide's own JPEG TIFF tiles as its "
                    "compressed bytes, not decoded and encoded again (auto; --format jpeg only), "

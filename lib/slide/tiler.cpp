@@ -380,6 +380,7 @@ void write_qc(const Slide& slide, const TileJob& job, const ReadPlan& plan, cons
 
 void validate(const TileJob& job) {
   util::check_options(tile_options(), job);
+  util::check_options(tile_store_options(), job);
   const auto& s = job.settings;
   check_tile_size(s.tile_size, s.overlap);
   if (s.mpp.has_value() == s.level.has_value())
@@ -422,10 +423,14 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
   auto batch = store.write_slide(id, slide_record.dump(), job.commit_every);
   try {
     const auto reader = make_region_reader(slide, plan.level, job.reader);
-    std::string why_not;
-    const auto own = passthrough_source(slide, plan, job, selection.kept, why_not);
-    if (!selection.kept.empty())
-      report.passthrough = write_tiles(*reader, plan, job, id, selection.kept, own.get(), batch);
+    std::string why_not = "a coordinates store (no pixels)";
+    std::unique_ptr<TiffJpegTiles> own;
+    if (s.pixels) {  // a coordinates store keeps the records only (TilePixels reads the slide)
+      why_not.clear();
+      own = passthrough_source(slide, plan, job, selection.kept, why_not);
+      if (!selection.kept.empty())
+        report.passthrough = write_tiles(*reader, plan, job, id, selection.kept, own.get(), batch);
+    }
     slide_record["passthrough"] = own ? json{{"tiles", report.passthrough},
                                              {"tiff_directory", own->directory()},
                                              {"colour", io::colour_name(own->colour())}}

@@ -1,5 +1,5 @@
 // Row sources of the feeds: the memory-mapped feature matrix, and tiles decoded from the
-// tile store.
+// tile store (or read from the slides of a coordinates store).
 #include <torch/torch.h>
 
 #include <cstring>
@@ -9,6 +9,7 @@
 #include "mltool/io/feature_tensor.hpp"
 #include "mltool/io/image_codec.hpp"
 #include "mltool/io/tile_store.hpp"
+#include "mltool/slide/tile_pixels.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/parallel.hpp"
 
@@ -40,27 +41,24 @@ class FeatureSource : public RowSource {
   std::shared_ptr<const io::FeatureStore> store_;
 };
 
+// Tiles of a tile store, or of a coordinates store's slide files (slide::TilePixels).
 class TileSource : public RowSource {
  public:
   TileSource(std::shared_ptr<const io::TileStore> store, std::vector<std::string> keys)
-      : store_(std::move(store)), keys_(std::move(keys)) {
-    const auto settings = store_->settings();
-    if (!settings)
-      throw InputError(at_file(store_->path(), "not a tile store (no meta 'store' record)"));
-    tile_ = settings->tile_size;
-  }
+      : store_(std::move(store)),
+        pixels_(std::make_unique<slide::TilePixels>(*store_)),
+        keys_(std::move(keys)),
+        tile_(pixels_->tile_size()) {}
   std::int64_t rows() const override { return static_cast<std::int64_t>(keys_.size()); }
   std::vector<std::int64_t> row_shape() const override { return {tile_, tile_, 3}; }
   torch::ScalarType dtype() const override { return torch::kUInt8; }
   void copy_rows(const std::int64_t* rows, std::size_t n, std::uint8_t* dst) const override {
-    const std::size_t bytes = static_cast<std::size_t>(tile_ * tile_ * 3);
-    const auto snapshot = store_->snapshot();
-    thread_local io::RgbImage image;
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::string& key = keys_.at(static_cast<std::size_t>(rows[i]));
-      store_->decode_tile(key, snapshot.find(key), static_cast<int>(tile_), image);
-      std::memcpy(dst + i * bytes, image.pixels.data(), bytes);
-    }
+    pixels_->read(
+        n,
+        [&](std::size_t i) -> const std::string& {
+          return keys_.at(static_cast<std::size_t>(rows[i]));
+        },
+        1, dst, [](std::size_t) { throw; });  // a tile that cannot be read ends the run
   }
   torch::Tensor whole(const torch::Device& device, int threads) const override {
     auto host =
@@ -81,6 +79,7 @@ class TileSource : public RowSource {
 
  private:
   std::shared_ptr<const io::TileStore> store_;
+  std::unique_ptr<slide::TilePixels> pixels_;
   std::vector<std::string> keys_;
   std::int64_t tile_ = 0;
 };

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mltool/io/npy.hpp"
+#include "mltool/slide/cohort.hpp"
 #include "mltool/util/options.hpp"
 
 namespace mltool::features {
@@ -31,7 +33,11 @@ extern const util::EnumNames<io::DType> kFeatureDTypes;
 /// The options of `mltool extract`, declared once (lib/features/extract_options.cpp): the
 /// command line, check_options and the names a resume refusal gives come from it.
 struct ExtractJob {
-  std::string store;                            ///< the tile store (mltool tile)
+  /// The tile store (mltool tile), or slides (files, DICOM directories) tiled on the fly into
+  /// the coordinates store OUTPUT/coordinates.lmdb (extract_features decides which).
+  std::vector<std::string> inputs;
+  /// The tile store read: the one input, or the coordinates store; set by extract_features.
+  std::string store;
   std::string output;                           ///< the feature store directory
   std::string model = "builtin:color-texture";  ///< "builtin:NAME" or a TorchScript file
   int input_size = 224;
@@ -55,6 +61,9 @@ struct ExtractJob {
   bool allow_wide_features = false;  ///< keep outputs wider than 16,384 values or of > 2 dims
   /// An out-of-memory error ends the run instead of splitting the batch (docs/memory-modes.md).
   bool no_oom_retry = false;
+  /// How slides given as inputs are tiled: `mltool tile`'s options (slide::tile_options),
+  /// shared, not copied; its threads are --threads. Refused with a tile store as input.
+  slide::TileJob tile;
   /// The keys of the options given explicitly ("input_size", "mean", "std", "amp", "dtype"),
   /// noted by the table's parser: an encoder card's settings yield to them, with a warning.
   std::set<std::string> given;
@@ -62,6 +71,7 @@ struct ExtractJob {
 
 struct ExtractReport {
   std::string output;
+  std::string store;  ///< the tile store read (with slides as inputs: the coordinates store)
   std::uint64_t rows = 0;
   std::int64_t dims = 0;
   std::uint64_t resumed_from = 0;  ///< rows found committed by an earlier run
@@ -73,6 +83,13 @@ struct ExtractReport {
   int math_threads = 0;  ///< LibTorch's math threads (CPU extraction), else 0
   std::string shard;     ///< "I/N" of a --shard run, else ""
   nlohmann::json model;
+  /// Time the devices waited for decoded batches after the first, in all and the longest
+  /// wait: what reading tiles (across slide boundaries too) left the model idle.
+  double input_wait_seconds = 0;
+  double max_input_wait_seconds = 0;
+  /// With slides as inputs: their tiling into the coordinates store (failed ones under
+  /// keep_going included).
+  std::optional<slide::CohortReport> tiled;
 };
 
 /// Runs the extraction; throws mltool::Error (UsageError for bad settings or a model whose

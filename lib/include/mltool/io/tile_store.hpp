@@ -11,6 +11,9 @@
 //          "mask/<id>"    → the tissue mask tiles were chosen by (TissueMask; --tissue otsu,
 //                           and absent in stores written before it was kept)
 //
+// A coordinates store (settings' pixels false, written by `mltool extract SLIDE...`) has every
+// meta record and an empty tiles database: its keys come from the "tiles/<id>" records.
+//
 // Only slides with a done marker are complete. A slide without one was interrupted: its
 // tiles are ignored by readers and replaced by the next run (discard_incomplete).
 // docs/formats.md#tile-store has the exact JSON of each record.
@@ -52,6 +55,10 @@ struct TileSettings {
   double min_tissue = 0.5;  ///< keep tiles whose tissue fraction is at least this
   /// A record without "artifacts" (written before the option existed) reads as exclude.
   ArtifactFilter artifacts = ArtifactFilter::exclude;
+  /// False in a coordinates store (`mltool extract SLIDE...`): every record of a tile store but
+  /// no tiles; their pixels are read from the slide files the "slides" records name
+  /// (slide::TilePixels). A record without "pixels" (stores written before) reads as true.
+  bool pixels = true;
 
   /// The "store" record (format mltool.tile-store, schemas/tile-store.schema.json).
   nlohmann::json to_json() const;
@@ -127,8 +134,9 @@ class TileStore {
   /// Ids of complete slides, sorted.
   std::vector<std::string> completed_slides() const;
   bool is_complete(const std::string& id) const;
-  /// The tile keys of every complete slide, in key order (the store's order). Throws
-  /// FormatError naming the slide if its tile count differs from its done marker.
+  /// The tile keys of every complete slide, in key order (the store's order): in a coordinates
+  /// store, those of the slides' "tiles" records. Throws FormatError naming the slide if its
+  /// tile count differs from its done marker.
   std::vector<std::string> complete_tile_keys() const;
   /// A meta record ("slides", "tiles" or "done") of slide `id`, or nothing.
   std::optional<nlohmann::json> record(const std::string& kind, const std::string& id) const;

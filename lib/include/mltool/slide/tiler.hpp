@@ -86,8 +86,16 @@ struct SlideReport {
 /// The target µm/px when neither --mpp nor --level is given (tile_slides applies it).
 inline constexpr double kDefaultMpp = 0.5;
 
-/// The options of one slide's tiling, declared once (lib/slide/tile_options.cpp).
+/// The options of one slide's tiling, declared once (lib/slide/tile_options.cpp): how slides
+/// are cut into tiles (geometry, µm/px, tissue, QC, reader), shared by `mltool tile` and
+/// `mltool extract SLIDE...`.
 const util::Options<TileJob>& tile_options();
+/// The flag of the first option of tile_options() `job` was given, or "": an option that
+/// tiles slides, given where no slide is tiled (to refuse, not ignore).
+std::string given_tile_option(const TileJob& job);
+/// The options of the tiles' storage, `mltool tile`'s alone: --format, --quality,
+/// --commit-every, --passthrough.
+const util::Options<TileJob>& tile_store_options();
 
 /// Checks a job before any slide is opened (its options against tile_options(), then
 /// exactly one of mpp and level): UsageError for a bad setting.

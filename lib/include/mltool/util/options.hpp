@@ -277,6 +277,17 @@ void check_options(const Options<Job>& table, const Job& job) {
         throw UsageError(o.flag() + " " + wrong);
 }
 
+/// The flag of the first option of `table` whose value in `job` is not its default (a
+/// default-constructed Job's), or "" when every one has its default: an option given where it
+/// does not apply, to refuse rather than ignore.
+template <class Job>
+std::string first_changed(const Options<Job>& table, const Job& job) {
+  const Job defaults{};
+  for (const auto& o : table)
+    if (o.value(job) != o.value(defaults)) return o.flag();
+  return "";
+}
+
 /// The options of `job` recorded in the manifest section `section`, by key.
 template <class Job>
 nlohmann::json recorded(const Options<Job>& table, const Job& job, std::string_view section) {

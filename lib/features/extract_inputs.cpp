@@ -1,0 +1,60 @@
+#include "extract_inputs.hpp"
+
+#include <set>
+
+#include "mltool/io/tile_store.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
+#include "mltool/util/log.hpp"
+
+namespace mltool::features {
+namespace {
+
+// The coordinates store must hold exactly the slides given (and tiled): features of a slide
+// left out of this run's list would otherwise be extracted, or counted complete, with it.
+void check_same_slides(const std::string& store_path, const slide::CohortReport& tiled) {
+  std::set<std::string> given;
+  for (const auto& r : tiled.slides) given.insert(r.id);
+  std::string extra;
+  std::size_t n = 0;
+  for (const auto& id : io::TileStore::open(store_path, false).completed_slides())
+    if (!given.count(id) && ++n <= 3) extra += (extra.empty() ? "" : ", ") + id;
+  if (n == 0) return;
+  throw UsageError(at_file(store_path, "holds " + std::to_string(n) +
+                                           " slide(s) this run was not given (" + extra +
+                                           (n > 3 ? ", ..." : "") +
+                                           "), from an earlier run into this output: give them "
+                                           "too, or start over with --overwrite"));
+}
+
+}  // namespace
+
+std::optional<slide::CohortReport> resolve_inputs(ExtractJob& job) {
+  if (job.inputs.empty()) throw UsageError("no input: give a tile store, or slides");
+  if (job.inputs.size() == 1 && io::TileStore::is_store(job.inputs.front())) {
+    const std::string flag = slide::given_tile_option(job.tile);
+    if (!flag.empty())
+      throw UsageError(flag + " tiles slides; " + job.inputs.front() +
+                       " is a tile store, whose tiles are made already");
+    job.store = job.inputs.front();
+    return std::nullopt;
+  }
+  for (const auto& input : job.inputs)
+    if (io::TileStore::is_store(input))
+      throw UsageError(at_file(input, "is a tile store: give one tile store, or slides, not both"));
+  slide::CohortJob cohort;
+  cohort.tile = job.tile;
+  cohort.tile.threads = job.threads;
+  cohort.tile.settings.pixels = false;
+  cohort.store = util::join_path(job.output, kCoordinatesStore);
+  cohort.keep_going = job.keep_going;
+  cohort.overwrite = job.overwrite;
+  log::info("tiling " + std::to_string(job.inputs.size()) +
+            " slide(s) into the coordinates store " + cohort.store);
+  auto tiled = slide::tile_slides(job.inputs, cohort);
+  check_same_slides(cohort.store, tiled);
+  job.store = cohort.store;
+  return tiled;
+}
+
+}  // namespace mltool::features

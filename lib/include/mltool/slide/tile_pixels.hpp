@@ -1,0 +1,50 @@
+// The pixels of a tile store's tiles, wherever they are: decoded from the store, or in a
+// coordinates store (settings' pixels false, written by `mltool extract SLIDE...`) read from
+// the slide files its "slides" records name, exactly as `mltool tile` reads them: the recorded
+// level, region reader and read size, resampled to the tile size by the same resize. A tile
+// read from its slide therefore equals what `mltool tile --format png` stores for it.
+//
+// Every command that needs pixels (extract, train and predict on images) reads them here.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "mltool/io/tile_store.hpp"
+#include "mltool/util/error.hpp"
+
+namespace mltool::slide {
+
+class TilePixels {
+ public:
+  /// Reads the tiles of `store`, which must outlive this. InputError if it has no settings
+  /// (not a tile store, or no slide finished in it).
+  explicit TilePixels(const io::TileStore& store);
+  ~TilePixels();
+  TilePixels(const TilePixels&) = delete;
+  TilePixels& operator=(const TilePixels&) = delete;
+
+  int tile_size() const { return tile_; }
+  /// Whether tiles come from the slide files (a coordinates store).
+  bool from_slides() const { return slides_ != nullptr; }
+
+  /// Reads `n` tiles, the i-th `key(i)` (a complete slide's tile key of the store), into
+  /// `out` (tile i at out + i × T × T × 3, interleaved RGB) on `threads` workers (0: one per
+  /// allowed CPU). A tile that cannot be read — undecodable, or its slide file missing or
+  /// changed: Error naming the store, the tile and the slide — is zeroed and `failed(i)` is
+  /// called inside the handler: it rethrows (`throw;`) to end the read with that error, or
+  /// returns to go on.
+  void read(std::size_t n, const std::function<const std::string&(std::size_t)>& key, int threads,
+            std::uint8_t* out, const std::function<void(std::size_t)>& failed) const;
+
+ private:
+  class Slides;  // the open slide files of a coordinates store
+  const io::TileStore& store_;
+  int tile_ = 0;
+  std::unique_ptr<Slides> slides_;
+};
+
+}  // namespace mltool::slide

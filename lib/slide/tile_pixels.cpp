@@ -1,0 +1,166 @@
+#include "mltool/slide/tile_pixels.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "mltool/slide/image.hpp"
+#include "mltool/slide/openslide.hpp"
+#include "mltool/slide/region_reader.hpp"
+#include "mltool/util/file.hpp"
+#include "mltool/util/parallel.hpp"
+
+namespace mltool::slide {
+namespace {
+
+using json = nlohmann::json;
+
+// Row and column of a tile key "<id>/<row:06>_<col:06>" as one number.
+std::uint64_t cell_of(std::string_view key, const std::string& where) {
+  const auto slash = key.rfind('/');
+  const auto under = key.rfind('_');
+  if (slash == std::string_view::npos || under == std::string_view::npos || under < slash)
+    throw FormatError(where + ": not a tile key (<slide>/<row>_<col>)");
+  std::uint64_t row = 0, col = 0;
+  for (std::size_t i = slash + 1; i < under; ++i) row = row * 10 + (key[i] - '0');
+  for (std::size_t i = under + 1; i < key.size(); ++i) col = col * 10 + (key[i] - '0');
+  return row << 32 | col;
+}
+
+}  // namespace
+
+// One slide of a coordinates store, open: how its tiles are read and where each one is.
+struct OpenSlideTiles {
+  Slide slide;
+  int level = 0;
+  std::int64_t read_size = 0;
+  std::unique_ptr<RegionReader> reader;  // null for a flat image: Slide::read_rgb reads it
+  std::unordered_map<std::uint64_t, std::pair<std::int64_t, std::int64_t>> at;  // cell → x, y
+
+  void read(std::int64_t x, std::int64_t y, std::uint8_t* rgb) const {
+    if (reader) return reader->read_rgb(x, y, read_size, read_size, rgb);
+    slide.read_rgb(x, y, level, read_size, read_size, rgb);
+  }
+};
+
+// The slides of a coordinates store, opened when a tile of theirs is read; the last few stay
+// open (tiles are read in key order, slide after slide).
+class TilePixels::Slides {
+ public:
+  explicit Slides(const io::TileStore& store) : store_(store) {}
+
+  std::shared_ptr<const OpenSlideTiles> get(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    for (auto it = open_.begin(); it != open_.end(); ++it)
+      if (it->first == id) {
+        open_.splice(open_.begin(), open_, it);
+        return open_.front().second;
+      }
+    auto opened = open(id);
+    open_.emplace_front(id, opened);
+    if (open_.size() > kKeepOpen) open_.pop_back();
+    return opened;
+  }
+
+ private:
+  static constexpr std::size_t kKeepOpen = 16;
+
+  std::shared_ptr<const OpenSlideTiles> open(const std::string& id) const {
+    const std::string where = store_.path() + ": slide '" + id + "'";
+    const auto record = store_.record("slides", id);
+    const auto tiles = store_.record("tiles", id);
+    if (!record || !tiles) throw FormatError(where + ": no slides or tiles record");
+    const std::string path = record->value("path", "");
+    if (!util::exists(path))
+      throw InputError(where + ": its slide file " + path +
+                       " is not there; a coordinates store (no pixels) reads its tiles from the "
+                       "slide files it was made from: put the file back at that path");
+    Slide slide = Slide::open(path);
+    const std::string hash = slide.property("openslide.quickhash-1").value_or("");
+    if (hash != record->value("quickhash", ""))
+      throw InputError(where + ": " + path +
+                       " is not the slide the coordinates were made from (OpenSlide quickhash "
+                       "differs): restore that file");
+    auto out = std::make_shared<OpenSlideTiles>(OpenSlideTiles{std::move(slide)});
+    out->level = record->at("level").get<int>();
+    out->read_size = record->at("read_size").get<std::int64_t>();
+    if (!out->slide.flat_info())
+      out->reader =
+          make_region_reader(out->slide, out->level,
+                             record->value("reader", "") == "openslide" ? ReaderChoice::openslide
+                                                                        : ReaderChoice::automatic);
+    const auto& rows = tiles->at("row");
+    const auto& cols = tiles->at("col");
+    const auto& xs = tiles->at("x");
+    const auto& ys = tiles->at("y");
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      out->at.emplace(rows[i].get<std::uint64_t>() << 32 | cols[i].get<std::uint64_t>(),
+                      std::make_pair(xs[i].get<std::int64_t>(), ys[i].get<std::int64_t>()));
+    return out;
+  }
+
+  const io::TileStore& store_;
+  std::mutex mutex_;
+  std::list<std::pair<std::string, std::shared_ptr<const OpenSlideTiles>>> open_;
+};
+
+TilePixels::TilePixels(const io::TileStore& store) : store_(store) {
+  const auto settings = store.settings();
+  if (!settings)
+    throw InputError(at_file(store.path(),
+                             "not a tile store, or no slide is complete in it (no "
+                             "meta 'store' record)"));
+  tile_ = settings->tile_size;
+  if (!settings->pixels) slides_ = std::make_unique<Slides>(store);
+}
+
+TilePixels::~TilePixels() = default;
+
+void TilePixels::read(std::size_t n, const std::function<const std::string&(std::size_t)>& key,
+                      int threads, std::uint8_t* out,
+                      const std::function<void(std::size_t)>& failed) const {
+  const std::size_t tile_bytes = static_cast<std::size_t>(tile_) * tile_ * 3;
+  // A store's tiles are found on this thread (one read transaction is used by one thread at
+  // a time); the values point into the map and decode in parallel.
+  std::optional<io::TileStore::Snapshot> snapshot;
+  std::vector<std::optional<std::string_view>> values;
+  if (!slides_) {
+    snapshot.emplace(store_.snapshot());
+    values.resize(n);
+    for (std::size_t i = 0; i < n; ++i) values[i] = snapshot->find(key(i));
+  }
+  util::parallel_for(n, threads, [&](std::size_t i) {
+    std::uint8_t* slot = out + i * tile_bytes;
+    try {
+      if (!slides_) {
+        thread_local io::RgbImage image;
+        store_.decode_tile(key(i), values[i], tile_, image);
+        std::memcpy(slot, image.pixels.data(), tile_bytes);
+        return;
+      }
+      const std::string& k = key(i);
+      const std::string where = store_.path() + ": tile '" + k + "'";
+      const auto slide = slides_->get(std::string(io::slide_of_key(k)));
+      const auto at = slide->at.find(cell_of(k, where));
+      if (at == slide->at.end()) throw FormatError(where + ": not in its slide's tiles record");
+      const auto [x, y] = at->second;
+      if (slide->read_size == tile_) return slide->read(x, y, slot);
+      thread_local std::vector<std::uint8_t> region;
+      region.resize(static_cast<std::size_t>(slide->read_size * slide->read_size * 3));
+      slide->read(x, y, region.data());
+      const auto size = static_cast<int>(slide->read_size);
+      const io::RgbImage resized = resize(region.data(), size, size, tile_, tile_);
+      std::memcpy(slot, resized.pixels.data(), tile_bytes);
+    } catch (const Error&) {
+      std::memset(slot, 0, tile_bytes);
+      failed(i);
+    }
+  });
+}
+
+}  // namespace mltool::slide

@@ -34,7 +34,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 [[ -x /usr/bin/time ]] || die "/usr/bin/time missing: apt-get install time"
 "$py" -c 'import numpy' || die "$py lacks numpy"
-"$mltool" help extract 2>&1 | grep -q 'SLIDE' ||
+[[ $("$mltool" help extract 2>&1) == *--mpp* ]] ||
   die "$mltool extract does not take slides yet (issue 29): build a version that does"
 
 cohort_make "$out/slides"

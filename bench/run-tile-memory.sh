@@ -35,7 +35,7 @@ bench_name=tile-memory
 [[ -x $py ]] || die "$py missing: scripts/setup.sh makes the venv"
 [[ -x /usr/bin/time ]] || die "/usr/bin/time missing: apt-get install time"
 with_extract=${TILE_MEMORY_EXTRACT:-1}
-if [[ $with_extract == 1 ]] && ! "$mltool" help extract 2>&1 | grep -q SLIDE; then
+if [[ $with_extract == 1 && $("$mltool" help extract 2>&1) != *--mpp* ]]; then
   echo "mltool extract does not take slides (issue 29): tile only" >&2
   with_extract=0
 fi

@@ -12,10 +12,12 @@ the order of (a) and (b) alternating between repeats, every slide read once righ
   (a) mltool tile SLIDES -o WORK/store GEOMETRY --threads T --json    (default --format jpeg)
       mltool extract WORK/store -o WORK/f-store --model M --threads T --json
   (b) mltool extract SLIDES -o WORK/f-slides GEOMETRY --model M --threads T --json
-each under /usr/bin/time -v (wall seconds, peak RSS). The best repeat of each is reported,
-with (b) / (a) for wall time (goal <= 0.6) and peak RSS. The two feature stores are compared:
-same keys in the same order, and the largest difference of their features (the tile store's
-tiles went through JPEG Q90 unless they passed through, so they differ where tile re-encoded).
+each under /usr/bin/time -v (wall seconds, CPU seconds, peak RSS). The best repeat of each
+is reported, with (b) / (a) for wall time (goal <= 0.6), for CPU seconds (the least of each
+side's repeats: what other processes on the machine change least) and peak RSS. The two
+feature stores are compared: same keys in the same order, and the largest difference of
+their features (the tile store's tiles went through JPEG Q90 unless they passed through, so
+they differ where tile re-encoded).
 (b)'s --json summary is kept whole (OUTDIR/extract-slides.json) and every field in it that
 names an idle gap or a wait is put in the table.
 
@@ -36,7 +38,8 @@ import numpy as np
 
 
 def timed(cmd, log_base):
-    """Runs cmd under /usr/bin/time -v; returns (wall s, peak RSS KiB, parsed --json or None)."""
+    """Runs cmd under /usr/bin/time -v; returns (wall s, peak RSS KiB, parsed --json or None,
+    CPU s: user + system)."""
     tfile = f"{log_base}.time"
     with open(f"{log_base}.json", "w") as out, open(f"{log_base}.err", "w") as err:
         rc = subprocess.run(["/usr/bin/time", "-v", "-o", tfile] + cmd, stdout=out,
@@ -45,9 +48,12 @@ def timed(cmd, log_base):
         sys.stderr.write(open(f"{log_base}.err").read())
         raise SystemExit(f"extract_slides_bench: exit {rc}: {shlex.join(cmd)}")
     wall = rss = None
+    cpu = 0.0
     for line in open(tfile):
         key, _, val = line.strip().partition(": ")
-        if key == "Elapsed (wall clock) time (h:mm:ss or m:ss)":
+        if key in ("User time (seconds)", "System time (seconds)"):
+            cpu += float(val)
+        elif key == "Elapsed (wall clock) time (h:mm:ss or m:ss)":
             s = 0.0
             for part in val.split(":"):
                 s = s * 60 + float(part)
@@ -58,7 +64,7 @@ def timed(cmd, log_base):
         summary = json.load(open(f"{log_base}.json"))
     except ValueError:
         summary = None
-    return wall, rss, summary
+    return wall, rss, summary, cpu
 
 
 def load_features(d):
@@ -149,6 +155,10 @@ def run_case(a, name, geometry, slides, record, save):
         "compare": compare(f_store, f_slides),
     }
     c["ratio"] = c["b_wall"] / (c["a_tile_wall"] + c["a_extract_wall"])
+    # CPU seconds, which the load of other processes changes far less than wall time.
+    c["a_cpu"] = [t[3] + e[3] for t, e in zip(runs["a_tile"], runs["a_extract"])]
+    c["b_cpu"] = [r[3] for r in runs["b"]]
+    c["cpu_ratio"] = min(c["b_cpu"]) / min(c["a_cpu"])
     record["cases"][name] = c
     save()
 
@@ -166,9 +176,9 @@ def table(record):
              f"{record['threads']}`, best of {record['repeats']} (order of (a) and (b) "
              "alternating), every slide read once before each run.", "",
              "| case | geometry | slides | tiles (passed through) | (a) tile s | (a) extract s | (a) total s "
-             "| (b) extract SLIDES s | (b) / (a) wall | peak RSS MiB: tile / extract STORE / "
-             "extract SLIDES | features (a) vs (b) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| (b) extract SLIDES s | (b) / (a) wall | (b) / (a) CPU s | peak RSS MiB: tile / "
+             "extract STORE / extract SLIDES | features (a) vs (b) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, c in record["cases"].items():
         cmp_ = c["compare"]
         if not cmp_["same_keys"]:
@@ -181,14 +191,17 @@ def table(record):
         lines.append(
             f"| {name} | `{c['geometry']}` | {c['slides']} | {c['tiles']} ({c['passthrough']}) "
             f"| {c['a_tile_wall']:.2f} | {c['a_extract_wall']:.2f} | {total:.2f} "
-            f"| {c['b_wall']:.2f} | **{c['ratio']:.2f}** | {c['a_tile_rss_kib'] / 1024:.0f} / "
+            f"| {c['b_wall']:.2f} | **{c['ratio']:.2f}** | {c['cpu_ratio']:.2f} "
+            f"| {c['a_tile_rss_kib'] / 1024:.0f} / "
             f"{c['a_extract_rss_kib'] / 1024:.0f} / {c['b_rss_kib'] / 1024:.0f} | {feat} |")
     lines.append("")
     for name, c in record["cases"].items():
         if c["b_gaps"]:
             lines.append(f"- {name}: (b)'s --json idle/wait fields: {json.dumps(c['b_gaps'])}")
         lines.append(f"- {name}: every repeat, (a) {', '.join(f'{w:.2f}' for w in c['a_walls'])} s; "
-                     f"(b) {', '.join(f'{w:.2f}' for w in c['b_walls'])} s; tile store "
+                     f"(b) {', '.join(f'{w:.2f}' for w in c['b_walls'])} s; CPU s (a) "
+                     f"{', '.join(f'{w:.1f}' for w in c['a_cpu'])}, (b) "
+                     f"{', '.join(f'{w:.1f}' for w in c['b_cpu'])}; tile store "
                      f"{c['store_mib']:.0f} MiB")
     return "\n".join(lines)
 

@@ -258,9 +258,9 @@ std::uint64_t read_meta(Source& src, DicomHeader& h) {
                                 "not a DICOM Part 10 file (no \"DICM\" after the 128-byte "
                                 "preamble)"));
   std::uint64_t pos = 132;
-  while (pos < src.size()) {
+  // The group is read before the VR: the dataset after it may be implicit VR.
+  while (pos < src.size() && u16(src.bytes(pos, 2, "an element header")) == 0x0002) {
     const Element e = element_at(src, pos, false);
-    if (e.tag >> 16 != 0x0002) break;
     if (e.tag == tag(0x0002, 0x0010)) h.transfer_syntax = text_value(src, e);
     if (e.tag == tag(0x0002, 0x0002)) h.sop_class = text_value(src, e);
     pos = skip_value(src, e, false, 0);

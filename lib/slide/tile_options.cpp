@@ -131,9 +131,9 @@ const util::Options<TileJob>& tile_options() {
                    "Tile decoder: auto (libvips' TIFF decoder for plain TIFF pyramids, checked "
                    "against OpenSlide; OpenSlide otherwise) or openslide"),
       util::choice("--passthrough", &J::passthrough, kPassthroughChoices,
-                   "Store a tile that is exactly one of the slide's own JPEG TIFF tiles as its "
-                   "compressed bytes, not decoded and encoded again (auto; --format jpeg only), "
-                   "or never"),
+                   "Store a tile that is exactly one of the slide's own JPEG TIFF tiles or DICOM "
+                   "frames as its compressed bytes, not decoded and encoded again (auto; "
+                   "--format jpeg only), or never"),
   };
   return table;
 }

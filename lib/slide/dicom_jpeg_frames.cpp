@@ -83,15 +83,16 @@ std::string unfit(const io::DicomHeader& h, std::int64_t tile, io::JpegColour& c
 // The header of the series' instance of `level`, or nothing (`why` says why).
 std::optional<io::DicomHeader> level_instance(const Slide& slide, const Level& level,
                                               std::string& why) {
-  std::string series;
+  std::string series, unread;
   for (const std::string& path : series_candidates(slide.file())) {
     io::DicomHeader h;
     try {
       h = io::read_dicom_header(path);
     } catch (const Error& e) {
-      if (path != slide.file()) continue;  // not DICOM, or not one OpenSlide read either
       why = e.what();
-      return std::nullopt;
+      if (path == slide.file()) return std::nullopt;
+      if (unread.empty()) unread = why;  // not DICOM, or one mltool's reader cannot parse
+      continue;
     }
     if (path == slide.file()) series = h.series_instance;
     if (!h.dataset_read || h.series_instance != series || h.image_type.size() < 3 ||
@@ -106,7 +107,8 @@ std::optional<io::DicomHeader> level_instance(const Slide& slide, const Level& l
     return h;
   }
   why = "no DICOM instance of the series beside " + slide.file() + " is the level's " +
-        std::to_string(level.width) + "x" + std::to_string(level.height) + " pixels";
+        std::to_string(level.width) + "x" + std::to_string(level.height) + " pixels" +
+        (unread.empty() ? "" : " (a file mltool cannot read: " + unread + ")");
   return std::nullopt;
 }
 

@@ -7,7 +7,8 @@ runs). Slides are written by libvips (scripts/fixtures/make_slides.py): YCbCr- a
 generic TIFFs, Aperio-like SVS files, 256- and 512-px tiles; DICOM WSI series by pydicom and
 Pillow (scripts/fixtures/dicom_series.py), their expected bytes rebuilt from the frames
 pydicom reads: YBR_FULL_422 and RGB frames, several fragments per frame with a Basic or an
-Extended Offset Table, and uncompressed and TILED_SPARSE series that must not pass through.
+Extended Offset Table, and uncompressed, TILED_SPARSE and concatenated series that must not
+pass through.
 
     tile_passthrough_test.py MLTOOL MLTOOL_TESTGEN [TEST...]
 """
@@ -52,6 +53,7 @@ DICOMS = {
     "dcm-eot": {"table": "eot"},
     "dcm-raw": {"syntax": "raw"},
     "dcm-sparse": {"sparse": True},
+    "dcm-cat": {"concatenation": True},
 }
 
 
@@ -72,7 +74,7 @@ def make_fixtures():
         expect(vendor == ("aperio" if gen == "aperio_svs" else "generic-tiff"), f"{name}: {vendor}")
     for name, kw in DICOMS.items():
         dicom_series.write(tmp(name), **kw)
-        vendor = openslide.OpenSlide(dicom_file(name)).properties["openslide.vendor"]
+        vendor = openslide.OpenSlide(dicom_file(name, 1)).properties["openslide.vendor"]
         expect(vendor == "dicom", f"{name}: {vendor}")
     return f"{len(SLIDES)} slides, {len(DICOMS)} DICOM series"
 
@@ -256,11 +258,13 @@ def check_dicom():
 
 def check_dicom_not_passed():
     """DICOM series that take the usual path, saying why: uncompressed and TILED_SPARSE
-    frames, frames not of the tile size, resampled tiles."""
+    frames, a level split into a concatenation, frames not of the tile size, resampled
+    tiles."""
     cases = [
         ("dcm-raw", ["--level", "0"], "not JPEG baseline (uncompressed, transfer syntax "
                                       "1.2.840.10008.1.2.1)"),
         ("dcm-sparse", ["--level", "0"], "TILED_SPARSE, not TILED_FULL"),
+        ("dcm-cat", ["--level", "0"], "the level is a concatenation of DICOM instances"),
         ("dcm-ycc", ["--level", "0", "--tile-size", "224"], "frames are 256x256, not the tile "
                                                             "size 224"),
         ("dcm-ycc", ["--mpp", "0.3"], "resampled"),

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <list>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string_view>
@@ -96,7 +98,16 @@ class TilePixels::Slides {
         open_.splice(open_.begin(), open_, it);
         return open_.front().second;
       }
-    auto opened = open(id);
+    // A slide that failed to open fails each of its tiles with that error, not a new try.
+    if (const auto failed = failed_.find(id); failed != failed_.end())
+      std::rethrow_exception(failed->second);
+    std::shared_ptr<const OpenSlideTiles> opened;
+    try {
+      opened = open(id);
+    } catch (const Error&) {
+      failed_.emplace(id, std::current_exception());
+      throw;
+    }
     open_.emplace_front(id, opened);
     if (open_.size() > kKeepOpen) open_.pop_back();
     return opened;
@@ -148,6 +159,7 @@ class TilePixels::Slides {
   const io::TileStore& store_;
   std::mutex mutex_;
   std::list<std::pair<std::string, std::shared_ptr<const OpenSlideTiles>>> open_;
+  std::map<std::string, std::exception_ptr> failed_;
 };
 
 TilePixels::TilePixels(const io::TileStore& store) : store_(store) {

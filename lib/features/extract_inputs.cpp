@@ -1,5 +1,6 @@
 #include "extract_inputs.hpp"
 
+#include <filesystem>
 #include <set>
 
 #include "mltool/io/tile_store.hpp"
@@ -27,11 +28,23 @@ void check_same_slides(const std::string& store_path, const slide::CohortReport&
                                            "too, or start over with --overwrite"));
 }
 
+// Whether an input names a tile store: an LMDB directory, a path ending in .lmdb (missing or
+// not a store: TileStore::open says so), or a directory that is no DICOM series (no .dcm).
+bool names_store(const std::string& path) {
+  if (io::TileStore::is_store(path)) return true;
+  if (path.size() > 5 && path.compare(path.size() - 5, 5, ".lmdb") == 0) return true;
+  if (!util::is_directory(path)) return false;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(path, ec))
+    if (e.path().extension() == ".dcm") return false;
+  return true;
+}
+
 }  // namespace
 
 std::optional<slide::CohortReport> resolve_inputs(ExtractJob& job) {
   if (job.inputs.empty()) throw UsageError("no input: give a tile store, or slides");
-  if (job.inputs.size() == 1 && io::TileStore::is_store(job.inputs.front())) {
+  if (job.inputs.size() == 1 && names_store(job.inputs.front())) {
     const std::string flag = slide::given_tile_option(job.tile);
     if (!flag.empty())
       throw UsageError(flag + " tiles slides; " + job.inputs.front() +
@@ -40,7 +53,7 @@ std::optional<slide::CohortReport> resolve_inputs(ExtractJob& job) {
     return std::nullopt;
   }
   for (const auto& input : job.inputs)
-    if (io::TileStore::is_store(input))
+    if (names_store(input))
       throw UsageError(at_file(input, "is a tile store: give one tile store, or slides, not both"));
   slide::CohortJob cohort;
   cohort.tile = job.tile;

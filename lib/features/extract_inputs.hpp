@@ -12,7 +12,8 @@ namespace mltool::features {
 /// The coordinates store's name in the feature store directory.
 inline constexpr const char* kCoordinatesStore = "coordinates.lmdb";
 
-/// Sets job.store: the one input when it is a tile store (UsageError if a tile option was
+/// Sets job.store: the one input when it names a tile store (an LMDB directory, a path ending
+/// in .lmdb, or a directory that is no DICOM series) (UsageError if a tile option was
 /// given: they tile slides); otherwise every input is a slide, and all of them — not only a
 /// --shard's, so that each row is batched where one run over them all batches it — are tiled
 /// into the coordinates store with job.tile's options (resumed, --overwrite emptying it,

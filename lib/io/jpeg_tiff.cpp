@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 #include "mltool/util/error.hpp"
 
@@ -28,43 +29,90 @@ bool colour_segment(unsigned char marker, std::string_view body) {
          (marker == kApp14 && starts_with(body, "Adobe"));
 }
 
+struct Segment {
+  unsigned char marker;
+  std::size_t at, end;    // the marker code's byte (after 0xFF and fill bytes), one past the end
+  std::string_view body;  // after the length; empty for EOI
+};
+
+// The segment at `pos` of `jpeg`: FormatError "<what>: ..." where there is none.
+Segment segment_at(std::string_view jpeg, std::size_t pos, const std::string& what) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(jpeg[i]); };
+  if (pos + 2 > jpeg.size() || byte(pos) != kMarker)
+    throw FormatError(what + ": malformed JPEG stream at byte " + std::to_string(pos) +
+                      " (expected a marker)");
+  std::size_t at = pos + 1;
+  while (at < jpeg.size() && byte(at) == kMarker) ++at;  // fill bytes
+  if (at >= jpeg.size()) throw FormatError(what + ": JPEG stream ends inside a marker");
+  if (byte(at) == kEoi) return {kEoi, at, at + 1, {}};
+  if (at + 3 > jpeg.size()) throw FormatError(what + ": JPEG segment truncated");
+  const std::size_t length = (std::size_t{byte(at + 1)} << 8) | byte(at + 2);
+  if (length < 2 || at + 1 + length > jpeg.size())
+    throw FormatError(what + ": JPEG segment at byte " + std::to_string(pos) +
+                      " runs past the end");
+  return {byte(at), at, at + 1 + length, jpeg.substr(at + 3, length - 2)};
+}
+
+void check_soi(std::string_view jpeg, const std::string& what) {
+  if (jpeg.size() < 4 || static_cast<unsigned char>(jpeg[0]) != kMarker ||
+      static_cast<unsigned char>(jpeg[1]) != kSoi)
+    throw FormatError(what + ": not a JPEG stream (no SOI marker)");
+}
+
 // Appends the segments of `jpeg` after its SOI to `out`, colour segments left out. With
 // `tables_only`, stops at EOI (the JPEGTables tag); otherwise copies everything from the
 // first SOS on verbatim (the scan and what follows it, EOI included).
 void copy_segments(std::string_view jpeg, bool tables_only, std::string& out,
                    const std::string& what) {
-  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(jpeg[i]); };
-  if (jpeg.size() < 4 || byte(0) != kMarker || byte(1) != kSoi)
-    throw FormatError(what + ": not a JPEG stream (no SOI marker)");
-  std::size_t pos = 2;
-  while (true) {
-    if (pos + 2 > jpeg.size() || byte(pos) != kMarker)
-      throw FormatError(what + ": malformed JPEG stream at byte " + std::to_string(pos) +
-                        " (expected a marker)");
-    std::size_t at = pos + 1;
-    while (at < jpeg.size() && byte(at) == kMarker) ++at;  // fill bytes
-    if (at >= jpeg.size()) throw FormatError(what + ": JPEG stream ends inside a marker");
-    const unsigned char marker = byte(at);
-    if (marker == kEoi) {
+  check_soi(jpeg, what);
+  for (std::size_t pos = 2;;) {
+    const Segment s = segment_at(jpeg, pos, what);
+    if (s.marker == kEoi) {
       if (tables_only) return;
       throw FormatError(what + ": JPEG stream ends before its scan");
     }
-    if (marker == kSos && !tables_only) {
+    if (s.marker == kSos && !tables_only) {
       out.append(jpeg.substr(pos));
       return;
     }
-    if (at + 3 > jpeg.size()) throw FormatError(what + ": JPEG segment truncated");
-    const std::size_t length = (std::size_t{byte(at + 1)} << 8) | byte(at + 2);
-    if (length < 2 || at + 1 + length > jpeg.size())
-      throw FormatError(what + ": JPEG segment at byte " + std::to_string(pos) +
-                        " runs past the end");
-    const std::string_view body = jpeg.substr(at + 3, length - 2);
-    if (!colour_segment(marker, body)) {
+    if (!colour_segment(s.marker, s.body)) {
       out.push_back(static_cast<char>(kMarker));
-      out.append(jpeg.substr(at, 1 + length));
+      out.append(jpeg.substr(s.at, s.end - s.at));
     }
-    pos = at + 1 + length;
+    pos = s.end;
   }
+}
+
+// A start-of-frame marker (SOF0-15 but DHT, JPG and DAC).
+bool is_sof(unsigned char marker) {
+  return marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+}
+
+// The colour libjpeg-turbo reads three components as from `jpeg`'s own markers
+// (jdapimin.c: JFIF, then Adobe's transform, then the component ids), or nothing where it
+// would only default, or where decoders might disagree (both JFIF and Adobe, not 3 components).
+std::optional<JpegColour> implied_colour(std::string_view jpeg, const std::string& what) {
+  check_soi(jpeg, what);
+  bool jfif = false;
+  int adobe = -1;
+  std::string ids;
+  for (std::size_t pos = 2;;) {
+    const Segment s = segment_at(jpeg, pos, what);
+    if (s.marker == kEoi || s.marker == kSos) break;
+    if (s.marker == kApp0 && starts_with(s.body, "JFIF")) jfif = true;
+    if (s.marker == kApp14 && starts_with(s.body, "Adobe") && s.body.size() >= 12)
+      adobe = static_cast<unsigned char>(s.body[11]);
+    if (is_sof(s.marker) && s.body.size() >= 6) {
+      const std::size_t n = static_cast<unsigned char>(s.body[5]);
+      for (std::size_t c = 0; c < n && 6 + 3 * c < s.body.size(); ++c) ids += s.body[6 + 3 * c];
+    }
+    pos = s.end;
+  }
+  if (ids.size() != 3 || (jfif && adobe >= 0)) return std::nullopt;
+  if (jfif || adobe == 1 || (adobe < 0 && ids == std::string("\x01\x02\x03", 3)))
+    return JpegColour::ycbcr;
+  if (adobe == 0 || (adobe < 0 && ids == "RGB")) return JpegColour::rgb;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -84,6 +132,11 @@ std::string standalone_jpeg(std::string_view tile, std::string_view tables, Jpeg
   if (!tables.empty()) copy_segments(tables, true, out, what + " (JPEGTables)");
   copy_segments(tile, false, out, what);
   return out;
+}
+
+std::string colour_marked_jpeg(std::string jpeg, JpegColour colour, const std::string& what) {
+  if (implied_colour(jpeg, what) == colour) return jpeg;
+  return standalone_jpeg(jpeg, "", colour, what);
 }
 
 }  // namespace mltool::io

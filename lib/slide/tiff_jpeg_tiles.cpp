@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cmath>
 
 #include "mltool/util/error.hpp"
 
@@ -60,10 +59,6 @@ std::string unfit(TIFF* tiff, int tile_size) {
 
 std::unique_ptr<TiffJpegTiles> TiffJpegTiles::open(const Slide& slide, int level, int tile_size,
                                                    std::string& why) {
-  if (slide.vendor() != "generic-tiff" && slide.vendor() != "aperio") {
-    why = "the slide is " + slide.vendor() + ", not a TIFF pyramid (generic-tiff, aperio)";
-    return nullptr;
-  }
   const Level& want = slide.geometry().levels[level];
   TiffPtr tiff = open_quietly(slide.file());
   if (!tiff) {
@@ -80,15 +75,12 @@ std::unique_ptr<TiffJpegTiles> TiffJpegTiles::open(const Slide& slide, int level
       continue;
     why = unfit(tiff.get(), tile_size);
     if (!why.empty()) return nullptr;
-    std::unique_ptr<TiffJpegTiles> out(new TiffJpegTiles);
+    const auto colour = field<std::uint16_t>(tiff.get(), TIFFTAG_PHOTOMETRIC) == PHOTOMETRIC_RGB
+                            ? io::JpegColour::rgb
+                            : io::JpegColour::ycbcr;
+    std::unique_ptr<TiffJpegTiles> out(new TiffJpegTiles(want, tile_size, colour));
     out->path_ = slide.path();
     out->directory_ = dir;
-    out->colour_ = field<std::uint16_t>(tiff.get(), TIFFTAG_PHOTOMETRIC) == PHOTOMETRIC_RGB
-                       ? io::JpegColour::rgb
-                       : io::JpegColour::ycbcr;
-    out->downsample_ = want.downsample;
-    out->width_ = want.width, out->height_ = want.height, out->tile_ = tile_size;
-    out->across_ = (want.width + tile_size - 1) / tile_size;
     std::uint32_t tables_size = 0;
     const void* tables = nullptr;
     if (TIFFGetField(tiff.get(), TIFFTAG_JPEGTABLES, &tables_size, &tables) && tables)
@@ -114,30 +106,16 @@ TiffJpegTiles::~TiffJpegTiles() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-std::optional<std::string> TiffJpegTiles::jpeg_at(std::int64_t x, std::int64_t y) const {
-  // Level pixels as OpenSlide's read_region takes them (x / downsample, as a double); a
-  // fraction would make it resample.
-  const double lx = static_cast<double>(x) / downsample_;
-  const double ly = static_cast<double>(y) / downsample_;
-  if (lx != std::floor(lx) || ly != std::floor(ly)) return std::nullopt;
-  const auto px = static_cast<std::int64_t>(lx), py = static_cast<std::int64_t>(ly);
-  if (px % tile_ != 0 || py % tile_ != 0 || px + tile_ > width_ || py + tile_ > height_)
-    return std::nullopt;
-  const auto index = static_cast<std::size_t>((py / tile_) * across_ + px / tile_);
+nlohmann::json TiffJpegTiles::record(std::int64_t passed) const {
+  return {{"tiles", passed}, {"tiff_directory", directory_}, {"colour", io::colour_name(colour())}};
+}
+
+std::optional<std::string> TiffJpegTiles::tile(std::size_t index) const {
   if (index >= offsets_.size() || sizes_[index] == 0) return std::nullopt;
   const std::string what =
       path_ + ": TIFF directory " + std::to_string(directory_) + " tile " + std::to_string(index);
-  std::string raw(sizes_[index], '\0');
-  std::size_t done = 0;
-  while (done < raw.size()) {
-    const ssize_t n = ::pread(fd_, raw.data() + done, raw.size() - done,
-                              static_cast<off_t>(offsets_[index] + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw InputError(sys_message(path_, "reading " + what, errno));
-    if (n == 0) throw InputError(what + ": the file ends inside the tile (truncated?)");
-    done += static_cast<std::size_t>(n);
-  }
-  return io::standalone_jpeg(raw, tables_, colour_, what);
+  return io::standalone_jpeg(read_at(fd_, path_, offsets_[index], sizes_[index], what), tables_,
+                             colour(), what);
 }
 
 }  // namespace mltool::slide

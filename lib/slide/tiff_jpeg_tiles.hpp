@@ -1,9 +1,7 @@
-// A pyramid level's own JPEG tiles, read from its TIFF directory as they are stored, for
-// `mltool tile --passthrough auto` (not a public header). OpenSlide reads the tiles of such a
-// level (generic-tiff, aperio) by decoding each one alone: the JPEGTables tag's tables, the
-// colour space its Photometric tag gives (openslide-decode-tiff.c). A region of the level that
-// is exactly one whole tile is therefore that tile decoded, and storing its compressed bytes
-// (made standalone, io/jpeg_tiff.hpp) keeps every pixel without decoding or re-encoding.
+// A TIFF pyramid level's own JPEG tiles, read from its TIFF directory as they are stored
+// (OwnJpegTiles for generic-tiff and aperio; not a public header). OpenSlide decodes each tile
+// alone, with the JPEGTables tag's tables and the colour space its Photometric tag gives
+// (openslide-decode-tiff.c); the tile made standalone (io/jpeg_tiff.hpp) decodes the same.
 #pragma once
 
 #include <cstdint>
@@ -12,41 +10,31 @@
 #include <string>
 #include <vector>
 
-#include "mltool/io/jpeg_tiff.hpp"
-#include "mltool/slide/openslide.hpp"
+#include "own_jpeg_tiles.hpp"
 
 namespace mltool::slide {
 
-class TiffJpegTiles {
+class TiffJpegTiles : public OwnJpegTiles {
  public:
   /// The TIFF directory of `slide`'s `level` if its tiles can pass through as tiles of
   /// `tile_size` pixels: an OpenSlide slide of the generic-tiff or aperio vendor whose level is
   /// a tiled directory of the same size, tile_size × tile_size tiles, JPEG-compressed, 8-bit
   /// RGB or YCbCr, contiguous. Otherwise null, and `why` says what differs. Reads only the
-  /// directory's tags; tiles are read later, with pread, from any number of threads.
+  /// directory's tags.
   static std::unique_ptr<TiffJpegTiles> open(const Slide& slide, int level, int tile_size,
                                              std::string& why);
-  ~TiffJpegTiles();
+  ~TiffJpegTiles() override;
 
-  /// The standalone JPEG of the tile whose top-left corner is at level-0 (x, y) when the
-  /// tile_size square of the level there is exactly one whole tile of the directory — its
-  /// level position, x / downsample as OpenSlide computes it, a whole multiple of the tile
-  /// size, and the tile wholly inside the level; nothing otherwise (an edge tile, a position
-  /// between tiles, an empty tile). FormatError or InputError naming the file and the tile
-  /// for a tile that cannot be read or is not JPEG.
-  std::optional<std::string> jpeg_at(std::int64_t x, std::int64_t y) const;
-
-  int directory() const { return directory_; }
-  io::JpegColour colour() const { return colour_; }
+  /// {"tiles", "tiff_directory": the directory's index, "colour"}.
+  nlohmann::json record(std::int64_t passed) const override;
 
  private:
-  TiffJpegTiles() = default;
+  TiffJpegTiles(const Level& level, int tile_size, io::JpegColour colour)
+      : OwnJpegTiles(level, tile_size, colour) {}
+  std::optional<std::string> tile(std::size_t index) const override;
   std::string path_;
   int fd_ = -1;
   int directory_ = 0;
-  io::JpegColour colour_ = io::JpegColour::ycbcr;
-  double downsample_ = 1;
-  std::int64_t width_ = 0, height_ = 0, tile_ = 0, across_ = 0;
   std::string tables_;
   std::vector<std::uint64_t> offsets_, sizes_;
 };

@@ -144,9 +144,9 @@ const util::Options<TileJob>& tile_store_options() {
           .at_most(100),
       util::option("--commit-every", &J::commit_every, "Tiles per LMDB transaction").at_least(1),
       util::choice("--passthrough", &J::passthrough, kPassthroughChoices,
-                   "Store a tile that is exactly one of the slide's own JPEG TIFF tiles as its "
-                   "compressed bytes, not decoded and encoded again (auto; --format jpeg only), "
-                   "or never"),
+                   "Store a tile that is exactly one of the slide's own JPEG TIFF tiles or DICOM "
+                   "frames as its compressed bytes, not decoded and encoded again (auto; "
+                   "--format jpeg only), or never"),
   };
   return table;
 }

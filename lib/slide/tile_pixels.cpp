@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <list>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string_view>
@@ -13,7 +15,9 @@
 #include "mltool/slide/openslide.hpp"
 #include "mltool/slide/region_reader.hpp"
 #include "mltool/util/file.hpp"
+#include "mltool/util/log.hpp"
 #include "mltool/util/parallel.hpp"
+#include "own_jpeg_tiles.hpp"
 
 namespace mltool::slide {
 namespace {
@@ -36,15 +40,48 @@ std::uint64_t cell_of(std::string_view key, const std::string& where) {
 
 // One slide of a coordinates store, open: how its tiles are read and where each one is.
 struct OpenSlideTiles {
+  explicit OpenSlideTiles(Slide opened) : slide(std::move(opened)) {}
   Slide slide;
   int level = 0;
   std::int64_t read_size = 0;
   std::unique_ptr<RegionReader> reader;  // null for a flat image: Slide::read_rgb reads it
   std::unordered_map<std::uint64_t, std::pair<std::int64_t, std::int64_t>> at;  // cell → x, y
+  // The level's own JPEG tiles, where a tile is exactly one of them (read_size == the tile
+  // size): decoding one alone skips the reader's region machinery. Used once the first such
+  // tile decodes to exactly what the reader gives (checked), so pixels never depend on it.
+  std::unique_ptr<OwnJpegTiles> own;
+  mutable std::once_flag own_checked;
+  mutable bool own_agrees = false;
 
   void read(std::int64_t x, std::int64_t y, std::uint8_t* rgb) const {
+    if (own && own_tile(x, y, rgb)) return;
+    read_region(x, y, rgb);
+  }
+
+ private:
+  void read_region(std::int64_t x, std::int64_t y, std::uint8_t* rgb) const {
     if (reader) return reader->read_rgb(x, y, read_size, read_size, rgb);
     slide.read_rgb(x, y, level, read_size, read_size, rgb);
+  }
+  // Tile (x, y) decoded from the slide's own JPEG tile, if it is one and they agree.
+  bool own_tile(std::int64_t x, std::int64_t y, std::uint8_t* rgb) const {
+    const auto jpeg = own->jpeg_at(x, y);
+    if (!jpeg) return false;
+    thread_local io::RgbImage image;
+    io::decode_image(jpeg->data(), jpeg->size(), image, slide.path() + ": its own JPEG tile");
+    const std::size_t bytes = static_cast<std::size_t>(read_size * read_size * 3);
+    if (image.width != read_size || image.height != read_size) return false;
+    std::call_once(own_checked, [&] {
+      std::vector<std::uint8_t> theirs(bytes);
+      read_region(x, y, theirs.data());
+      own_agrees = std::equal(theirs.begin(), theirs.end(), image.pixels.begin());
+      log::debug(slide.path() + (own_agrees ? ": tiles decoded from its own JPEG tiles"
+                                            : ": its own JPEG tiles decode otherwise than the "
+                                              "reader reads them; tiles are read as regions"));
+    });
+    if (!own_agrees) return false;
+    std::memcpy(rgb, image.pixels.data(), bytes);
+    return true;
   }
 };
 
@@ -61,7 +98,16 @@ class TilePixels::Slides {
         open_.splice(open_.begin(), open_, it);
         return open_.front().second;
       }
-    auto opened = open(id);
+    // A slide that failed to open fails each of its tiles with that error, not a new try.
+    if (const auto failed = failed_.find(id); failed != failed_.end())
+      std::rethrow_exception(failed->second);
+    std::shared_ptr<const OpenSlideTiles> opened;
+    try {
+      opened = open(id);
+    } catch (const Error&) {
+      failed_.emplace(id, std::current_exception());
+      throw;
+    }
     open_.emplace_front(id, opened);
     if (open_.size() > kKeepOpen) open_.pop_back();
     return opened;
@@ -86,14 +132,20 @@ class TilePixels::Slides {
       throw InputError(where + ": " + path +
                        " is not the slide the coordinates were made from (OpenSlide quickhash "
                        "differs): restore that file");
-    auto out = std::make_shared<OpenSlideTiles>(OpenSlideTiles{std::move(slide)});
+    auto out = std::make_shared<OpenSlideTiles>(std::move(slide));
     out->level = record->at("level").get<int>();
     out->read_size = record->at("read_size").get<std::int64_t>();
-    if (!out->slide.flat_info())
+    if (!out->slide.flat_info()) {
       out->reader =
           make_region_reader(out->slide, out->level,
                              record->value("reader", "") == "openslide" ? ReaderChoice::openslide
                                                                         : ReaderChoice::automatic);
+      std::string why_not;  // no own tiles: every tile is read as a region
+      if (out->read_size == record->value("tile_size", std::int64_t{0}) &&
+          record->value("overlap", 0) == 0)
+        out->own =
+            OwnJpegTiles::open(out->slide, out->level, static_cast<int>(out->read_size), why_not);
+    }
     const auto& rows = tiles->at("row");
     const auto& cols = tiles->at("col");
     const auto& xs = tiles->at("x");
@@ -107,6 +159,7 @@ class TilePixels::Slides {
   const io::TileStore& store_;
   std::mutex mutex_;
   std::list<std::pair<std::string, std::shared_ptr<const OpenSlideTiles>>> open_;
+  std::map<std::string, std::exception_ptr> failed_;
 };
 
 TilePixels::TilePixels(const io::TileStore& store) : store_(store) {

@@ -20,9 +20,9 @@
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
 #include "mltool/util/parallel.hpp"
+#include "own_jpeg_tiles.hpp"
 #include "slide_mpp.hpp"
 #include "thumbnail.hpp"
-#include "tiff_jpeg_tiles.hpp"
 
 namespace mltool::slide {
 namespace {
@@ -65,12 +65,12 @@ json kept_json(const std::vector<KeptTile>& kept) {
 }
 
 // Reads, resamples and encodes `kept` on worker threads (or, with `passthrough`, takes the
-// tiles that are whole TIFF tiles as they are stored); the calling thread commits them.
+// tiles that are the slide's own JPEG tiles as they are stored); the calling thread commits them.
 // Returns normally only when every tile is in a (committed or pending) batch, and then the
 // number of tiles that passed through.
 std::int64_t write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
                          const std::string& id, const std::vector<KeptTile>& kept,
-                         const TiffJpegTiles* passthrough, io::TileStore::SlideWriter& batch) {
+                         const OwnJpegTiles* passthrough, io::TileStore::SlideWriter& batch) {
   const int tile = job.settings.tile_size;
   const auto read = plan.read_size_level;
   const auto& codec = io::encoding_info(job.settings.encoding);
@@ -290,10 +290,10 @@ json slide_json(const Slide& slide, const Identity& who, const ReadPlan& plan, c
 // The slide's own JPEG tiles that may pass through, or null (`why` says why not). The first
 // kept tile that would pass through is decoded (libjpeg-turbo) and compared with OpenSlide's
 // read of it: any difference sends the slide the usual way, with a warning.
-std::unique_ptr<TiffJpegTiles> passthrough_source(const Slide& slide, const ReadPlan& plan,
-                                                  const TileJob& job,
-                                                  const std::vector<KeptTile>& kept,
-                                                  std::string& why) {
+std::unique_ptr<OwnJpegTiles> passthrough_source(const Slide& slide, const ReadPlan& plan,
+                                                 const TileJob& job,
+                                                 const std::vector<KeptTile>& kept,
+                                                 std::string& why) {
   const auto& s = job.settings;
   if (job.passthrough == Passthrough::never)
     why = "--passthrough never";
@@ -306,7 +306,7 @@ std::unique_ptr<TiffJpegTiles> passthrough_source(const Slide& slide, const Read
   else if (slide.flat_info())
     why = "a flat image";
   if (!why.empty()) return nullptr;
-  auto tiles = TiffJpegTiles::open(slide, plan.level, s.tile_size, why);
+  auto tiles = OwnJpegTiles::open(slide, plan.level, s.tile_size, why);
   if (!tiles) return nullptr;
   const int n = s.tile_size;
   for (const KeptTile& k : kept) {
@@ -326,7 +326,7 @@ std::unique_ptr<TiffJpegTiles> passthrough_source(const Slide& slide, const Read
               ") not passed through: " + why + "; tiles are decoded and encoded again");
     return nullptr;
   }
-  why = "no kept tile is one whole TIFF tile of the level";
+  why = "no kept tile is one whole tile of the level (TIFF tile or DICOM frame)";
   return nullptr;
 }
 
@@ -424,17 +424,15 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
   try {
     const auto reader = make_region_reader(slide, plan.level, job.reader);
     std::string why_not = "a coordinates store (no pixels)";
-    std::unique_ptr<TiffJpegTiles> own;
+    std::unique_ptr<OwnJpegTiles> own;
     if (s.pixels) {  // a coordinates store keeps the records only (TilePixels reads the slide)
       why_not.clear();
       own = passthrough_source(slide, plan, job, selection.kept, why_not);
       if (!selection.kept.empty())
         report.passthrough = write_tiles(*reader, plan, job, id, selection.kept, own.get(), batch);
     }
-    slide_record["passthrough"] = own ? json{{"tiles", report.passthrough},
-                                             {"tiff_directory", own->directory()},
-                                             {"colour", io::colour_name(own->colour())}}
-                                      : json{{"tiles", 0}, {"reason", why_not}};
+    slide_record["passthrough"] =
+        own ? own->record(report.passthrough) : json{{"tiles", 0}, {"reason", why_not}};
     report.reader = reader->name();
     report.reader_version = report.reader == "openslide" ? openslide_version() : libvips_version();
     slide_record["reader"] = report.reader;

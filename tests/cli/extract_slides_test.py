@@ -209,7 +209,29 @@ def check_downstream():
     code, _, err = run([mltool, "pack", out, "--labels", labels, "--key-column", "slide",
                         "--split", "train=0.5,val=0.5", "-o", tmp("packed"), "-q"])
     expect(code == 0, f"pack of extract SLIDES' features: {code} {err[-1500:]}")
-    return "export h5, export geojson, pack"
+    # Training on images reads the coordinates store's tiles from the slides: the weights
+    # equal those trained on the tile store of tile --format png.
+    store = tmp("png.lmdb")
+    if not os.path.isdir(tmp("ref0")):
+        tile_png(SLIDES, store, *GEOMETRY)
+        extract([store], tmp("ref0"), "--batch", "24")
+    with open(tmp("cnn.json"), "w") as f:
+        json.dump({"family": "rescnn", "channels": [8, 16]}, f)
+    weights = []
+    for name, features in (("coords", out), ("png", tmp("ref0"))):
+        code, _, err = run([mltool, "pack", features, "--labels", labels, "--key-column", "slide",
+                            "--unit", "image", "--split", "train=0.5,val=0.5", "--seed", "3",
+                            "-o", tmp(f"img_{name}"), "-q"])
+        expect(code == 0, f"pack --unit image of {features}: {code} {err[-1500:]}")
+        code, _, err = run([mltool, "train", tmp(f"img_{name}"), "--model", tmp("cnn.json"),
+                            "--epochs", "1", "--batch", "16", "--feed", "host", "--threads", "2",
+                            "-o", tmp(f"run_{name}"), "-q"])
+        expect(code == 0, f"train on the images of {features}: {code} {err[-1500:]}")
+        with open(tmp(f"run_{name}", "model.safetensors"), "rb") as f:
+            weights.append(f.read())
+    expect(weights[0] == weights[1], "training on the coordinates store's images gives other "
+                                     "weights than on the png tile store's")
+    return "export h5, export geojson, pack, train on images"
 
 
 def check_sigterm_resume():

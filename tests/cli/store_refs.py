@@ -1,6 +1,7 @@
 """Independent readers of mltool's stores for the CLI tests: python-lmdb and Pillow for the
 tile store, numpy for the feature store, as docs/formats.md describes them; tifffile for the
-JPEG tiles a slide's TIFF holds, as tile --passthrough must store them."""
+JPEG tiles a slide's TIFF holds and pydicom for the frames of a DICOM WSI level, as tile
+--passthrough must store them."""
 import io
 import json
 import os
@@ -64,6 +65,62 @@ def own_tiff_jpeg(path, level_size, col, row):
            f"{path}: raw tile {i}: SOI and no JFIF/Adobe segment expected")
     marker = ADOBE_RGB if rgb else JFIF
     return b"\xff\xd8" + marker + (tables[2:-2] if tables else b"") + raw[2:], rgb
+
+
+def jpeg_colour(jpeg):
+    """How libjpeg-turbo (and Pillow) read a 3-component JPEG's colour from its own markers:
+    JFIF means YCbCr, else Adobe APP14's transform (0 RGB, 1 YCbCr), else component ids 1, 2, 3
+    YCbCr and 'R', 'G', 'B' RGB; None where it would only guess, or JFIF and Adobe disagree."""
+    pos, jfif, adobe, ids = 2, False, None, b""
+    while jpeg[pos + 1] not in (0xDA, 0xD9):
+        marker, n = jpeg[pos + 1], int.from_bytes(jpeg[pos + 2:pos + 4], "big")
+        body = jpeg[pos + 4:pos + 2 + n]
+        jfif |= marker == 0xE0 and body.startswith(b"JFIF")
+        if marker == 0xEE and body.startswith(b"Adobe"):
+            adobe = body[11]
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            ids = bytes(body[6 + 3 * c] for c in range(body[5]))
+        pos += 2 + n
+    if len(ids) != 3 or (jfif and adobe is not None):
+        return None
+    if jfif or adobe == 1 or (adobe is None and ids == b"\x01\x02\x03"):
+        return "ycbcr"
+    if adobe == 0 or (adobe is None and ids == b"RGB"):
+        return "rgb"
+    return None
+
+
+def own_dicom_jpeg(directory, level_size, col, row):
+    """(the JPEG tile --passthrough must store for frame (col, row) of the DICOM WSI level of
+    size `level_size` in `directory`, the frame as pydicom reads it, the instance's dataset):
+    the frame itself where its markers say the colour PhotometricInterpretation gives
+    (YBR_FULL_422 YCbCr, RGB RGB), else SOI, the marker (JFIF, Adobe transform 0) and the
+    frame after its SOI without its JFIF/Adobe segments."""
+    import pydicom  # only the DICOM checks need it
+    from pydicom.encaps import get_frame
+    for name in sorted(os.listdir(directory)):
+        ds = pydicom.dcmread(os.path.join(directory, name))
+        if (ds.ImageType[2] == "VOLUME" and
+                (ds.TotalPixelMatrixColumns, ds.TotalPixelMatrixRows) == tuple(level_size)):
+            break
+    else:
+        raise AssertionError(f"{directory}: no instance of {level_size}")
+    across = -(-ds.TotalPixelMatrixColumns // ds.Columns)
+    eot = ds.get("ExtendedOffsetTable")
+    frame = get_frame(ds.PixelData, row * across + col, number_of_frames=int(ds.NumberOfFrames),
+                      extended_offsets=(eot, ds.ExtendedOffsetTableLengths) if eot else None)
+    want = "rgb" if ds.PhotometricInterpretation == "RGB" else "ycbcr"
+    if jpeg_colour(frame) == want:
+        return frame, frame, ds
+    out, pos = bytearray(b"\xff\xd8" + (ADOBE_RGB if want == "rgb" else JFIF)), 2
+    while frame[pos + 1] != 0xDA:
+        end = pos + 2 + int.from_bytes(frame[pos + 2:pos + 4], "big")
+        body = frame[pos + 4:end]
+        if not ((frame[pos + 1] == 0xE0 and body.startswith(b"JFIF")) or
+                (frame[pos + 1] == 0xEE and body.startswith(b"Adobe"))):
+            out += frame[pos:end]
+        pos = end
+    return bytes(out + frame[pos:]), frame, ds
 
 
 def load_store(d):

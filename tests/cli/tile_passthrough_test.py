@@ -4,7 +4,11 @@ references: the expected bytes rebuilt from the TIFF with tifffile (raw tile, JP
 Photometric), OpenSlide 4's read_region (openslide-python on openslide-bin) for the pixels,
 decoded with Pillow and with mltool's own decoder (mltool_testgen decode-tiles, what extract
 runs). Slides are written by libvips (scripts/fixtures/make_slides.py): YCbCr- and RGB-coded
-generic TIFFs, Aperio-like SVS files, 256- and 512-px tiles.
+generic TIFFs, Aperio-like SVS files, 256- and 512-px tiles; DICOM WSI series by pydicom and
+Pillow (scripts/fixtures/dicom_series.py), their expected bytes rebuilt from the frames
+pydicom reads: YBR_FULL_422 and RGB frames, several fragments per frame with a Basic or an
+Extended Offset Table, and uncompressed, TILED_SPARSE and concatenated series that must not
+pass through.
 
     tile_passthrough_test.py MLTOOL MLTOOL_TESTGEN [TEST...]
 """
@@ -19,10 +23,11 @@ import tifffile
 from PIL import Image
 
 from cli_common import expect, run, run_checks, tmp
-from store_refs import own_tiff_jpeg, read_tile_store
+from store_refs import own_dicom_jpeg, own_tiff_jpeg, read_tile_store
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
+import dicom_series  # noqa: E402  (pydicom, numpy and Pillow)
 import make_slides  # noqa: E402  (imports pyvips only in its child processes)
 
 mltool = os.path.abspath(sys.argv[1])
@@ -38,6 +43,17 @@ SLIDES = {
     "t512.tif": ("generic_tiff", {"compression": "jpeg", "quality": 85, "tile": 512}, 512, 6),
     "ap.svs": ("aperio_svs", {"quality": 70}, 256, 6),
     "aprgb.svs": ("aperio_svs", {"quality": 70, "rgbjpeg": True}, 256, 2),
+}
+# DICOM series (directories; dicom_series.write's options): 2600 x 1800 at 0.25 µm/px and its
+# 1300 x 900 level 1, 256-px frames.
+DICOMS = {
+    "dcm-ycc": {},
+    "dcm-rgb": {"rgb": True},
+    "dcm-bot": {"fragments": 3, "table": "bot"},
+    "dcm-eot": {"table": "eot"},
+    "dcm-raw": {"syntax": "raw"},
+    "dcm-sparse": {"sparse": True},
+    "dcm-cat": {"concatenation": True},
 }
 
 
@@ -56,7 +72,15 @@ def make_fixtures():
                    f"{page.compression} {page.photometric} {page.tilewidth}")
         vendor = openslide.OpenSlide(tmp(name)).properties["openslide.vendor"]
         expect(vendor == ("aperio" if gen == "aperio_svs" else "generic-tiff"), f"{name}: {vendor}")
-    return f"{len(SLIDES)} slides"
+    for name, kw in DICOMS.items():
+        dicom_series.write(tmp(name), **kw)
+        vendor = openslide.OpenSlide(dicom_file(name, 1)).properties["openslide.vendor"]
+        expect(vendor == "dicom", f"{name}: {vendor}")
+    return f"{len(SLIDES)} slides, {len(DICOMS)} DICOM series"
+
+
+def dicom_file(name, level=0):
+    return os.path.join(tmp(name), f"level-{level}.dcm")
 
 
 # ---------------------------------------------------------------- references
@@ -83,11 +107,11 @@ def decoded_by_mltool(store_path, n, size):
 
 
 def assert_passed_through(name, store_path, tiles, meta, size, level=0):
-    """Every tile is the slide's own JPEG byte for byte, and decodes (Pillow and mltool) to
-    OpenSlide's read_region of it exactly."""
+    """Every tile is the slide's own JPEG byte for byte (the TIFF's tile, or the DICOM
+    series' frame), and decodes (Pillow and mltool) to OpenSlide's read_region of it exactly."""
     path = tmp(name)
     sid = os.path.splitext(name)[0]
-    slide = openslide.OpenSlide(path)
+    slide = openslide.OpenSlide(dicom_file(name) if name in DICOMS else path)
     ds = slide.level_downsamples[level]
     rec = meta["tiles/" + sid]
     ours = decoded_by_mltool(store_path, len(tiles), size)
@@ -95,7 +119,8 @@ def assert_passed_through(name, store_path, tiles, meta, size, level=0):
         x, y = rec["x"][i], rec["y"][i]
         expect(key == f"{sid}/{rec['row'][i]:06d}_{rec['col'][i]:06d}", f"{key}: order")
         col, row = round(x / ds) // size, round(y / ds) // size
-        want, _ = own_tiff_jpeg(path, slide.level_dimensions[level], col, row)
+        own = own_dicom_jpeg if name in DICOMS else own_tiff_jpeg
+        want = own(path, slide.level_dimensions[level], col, row)[0]
         expect(data == want, f"{name} {key}: not the slide's own tile {col},{row} "
                              f"({len(data)} bytes, expected {len(want)})")
         ref = reference(slide, x, y, level, size)
@@ -192,7 +217,78 @@ def check_resume_counts():
            f"{first} then {again}")
 
 
-CHECKS = [check_exact, check_matching_mpp, check_never, check_not_aligned, check_resume_counts]
+def check_dicom():
+    """DICOM WSI series at each level's own frame size: every kept tile passes through, is the
+    level's frame (as pydicom reads it; a YBR_FULL_422 frame byte for byte, an RGB one with
+    the Adobe marker its PhotometricInterpretation implies), and is exact; the series is found
+    from its directory or from any of its files; the grid never holds an edge frame."""
+    for name in ("dcm-ycc", "dcm-rgb", "dcm-bot", "dcm-eot"):
+        for level in (0, 1):
+            out = tmp(f"{name}-{level}.lmdb")
+            summary, meta, tiles = tile(tmp(name), out, "--level", str(level), "--tile-size", "256")
+            p = record(meta, summary, name)
+            rec = meta["slides/" + name]
+            lw, lh = rec["levels"][level]["width"], rec["levels"][level]["height"]
+            expect(rec["grid"] == {"cols": lw // 256, "rows": lh // 256},
+                   f"{name} level {level}: grid {rec['grid']} of a {lw}x{lh} level")
+            instance = own_dicom_jpeg(tmp(name), (lw, lh), 0, 0)[2].SOPInstanceUID
+            colour = "rgb" if name == "dcm-rgb" else "ycbcr"
+            expect(summary["tiles"] > 0 and p == {"tiles": summary["tiles"], "colour": colour,
+                                                   "dicom_file": f"level-{level}.dcm",
+                                                   "dicom_instance": instance},
+                   f"{name} level {level}: {p}, {summary['tiles']} tiles")
+            assert_passed_through(name, out, tiles, meta, 256, level)
+            for key, data in tiles.items():
+                _, frame, _ = own_dicom_jpeg(tmp(name), (lw, lh), *map(int, key.split("/")[1]
+                                                                        .split("_")[::-1]))
+                expect((data == frame) == (colour == "ycbcr"),
+                       f"{name} {key}: the frame {'changed' if colour == 'ycbcr' else 'kept'}")
+            if colour == "rgb":  # the marker matters: the bare frame decodes as YCbCr
+                bare = np.asarray(Image.open(io.BytesIO(frame)).convert("RGB"))
+                stored = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+                expect(not np.array_equal(bare, stored), f"{name}: the bare frame decodes the same")
+    # One file of the series opens all of it: level 1 from level-1.dcm, the id its name's.
+    summary, meta, tiles = tile(dicom_file("dcm-rgb", 1), tmp("dcm-file.lmdb"), "--level", "1")
+    p = record(meta, summary, "level-1")
+    expect(p["tiles"] == len(tiles) > 0 and p["dicom_file"] == "level-1.dcm", f"{p}")
+    summary, meta, tiles = tile(dicom_file("dcm-ycc", 1), tmp("dcm-file0.lmdb"), "--level", "0")
+    p = record(meta, summary, "level-1")
+    expect(p["tiles"] == len(tiles) > 0 and p["dicom_file"] == "level-0.dcm", f"{p}")
+
+
+def check_dicom_not_passed():
+    """DICOM series that take the usual path, saying why: uncompressed and TILED_SPARSE
+    frames, a level split into a concatenation, frames not of the tile size, resampled
+    tiles."""
+    cases = [
+        ("dcm-raw", ["--level", "0"], "not JPEG baseline (uncompressed, transfer syntax "
+                                      "1.2.840.10008.1.2.1)"),
+        ("dcm-sparse", ["--level", "0"], "TILED_SPARSE, not TILED_FULL"),
+        ("dcm-cat", ["--level", "0"], "the level is a concatenation of DICOM instances"),
+        ("dcm-ycc", ["--level", "0", "--tile-size", "224"], "frames are 256x256, not the tile "
+                                                            "size 224"),
+        ("dcm-ycc", ["--mpp", "0.3"], "resampled"),
+    ]
+    for i, (name, args, why) in enumerate(cases):
+        out = tmp(f"dcm-na{i}.lmdb")
+        summary, meta, tiles = tile(tmp(name), out, *args)
+        p = record(meta, summary, name)
+        expect(len(tiles) > 0 and p["tiles"] == 0 and why in p["reason"],
+               f"{name} {args}: {p} ({len(tiles)} tiles)")
+    # The usual path reads the same pixels: PNG tiles of the uncompressed series equal
+    # read_region.
+    summary, meta, tiles = tile(tmp("dcm-raw"), tmp("dcm-raw-png.lmdb"), "--level", "0",
+                                "--format", "png")
+    slide = openslide.OpenSlide(dicom_file("dcm-raw"))
+    rec = meta["tiles/dcm-raw"]
+    for i, data in enumerate(tiles.values()):
+        got = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        expect(np.array_equal(got, reference(slide, rec["x"][i], rec["y"][i], 0, 256)),
+               f"dcm-raw tile {i}: not read_region")
+
+
+CHECKS = [check_exact, check_matching_mpp, check_never, check_not_aligned, check_resume_counts,
+          check_dicom, check_dicom_not_passed]
 
 
 def main():

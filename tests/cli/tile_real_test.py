@@ -20,7 +20,7 @@ import tifffile
 from PIL import Image
 
 from cli_common import Failure, expect, run, run_checks, tmp
-from store_refs import own_tiff_jpeg, read_tile_store
+from store_refs import own_dicom_jpeg, own_tiff_jpeg, read_tile_store
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "..", "scripts", "fixtures", "real_slides.py")
@@ -86,6 +86,19 @@ def same(k, got, ref, what):
                       f"{int(d.max())}")
 
 
+def decoded_by_mltool(store, size):
+    """The store's tiles decoded by mltool's own decoder (mltool_testgen decode-tiles beside
+    mltool, what extract runs) as an N x size x size x 3 array, or None where it is not built."""
+    testgen = os.path.join(os.path.dirname(mltool), "mltool_testgen")
+    if not os.access(testgen, os.X_OK):
+        print(f"  (mltool's decoder not checked: {testgen} is not built)", flush=True)
+        return None
+    out = tmp(os.path.basename(store) + "-decoded.rgb")
+    code, _, err = run([testgen, "decode-tiles", store, out])
+    expect(code == 0, f"decode-tiles: {err}")
+    return np.fromfile(out, dtype=np.uint8).reshape(-1, size, size, 3)
+
+
 def skip_without_svs():
     if not have_svs:
         print(f"  skipped: {REAL_SVS} is absent", flush=True)
@@ -139,7 +152,8 @@ def check_svs():
 
 def check_dicom():
     """c. DICOM WSI: the series' directory and one of its .dcm files both tile, pixel-exact
-    against OpenSlide 4's read_region of the series."""
+    against OpenSlide 4's read_region of the series; at its own frame size, its frames pass
+    through (check_dicom_passthrough)."""
     if skip_without_svs():
         return
     dcm = sorted(f for f in os.listdir(real("dicom")) if f.endswith(".dcm"))
@@ -160,6 +174,32 @@ def check_dicom():
         expect(n >= 20, f"{path}: {n} tiles")
     code, _, err = tile(tmp("real"), "-o", tmp("st_nodcm"))
     expect(code == 2 and "no .dcm file" in err, f"a directory without .dcm: {code} {err}")
+    check_dicom_passthrough(slide)
+
+
+def check_dicom_passthrough(slide):
+    """The series' level 0 at its own 240-px frames (wsidicomizer keeps the SVS's RGB-coded
+    JPEG tiles, their tables merged in and an Adobe APP14 of transform 0 added, so the frames
+    say RGB themselves): every kept tile is the frame as pydicom reads it, byte for byte, and
+    decodes (Pillow, mltool) to OpenSlide 4's read_region exactly."""
+    size = int(slide.properties["openslide.level[0].tile-width"])
+    st = tmp("st_dicom_passthrough")
+    code, summary, err = tile(real("dicom"), "-o", st, "--level", "0", "--tile-size", str(size))
+    expect(code == 0, f"exit {code}: {err}")
+    meta, tiles = read_tile_store(st)
+    p = meta["slides/dicom"]["passthrough"]
+    _, _, ds = own_dicom_jpeg(real("dicom"), slide.dimensions, 0, 0)
+    expect(p == {"tiles": len(tiles), "colour": "rgb", "dicom_instance": ds.SOPInstanceUID,
+                 "dicom_file": os.path.basename(ds.filename)} and
+           len(tiles) == summary["slides"][0]["passthrough"] >= 20, f"{p}, {len(tiles)} tiles")
+    ours = decoded_by_mltool(st, size)
+    for i, (k, x, y, got) in enumerate(each_tile(meta, tiles, "dicom")):
+        want, frame, _ = own_dicom_jpeg(real("dicom"), slide.dimensions, x // size, y // size)
+        expect(tiles[k] == want == frame, f"{k}: not the frame byte for byte")
+        ref = read_ref(slide, x, y, size)
+        same(k, got, ref, "read_region (Pillow's decoding)")
+        if ours is not None:
+            same(k, ours[i], ref, "read_region (mltool's decoding)")
 
 
 def check_flat():
@@ -256,14 +296,7 @@ def check_passthrough():
     expect(p["tiles"] == len(tiles) == summary["slides"][0]["passthrough"] >= 20 and
            p["colour"] == "rgb" and meta[f"done/{SID}"]["passthrough"] == p["tiles"],
            f"{p}, {len(tiles)} tiles, {summary['slides'][0]}")
-    testgen = os.path.join(os.path.dirname(mltool), "mltool_testgen")
-    ours = None
-    if os.access(testgen, os.X_OK):
-        code, _, err = run([testgen, "decode-tiles", st, tmp("real-decoded.rgb")])
-        expect(code == 0, f"decode-tiles: {err}")
-        ours = np.fromfile(tmp("real-decoded.rgb"), dtype=np.uint8).reshape(-1, size, size, 3)
-    else:
-        print(f"  (mltool's decoder not checked: {testgen} is not built)", flush=True)
+    ours = decoded_by_mltool(st, size)
     for i, (k, x, y, got) in enumerate(each_tile(meta, tiles, SID)):
         want, rgb = own_tiff_jpeg(REAL_SVS, slide.dimensions, x // size, y // size)
         expect(rgb and tiles[k] == want, f"{k}: not the slide's own tile")

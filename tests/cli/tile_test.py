@@ -338,7 +338,7 @@ def check_grid():
            f"tissue_threshold {sm['tissue_threshold']} (floor 20)")
     want_store = {"format": "mltool.tile-store", "format_version": 1, "tile_size": 256,
                   "overlap": 0, "mpp": 0.5, "level": None, "encoding": "jpeg",
-                  "quality": 90, "tissue": "otsu", "min_tissue": 0.5, "artifacts": "exclude"}
+                  "quality": 90, "tissue": "otsu", "min_tissue": 0.5, "artifacts": "exclude", "pixels": True}
     expect(st.meta["store"] == want_store, f"store meta {st.meta['store']}")
     for k in keys:
         decode(st.tiles[k], k, fmt="JPEG")

@@ -15,6 +15,7 @@
 namespace {
 
 using mltool::FormatError;
+using mltool::io::colour_marked_jpeg;
 using mltool::io::JpegColour;
 using mltool::io::standalone_jpeg;
 using mltool::testing::contains;
@@ -88,6 +89,36 @@ TEST(StandaloneJpeg, MalformedStreamsNameTheTile) {
                          standalone_jpeg(tile, tables.substr(0, 7), JpegColour::rgb, "t");
                        }),
                        "t (JPEGTables): "));
+}
+
+// A DICOM frame is a whole JPEG: it stays as it is where its own markers give the colour the
+// DICOM PhotometricInterpretation says, and gets the marker that does where they do not.
+TEST(StandaloneJpeg, ColourMarkedKeepsAFrameThatSaysItsColour) {
+  const std::string whole = mltool::io::encode_jpeg(gradient(32, 16).data(), 32, 16, 85);
+  ASSERT_EQ(whole.substr(2, 4), std::string("\xFF\xE0\x00\x10", 4));  // libjpeg-turbo's JFIF
+  EXPECT_EQ(colour_marked_jpeg(whole, JpegColour::ycbcr, "f"), whole);
+  const std::string bare = "\xFF\xD8" + whole.substr(2 + 18);  // no JFIF: component ids 1, 2, 3
+  EXPECT_EQ(colour_marked_jpeg(bare, JpegColour::ycbcr, "f"), bare);
+  for (const std::string& frame : {whole, bare}) {
+    const std::string rgb = colour_marked_jpeg(frame, JpegColour::rgb, "f");
+    EXPECT_EQ(rgb, standalone_jpeg(frame, "", JpegColour::rgb, "f"));
+    EXPECT_EQ(rgb.substr(2, 9), std::string("\xFF\xEE\x00\x0E"
+                                            "Adobe",
+                                            9));
+    EXPECT_EQ(rgb.find("JFIF"), std::string::npos);
+    EXPECT_EQ(colour_marked_jpeg(rgb, JpegColour::rgb, "f"), rgb);  // Adobe transform 0
+    EXPECT_EQ(colour_marked_jpeg(rgb, JpegColour::ycbcr, "f"),
+              standalone_jpeg(rgb, "", JpegColour::ycbcr, "f"));
+  }
+  mltool::io::RgbImage a, b;
+  mltool::io::decode_image(whole.data(), whole.size(), a, "whole");
+  mltool::io::decode_image(bare.data(), bare.size(), b, "bare");
+  EXPECT_EQ(a.pixels, b.pixels);
+  EXPECT_TRUE(contains(error_of<FormatError>([&] {
+                         colour_marked_jpeg("\xFF\xD8\xFF\xC0\x00", JpegColour::rgb,
+                                            "a.dcm: frame 3");
+                       }),
+                       "a.dcm: frame 3: JPEG segment truncated"));
 }
 
 }  // namespace

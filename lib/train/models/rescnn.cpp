@@ -31,7 +31,10 @@ class Stem : public Block {
     norm_ = register_module("norm", torch::nn::BatchNorm2d(out));
   }
   Activation forward(const Activation& in) override {
-    auto x = in.x.permute({0, 3, 1, 2}).to(torch::kFloat32).div(255.0);
+    // Contiguous NCHW: on a channels-last input (the permuted view) oneDNN's AVX-512 kernel for
+    // a strided 1×1 convolution's weight gradient (the shortcut of a strided stage) reads out of
+    // bounds for larger tiles — a segfault in LibTorch 2.11 reproduced in PyTorch alone.
+    auto x = in.x.permute({0, 3, 1, 2}).contiguous().to(torch::kFloat32).div(255.0);
     x = (x - mean_) / std_;
     return {activate(activation_, norm_->forward(conv_->forward(x))), {}};
   }

@@ -27,4 +27,11 @@ const char* colour_name(JpegColour colour);
 std::string standalone_jpeg(std::string_view tile, std::string_view tables, JpegColour colour,
                             const std::string& what);
 
+/// `jpeg` (a whole JPEG file: a DICOM frame) as one that libjpeg, libjpeg-turbo and Pillow
+/// decode as `colour` components: `jpeg` itself when its own markers already say so — a JFIF
+/// segment for YCbCr, an Adobe segment of transform 0 for RGB or 1 for YCbCr, or with
+/// neither the component ids 1, 2, 3 for YCbCr or 'R', 'G', 'B' for RGB (how libjpeg
+/// guesses) — else standalone_jpeg(jpeg, "", colour, what). FormatError as standalone_jpeg.
+std::string colour_marked_jpeg(std::string jpeg, JpegColour colour, const std::string& what);
+
 }  // namespace mltool::io

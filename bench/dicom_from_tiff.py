@@ -9,13 +9,16 @@ bench/run-tile-dicom.sh.
 """
 import argparse
 import os
+import sys
 
 import tifffile
-from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.encaps import encapsulate
 from pydicom.uid import JPEGBaseline8Bit, generate_uid
 
-WSI = "1.2.840.10008.5.1.4.1.1.77.1.6"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts",
+                                "fixtures"))
+from dicom_series import wsi_dataset, wsi_image  # noqa: E402
+
 JFIF = bytes([0xFF, 0xE0, 0, 16]) + b"JFIF\0" + bytes([1, 1, 0, 0, 1, 0, 1, 0, 0])
 
 
@@ -29,32 +32,11 @@ def frames(path, page):
 
 
 def instance(path, page, level, ids, mpp):
-    meta = FileMetaDataset()
-    meta.MediaStorageSOPClassUID = WSI
-    meta.MediaStorageSOPInstanceUID = generate_uid()
-    meta.TransferSyntaxUID = JPEGBaseline8Bit
-    ds = Dataset()
-    ds.file_meta = meta
-    ds.SOPClassUID, ds.SOPInstanceUID = WSI, meta.MediaStorageSOPInstanceUID
-    ds.StudyInstanceUID, ds.SeriesInstanceUID, ds.FrameOfReferenceUID = ids
-    ds.Modality = "SM"
-    ds.ImageType = ["ORIGINAL", "PRIMARY" if level == 0 else "DERIVED", "VOLUME", "NONE"]
-    ds.TotalPixelMatrixColumns, ds.TotalPixelMatrixRows = page.imagewidth, page.imagelength
+    ds = wsi_dataset(level, ids, page.imagewidth, page.imagelength, page.tilewidth,
+                     JPEGBaseline8Bit)
     ds.Columns, ds.Rows = page.tilewidth, page.tilelength
     data = list(frames(path, page))
-    ds.NumberOfFrames = len(data)
-    ds.SamplesPerPixel, ds.PlanarConfiguration = 3, 0
-    ds.PhotometricInterpretation = "YBR_FULL_422"
-    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 8, 8, 7, 0
-    ds.TotalPixelMatrixFocalPlanes, ds.NumberOfOpticalPaths = 1, 1
-    ds.DimensionOrganizationType = "TILED_FULL"
-    spacing = mpp * 2 ** level / 1000
-    measures = Dataset()
-    measures.PixelSpacing = [spacing, spacing]
-    measures.SliceThickness = 0.001
-    shared = Dataset()
-    shared.PixelMeasuresSequence = [measures]
-    ds.SharedFunctionalGroupsSequence = [shared]
+    wsi_image(ds, len(data), "YBR_FULL_422", "TILED_FULL", mpp * 2 ** level / 1000)
     ds.PixelData = encapsulate(data)
     ds["PixelData"].VR = "OB"
     return ds

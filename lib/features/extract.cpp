@@ -398,9 +398,8 @@ std::string model_text(const Extractor& model, int input_size) {
          " at input size " + std::to_string(input_size);
 }
 
-// Batch `b` of this run decoded into `buffer`. Look-ups on this thread (one read transaction
-// is used by one thread at a time); the values point into the map, valid while the
-// transaction lives, and decode in parallel.
+// Batch `b` of this run read into `buffer` (slide::TilePixels: decoded from the store, or read
+// from the slides of a coordinates store, on --threads workers).
 HostBatch decode_batch(Pipeline& p, std::uint64_t b, torch::Tensor buffer) {
   const ExtractJob& job = p.job;
   HostBatch hb;
@@ -415,16 +414,10 @@ HostBatch decode_batch(Pipeline& p, std::uint64_t b, torch::Tensor buffer) {
       static_cast<std::size_t>(hb.size),
       [keys](std::size_t i) -> const std::string& { return keys[i]; }, job.threads,
       hb.pixels.data_ptr<std::uint8_t>(),
-      [&](std::size_t i) {
+      [&](std::size_t i, const Error& e) {
         const bool recomputed = !p.writes(hb.first_row + i);  // committed already, or not ours
         if (!job.keep_going && !recomputed) throw;            // the read's error, as it is
-        if (!recomputed) {
-          try {
-            throw;
-          } catch (const std::exception& e) {
-            log::warn(std::string(e.what()) + "; its row is marked invalid (NaN)");
-          }
-        }
+        if (!recomputed) log::warn(std::string(e.what()) + "; its row is marked invalid (NaN)");
         hb.invalid[i] = 1;
       });
   return hb;

@@ -20,23 +20,6 @@
 #include "own_jpeg_tiles.hpp"
 
 namespace mltool::slide {
-namespace {
-
-using json = nlohmann::json;
-
-// Row and column of a tile key "<id>/<row:06>_<col:06>" as one number.
-std::uint64_t cell_of(std::string_view key, const std::string& where) {
-  const auto slash = key.rfind('/');
-  const auto under = key.rfind('_');
-  if (slash == std::string_view::npos || under == std::string_view::npos || under < slash)
-    throw FormatError(where + ": not a tile key (<slide>/<row>_<col>)");
-  std::uint64_t row = 0, col = 0;
-  for (std::size_t i = slash + 1; i < under; ++i) row = row * 10 + (key[i] - '0');
-  for (std::size_t i = under + 1; i < key.size(); ++i) col = col * 10 + (key[i] - '0');
-  return row << 32 | col;
-}
-
-}  // namespace
 
 // One slide of a coordinates store, open: how its tiles are read and where each one is.
 struct OpenSlideTiles {
@@ -45,7 +28,7 @@ struct OpenSlideTiles {
   int level = 0;
   std::int64_t read_size = 0;
   std::unique_ptr<RegionReader> reader;  // null for a flat image: Slide::read_rgb reads it
-  std::unordered_map<std::uint64_t, std::pair<std::int64_t, std::int64_t>> at;  // cell → x, y
+  std::unordered_map<std::string, std::pair<std::int64_t, std::int64_t>> at;  // key → x, y
   // The level's own JPEG tiles, where a tile is exactly one of them (read_size == the tile
   // size): decoding one alone skips the reader's region machinery. Used once the first such
   // tile decodes to exactly what the reader gives (checked), so pixels never depend on it.
@@ -151,7 +134,7 @@ class TilePixels::Slides {
     const auto& xs = tiles->at("x");
     const auto& ys = tiles->at("y");
     for (std::size_t i = 0; i < rows.size(); ++i)
-      out->at.emplace(rows[i].get<std::uint64_t>() << 32 | cols[i].get<std::uint64_t>(),
+      out->at.emplace(io::tile_key(id, rows[i].get<std::int64_t>(), cols[i].get<std::int64_t>()),
                       std::make_pair(xs[i].get<std::int64_t>(), ys[i].get<std::int64_t>()));
     return out;
   }
@@ -176,7 +159,7 @@ TilePixels::~TilePixels() = default;
 
 void TilePixels::read(std::size_t n, const std::function<const std::string&(std::size_t)>& key,
                       int threads, std::uint8_t* out,
-                      const std::function<void(std::size_t)>& failed) const {
+                      const std::function<void(std::size_t, const Error&)>& failed) const {
   const std::size_t tile_bytes = static_cast<std::size_t>(tile_) * tile_ * 3;
   // A store's tiles are found on this thread (one read transaction is used by one thread at
   // a time); the values point into the map and decode in parallel.
@@ -197,10 +180,10 @@ void TilePixels::read(std::size_t n, const std::function<const std::string&(std:
         return;
       }
       const std::string& k = key(i);
-      const std::string where = store_.path() + ": tile '" + k + "'";
       const auto slide = slides_->get(std::string(io::slide_of_key(k)));
-      const auto at = slide->at.find(cell_of(k, where));
-      if (at == slide->at.end()) throw FormatError(where + ": not in its slide's tiles record");
+      const auto at = slide->at.find(k);
+      if (at == slide->at.end())
+        throw FormatError(store_.path() + ": tile '" + k + "': not in its slide's tiles record");
       const auto [x, y] = at->second;
       if (slide->read_size == tile_) return slide->read(x, y, slot);
       thread_local std::vector<std::uint8_t> region;
@@ -209,9 +192,9 @@ void TilePixels::read(std::size_t n, const std::function<const std::string&(std:
       const auto size = static_cast<int>(slide->read_size);
       const io::RgbImage resized = resize(region.data(), size, size, tile_, tile_);
       std::memcpy(slot, resized.pixels.data(), tile_bytes);
-    } catch (const Error&) {
+    } catch (const Error& e) {
       std::memset(slot, 0, tile_bytes);
-      failed(i);
+      failed(i, e);
     }
   });
 }

@@ -58,7 +58,8 @@ class TileSource : public RowSource {
         [&](std::size_t i) -> const std::string& {
           return keys_.at(static_cast<std::size_t>(rows[i]));
         },
-        1, dst, [](std::size_t) { throw; });  // a tile that cannot be read ends the run
+        1, dst,
+        [](std::size_t, const Error&) { throw; });  // a tile that cannot be read ends the run
   }
   torch::Tensor whole(const torch::Device& device, int threads) const override {
     auto host =

@@ -34,11 +34,11 @@ class TilePixels {
   /// Reads `n` tiles, the i-th `key(i)` (a complete slide's tile key of the store), into
   /// `out` (tile i at out + i × T × T × 3, interleaved RGB) on `threads` workers (0: one per
   /// allowed CPU). A tile that cannot be read — undecodable, or its slide file missing or
-  /// changed: Error naming the store, the tile and the slide — is zeroed and `failed(i)` is
-  /// called inside the handler: it rethrows (`throw;`) to end the read with that error, or
+  /// changed: Error naming the store, the tile and the slide — is zeroed and `failed(i, error)`
+  /// is called inside the handler: it rethrows (`throw;`) to end the read with that error, or
   /// returns to go on.
   void read(std::size_t n, const std::function<const std::string&(std::size_t)>& key, int threads,
-            std::uint8_t* out, const std::function<void(std::size_t)>& failed) const;
+            std::uint8_t* out, const std::function<void(std::size_t, const Error&)>& failed) const;
 
  private:
   class Slides;  // the open slide files of a coordinates store

@@ -5,6 +5,7 @@ PNG tiles and one of JPEG Q90 tiles, 128 px, three complete slides and an interr
 
     extract_gpu_test.py MLTOOL [--cpu-smoke] [CHECK...]   # CHECK: names of the check_*
                                                            # functions, without check_
+    extract_gpu_test.py --write-slides DIR                 # the slides of check_slides
 
 Checks (each prints "ok: NAME (seconds)"; all run; exit 1 if any failed):
   decode         an identity TorchScript model gives back the decoded pixels: PNG tiles equal
@@ -22,10 +23,20 @@ Checks (each prints "ok: NAME (seconds)"; all run; exit 1 if any failed):
   amp            (c) --amp bf16 runs, differs from float32 (autocast took effect) and is
                  within 5e-2 relative (Frobenius) of it, and close to PyTorch's autocast
   multi_gpu      (d) with >= 2 GPUs: --device cuda (one replica per GPU) = --device cuda:0
+  slides         (e) extract SLIDE... (tiles read from the slide files by the reader threads
+                 into the pinned pool) on the GPU = `tile --format png` + extract of that
+                 store on the GPU within 1e-6 (the same tiles in the same batches), = the
+                 CPU run within (a)'s allowance, on generated JPEG slides at --mpp 0.5 and
+                 on ../shared's CMU-1-Small-Region.svs at --level 0 (its own JPEG tiles)
 
 Without a GPU visible to torch it fails (exit 1): the gpu label only runs where one is.
 --cpu-smoke runs the store writing and the checks with every "GPU" run on the CPU instead
 (other batch sizes), so the writer and the comparisons can be tried on a machine without one.
+
+The slides of (e) are written with libvips (scripts/fixtures/make_slides.py). The GPU machine
+has no pyvips: scripts/device/prepare.sh writes them here with --write-slides into
+.device/fixtures, with the real slide, and run.sh names that directory in MLTOOL_GPU_SLIDES.
+Without MLTOOL_GPU_SLIDES the check writes them itself.
 """
 import contextlib
 import io
@@ -41,6 +52,28 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
 sys.path.insert(0, os.path.join(HERE, "..", "cli"))
+REAL_SVS = "CMU-1-Small-Region.svs"
+# check_slides' generated slides (make_slides.generate calls, file names relative).
+SLIDE_CALLS = [
+    ["generic_tiff", ["G.tif", 2048, 1536, 0.25, [(0, 0, 2048, 1280), (300, 1280, 1700, 1536)]],
+     {"min_level": 256, "compression": "jpeg"}],
+    ["generic_tiff", ["G-2.tif", 1536, 1024, 0.25, [(200, 100, 1300, 900)]],
+     {"min_level": 256, "compression": "jpeg", "tissue_class": "b"}],
+]
+
+
+def write_slides(directory):
+    """Writes SLIDE_CALLS' slides into directory; returns their paths."""
+    import make_slides
+    os.makedirs(directory, exist_ok=True)
+    calls = [[name, [os.path.join(directory, a[0])] + a[1:], kw] for name, a, kw in SLIDE_CALLS]
+    make_slides.generate(calls)
+    return [c[1][0] for c in calls]
+
+
+if sys.argv[1:2] == ["--write-slides"] and len(sys.argv) == 3:
+    print("\n".join(write_slides(sys.argv[2])))
+    sys.exit(0)
 import tile_store  # noqa: E402
 from cli_common import Failure, expect, run_checks, tmp  # noqa: E402
 
@@ -303,7 +336,7 @@ def check_decode():
     """Identity model: mltool's decoded pixels = Pillow's (PNG exactly, JPEG within 2
     levels); the GPU run = the CPU run within 1e-6."""
     ident = ["--model", tmp("identity.pt"), "--input-size", str(TS), "--mean", "0,0,0",
-             "--std", "1,1,1"]
+             "--std", "1,1,1", "--allow-wide-features"]  # the pixels: 3 × 128² values a tile
     for enc in ("png", "jpeg"):
         X, s, _ = features(enc, "cpu", *ident, "--batch", "7")
         expect(X.shape[1] == TS * TS * 3, f"identity dims {X.shape}")
@@ -496,8 +529,84 @@ def check_encoder_card():
     expect(not problems, "; ".join(problems))
 
 
+def slide_inputs():
+    """[(name, slide paths, geometry)]: the generated slides at --mpp 0.5 (every tile
+    resampled) and the real slide at --level 0 --tile-size 240 (its own JPEG tiles), where
+    there is one."""
+    given = os.environ.get("MLTOOL_GPU_SLIDES")
+    if given:
+        paths = [os.path.join(given, c[1][0]) for c in SLIDE_CALLS]
+        missing = [p for p in paths if not os.path.exists(p)]
+        expect(not missing, f"MLTOOL_GPU_SLIDES={given} lacks {missing} (scripts/device/"
+                            f"prepare.sh writes them)")
+        real = os.path.join(given, REAL_SVS)
+    else:
+        paths = write_slides(tmp("slides"))
+        real = os.path.join(HERE, "..", "..", "..", "shared", "slides", REAL_SVS)
+    runs = [("generated", paths, ["--mpp", "0.5", "--tile-size", "128"])]
+    if os.path.exists(real):
+        runs.append(("CMU-1", [real], ["--level", "0", "--tile-size", "240"]))
+    else:
+        print(f"  {REAL_SVS} not found (../shared/slides): the real slide is skipped")
+    return runs
+
+
+def mltool_json(*argv):
+    p = subprocess.run([mltool, *argv, "--threads", THREADS, "--json"], capture_output=True,
+                       text=True, timeout=600)
+    expect(p.returncode == 0, f"mltool {' '.join(argv)} exits 0 (got {p.returncode}): "
+                              f"{p.stderr[-2000:]}")
+    return json.loads(p.stdout)
+
+
+def extracted(out):
+    with open(os.path.join(out, "keys.txt")) as f:
+        return np.load(os.path.join(out, "features.npy")), f.read().split("\n")[:-1]
+
+
+def check_slides():
+    """(e) extract SLIDE... on the GPU = tile + extract STORE on the GPU (1e-6) = the CPU run
+    (the torchscript check's allowance)."""
+    model = ["--model", tmp("small.pt"), "--input-size", "96"]
+    problems = []
+    for name, slides, geometry in slide_inputs():
+        store = tmp(f"slides-{name}.lmdb")
+        mltool_json("tile", *slides, "-o", store, "--format", "png", *geometry)
+        runs = {}
+        for label, inputs, dev, batch, extra in (
+                ("store", [store], DEV, dev_batch(16), []),
+                ("slides", slides, DEV, dev_batch(16), geometry),
+                ("slides cpu", slides, "cpu", "7", geometry)):
+            out = tmp(f"fs-{name}-{label.replace(' ', '-')}")
+            s = mltool_json("extract", *inputs, "-o", out, "--device", dev, "--batch", batch,
+                         *model, *extra)
+            runs[label] = extracted(out) + (s,)
+        Xs, keys, _ = runs["store"]
+        Xf, kf, sf = runs["slides"]
+        Xc, kc, _ = runs["slides cpu"]
+        expect(len(keys) > 0 and kf == keys and kc == keys,
+               f"{name}: keys.txt of the slide runs differ from the tile store's "
+               f"({len(kf)}/{len(kc)} vs {len(keys)} rows)")
+        expect(sf["devices"] == gpu_devices() and sf.get("tiling"),
+               f"{name}: summary devices {sf['devices']}, tiling {sf.get('tiling')}")
+        u8 = np.stack([np.asarray(Image.open(io.BytesIO(v)).convert("RGB"))
+                       for v in tile_store.read_store(store)[1]])
+        d_py = max_diff(reference(u8, 96, DEV, batch=int(dev_batch(16))), reference(u8, 96, "cpu"))
+        d_store, d_cpu = max_diff(Xf, Xs), max_diff(Xf, Xc)
+        tol = max(1e-4, 2 * d_py)
+        print(f"  {name}: {len(keys)} tiles of {u8.shape[1]} px; |slides {DEV} - store {DEV}| "
+              f"{d_store:.2g}, |slides {DEV} - slides cpu| {d_cpu:.2g} (allowed {tol:.2g}); "
+              f"reader wait {sf['input_wait_seconds']:.2f} s")
+        if d_store > 1e-6:
+            problems.append(f"{name}: max |extract SLIDES - extract STORE| on {DEV} = "
+                            f"{d_store:.3g} > 1e-6")
+        if d_cpu > tol:
+            problems.append(f"{name}: max |{DEV} - cpu| = {d_cpu:.3g} > {tol:.3g}")
+    expect(not problems, "; ".join(problems))
+
+
 CHECKS = [check_decode, check_torchscript, check_color_texture, check_amp, check_multi_gpu,
-          check_encoder_card]
+          check_encoder_card, check_slides]
 
 
 def main():

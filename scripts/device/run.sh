@@ -1,38 +1,48 @@
 #!/usr/bin/env bash
 # Runs ON THE GPU MACHINE (through the device tool, from the repository root, with `.device`
-# carried): builds mltool against the machine's own torch and CUDA (MLTOOL_WITH_SLIDE=OFF: no
-# `mltool tile`, but `mltool extract`), runs the gpu tests, the extract benchmark, then the
-# unit tests and the cli tests that need no slides. Results and logs go to $OUT.
+# carried): unpacks the build that scripts/device/prepare.sh made here (mltool with OpenSlide
+# and libvips, the test programs, the libraries they need; LibTorch is the machine's own torch
+# 2.11.0+cu130, the wheel that build linked), runs the gpu tests, the GPU benchmarks, then the
+# unit tests. Nothing is compiled there: the session's device time goes to the GPU. Results and
+# logs go to $OUT.
 #
 #   from a session:  scripts/device/prepare.sh, then the device tool's run with
 #     command: bash scripts/device/run.sh     carry: [".device"]     timeout_s: 600
+#   rehearsal here:  scripts/device/rehearse.sh   (run.sh --rehearse from a clone elsewhere,
+#     .device copied in: every step, the gpu tests and benchmarks in their --cpu-smoke forms)
 #
-#   run.sh [LABELS]    ctest labels to run (default 'gpu|unit'); gpu ones first
+#   run.sh [--rehearse] [LABELS]    ctest labels to run (default 'gpu|unit'); gpu ones first
 #
-# Steps, what only this machine can tell first; a step that fails is reported and the later
-# ones still run where they can:
-#   1. python-lmdb from .device/wheels into /tmp/site (PYTHONPATH): the gpu test and the
-#      benchmark write tile stores with it
-#   2. configure build-device; build mltool and the gpu test programs
-#   3. ctest -L gpu (-V: the measured differences are in the log even when they pass)
-#   4. bench/run-extract.sh $OUT/bench, then bench/run-train.sh $OUT/bench, then
+# Steps; a step that fails is reported and the later ones still run where they can:
+#   1. unpack .device/build.tar.xz as build-device/, its ctest files pointed at this checkout
+#      and this python3 (and /work/main, the compiled-in test data path, linked here where it
+#      is absent); LD_LIBRARY_PATH = this torch's lib/ and its CUDA runtime; python-lmdb from
+#      .device/wheels into /tmp/site (PYTHONPATH); `mltool --version` and ldd prove it loads
+#   2. ctest -L gpu (-V: the measured differences are in the log even when they pass), the
+#      slides of gpu_extract's `slides` check from .device/fixtures (MLTOOL_GPU_SLIDES)
+#   3. bench/run-extract.sh $OUT/bench, then bench/run-train.sh $OUT/bench, then
 #      bench/run-sections.sh $OUT/bench (issue 7's seed-003 case; its table is appended to
 #      summary.txt), each with what is left; DEVICE_BENCH (default "extract train sections")
 #      picks which, e.g. DEVICE_BENCH=sections in a second call
-#   5. build everything else; ctest with the other LABELS, then cli_help and cli_index
-# The whole run keeps within RUN_BUDGET_S (default 560) seconds of wall time, inside the
-# device tool's 600: each step's timeout is what is left, and the benchmark's tile count
-# (EXTRACT_BENCH_N, else 20000) shrinks when little is left. build-device stays on the machine
-# while it is warm, so a second run continues an interrupted build.
+#   4. ctest with the other LABELS, then cli_help and cli_index
+# The whole run keeps within RUN_BUDGET_S (default 500) seconds of wall time, inside the
+# device tool's 600 and leaving room in the session's 15 device minutes for a second call: each
+# step's timeout is what is left, and the benchmark's tile count (EXTRACT_BENCH_N, else 20000)
+# shrinks when little is left.
 #
 # $OUT (the device tool brings back at most 8 files): summary.txt (one line per step, the
-# ctest totals and the benchmark table; also printed at the end), env.txt (GPU, tools,
-# versions, mltool --version), build.log, ctest-gpu.log, ctest-unit.log, bench.log,
+# ctest totals and the benchmark tables; also printed at the end), env.txt (GPU, tools,
+# versions, mltool --version, the manifest), ctest-gpu.log, ctest-unit.log, bench.log,
 # bench/extract-bench.md, bench/train-bench.md (the .json the benchmarks write beside them are
 # moved to /tmp/mltool-bench-json, to keep within the 8 files; the .md tables hold the figures).
 set -uo pipefail
+rehearse=0
+if [[ ${1:-} == --rehearse ]]; then
+  rehearse=1
+  shift
+fi
 labels=${1:-gpu|unit}
-budget=${RUN_BUDGET_S:-560}
+budget=${RUN_BUDGET_S:-500}
 t_start=$SECONDS
 out=${OUT:-/tmp/mltool-device-out}
 mkdir -p "$out"
@@ -76,33 +86,78 @@ step() {
   return $rc
 }
 
-prefix=$(pwd)/.device/prefix
-[ -d "$prefix/usr" ] || { echo "device: .device/prefix missing: run scripts/device/prepare.sh and carry .device" >&2; exit 1; }
-multiarch=$prefix/usr/lib/x86_64-linux-gnu
-export LD_LIBRARY_PATH=$multiarch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PKG_CONFIG_PATH=$multiarch/pkgconfig:$prefix/usr/share/pkgconfig
-export PKG_CONFIG_SYSROOT_DIR=$prefix
+[ -f .device/build.tar.xz ] && [ -f .device/manifest ] ||
+  { echo "device: .device/build.tar.xz missing: run scripts/device/prepare.sh and carry .device" >&2; exit 1; }
+manifest() { sed -n "s/^$1=//p" .device/manifest; }
+python=$(command -v python3)
+(( rehearse )) && [ -x .venv/bin/python ] && python=$PWD/.venv/bin/python
+torch_lib=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+torch_version=$("$python" -c 'import torch; print(torch.__version__)')
+cuda_lib=$(realpath -m "$torch_lib/../../nvidia/cu13/lib")
 
 env_txt=$out/env.txt
 {
-  echo "date: $(date -u +%FT%TZ); $(nproc) cores; kernel $(uname -r)"
+  echo "date: $(date -u +%FT%TZ); $(nproc) cores; kernel $(uname -r); $(ldd --version | head -1)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi not available"
-  echo "python3: $(command -v python3)"
-  python3 -c 'import sys, torch, numpy, PIL; print("Python", sys.version.split()[0], "| torch", torch.__version__, "| CUDA available:", torch.cuda.is_available(), "| GPUs:", [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())], "| numpy", numpy.__version__, "| Pillow", PIL.__version__)'
-  python3 -c 'import torchvision; print("torchvision", torchvision.__version__)' || echo "torchvision: missing (the benchmark uses its own ResNet-50 definition)"
-  cmake --version | head -1
-  echo "ninja $(ninja --version)"
-  nvcc --version | tail -1
-  c++ --version | head -1
+  echo "python3: $python"
+  "$python" -c 'import sys, torch, numpy, PIL; print("Python", sys.version.split()[0], "| torch", torch.__version__, "| CUDA available:", torch.cuda.is_available(), "| GPUs:", [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())], "| numpy", numpy.__version__, "| Pillow", PIL.__version__)'
+  "$python" -c 'import torchvision; print("torchvision", torchvision.__version__)' || echo "torchvision: missing (the benchmark uses its own ResNet-50 definition)"
+  echo "cmake: $(cmake --version | head -1)"
   df -h /dev/shm /tmp | sed 1d   # DataLoader workers pass batches through /dev/shm
+  echo "--- .device/manifest"
+  cat .device/manifest
 } > "$env_txt" 2>&1
 head -3 "$env_txt"
 
-# 1. python-lmdb (the machine has no network and no lmdb module).
-if ls .device/wheels/*.whl > /dev/null 2>&1; then
-  if ! step wheels "$env_txt" 60 python3 -m pip install -q --no-index --no-deps --no-compile \
+# 1. The build, made on the build machine.
+[[ $torch_version == "$(manifest torch)" ]] ||
+  note "torch: this machine's is $torch_version, the build linked $(manifest torch): expect trouble"
+rm -rf build-device
+"$python" - "$(manifest root)" "$(manifest build)" "$(manifest python)" "$PWD" "$python" <<'PY' ||
+import os, re, sys, tarfile
+old_root, old_build, old_python, root, python = sys.argv[1:]
+with tarfile.open(".device/build.tar.xz") as t:
+    t.extractall(".", filter="fully_trusted")
+# ctest's files name the build machine's checkout, build and python: this checkout's instead.
+# The gtest lists stay newer than their programs, or ctest would rediscover with the build
+# machine's CMake module path.
+for d, _, files in os.walk("build-device"):
+    for f in files:
+        if not f.endswith(".cmake"):
+            continue
+        p = os.path.join(d, f)
+        st = os.stat(p)
+        s = open(p).read()
+        s = s.replace(old_python, python)
+        s = re.sub(re.escape(old_build) + r'(?=[/"\];\s]|$)', os.path.join(root, "build-device"), s)
+        s = s.replace(old_root + "/", root + "/").replace('"' + old_root + '"', '"' + root + '"')
+        open(p, "w").write(s)
+        os.utime(p, (st.st_atime, st.st_mtime))
+PY
+  { echo "device: unpacking .device/build.tar.xz failed" >&2; exit 1; }
+# The unit tests find their data at the build machine's path, compiled in.
+old_root=$(manifest root)
+if [[ ! -e $old_root ]]; then
+  mkdir -p "$(dirname "$old_root")" && ln -s "$PWD" "$old_root"
+fi
+export LD_LIBRARY_PATH=$torch_lib:$cuda_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export MLTOOL_GPU_SLIDES=$PWD/.device/fixtures
+mltool=build-device/bin/mltool
+built=0
+{ echo "--- ldd $mltool build-device/lib/*.so: not found"; ldd "$mltool" build-device/lib/*.so | grep "not found"; } >> "$env_txt" 2>&1
+if step "mltool --version" "$env_txt" 60 "$mltool" --version; then
+  built=1
+  "$mltool" --version 2>&1 | tee -a "$env_txt"
+  "$mltool" help extract > /dev/null 2>&1 || note "mltool: NO extract subcommand in this build"
+fi
+
+# python-lmdb (the machine has no network and no lmdb module).
+if "$python" -c 'import lmdb' 2> /dev/null; then
+  :
+elif ls .device/wheels/*.whl > /dev/null 2>&1; then
+  if ! step wheels "$env_txt" 60 "$python" -m pip install -q --no-index --no-deps --no-compile \
       --no-cache-dir --upgrade --target /tmp/site .device/wheels/*.whl; then
-    for w in .device/wheels/*.whl; do python3 -m zipfile -e "$w" /tmp/site >> "$env_txt" 2>&1; done
+    for w in .device/wheels/*.whl; do "$python" -m zipfile -e "$w" /tmp/site >> "$env_txt" 2>&1; done
     note "wheels: unpacked with python3 -m zipfile instead"
   fi
 else
@@ -110,43 +165,41 @@ else
   failures=$((failures + 1))
 fi
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-python3 -c 'import lmdb; print("python-lmdb", lmdb.__version__, "from", lmdb.__file__)' >> "$env_txt" 2>&1 ||
+"$python" -c 'import lmdb; print("python-lmdb", lmdb.__version__, "from", lmdb.__file__)' >> "$env_txt" 2>&1 ||
   note "python-lmdb: NOT importable (see env.txt)"
 
-# 2. Configure and build what the gpu tests and the benchmark need.
-build_log=$out/build.log
-: > "$build_log"
-torch_prefix=$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
-built=0
-if step configure "$build_log" "$(min "$(left)" 240)" cmake -S . -B build-device -G Ninja \
-    -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" \
-    -DProtobuf_PROTOC_EXECUTABLE="$prefix/usr/bin/protoc" \
-    -DPython3_EXECUTABLE="$(command -v python3)" \
-    -DMLTOOL_WITH_SLIDE=OFF; then
-  step "build mltool + gpu tests" "$build_log" "$(( $(left) - 15 ))" \
-    cmake --build build-device -j "$(nproc)" --target mltool mltool_gpu_tests && built=1
-fi
-if (( built )); then
-  build-device/bin/mltool --version 2>&1 | tee -a "$env_txt"  # also loads LibTorch once
-  build-device/bin/mltool help extract > /dev/null 2>&1 || note "mltool: NO extract subcommand in this build"
-fi
-
-# 3. The gpu tests.
+# 2. The gpu tests (in a rehearsal, the python ones in their --cpu-smoke forms).
 if [[ $labels == *gpu* ]]; then
-  if (( built )); then
+  if (( ! built )); then
+    note "ctest -L gpu: SKIPPED (mltool does not run)"
+  elif (( rehearse )); then
+    for t in extract train oom; do
+      step "gpu_$t --cpu-smoke" "$out/ctest-gpu.log" "$(min $(( $(left) - 20 )) 300)" \
+        "$python" "tests/gpu/${t}_gpu_test.py" "$mltool" --cpu-smoke
+    done
+  else
     step "ctest -L gpu" "$out/ctest-gpu.log" "$(min $(( $(left) - 20 )) 300)" \
       ctest --test-dir build-device -V --output-on-failure -L '^gpu$'
-  else
-    note "ctest -L gpu: SKIPPED (not built)"
   fi
 fi
 
-# 4. The extract benchmark, with as many tiles as the time left allows.
+# 3. The benchmarks, the extract one with as many tiles as the time left allows.
 benches=${DEVICE_BENCH:-extract train sections}
 wants() { [[ " $benches " == *" $1 "* ]]; }
+smoke=()
+(( rehearse )) && smoke=(--cpu-smoke)
+# bench NAME LIMIT [VAR=VALUE...] [-- ARG...]: bench/run-NAME.sh $OUT/bench ARG... with those
+# variables set
+bench() {
+  local name=$1 limit=$2 vars=()
+  shift 2
+  while (( $# )) && [[ $1 != -- ]]; do vars+=("$1"); shift; done
+  (( $# )) && shift
+  step "bench/run-$name.sh" "$out/bench.log" "$limit" env MLTOOL_BUILD_DIR=build-device \
+    MLTOOL_PYTHON="$python" "${vars[@]}" bash "bench/run-$name.sh" "$out/bench" "${smoke[@]}" "$@"
+}
 if (( built )); then
-  bench_limit=$(min $(( $(left) - 60 )) 330)
+  bench_limit=$(min $(( $(left) - 60 )) 300)
   n=${EXTRACT_BENCH_N:-}
   if [[ -z $n ]]; then
     if (( bench_limit >= 240 )); then n=20000
@@ -157,23 +210,19 @@ if (( built )); then
   if ! wants extract || (( n > 0 )); then
     if wants extract; then
       note "bench: $n tiles (limit ${bench_limit}s)"
-      step "bench/run-extract.sh" "$out/bench.log" "$bench_limit" env MLTOOL_BUILD_DIR=build-device \
-        MLTOOL_PYTHON="$(command -v python3)" EXTRACT_BENCH_N="$n" \
-        EXTRACT_BENCH_WORK=/tmp/mltool-extract-bench bash bench/run-extract.sh "$out/bench"
+      extract_n=()
+      (( rehearse )) || extract_n=(EXTRACT_BENCH_N="$n")
+      bench extract "$bench_limit" "${extract_n[@]}" EXTRACT_BENCH_WORK=/tmp/mltool-extract-bench
     fi
     # The train benchmark (pinned vs host vs sync feeds vs PyTorch loops) with what is left.
     if wants train; then
-      train_limit=$(min $(( $(left) - 60 )) 200)
-      step "bench/run-train.sh" "$out/bench.log" "$train_limit" env MLTOOL_BUILD_DIR=build-device \
-        MLTOOL_PYTHON="$(command -v python3)" TRAIN_BENCH_WORK=/tmp/mltool-train-bench \
-        bash bench/run-train.sh "$out/bench"
+      bench train "$(min $(( $(left) - 60 )) 200)" TRAIN_BENCH_WORK=/tmp/mltool-train-bench
     fi
     # Sections vs checkpoint_sequential (seed 003), with what is left.
     if wants sections; then
-      sections_limit=$(min $(( $(left) - 60 )) 400)
-      step "bench/run-sections.sh" "$out/bench.log" "$sections_limit" env MLTOOL_BUILD_DIR=build-device \
-        MLTOOL_PYTHON="$(command -v python3)" SECTIONS_BENCH_WORK=/tmp/mltool-sections-bench \
-        bash bench/run-sections.sh "$out/bench" ${SECTIONS_BENCH_ARGS:-}
+      # shellcheck disable=SC2086  # SECTIONS_BENCH_ARGS: options of sections_bench.py, split
+      bench sections "$(min $(( $(left) - 60 )) 400)" SECTIONS_BENCH_WORK=/tmp/mltool-sections-bench \
+        -- ${SECTIONS_BENCH_ARGS:-}
       [ -f "$out/bench/sections-bench.md" ] && { cat "$out/bench/sections-bench.md" >> "$summary"; \
         mkdir -p /tmp/mltool-bench-json && mv "$out/bench/sections-bench.md" /tmp/mltool-bench-json/; }
     fi
@@ -182,15 +231,15 @@ if (( built )); then
     failures=$((failures + 1))
   fi
 else
-  note "bench: SKIPPED (not built)"
+  note "bench: SKIPPED (mltool does not run)"
 fi
 
-# 5. Everything else, and the other tests.
-if (( built )) && step "build all" "$build_log" "$(( $(left) - 10 ))" cmake --build build-device -j "$(nproc)"; then
+# 4. The other tests.
+if (( built )); then
   other=$(echo "$labels" | tr '|' '\n' | grep -vx gpu | paste -sd'|')
   if [[ -n $other ]]; then
     step "ctest -L '$other'" "$out/ctest-unit.log" "$(( $(left) - 5 ))" \
-      ctest --test-dir build-device --output-on-failure -j 4 -L "^($other)\$"
+      ctest --test-dir build-device --output-on-failure -j "$(nproc)" -L "^($other)\$"
   fi
   step "ctest cli_help cli_index" "$out/ctest-unit.log" "$(( $(left) - 2 ))" \
     ctest --test-dir build-device --output-on-failure -R '^(cli_help|cli_index)$'

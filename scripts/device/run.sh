@@ -11,7 +11,8 @@
 #   rehearsal here:  scripts/device/rehearse.sh   (run.sh --rehearse from a clone elsewhere,
 #     .device copied in: every step, the gpu tests and benchmarks in their --cpu-smoke forms)
 #
-#   run.sh [--rehearse] [LABELS]    ctest labels to run (default 'gpu|unit'); gpu ones first
+#   run.sh [--rehearse] [LABELS]    ctest labels to run (default 'gpu|unit'; none: only the
+#                                   benchmarks); gpu ones first
 #
 # Steps; a step that fails is reported and the later ones still run where they can:
 #   1. unpack .device/build.tar.xz as build-device/, its ctest files pointed at this checkout
@@ -20,10 +21,12 @@
 #      .device/wheels into /tmp/site (PYTHONPATH); `mltool --version` and ldd prove it loads
 #   2. ctest -L gpu (-V: the measured differences are in the log even when they pass), the
 #      slides of gpu_extract's `slides` check from .device/fixtures (MLTOOL_GPU_SLIDES)
-#   3. bench/run-extract.sh $OUT/bench, then bench/run-train.sh $OUT/bench, then
-#      bench/run-sections.sh $OUT/bench (issue 7's seed-003 case; its table is appended to
-#      summary.txt), each with what is left; DEVICE_BENCH (default "extract train sections")
-#      picks which, e.g. DEVICE_BENCH=sections in a second call
+#   3. bench/run-extract.sh $OUT/bench (ResNet-50), again with UNI (ViT-L/16, exported by
+#      scripts/encoders.py with random weights; UNI_BENCH_N tiles, default 8192), then
+#      bench/run-train.sh $OUT/bench, then bench/run-sections.sh $OUT/bench (issue 7's
+#      seed-003 case), each with what is left (the UNI and sections tables are appended to
+#      summary.txt); DEVICE_BENCH (default "extract uni train sections") picks which, e.g.
+#      DEVICE_BENCH="train sections" in a second call
 #   4. ctest with the other LABELS, then cli_help and cli_index
 # The whole run keeps within RUN_BUDGET_S (default 500) seconds of wall time, inside the
 # device tool's 600 and leaving room in the session's 15 device minutes for a second call: each
@@ -184,20 +187,22 @@ if [[ $labels == *gpu* ]]; then
 fi
 
 # 3. The benchmarks, the extract one with as many tiles as the time left allows.
-benches=${DEVICE_BENCH:-extract train sections}
+benches=${DEVICE_BENCH:-extract uni train sections}
 wants() { [[ " $benches " == *" $1 "* ]]; }
 smoke=()
 (( rehearse )) && smoke=(--cpu-smoke)
-# bench NAME LIMIT [VAR=VALUE...] [-- ARG...]: bench/run-NAME.sh $OUT/bench ARG... with those
+# bench NAME LIMIT DIR [VAR=VALUE...] [-- ARG...]: bench/run-NAME.sh DIR ARG... with those
 # variables set
 bench() {
-  local name=$1 limit=$2 vars=()
-  shift 2
+  local name=$1 limit=$2 dir=$3 vars=()
+  shift 3
   while (( $# )) && [[ $1 != -- ]]; do vars+=("$1"); shift; done
   (( $# )) && shift
-  step "bench/run-$name.sh" "$out/bench.log" "$limit" env MLTOOL_BUILD_DIR=build-device \
-    MLTOOL_PYTHON="$python" "${vars[@]}" bash "bench/run-$name.sh" "$out/bench" "${smoke[@]}" "$@"
+  step "bench/run-$name.sh${*:+ $*}" "$out/bench.log" "$limit" env MLTOOL_BUILD_DIR=build-device \
+    MLTOOL_PYTHON="$python" "${vars[@]}" bash "bench/run-$name.sh" "$dir" "${smoke[@]}" "$@"
 }
+# append DIR/TABLE.md to summary.txt (the device tool brings back 8 files at most)
+append() { [ -f "$1/$2.md" ] && cat "$1/$2.md" >> "$summary" && rm "$1/$2.md"; }
 if (( built )); then
   bench_limit=$(min $(( $(left) - 60 )) 300)
   n=${EXTRACT_BENCH_N:-}
@@ -212,19 +217,32 @@ if (( built )); then
       note "bench: $n tiles (limit ${bench_limit}s)"
       extract_n=()
       (( rehearse )) || extract_n=(EXTRACT_BENCH_N="$n")
-      bench extract "$bench_limit" "${extract_n[@]}" EXTRACT_BENCH_WORK=/tmp/mltool-extract-bench
+      bench extract "$bench_limit" "$out/bench" "${extract_n[@]}" EXTRACT_BENCH_WORK=/tmp/mltool-extract-bench
+    fi
+    # A foundation-model encoder: UNI (ViT-L/16) from scripts/encoders.py, random weights
+    # (they cost what real ones do), bf16 and float32.
+    if wants uni; then
+      uni=/tmp/mltool-uni.pt
+      uni_args=(--encoder "$uni" --tile-size 224)
+      if (( rehearse )); then uni_args+=(--tiles 8 --batch 4 --amps none)
+      else uni_args+=(--tiles "${UNI_BENCH_N:-8192}"); fi
+      [ -f "$uni" ] || step "encoders.py export uni" "$out/bench.log" "$(min $(( $(left) - 60 )) 180)" \
+        "$python" scripts/encoders.py export uni --random-weights -o "$uni"
+      rm -rf /tmp/mltool-bench-uni
+      [ -f "$uni" ] && bench extract "$(min $(( $(left) - 60 )) 240)" /tmp/mltool-bench-uni \
+        EXTRACT_BENCH_WORK=/tmp/mltool-extract-bench-uni -- "${uni_args[@]}"
+      append /tmp/mltool-bench-uni extract-bench
     fi
     # The train benchmark (pinned vs host vs sync feeds vs PyTorch loops) with what is left.
     if wants train; then
-      bench train "$(min $(( $(left) - 60 )) 200)" TRAIN_BENCH_WORK=/tmp/mltool-train-bench
+      bench train "$(min $(( $(left) - 60 )) 200)" "$out/bench" TRAIN_BENCH_WORK=/tmp/mltool-train-bench
     fi
     # Sections vs checkpoint_sequential (seed 003), with what is left.
     if wants sections; then
       # shellcheck disable=SC2086  # SECTIONS_BENCH_ARGS: options of sections_bench.py, split
-      bench sections "$(min $(( $(left) - 60 )) 400)" SECTIONS_BENCH_WORK=/tmp/mltool-sections-bench \
-        -- ${SECTIONS_BENCH_ARGS:-}
-      [ -f "$out/bench/sections-bench.md" ] && { cat "$out/bench/sections-bench.md" >> "$summary"; \
-        mkdir -p /tmp/mltool-bench-json && mv "$out/bench/sections-bench.md" /tmp/mltool-bench-json/; }
+      bench sections "$(min $(( $(left) - 60 )) 400)" "$out/bench" \
+        SECTIONS_BENCH_WORK=/tmp/mltool-sections-bench -- ${SECTIONS_BENCH_ARGS:-}
+      append "$out/bench" sections-bench
     fi
   else
     note "bench: SKIPPED (${bench_limit}s left for it)"
@@ -235,7 +253,7 @@ else
 fi
 
 # 4. The other tests.
-if (( built )); then
+if (( built )) && [[ $labels != none ]]; then
   other=$(echo "$labels" | tr '|' '\n' | grep -vx gpu | paste -sd'|')
   if [[ -n $other ]]; then
     step "ctest -L '$other'" "$out/ctest-unit.log" "$(( $(left) - 5 ))" \

@@ -5,7 +5,8 @@
 # benchmark step (the gpu ones in their --cpu-smoke forms) are tried before a GPU minute is
 # spent. Uncommitted changes are not in the clone: commit first. About 4 minutes on 2 cores.
 #
-#   scripts/device/rehearse.sh [OUTDIR]     # run.sh's $OUT (default /tmp/mltool-rehearsal)
+#   scripts/device/rehearse.sh [OUTDIR [LABELS]]   # run.sh's $OUT (default
+#                                                  # /tmp/mltool-rehearsal) and LABELS
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ -f .device/build.tar.xz ] || { echo "rehearse: run scripts/device/prepare.sh first" >&2; exit 1; }
@@ -16,4 +17,4 @@ git clone -q . "$clone"
 cp -r .device "$clone/"
 ln -s "$(realpath .venv)" "$clone/.venv"
 rm -rf "$out"
-cd "$clone" && OUT=$out RUN_BUDGET_S=${RUN_BUDGET_S:-2400} bash scripts/device/run.sh --rehearse
+cd "$clone" && OUT=$out RUN_BUDGET_S=${RUN_BUDGET_S:-2400} bash scripts/device/run.sh --rehearse "${@:2}"

@@ -17,7 +17,8 @@ summary's split_batches, run.json runtime.oom_retry), and equal an uncapped run:
 
 Without a GPU visible to torch it prints "skip: ..." and exits 77 (ctest SKIP_RETURN_CODE).
 --cpu-smoke runs the fixtures and every command on the CPU, uncapped (nothing splits there), and
-reads what they write, so the commands, their summaries and files can be tried without a GPU.
+reads what they write, so the commands, their summaries and files can be tried without a GPU
+(with 2 x 2 tiles a slide and 256-wide layers, to keep it short).
 """
 import json
 import os
@@ -51,6 +52,8 @@ if __name__ == "__main__" and not SMOKE and not torch.cuda.is_available():
 
 TS = 224
 MIB = 1 << 20
+GRID = 2 if SMOKE else 8       # tiles a slide: GRID x GRID
+WIDTH = 256 if SMOKE else 4096  # the MLP's hidden layers
 
 
 class Wide(nn.Module):
@@ -100,7 +103,7 @@ def peak_of(fn):
 
 def fixtures():
     import tile_store
-    tile_store.write_store(tmp("tiles.lmdb"), [{"id": f"S{i}", "rows": 8, "cols": 8} for i in range(4)], TS,
+    tile_store.write_store(tmp("tiles.lmdb"), [{"id": f"S{i}", "rows": GRID, "cols": GRID} for i in range(4)], TS,
                            encoding="jpeg")
     torch.manual_seed(7)
     torch.jit.script(Wide().eval()).save(tmp("wide.pt"))
@@ -117,8 +120,8 @@ def fixtures():
                         "--split", "train=0.9,val=0.1"])
     expect(code == 0, f"pack: {err}")
     with open(tmp("mlp.json"), "w") as f:
-        json.dump({"family": "mlp", "hidden": [4096, 4096]}, f)
-    return "256 tiles of 224 px, 16384 x 512 features"
+        json.dump({"family": "mlp", "hidden": [WIDTH, WIDTH]}, f)
+    return f"{4 * GRID * GRID} tiles of 224 px, 16384 x 512 features, MLP {WIDTH} wide"
 
 
 def check_extract():
@@ -158,7 +161,7 @@ def check_train():
             "--device", DEV, "--feed", "pinned", "--json", "-q"]
     free, _ = run_ok([*base, "-o", tmp("run_free")])
     peak = free["memory"]["device_peak_bytes"] or 0  # None on the CPU
-    params = 512 * 4096 + 4096 * 4096 + 4096 * 2 + 3 * 4096 + 2
+    params = 512 * WIDTH + WIDTH * WIDTH + WIDTH * 2 + 3 * WIDTH + 2
     fixed = 16384 * 512 * 4 + params * 4 * 4 + 64 * MIB  # feed, weights + grads + AdamW's two
     expect(SMOKE or peak > fixed, f"the uncapped peak {peak} is below the fixed memory {fixed}")
     limit = fixed + int(0.7 * (peak - fixed))
@@ -184,7 +187,7 @@ def check_predict():
     def forward():
         h = x
         for i in (1, 2):
-            h = F.relu(F.linear(h, w[f"hidden{i}.linear.weight"].view(4096, -1), w[f"hidden{i}.linear.bias"]))
+            h = F.relu(F.linear(h, w[f"hidden{i}.linear.weight"].view(WIDTH, -1), w[f"hidden{i}.linear.bias"]))
         return h
 
     with torch.inference_mode():

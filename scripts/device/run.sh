@@ -96,13 +96,14 @@ python=$(command -v python3)
 (( rehearse )) && [ -x .venv/bin/python ] && python=$PWD/.venv/bin/python
 torch_lib=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
 torch_version=$("$python" -c 'import torch; print(torch.__version__)')
-cuda_lib=$(realpath -m "$torch_lib/../../nvidia/cu13/lib")
+# The CUDA runtime torch loads (mltool-torch.so needs libcudart.so.13 too), wherever it lies.
+cuda_lib=$("$python" -c 'import os, torch; print(next((os.path.dirname(l.split()[-1]) for l in open("/proc/self/maps") if "libcudart.so" in l), ""))')
 
 env_txt=$out/env.txt
 {
   echo "date: $(date -u +%FT%TZ); $(nproc) cores; kernel $(uname -r); $(ldd --version | head -1)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi not available"
-  echo "python3: $python"
+  echo "python3: $python; torch lib: $torch_lib; CUDA runtime: ${cuda_lib:-not loaded by torch}"
   "$python" -c 'import sys, torch, numpy, PIL; print("Python", sys.version.split()[0], "| torch", torch.__version__, "| CUDA available:", torch.cuda.is_available(), "| GPUs:", [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())], "| numpy", numpy.__version__, "| Pillow", PIL.__version__)'
   "$python" -c 'import torchvision; print("torchvision", torchvision.__version__)' || echo "torchvision: missing (the benchmark uses its own ResNet-50 definition)"
   echo "cmake: $(cmake --version | head -1)"
@@ -143,7 +144,7 @@ old_root=$(manifest root)
 if [[ ! -e $old_root ]]; then
   mkdir -p "$(dirname "$old_root")" && ln -s "$PWD" "$old_root"
 fi
-export LD_LIBRARY_PATH=$torch_lib:$cuda_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH=$torch_lib${cuda_lib:+:$cuda_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export MLTOOL_GPU_SLIDES=$PWD/.device/fixtures
 mltool=build-device/bin/mltool
 built=0

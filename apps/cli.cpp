@@ -18,12 +18,15 @@ constexpr const char* kDescription =
     "mltool: whole-slide images to trained models without running out of memory.\n"
     "Exit codes: 0 ok, 1 usage, 2 input/data error, 3 runtime/resource error, 4 partial success.";
 
-// mltool first, then the module's components (LibTorch, CUDA), then the core's others.
-std::string version_text(const TorchModule* module, const std::string& why) {
+// mltool first, then the module's components (LibTorch, CUDA) and which module it is, then
+// the core's others.
+std::string version_text(const TorchModule* module, const std::string& why,
+                         const std::string& path) {
   auto versions = component_versions();
   auto torch = module ? module->versions()
                       : std::vector<std::pair<std::string, std::string>>{
                             {"LibTorch", "unavailable (" + why + ")"}};
+  if (module) torch.emplace_back("module", path.substr(path.rfind('/') + 1));
   versions.insert(versions.begin() + 1, torch.begin(), torch.end());
   std::string out;
   for (const auto& [name, value] : versions) out += name + " " + value + "\n";
@@ -133,9 +136,9 @@ int run(int argc, char** argv) {
   bool show_version = false;
   app.add_flag("--version", show_version, "Print the versions of mltool and its components");
 
-  std::string module_failure;
+  std::string module_failure, module_path;
   const TorchModule* module =
-      names_builtin_command(argc, argv) ? nullptr : load_torch_module(module_failure);
+      names_builtin_command(argc, argv) ? nullptr : load_torch_module(module_failure, &module_path);
   auto common = std::make_shared<CommonOptions>();
   std::vector<std::pair<CLI::App*, Action>> actions;
   for (const auto& command : all_commands(module ? module->commands : std::vector<Command>{})) {
@@ -186,7 +189,7 @@ int run(int argc, char** argv) {
   }
 
   if (show_version) {
-    std::cout << version_text(module, module_failure);
+    std::cout << version_text(module, module_failure, module_path);
     return exit_code::ok;
   }
   if (help->parsed()) {

@@ -4,7 +4,9 @@
 // about half a second and 450 MiB of resident memory to load.
 //
 // The module lies at MLTOOL_TORCH_MODULE (a path relative to the program's directory, set
-// by the build) or where the environment variable MLTOOL_TORCH_MODULE points.
+// by the build) or where the environment variable MLTOOL_TORCH_MODULE points. A build with
+// CUDA has a second one, MLTOOL_TORCH_CPU_MODULE: the same commands without libtorch_cuda,
+// loaded instead where no NVIDIA driver is installed (apps/CMakeLists.txt).
 #pragma once
 
 #include <cstdint>
@@ -31,7 +33,7 @@ struct TorchModule {
 inline constexpr const char* kTorchModuleSymbol = "mltool_torch_module";
 
 /// Loads the module once. Returns null if this build has none, or if it cannot be loaded;
-/// then `why` says why (the path and dlerror()).
-const TorchModule* load_torch_module(std::string& why);
+/// then `why` says why (the path and dlerror()). `loaded`, when given, gets its path.
+const TorchModule* load_torch_module(std::string& why, std::string* loaded = nullptr);
 
 }  // namespace mltool::cli

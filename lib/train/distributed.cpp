@@ -3,8 +3,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 // NCCL where CUDA is built and nccl.h is on the include path (the nvidia-nccl wheel's
-// include/ directory); compiled there, never run so far (docs/train.md#data-parallel).
-#if defined(MLTOOL_HAVE_CUDA) && __has_include(<nccl.h>)
+// include/ directory); compiled there, never run so far (docs/train.md#data-parallel). Not in
+// the CPU-only module (MLTOOL_WITHOUT_NCCL: apps/CMakeLists.txt), which loads no libtorch_cuda.
+#if defined(MLTOOL_HAVE_CUDA) && !defined(MLTOOL_WITHOUT_NCCL) && __has_include(<nccl.h>)
 #define MLTOOL_HAVE_NCCL 1
 #ifndef USE_C10D_NCCL
 #define USE_C10D_NCCL

@@ -147,6 +147,10 @@ fi
 export LD_LIBRARY_PATH=$torch_lib${cuda_lib:+:$cuda_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export MLTOOL_GPU_SLIDES=$PWD/.device/fixtures
 mltool=build-device/bin/mltool
+# The full LibTorch module (in a rehearsal too), whatever the program's own choice: it takes
+# the CPU-only one where libcuda.so.1 does not load (env.txt says which it would take).
+"$mltool" --version 2>&1 | sed -n 's/^module /module the program chooses here: /p' >> "$env_txt"
+export MLTOOL_TORCH_MODULE=$PWD/build-device/lib/mltool-torch.so
 built=0
 { echo "--- ldd $mltool build-device/lib/*.so: not found"; ldd "$mltool" build-device/lib/*.so | grep "not found"; } >> "$env_txt" 2>&1
 if step "mltool --version" "$env_txt" 60 "$mltool" --version; then

@@ -1,7 +1,7 @@
 // The LibTorch module: the commands that need LibTorch (extract, train), built as a shared
 // object the program loads with dlopen only when one of them (or `--help`, `--version`) is
-// asked for. The other commands start without LibTorch and its CUDA libraries, which take
-// about half a second and 450 MiB of resident memory to load.
+// asked for. The other commands start without LibTorch, which takes 0.4-0.5 s and 120-490 MiB
+// of resident memory to load (the CPU-only module / the one with CUDA).
 //
 // The module lies at MLTOOL_TORCH_MODULE (a path relative to the program's directory, set
 // by the build) or where the environment variable MLTOOL_TORCH_MODULE points. A build with

@@ -38,18 +38,18 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 out=$stage/build-device
 mkdir -p "$out/bin" "$out/lib/deps" "$out/tests"
-elves=()
-for f in "$build"/bin/*; do
-  [ -x "$f" ] && [ -f "$f" ] && cp -p "$f" "$out/bin/" && elves+=("$out/bin/$(basename "$f")")
-done
-for f in "$build"/lib/*.so; do cp -p "$f" "$out/lib/" && elves+=("$out/lib/$(basename "$f")"); done
+programs=()  # build/'s own, whose RUNPATHs still resolve their libraries for ldd
+for f in "$build"/bin/*; do [ -x "$f" ] && [ -f "$f" ] && programs+=("$f"); done
+cp -p "${programs[@]}" "$out/bin/"
+cp -p "$build"/lib/*.so "$out/lib/"
+programs+=("$build"/lib/*.so)
 (cd "$build" && find . -path ./CMakeFiles -prune -o \( -name CTestTestfile.cmake -o \
   -name '*_include.cmake' -o -name '*_tests.cmake' \) -print | tar -cf - -T -) | tar -C "$out" -xf -
 
 # The libraries the programs load, less what every Linux has (glibc, libstdc++, libgcc) and
 # LibTorch with its CUDA libraries (the GPU machine's torch brings its own, the same version).
 system_libs=" $(dpkg -L libc6 libstdc++6 libgcc-s1 | grep -E '\.so' | xargs -n1 basename | tr '\n' ' ') "
-ldd "${elves[@]/#$out/$build}" 2> /dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
+ldd "${programs[@]}" 2> /dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
   while read -r lib; do
     real=$(readlink -f "$lib")
     case "$real" in "$root/$build"/* | */torch/lib/* | */nvidia/* | */cuda*/lib*/libcudart.so*) continue ;; esac

@@ -155,7 +155,7 @@ built=0
 { echo "--- ldd $mltool build-device/lib/*.so: not found"; ldd "$mltool" build-device/lib/*.so | grep "not found"; } >> "$env_txt" 2>&1
 if step "mltool --version" "$env_txt" 60 "$mltool" --version; then
   built=1
-  "$mltool" --version 2>&1 | tee -a "$env_txt"
+  sed -n '/^== mltool --version/,$p' "$env_txt" | sed 1d  # what the step logged
   "$mltool" help extract > /dev/null 2>&1 || note "mltool: NO extract subcommand in this build"
 fi
 

@@ -75,7 +75,7 @@ if sys.argv[1:2] == ["--write-slides"] and len(sys.argv) == 3:
     print("\n".join(write_slides(sys.argv[2])))
     sys.exit(0)
 import tile_store  # noqa: E402
-from cli_common import Failure, expect, run_checks, tmp  # noqa: E402
+from cli_common import Failure, expect, run_checks, run_json, tmp  # noqa: E402
 
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 flags = [a for a in sys.argv[1:] if a.startswith("--")]
@@ -552,11 +552,11 @@ def slide_inputs():
 
 
 def mltool_json(*argv):
-    p = subprocess.run([mltool, *argv, "--threads", THREADS, "--json"], capture_output=True,
-                       text=True, timeout=600)
-    expect(p.returncode == 0, f"mltool {' '.join(argv)} exits 0 (got {p.returncode}): "
-                              f"{p.stderr[-2000:]}")
-    return json.loads(p.stdout)
+    """The --json summary of a run of mltool that must succeed."""
+    code, doc, err = run_json([mltool, *argv, "--threads", THREADS, "--json"])
+    expect(code == 0 and doc is not None, f"mltool {' '.join(argv)} exits 0 (got {code}): "
+                                          f"{err[-2000:]}")
+    return doc
 
 
 def extracted(out):

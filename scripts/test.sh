@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs set-up (packages, venv, build) and then the test suite through ctest.
-#   scripts/test.sh              # labels unit + cli + giant + slurm (what CI runs; giant: the
-#                                # ViT-H/ViT-g encoder presets, 2 tiles each; slurm: the cluster
-#                                # recipes on a one-node Slurm, which the test installs with
-#                                # apt-get as root, else skips)
+#   scripts/test.sh              # labels unit + cli + slurm (slurm: the cluster recipes on a
+#                                # one-node Slurm, which the test installs with apt-get as root,
+#                                # else skips); about 7 min on 2 cores once built
+#   scripts/test.sh -L giant     # the ViT-H/ViT-g encoder presets, 2 tiles each (about 17 min
+#                                # on 2 cores: CI runs them too, through .ci/run)
 #   scripts/test.sh -L gpu       # any ctest arguments replace the default label selection
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,6 @@ scripts/setup.sh
 scripts/check-format.sh
 python3 scripts/check-function-length.py
 args=("$@")
-[ ${#args[@]} -gt 0 ] || args=(-L 'unit|cli|giant|slurm')
+[ ${#args[@]} -gt 0 ] || args=(-L 'unit|cli|slurm')
 cd "$build"
 ctest --output-on-failure -j "$(nproc)" "${args[@]}"

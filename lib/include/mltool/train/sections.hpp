@@ -50,11 +50,4 @@ torch::Tensor accumulate_gradients_sectioned(BlockModel& model, const Activation
 std::vector<std::vector<std::string>> section_blocks(const BlockModel& model,
                                                      const std::vector<std::size_t>& bounds);
 
-/// On CUDA, resets the caching allocator's peak of allocated bytes on `device`; nothing on
-/// the CPU.
-void reset_device_peak(const torch::Device& device);
-/// On CUDA, the caching allocator's peak of allocated bytes on `device` since the last reset;
-/// -1 on the CPU.
-std::int64_t device_peak(const torch::Device& device);
-
 }  // namespace mltool::train

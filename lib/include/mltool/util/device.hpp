@@ -26,4 +26,14 @@ int set_math_threads(int asked, int recorded);
 /// to the process (CPU: /proc/meminfo's MemAvailable; all of it when that is unknown).
 std::uint64_t free_memory(const torch::Device& device);
 
+/// Installs the CPU allocator that counts (idempotent): a command calls it before it
+/// allocates, so that peak_memory on the CPU sees its tensors as the CUDA allocator would.
+void count_cpu_memory();
+/// Starts a new peak of `device`'s allocated bytes (the CUDA caching allocator's statistics on
+/// a GPU; on the CPU, those of a counting allocator installed above LibTorch's on first use,
+/// which sees the tensors allocated from then on).
+void reset_peak_memory(const torch::Device& device);
+/// The peak of `device`'s allocated bytes since reset_peak_memory.
+std::int64_t peak_memory(const torch::Device& device);
+
 }  // namespace mltool::util

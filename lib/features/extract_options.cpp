@@ -95,6 +95,9 @@ const util::Options<ExtractJob>& extract_options() {
           .at_least(1)
           .at_most(4294967296.0),
       util::math_threads_option(&J::math_threads),
+      util::profile_option(&J::profile),
+      util::profile_skip_option(&J::profile),
+      util::profile_steps_option(&J::profile),
       flag("--overwrite", &J::overwrite,
            "Start over: remove a partial extraction and the feature store in -o first"),
       flag("--keep-going", &J::keep_going,
@@ -128,6 +131,8 @@ nlohmann::json to_json(const ExtractReport& r) {
           {"model", r.model},
           {"seconds", r.seconds},
           {"tiles_per_second", r.tiles_per_second},
+          {"first_batch_seconds", r.first_batch_seconds},
+          {"steady_tiles_per_second", r.steady_tiles_per_second},
           {"input_wait_seconds", r.input_wait_seconds},
           {"max_input_wait_seconds", r.max_input_wait_seconds},
           {"tiling", r.tiled ? slide::to_json(*r.tiled, r.store) : nlohmann::json()}};

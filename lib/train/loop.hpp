@@ -15,6 +15,7 @@
 #include "mltool/train/metrics.hpp"
 #include "mltool/train/models.hpp"
 #include "mltool/train/train.hpp"
+#include "mltool/util/profile.hpp"
 #include "run_dir.hpp"
 #include "task.hpp"
 
@@ -94,6 +95,8 @@ struct Loop {
   /// Out-of-memory fallback in the first epoch: the pinned feed leaves the device for the host
   /// feed; false when there is none to drop. Unset: none.
   std::function<bool()> drop_pinned_feed;
+  /// --profile: told as each step begins; unset: none.
+  util::StepProfiler* profiler = nullptr;
   /// Called when an out-of-memory error changed how the steps run (run.json records it).
   std::function<void(const LoopState&)> on_memory_change;
 };

@@ -42,6 +42,9 @@ const util::Options<PredictJob>& predict_options() {
              "best (best.safetensors, the monitored best epoch) or final (model.safetensors)"),
       option("--device", &J::device, "auto (the first GPU, else CPU), cpu, cuda or cuda:N"),
       util::math_threads_option(&J::math_threads),
+      util::profile_option(&J::profile),
+      util::profile_skip_option(&J::profile),
+      util::profile_steps_option(&J::profile),
       option("--batch", &J::batch, "Tiles per forward pass (tile and image models)").at_least(1),
       option("--slide", &J::slides,
              "Predict only this slide id (repeatable; '-' reads ids from stdin); default: every "
@@ -350,16 +353,23 @@ bool predict_slide(const PredictJob& job, const PredictInput& in, std::size_t s,
 }  // namespace
 
 json to_json(const PredictReport& r) {
-  return {{"output", r.output},     {"unit", r.unit},
-          {"device", r.device},     {"weights", r.weights},
-          {"samples", r.samples},   {"tiles", r.tiles},
-          {"slides", r.slides},     {"resumed", r.resumed},
-          {"heatmaps", r.heatmaps}, {"split_batches", r.split_batches},
+  return {{"output", r.output},
+          {"unit", r.unit},
+          {"device", r.device},
+          {"weights", r.weights},
+          {"samples", r.samples},
+          {"tiles", r.tiles},
+          {"slides", r.slides},
+          {"resumed", r.resumed},
+          {"heatmaps", r.heatmaps},
+          {"split_batches", r.split_batches},
+          {"memory", {{"device_peak_bytes", r.device_peak_bytes}}},
           {"seconds", r.seconds}};
 }
 
 PredictReport predict(const PredictJob& job) {
   const auto start = Clock::now();
+  util::count_cpu_memory();
   const json run = read_finished_run(job.run);
   const std::string unit = run.at("dataset").value("unit", "tile");
   if (unit != "tile" && unit != "bag" && unit != "image")
@@ -383,6 +393,7 @@ PredictReport predict(const PredictJob& job) {
               "method, so its tiles have no scores: no heatmaps");
   PredictReport r;
   Collected c;
+  util::reset_peak_memory(device);
   for (std::size_t s = 0; s < in.slides.size(); ++s) {
     r.resumed += predict_slide(job, in, s, predictor, journal, h, labels, *task, c, r);
     r.tiles += static_cast<std::int64_t>(in.rows[s].size());
@@ -390,6 +401,8 @@ PredictReport predict(const PredictJob& job) {
       util::stop_if_requested(std::to_string(s + 1) + " of " + std::to_string(in.slides.size()) +
                               " slides, journaled in " + job.output);
   }
+  predictor.finish_profile();
+  r.device_peak_bytes = util::peak_memory(device);
   if (!c.attention.empty())
     write_attention(util::join_path(job.output, "attention.csv"), c.keys, c.attention);
   const auto outputs = c.logits.empty() ? torch::zeros({0, task->outputs()}) : torch::cat(c.logits);

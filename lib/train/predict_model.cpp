@@ -75,6 +75,7 @@ Predictor::Predictor(const json& run, const PredictJob& job, const torch::Device
     while (pool_ < model_->size() && model_->names()[pool_] != "attention") ++pool_;
   }
   import_safetensors(*model_, weights_file(job));
+  profiler_ = std::make_unique<util::StepProfiler>(job.profile, device_.is_cuda(), "batch");
   model_->to(device_);
   model_->eval();
 }
@@ -120,7 +121,12 @@ SlideScores Predictor::score(const RowSource& source, const std::vector<std::int
     const auto x = host.to(device_, /*non_blocking=*/cuda);
     return features ? x.to(torch::kFloat32) : x;
   };
-  if (bag_) return score_bag(prepare(gather(source, rows, 0, rows.size(), threads_, cuda)));
+  if (bag_) {
+    profiler_->begin_step();
+    auto out = score_bag(prepare(gather(source, rows, 0, rows.size(), threads_, cuda)));
+    profiler_->end_step();
+    return out;
+  }
   const auto batch = static_cast<std::size_t>(batch_);
   const auto fetch = [&](std::size_t b) {
     return gather(source, rows, b, std::min(rows.size(), b + batch), threads_, cuda);
@@ -131,6 +137,7 @@ SlideScores Predictor::score(const RowSource& source, const std::vector<std::int
   const auto forward = [&](const torch::Tensor& x) { return model_->forward({x, {}}); };
   auto ahead = std::async(std::launch::async, fetch, std::size_t{0});
   for (std::size_t b = 0; b < rows.size(); b += batch) {
+    profiler_->begin_step();
     const auto host = ahead.get();
     if (b + batch < rows.size()) ahead = std::async(std::launch::async, fetch, b + batch);
     std::optional<util::BatchSplit> split;
@@ -143,6 +150,7 @@ SlideScores Predictor::score(const RowSource& source, const std::vector<std::int
       j["rows"] = host.size(0);
       out.splits.push_back(j);
     }
+    profiler_->end_step();
   }
   out.logits = parts.empty() ? torch::zeros({0, 0}) : torch::cat(parts);
   return out;

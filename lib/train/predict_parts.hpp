@@ -71,6 +71,8 @@ class Predictor {
   /// Whether the model tells its attention per tile (built-in bag models, and TorchScript
   /// bag modules with an `attention(bag)` method).
   bool has_attention() const;
+  /// --profile: ends the recording, if it is on, and writes the trace.
+  void finish_profile() const { profiler_->finish(); }
 
  private:
   SlideScores score_bag(const torch::Tensor& x) const;
@@ -82,7 +84,8 @@ class Predictor {
   std::string name_;  ///< the run's model, for an out-of-memory error
   int threads_ = 1;
   bool bag_ = false;
-  std::size_t pool_ = 0;  ///< a built-in bag model's attention block
+  std::size_t pool_ = 0;                          ///< a built-in bag model's attention block
+  std::unique_ptr<util::StepProfiler> profiler_;  ///< --profile: told as each batch begins
 };
 
 /// What a slide's heatmaps show of its tile i (its position in the slide's keys): QuPath

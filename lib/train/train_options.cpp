@@ -107,6 +107,9 @@ util::Options<TrainJob> run_options() {
       option("--device", &J::device, "auto (the first GPU, else CPU), cpu, cuda or cuda:N")
           .in("runtime"),
       util::math_threads_option(&J::math_threads).in("runtime"),
+      util::profile_option(&J::profile),
+      util::profile_skip_option(&J::profile),
+      util::profile_steps_option(&J::profile),
       option("--epochs", &J::epochs, "Passes over the training split").at_least(1).in("options"),
       option("--batch", &J::batch, "Samples (tiles, bags, images) per step")
           .at_least(1)

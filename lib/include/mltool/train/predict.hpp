@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "mltool/util/options.hpp"
+#include "mltool/util/profile.hpp"
 
 namespace mltool::train {
 
@@ -41,6 +42,7 @@ struct PredictJob {
   Weights weights = Weights::best;
   std::string device = "auto";      ///< auto (the first GPU, else CPU), cpu, cuda or cuda:N
   int math_threads = 0;             ///< LibTorch's math threads on the CPU; 0: a resumed run's
+  util::ProfileRequest profile;     ///< --profile: a trace of a window of batches
   int threads = 0;                  ///< tile decoding threads (image models); 0: one per core
   int batch = 4096;                 ///< tiles per forward pass (tile and image models)
   std::vector<std::string> slides;  ///< the slides to predict; empty: every slide of the input
@@ -70,6 +72,8 @@ struct PredictReport {
   std::int64_t resumed = 0;        ///< slides whose scores a stopped prediction had journaled
   std::int64_t heatmaps = 0;       ///< slides with a heatmap
   std::int64_t split_batches = 0;  ///< batches this run computed in pieces (out of memory)
+  /// The peak of the device's allocated bytes over the slides (util::peak_memory).
+  std::int64_t device_peak_bytes = 0;
   double seconds = 0;
 };
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "mltool/util/options.hpp"
+#include "mltool/util/profile.hpp"
 
 namespace mltool::train {
 
@@ -108,8 +109,9 @@ struct TrainJob {
   /// LibTorch's intra-op (math) threads on the CPU; 0 = a resumed run's, else LibTorch's
   /// default (OMP_NUM_THREADS, or the cores). The bits of a CPU run depend on it.
   int math_threads = 0;
-  bool resume = false;     ///< continue the run in `output` from checkpoints/last.pt
-  bool overwrite = false;  ///< replace an existing run directory
+  util::ProfileRequest profile;  ///< --profile: a trace of a window of steps (rank 0)
+  bool resume = false;           ///< continue the run in `output` from checkpoints/last.pt
+  bool overwrite = false;        ///< replace an existing run directory
   // Data parallel (docs/train.md#data-parallel): world_size > 1 joins a c10d group at
   // master_addr:master_port as `rank`; only rank 0 writes the run directory.
   int rank = 0;

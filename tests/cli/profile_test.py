@@ -1,0 +1,170 @@
+"""--profile on train, extract and predict (docs/troubleshooting.md#reading-a-profile), and
+what it lets a CPU-only machine check of a GPU step:
+
+  train_trace     train --profile writes a Chrome trace of --profile-steps steps after
+                  --profile-skip (ProfilerStep#N ranges, operators, memory events), published
+                  whole (no partial file left)
+  no_host_reads   a steady-state training step (tiles, bags; plain, --sections) runs no
+                  operator that reads a value back to the host (aten::item,
+                  _local_scalar_dense, nonzero, ...): on a GPU each one is a synchronisation.
+                  Bags in micro-batches read their lengths once a step: counted, as a
+                  control that the count can see one
+  sections_memory --sections K lowers the peak of allocated bytes (memory.device_peak_bytes:
+                  on the CPU, mltool's counting allocator) as K grows, on a residual CNN
+                  whose activations dominate
+  extract_predict extract and predict --profile: batches as ProfilerStep ranges, the model's
+                  operators inside; a run shorter than --profile-skip writes nothing and says so
+
+    profile_test.py MLTOOL [CHECK...]   # CHECK: check_* names without check_
+"""
+import json
+import os
+import sys
+import zlib
+
+import numpy as np
+
+import train_test as T  # also puts scripts/fixtures on sys.path
+from cli_common import expect, run, run_checks, tmp, write_feature_store
+
+mltool = os.path.abspath(sys.argv[1])
+only = set(sys.argv[2:])
+
+# Operators that read a tensor's value back to the host: on CUDA, each waits for the device.
+HOST_READS = {"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero",
+              "aten::equal", "aten::unique", "aten::_unique2", "aten::masked_select"}
+
+
+def fixtures():
+    what = T.fixtures()
+    import tile_store
+
+    def pixels(key, size):
+        rng = np.random.default_rng(zlib.crc32(key.encode()))
+        red = int(key[1:key.index("/")]) % 2 == 0
+        base = np.array([200, 90, 90] if red else [90, 90, 200], np.float32)
+        return np.clip(base + rng.normal(0, 25, (size, size, 3)), 0, 255).astype(np.uint8)
+
+    tile_store.tile_pixels = pixels
+    slides = [{"id": f"T{i:02d}", "rows": 4, "cols": 8} for i in range(8)]
+    keys = tile_store.write_store(tmp("tiles.lmdb"), slides, 32, encoding="png")
+    write_feature_store(tmp("imgfeat"), np.zeros((len(keys), 2)), keys, source={"tile_store": tmp("tiles.lmdb")})
+    T.write_labels(tmp("imgs.csv"), [(f"T{i:02d}", "red" if i % 2 == 0 else "blue") for i in range(8)])
+    T.pack(tmp("imgfeat"), tmp("imgs.csv"), tmp("imgds"), "--unit", "image", "--split", "train=0.75,val=0.25")
+    # Full resolution through two stages of two units: the activations dominate memory.
+    T.write_json(tmp("cnn.json"), {"family": "rescnn", "channels": [16, 16, 32], "blocks_per_stage": 2,
+                                   "stem_stride": 1})
+    return what + f"; {len(keys)} tiles of 32 px"
+
+
+def trace(path):
+    doc = json.load(open(path))
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    steps = sorted((e for e in events if e.get("name", "").startswith("ProfilerStep#") and e.get("ph") == "X"),
+                   key=lambda e: e["ts"])
+    return events, steps
+
+
+def inside(events, step):
+    """The complete events of the step's thread that start inside the step's range."""
+    lo, hi = step["ts"], step["ts"] + step["dur"]
+    return [e for e in events if e.get("ph") == "X" and e.get("tid") == step.get("tid")
+            and e.get("pid") == step.get("pid") and lo <= e["ts"] < hi and e is not step]
+
+
+def host_reads(path):
+    events, steps = trace(path)
+    expect(steps, f"{path}: no ProfilerStep ranges")
+    return sum(1 for s in steps for e in inside(events, s) if e["name"] in HOST_READS), len(steps)
+
+
+def profiled_train(name, ds, spec, *extra):
+    out, prof = tmp("run_" + name), tmp(name + ".trace.json")
+    s = T.train_ok(ds, "--model", tmp(spec), "-o", out, "--device", "cpu", "--log-every", "1000",
+                   "--profile", prof, *extra)
+    return s, prof
+
+
+def check_train_trace():
+    s, prof = profiled_train("trace", tmp("ds"), "mlp.json", "--epochs", "2", "--batch", "16",
+                             "--profile-skip", "2", "--profile-steps", "5")
+    expect(s["status"] == "complete", f"summary {s}")
+    events, steps = trace(prof)
+    names = [e["name"] for e in steps]
+    expect(names == [f"ProfilerStep#{i}" for i in range(2, 7)], f"steps in the trace: {names}")
+    ops = {e["name"] for s_ in steps for e in inside(events, s_)}
+    for op in ("aten::addmm", "aten::mm", "aten::linear"):
+        if op in ops:
+            break
+    else:
+        expect(False, f"no matrix product inside the steps: {sorted(ops)[:40]}")
+    expect(any(e.get("name") == "[memory]" for e in events), "no memory events in the trace")
+    leftovers = [f for f in os.listdir(os.path.dirname(prof)) if ".partial-" in f]
+    expect(not leftovers, f"partial files left: {leftovers}")
+
+
+def check_no_host_reads():
+    common = ["--epochs", "1", "--profile-skip", "2", "--profile-steps", "6"]
+    for name, ds, spec, extra in [
+            ("reads_tiles", "ds", "mlp.json", ["--batch", "16"]),
+            ("reads_bags", "bagds", "abmil.json", ["--batch", "4"]),
+            ("reads_sections", "imgds", "cnn.json", ["--batch", "16", "--sections", "3"]),
+            ("reads_micro", "ds", "mlp.json", ["--batch", "16", "--micro-batches", "2"])]:
+        _, prof = profiled_train(name, tmp(ds), spec, *common, *extra)
+        n, steps = host_reads(prof)
+        print(f"  {name}: {n} host reads in {steps} steps")
+        expect(n == 0, f"{name}: {n} operators read values back to the host in {steps} steady-state steps")
+    # The control: bags in micro-batches cut each part's padding at its longest bag, read back.
+    _, prof = profiled_train("reads_bag_micro", tmp("bagds"), "abmil.json", *common, "--batch", "4",
+                             "--micro-batches", "2")
+    n, steps = host_reads(prof)
+    print(f"  bags in micro-batches: {n} host reads in {steps} steps")
+    expect(n >= steps, f"bags in micro-batches: {n} host reads in {steps} steps; the count sees none")
+
+
+def check_sections_memory():
+    peaks = {}
+    for k in (1, 2, 4):
+        s = T.train_ok(tmp("imgds"), "--model", tmp("cnn.json"), "-o", tmp(f"run_sec{k}"), "--device", "cpu",
+                       "--batch", "64", "--epochs", "1", "--max-steps", "2", "--sections", str(k),
+                       "--math-threads", "1")
+        peaks[k] = s["memory"]["device_peak_bytes"]
+        print(f"  --sections {k}: peak {peaks[k] / 2**20:.1f} MiB, activations "
+              f"{s['memory']['activation_bytes'] / 2**20:.1f} MiB, sections {s['memory']['sections']}")
+    expect(all(isinstance(v, int) and v > 0 for v in peaks.values()), f"peaks {peaks}")
+    expect(peaks[2] < peaks[1] and peaks[4] < peaks[2], f"the peak does not fall as K grows: {peaks}")
+
+
+def check_extract_predict():
+    prof = tmp("extract.trace.json")
+    code, out, err = run([mltool, "extract", tmp("tiles.lmdb"), "-o", tmp("feat_prof"), "--device", "cpu",
+                          "--batch", "32", "--profile", prof, "--profile-skip", "1", "--profile-steps", "3",
+                          "-q", "--json"])
+    expect(code == 0, f"extract --profile: exit {code}: {err}")
+    events, steps = trace(prof)
+    expect([e["name"] for e in steps] == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"],
+           f"extract steps {[e['name'] for e in steps]}")
+    expect(any(e["name"].startswith("aten::") for s in steps for e in inside(events, s)),
+           "extract: no operators inside the batches")
+    T.train_ok(tmp("ds"), "--model", tmp("mlp.json"), "-o", tmp("run_for_predict"), "--epochs", "1")
+    prof = tmp("predict.trace.json")
+    code, out, err = run([mltool, "predict", tmp("run_for_predict"), tmp("feat"), "-o", tmp("pred_prof"),
+                          "--device", "cpu", "--batch", "4", "--profile", prof, "--profile-skip", "0",
+                          "--profile-steps", "2", "-q", "--json"])
+    expect(code == 0, f"predict --profile: exit {code}: {err}")
+    summary = json.loads(out)
+    expect(summary["memory"]["device_peak_bytes"] > 0, f"predict memory {summary.get('memory')}")
+    events, steps = trace(prof)
+    expect(len(steps) == 2 and any(e["name"].startswith("aten::") for s in steps for e in inside(events, s)),
+           f"predict: {len(steps)} steps")
+    # Fewer batches than --profile-skip: nothing written, and a warning that says why.
+    prof = tmp("nothing.trace.json")
+    code, out, err = run([mltool, "predict", tmp("run_for_predict"), tmp("feat"), "-o", tmp("pred_prof2"),
+                          "--device", "cpu", "--profile", prof, "--profile-skip", "1000"])
+    expect(code == 0 and not os.path.exists(prof) and "lower --profile-skip" in err,
+           f"a run shorter than --profile-skip: exit {code}, {err}")
+
+
+if __name__ == "__main__":
+    run_checks("profile", [check_train_trace, check_no_host_reads, check_sections_memory, check_extract_predict],
+               only, fixtures)

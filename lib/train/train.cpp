@@ -19,6 +19,7 @@
 #include "mltool/io/tile_store.hpp"
 #include "mltool/train/batches.hpp"
 #include "mltool/train/model_spec.hpp"
+#include "mltool/train/optimizer.hpp"
 #include "mltool/train/sections.hpp"
 #include "mltool/train/step.hpp"
 #include "mltool/util/device.hpp"
@@ -106,25 +107,6 @@ std::shared_ptr<const RowSource> image_source(const TrainJob& job, const Dataset
     for (std::size_t i = 0; i < s->size(); ++i) s->rows[i] = local.at(s->ids[i]);
   return tile_source(std::make_shared<const io::TileStore>(io::TileStore::open(path, false)),
                      std::move(keys));
-}
-
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainJob& job, BlockModel& model) {
-  // Weight decay on weights (dimension >= 2), not on biases and normalization parameters.
-  std::vector<torch::Tensor> decay, plain;
-  for (const auto& p : model.parameters()) (p.dim() >= 2 ? decay : plain).push_back(p);
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  auto options = [&](double wd) -> std::unique_ptr<torch::optim::OptimizerOptions> {
-    if (job.optimizer == Optimizer::sgd)
-      return std::make_unique<torch::optim::SGDOptions>(
-          torch::optim::SGDOptions(job.lr).momentum(job.momentum).weight_decay(wd));
-    return std::make_unique<torch::optim::AdamWOptions>(
-        torch::optim::AdamWOptions(job.lr).weight_decay(wd));
-  };
-  if (!decay.empty()) groups.emplace_back(decay, options(job.weight_decay));
-  if (!plain.empty()) groups.emplace_back(plain, options(0));
-  if (job.optimizer == Optimizer::sgd)
-    return std::make_unique<torch::optim::SGD>(groups, torch::optim::SGDOptions(job.lr));
-  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(job.lr));
 }
 
 std::string gib(std::uint64_t bytes) {
@@ -547,7 +529,7 @@ TrainReport make_report(const TrainJob& job, const Plan& p, const Feeds& feeds, 
   r.micro_batches = loop.micro_batches;
   r.sections = section_blocks(loop.model, loop.section_bounds);
   r.activation_bytes = loop.peak_activation_bytes;
-  r.device_peak_bytes = device_peak(p.device);
+  r.device_peak_bytes = util::peak_memory(p.device);
   if (reducer) {
     r.dist_buckets = reducer->buckets();
     r.dist_launched_in_backward = reducer->launched_in_backward();
@@ -605,6 +587,7 @@ void finish_run(const TrainJob& job, const Plan& p, Loop& loop, const LoopState&
 TrainReport train_model(const TrainJob& job,
                         const std::function<void(const TrainProgress&)>& progress) {
   const auto start = Clock::now();
+  util::count_cpu_memory();
   const Plan p = resolve_plan(job);
   OpenRun run;  // the output lock cannot move: filled in place
   open_run(job, p, run);
@@ -661,7 +644,11 @@ TrainReport train_model(const TrainJob& job,
             std::to_string(model->parameter_count()) + " parameters; " +
             util::name_of(kFeeds, feeds.kind) + " feed on " + p.device.str());
 
-  reset_device_peak(p.device);
+  // Data parallel: rank 0 profiles (the ranks run the same steps).
+  util::StepProfiler profiler(!p.dp || p.dp->rank() == 0 ? job.profile : util::ProfileRequest{},
+                              p.device.is_cuda(), "step");
+  loop.profiler = &profiler;
+  util::reset_peak_memory(p.device);
   const auto loop_start = Clock::now();
   try {
     state = run_loop(loop, state);
@@ -671,6 +658,7 @@ TrainReport train_model(const TrainJob& job,
     run.dir->write_manifest(manifest);
     throw;
   }
+  profiler.finish();
   const double loop_seconds = std::chrono::duration<double>(Clock::now() - loop_start).count();
   TrainReport report = make_report(job, p, feeds, loop, state, reducer.get());
   report.resumed_from = resumed_from;

@@ -29,16 +29,17 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Step losses stay on the device until drained (on a GPU, at log steps, checkpoints and epoch
-// ends only, so steps do not wait for each other); draining checks each one is finite and
-// adds it, in step order, to the window and epoch sums, so a resumed run sums identically.
+// Step losses stay on the device until drained at log steps, checkpoints and epoch ends only,
+// so that a step never reads a value back from the device (the GPU runs ahead of the host);
+// on the CPU too, so the CPU's --profile shows what a GPU step does. Draining checks each
+// one is finite and adds it, in step order, to the window and epoch sums, so a resumed run
+// sums identically.
 class LossBook {
  public:
-  LossBook(LoopState& state, bool every_step) : state_(state), every_step_(every_step) {}
+  explicit LossBook(LoopState& state) : state_(state) {}
   void add(const torch::Tensor& loss, std::int64_t step) {
     if (pending_.empty()) first_step_ = step;
     pending_.push_back(loss.detach());
-    if (every_step_) drain();
   }
   void drain() {
     if (pending_.empty()) return;
@@ -63,7 +64,6 @@ class LossBook {
  private:
   void throw_bad() { on_bad(bad_step_, bad_value_); }
   LoopState& state_;
-  bool every_step_;
   std::vector<torch::Tensor> pending_;
   std::int64_t first_step_ = 0, bad_step_ = 0;
   double bad_value_ = 0;
@@ -161,7 +161,7 @@ struct Training {
         job(l.job),
         state(s),
         parameters(l.model.parameters()),
-        book(s, !l.device.is_cuda()),
+        book(s),
         lr(learning_rate(job, std::max<std::int64_t>(0, s.step - 1), l.total_steps)) {
     for (const auto size : loop.step_sizes) used += size;
   }
@@ -355,7 +355,9 @@ bool run_steps(Training& t, int epoch) {
       checkpoint(t, "last.pt");
       return false;
     }
+    if (t.loop.profiler) t.loop.profiler->begin_step();
     train_step(t, epoch, scales);
+    if (t.loop.profiler) t.loop.profiler->end_step();
     TrainProgress p = progress_at(t, epoch, state.epoch_step);
     if (state.step % job.log_every == 0) p.loss = log_step(t, epoch);
     if (job.checkpoint_every > 0 && state.step % job.checkpoint_every == 0)

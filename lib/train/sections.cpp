@@ -1,7 +1,6 @@
 #include "mltool/train/sections.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -38,6 +37,25 @@ Activation leaf(const Activation& a, bool needs_grad) {
   if (needs_grad && out.x.is_floating_point()) out.x.requires_grad_(true);
   return out;
 }
+
+// The root of a section's backward: a scalar whose gradient with respect to `out` is `grad`.
+// out.backward(grad) would keep both alive until the whole section's backward ends (the
+// caller's reference, and the engine's root holding the gradient); from this root the engine
+// frees the gradient after the first node and the output once the nodes that saved it ran,
+// as PyTorch's non-reentrant checkpoint does: one activation less each, at the section's peak.
+struct Seed : public torch::autograd::Function<Seed> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& out,
+                               const torch::Tensor& grad) {
+    ctx->saved_data["grad"] = grad;
+    return torch::zeros({}, out.options());
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 const torch::autograd::variable_list&) {
+    auto grad = ctx->saved_data.at("grad").toTensor();
+    ctx->saved_data.erase("grad");
+    return {grad, torch::Tensor()};
+  }
+};
 
 // --offload-boundaries: a section input moved to pinned host memory (on CUDA), and back.
 Activation to_host(const Activation& a) {
@@ -149,32 +167,44 @@ torch::Tensor accumulate_gradients_sectioned(BlockModel& model, const Activation
       largest = std::max(largest, section);
     }
   }
-  // The last section with its graph, into the loss.
+  // The last section with its graph, into the loss. Its graph, which holds its input (the
+  // leaf's AccumulateGrad) and the loss, is dropped before the recomputes: only the input's
+  // gradient goes on.
   if (k > 1) saved += bytes(a);
-  Activation last = leaf(a, k > 1);
-  std::int64_t section = 0;
-  const auto logits = run_blocks(model, last, bounds[k - 1], bounds[k], &section).x;
-  largest = std::max(largest, section);
-  const auto loss = step_loss.loss(logits, y);
-  loss.backward();
+  torch::Tensor loss, grad;
+  {
+    Activation last = leaf(a, k > 1);
+    a = Activation{};
+    std::int64_t section = 0;
+    const auto logits = run_blocks(model, last, bounds[k - 1], bounds[k], &section).x;
+    largest = std::max(largest, section);
+    const auto graph = step_loss.loss(logits, y);
+    graph.backward();
+    loss = graph.detach();
+    if (k > 1) grad = last.x.grad();
+  }
   const RngState after = save_rng(device);
-  torch::Tensor grad = k > 1 ? last.x.grad() : torch::Tensor();
-  // Back through the others, last first: recompute with the forward's masks, then backward.
+  // Back through the others, last first: recompute with the forward's masks, then backward
+  // from a Seed, holding neither the output nor its gradient.
   for (std::size_t s = k - 1; s-- > 0;) {
     const auto buffers = snapshot_buffers(model, bounds[s], bounds[s + 1]);
     restore_rng(rng[s], device);
     Activation input = leaf(offload && s > 0 ? to_device(inputs[s], device) : inputs[s], s > 0);
     inputs[s] = Activation{};
     std::int64_t recomputed = 0;
-    const auto out = run_blocks(model, input, bounds[s], bounds[s + 1], &recomputed);
+    {
+      auto root = Seed::apply(run_blocks(model, input, bounds[s], bounds[s + 1], &recomputed).x,
+                              std::move(grad));
+      grad = torch::Tensor();
+      root.backward();
+    }
     largest = std::max(largest, recomputed);
-    out.x.backward(grad);
     restore_buffers(buffers);  // after the backward, which holds them (their version counts)
     grad = s > 0 ? input.x.grad() : torch::Tensor();
   }
   restore_rng(after, device);
   if (activation_bytes) *activation_bytes = saved + largest;
-  return loss.detach();
+  return loss;
 }
 
 std::vector<std::vector<std::string>> section_blocks(const BlockModel& model,
@@ -186,17 +216,6 @@ std::vector<std::vector<std::string>> section_blocks(const BlockModel& model,
     out.emplace_back(names.begin() + static_cast<std::ptrdiff_t>(bounds[s]),
                      names.begin() + static_cast<std::ptrdiff_t>(bounds[s + 1]));
   return out;
-}
-
-void reset_device_peak(const torch::Device& device) {
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
-}
-
-std::int64_t device_peak(const torch::Device& device) {
-  if (!device.is_cuda()) return -1;
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-  return stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
-      .peak;
 }
 
 std::vector<std::size_t> plan_sections(std::int64_t sections, BlockModel& model,

@@ -274,8 +274,7 @@ def run_mltool(a, store, model_path, amp, out):
            str(a.batch), "--device", a.device]
     if not a.card:  # an encoder's card sets the preprocessing
         cmd += ["--input-size", str(a.input_size)]
-    if amp != "none":
-        cmd += ["--amp", amp]
+    cmd += ["--amp", amp]  # always: without it an encoder card's precision would apply
     cmd.append("--json")
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
@@ -291,6 +290,8 @@ def run_mltool(a, store, model_path, amp, out):
     X = np.load(os.path.join(out, "features.npy"))
     return X, {"command": " ".join(["mltool"] + cmd[1:]), "wall_seconds": wall,
                "seconds": s["seconds"], "tiles_per_second": s["tiles_per_second"],
+               "steady_tiles_per_second": s.get("steady_tiles_per_second"),
+               "first_batch_seconds": s.get("first_batch_seconds"),
                "peak_rss_mib": usage.ru_maxrss / 1024,
                "devices": s["devices"], "rows": s["rows"], "dims": s["dims"]}
 
@@ -452,8 +453,9 @@ def main():
       + (" CPU SMOKE RUN: the figures say nothing about GPU speed." if smoke else ""))
     w("")
     w("| amp | mltool extract tiles/s | Python DataLoader tiles/s | model only tiles/s "
-      "| mltool / DataLoader | mltool / model only | features, mltool vs DataLoader (rel.) |")
-    w("|---|---|---|---|---|---|---|")
+      "| mltool / DataLoader | mltool / model only | mltool steady tiles/s | steady / model only "
+      "| mltool to first batch (s) | features, mltool vs DataLoader (rel.) |")
+    w("|---|---|---|---|---|---|---|---|---|---|")
     goals = []
     for amp in amps:
         r = results["runs"][amp]
@@ -464,7 +466,11 @@ def main():
         rb = f"{m / b:.2f}x" if m and b else "-"
         ro = f"{100 * m / o:.0f}%" if m and o else "-"
         ag = f"{r['agreement']['relative']:.1e}" if "agreement" in r else "-"
-        w(f"| {label} | {cell(m)} | {cell(b)} | {cell(o)} | {rb} | {ro} | {ag} |")
+        st = r["mltool"].get("steady_tiles_per_second")
+        fb = r["mltool"].get("first_batch_seconds")
+        rs = f"{100 * st / o:.0f}%" if st and o else "-"
+        w(f"| {label} | {cell(m)} | {cell(b)} | {cell(o)} | {rb} | {ro} | {cell(st) if st else '-'} | {rs} "
+          f"| {f'{fb:.1f}' if fb is not None else '-'} | {ag} |")
         goals.append((label, m / b if m and b else None, m / o if m and o else None))
     w("")
     rss = "; ".join(f"{amp}: mltool {results['runs'][amp]['mltool'].get('peak_rss_mib', 0):.0f} MiB, "
@@ -476,7 +482,10 @@ def main():
                       for amp in amps if "wall_seconds" in results["runs"][amp]["mltool"])
     pin = torch.device(a.device).type == "cuda"
     w(f"mltool: tiles/s as `--json` reports it (from the first tile read to the last row "
-      f"written, model loaded); process wall times incl. start-up and model load: {walls}. "
+      f"written, model loaded); steady: `steady_tiles_per_second`, the rate after the first "
+      f"batch; to first batch: `first_batch_seconds`, from the command's start (model load and "
+      f"the device's first-batch set-up included); every column runs the row's precision "
+      f"(`--amp` always given); process wall times incl. start-up and model load: {walls}. "
       f"DataLoader: num_workers {a.workers}, pin_memory {pin}, python-lmdb per worker, Pillow "
       "decode, the same preprocessing and autocast on the device, timed from creating the "
       "iterator to the features on the host (model warmed up first). Model only: the same "

@@ -372,6 +372,9 @@ struct Pipeline {
   std::unique_ptr<util::BatchSplitter> splitter;  // set by start_splitter
   std::mutex wait_mutex;
   double wait_seconds = 0, max_wait_seconds = 0;  // note_wait's
+  // The writer's: when the first batch's rows were written, and how many.
+  Clock::time_point first_done;
+  std::uint64_t first_rows = 0;
 };
 
 // The out-of-memory size rule where the batches before this run's first left it: the splits
@@ -438,10 +441,13 @@ void read_batches(Pipeline& p) {
 }
 
 // One thread per device: copy (side stream) → preprocess + forward → features to host.
-void run_device(Pipeline& p, Extractor& model) {
+// `profiled`: this thread records --profile (the first device's).
+void run_device(Pipeline& p, Extractor& model, bool profiled) {
   try {
     at::init_num_threads();  // this thread's OpenMP team: the math threads set above
     const torch::Device device = model.device();
+    util::StepProfiler profiler(profiled ? p.job.profile : util::ProfileRequest{}, device.is_cuda(),
+                                "batch");
     std::optional<c10::cuda::CUDAStream> copy_stream;
     std::optional<c10::cuda::CUDAGuard> device_guard;
     if (device.is_cuda()) {
@@ -466,8 +472,14 @@ void run_device(Pipeline& p, Extractor& model) {
       pending.reset();
     };
     for (bool first = true; !p.failure.stopped; first = false) {
+      profiler.end_step();
+      profiler.begin_step();
       const auto waiting = Clock::now();
-      auto hb = p.ready.pop();
+      std::optional<HostBatch> hb;
+      {
+        RECORD_USER_SCOPE("extract: waiting for decoded tiles");  // a starved device shows here
+        hb = p.ready.pop();
+      }
       if (!first && hb) p.note_wait(std::chrono::duration<double>(Clock::now() - waiting).count());
       torch::Tensor input;
       std::optional<at::cuda::CUDAEvent> copied;
@@ -535,6 +547,10 @@ std::uint64_t write_rows(Pipeline& p, ChunkedFeatureWriter& writer, Clock::time_
                       invalid);
         ++written;
       }
+      if (p.first_rows == 0 && written > 0) {
+        p.first_done = Clock::now();
+        p.first_rows = written;
+      }
       if (b + 1 < p.batches)  // SIGTERM: run_pipeline commits these rows as a chunk
         util::stop_if_requested(std::to_string(p.first + written) + " of " +
                                 std::to_string(p.plan.rows) + " rows, committed");
@@ -558,7 +574,8 @@ std::uint64_t run_pipeline(Pipeline& p, ChunkedFeatureWriter& writer,
                            Clock::time_point& run_start) {
   std::thread reader(read_batches, std::ref(p));
   std::vector<std::thread> workers;
-  for (auto& r : replicas) workers.emplace_back(run_device, std::ref(p), std::ref(*r));
+  for (std::size_t i = 0; i < replicas.size(); ++i)
+    workers.emplace_back(run_device, std::ref(p), std::ref(*replicas[i]), i == 0);
   run_start = Clock::now();
   const std::uint64_t written = write_rows(p, writer, run_start);
   p.failure.stopped = true;
@@ -663,8 +680,15 @@ ExtractReport extract_features(const ExtractJob& request) {
   report.max_input_wait_seconds = pipeline.max_wait_seconds;
   report.invalid = writer.finish(job.dtype, report.model, recorded);
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  const double run_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
+  const auto end = Clock::now();
+  const double run_seconds = std::chrono::duration<double>(end - run_start).count();
   report.tiles_per_second = run_seconds > 0 ? written / run_seconds : 0;
+  if (pipeline.first_rows > 0) {
+    report.first_batch_seconds = std::chrono::duration<double>(pipeline.first_done - start).count();
+    const double steady = std::chrono::duration<double>(end - pipeline.first_done).count();
+    if (written > pipeline.first_rows && steady > 0)
+      report.steady_tiles_per_second = static_cast<double>(written - pipeline.first_rows) / steady;
+  }
   return report;
 }
 

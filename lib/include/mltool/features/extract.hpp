@@ -21,6 +21,7 @@
 #include "mltool/io/npy.hpp"
 #include "mltool/slide/cohort.hpp"
 #include "mltool/util/options.hpp"
+#include "mltool/util/profile.hpp"
 
 namespace mltool::features {
 
@@ -51,8 +52,9 @@ struct ExtractJob {
   /// LibTorch's intra-op (math) threads on the CPU; 0 = a partial run's when resuming, else
   /// LibTorch's default (OMP_NUM_THREADS, or the cores). Part of the resume fingerprint.
   int math_threads = 0;
-  bool keep_going = false;  ///< undecodable tiles become invalid (NaN) rows
-  bool overwrite = false;   ///< remove a partial extraction and the feature store in `output` first
+  util::ProfileRequest profile;  ///< --profile: a trace of a window of batches (first device)
+  bool keep_going = false;       ///< undecodable tiles become invalid (NaN) rows
+  bool overwrite = false;  ///< remove a partial extraction and the feature store in `output` first
   std::uint64_t chunk_rows = 8192;  ///< rows per committed chunk (the resume granularity)
   /// "I/N": only the complete slides I, I+N, I+2N, ... in slide-id order (features/shard.hpp);
   /// "" = all of them; "auto": I and N from a job array (util::resolve_shard).
@@ -79,6 +81,11 @@ struct ExtractReport {
   bool skipped = false;            ///< the store was complete already, with these settings
   double seconds = 0;
   double tiles_per_second = 0;  ///< tiles extracted by this run / seconds
+  /// From the command's start to the first batch's rows written: loading the model, tiling
+  /// slides, the device's first-batch set-up (cuDNN, the TorchScript executor's first runs).
+  double first_batch_seconds = 0;
+  /// The rate after the first batch: what a long run approaches; 0 with a single batch.
+  double steady_tiles_per_second = 0;
   std::vector<std::string> devices;
   int math_threads = 0;  ///< LibTorch's math threads (CPU extraction), else 0
   std::string shard;     ///< "I/N" of a --shard run, else ""

@@ -496,7 +496,8 @@ def check_sections():
     s = train_ok(*args, "-o", tmp("run_sec2"), "--sections", "2")
     m = s["memory"]
     expect(m["mode"] == "sections" and m["sections"] == [["hidden1"], ["head"]], f"memory {m}")
-    expect(m["activation_bytes"] > 0 and m["device_peak_bytes"] is None, f"memory {m}")
+    # On the CPU the peak is mltool's counting allocator's (docs/train.md#memory-modes).
+    expect(m["activation_bytes"] > 0 and m["device_peak_bytes"] > m["activation_bytes"], f"memory {m}")
     expect(json.load(open(tmp("run_sec2", "run.json")))["options"]["sections"] == 2, "run.json options")
     tensors_close(tmp("run_sec2", "model.safetensors"), tmp("run_sec1", "model.safetensors"), 1e-5)
     train_ok(*args, "-o", tmp("run_sec2_part"), "--sections", "2", "--max-steps", "5")

@@ -25,8 +25,10 @@
 #      scripts/encoders.py with random weights; UNI_BENCH_N tiles, default 8192), then
 #      bench/run-train.sh $OUT/bench, then bench/run-sections.sh $OUT/bench (issue 7's
 #      seed-003 case), each with what is left (the UNI and sections tables are appended to
-#      summary.txt); DEVICE_BENCH (default "extract uni train sections") picks which, e.g.
-#      DEVICE_BENCH="train sections" in a second call
+#      summary.txt), then scripts/device/profile.sh (--profile traces of train, sections and
+#      UNI steps on the benchmarks' data: one summary line each in summary.txt, the traces in
+#      $OUT/traces.tar.gz); DEVICE_BENCH (default "extract uni train sections profile") picks
+#      which, e.g. DEVICE_BENCH="train sections profile" in a second call
 #   4. ctest with the other LABELS, then cli_help and cli_index
 # The whole run keeps within RUN_BUDGET_S (default 500) seconds of wall time, inside the
 # device tool's 600 and leaving room in the session's 15 device minutes for a second call: each
@@ -36,6 +38,7 @@
 # $OUT (the device tool brings back at most 8 files): summary.txt (one line per step, the
 # ctest totals and the benchmark tables; also printed at the end), env.txt (GPU, tools,
 # versions, mltool --version, the manifest), ctest-gpu.log, ctest-unit.log, bench.log,
+# profile.log, traces.tar.gz,
 # bench/extract-bench.md, bench/train-bench.md (the .json the benchmarks write beside them are
 # moved to /tmp/mltool-bench-json, to keep within the 8 files; the .md tables hold the figures).
 set -uo pipefail
@@ -192,7 +195,7 @@ if [[ $labels == *gpu* ]]; then
 fi
 
 # 3. The benchmarks, the extract one with as many tiles as the time left allows.
-benches=${DEVICE_BENCH:-extract uni train sections}
+benches=${DEVICE_BENCH:-extract uni train sections profile}
 wants() { [[ " $benches " == *" $1 "* ]]; }
 smoke=()
 (( rehearse )) && smoke=(--cpu-smoke)
@@ -248,6 +251,14 @@ if (( built )); then
       bench sections "$(min $(( $(left) - 60 )) 400)" "$out/bench" \
         SECTIONS_BENCH_WORK=/tmp/mltool-sections-bench -- ${SECTIONS_BENCH_ARGS:-}
       append "$out/bench" sections-bench
+    fi
+    # The profiling pass: traces of train, sections and UNI steps on the benchmarks' data,
+    # summarised into summary.txt, the traces in $OUT/traces.tar.gz.
+    if wants profile; then
+      step "scripts/device/profile.sh" "$out/profile.log" "$(min $(( $(left) - 30 )) 150)" \
+        env MLTOOL_PYTHON="$python" bash scripts/device/profile.sh "$mltool" "$out/traces.tar.gz" \
+        "${smoke[@]}"
+      grep -E '^(profile |[a-z0-9-]+\.json: )' "$out/profile.log" >> "$summary"
     fi
   else
     note "bench: SKIPPED (${bench_limit}s left for it)"

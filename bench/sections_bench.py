@@ -160,7 +160,14 @@ def torch_run(spec, images, labels, batch, segments, steps, device):
     if segments is None:
         model = nn.Sequential(*[blocks[n] for n in names]).to(device)
     else:
-        model = nn.Sequential(*[nn.Sequential(*[blocks[n] for n in seg]) for seg in segments]).to(device)
+        # A segment names blocks, or a stage's residual units where mltool cut inside it
+        # ("stage1.0": unit 0 of stage1's Sequential).
+        def module(name):
+            if name in blocks:
+                return blocks[name]
+            block, unit = name.rsplit(".", 1)
+            return blocks[block][int(unit)]
+        model = nn.Sequential(*[nn.Sequential(*[module(n) for n in seg]) for seg in segments]).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x_all, y_all = images.to(device), labels.to(device)
     cuda = device.startswith("cuda")

@@ -42,13 +42,13 @@ bool drop_feed(Loop& loop, LoopState& state, std::int64_t samples, std::int64_t 
 void shrink(Loop& loop, LoopState& state, std::int64_t samples, std::int64_t step) {
   if (drop_feed(loop, state, samples, step)) return;
   const std::string before = mode_text(loop);
-  const auto blocks = static_cast<std::int64_t>(loop.model.size());
+  const auto blocks = static_cast<std::int64_t>(loop.model.part_count());
   const auto sections =
       loop.section_bounds.empty() ? 1 : static_cast<std::int64_t>(loop.section_bounds.size()) - 1;
   if (loop.section_bounds.empty() && loop.micro_batches < samples) {
     loop.micro_batches = std::min(2 * loop.micro_batches, samples);
     state.oom_micro_batches = loop.micro_batches;
-  } else if (sections < blocks && loop.plan_sections) {  // --sections K: one block each
+  } else if (sections < blocks && loop.plan_sections) {  // --sections K: one part each
     loop.section_bounds = loop.plan_sections(blocks);
     loop.micro_batches = 1;
     state.oom_sections = blocks;
@@ -57,7 +57,7 @@ void shrink(Loop& loop, LoopState& state, std::int64_t samples, std::int64_t ste
         "out of memory in step " + std::to_string(step + 1) + " of " + std::to_string(samples) +
         " samples even with " + before +
         (loop.section_bounds.empty() ? " of one sample (the model has one block: no sections)"
-                                     : " of one block each") +
+                                     : " of one block (or residual unit) each") +
         " (" + util::free_memory_text(loop.device) +
         "); free the device, lower --batch, or use a smaller model";
     loop.run.log({{"event", "error"}, {"step", step + 1}, {"message", message}});

@@ -29,8 +29,9 @@ bool FusedAdamW::fusable() const {
     if (static_cast<const AdamWOptions&>(group.options()).amsgrad()) return false;
     for (const auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      if (!(p.is_cuda() || (cpu_ && p.is_cpu())) || p.grad().is_sparse() || (device && p.device() != *device) ||
-          (type && p.scalar_type() != *type) || p.grad().scalar_type() != p.scalar_type())
+      if (!(p.is_cuda() || (cpu_ && p.is_cpu())) || p.grad().is_sparse() ||
+          (device && p.device() != *device) || (type && p.scalar_type() != *type) ||
+          p.grad().scalar_type() != p.scalar_type())
         return false;
       device = p.device();
       type = p.scalar_type();

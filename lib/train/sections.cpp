@@ -20,14 +20,21 @@ std::int64_t bytes(const Activation& a) {
   return n;
 }
 
-// Runs blocks [begin, end) one at a time; adds their outputs' bytes to `*total`.
-Activation run_blocks(BlockModel& model, Activation a, std::size_t begin, std::size_t end,
-                      std::int64_t* total) {
+// Runs parts [begin, end) one at a time; adds their outputs' bytes to `*total`.
+Activation run_parts(BlockModel& model, Activation a, std::size_t begin, std::size_t end,
+                     std::int64_t* total) {
   for (std::size_t i = begin; i < end; ++i) {
-    a = model.forward(std::move(a), i, i + 1);
+    a = model.forward_parts(std::move(a), i, i + 1);
     *total += bytes(a);
   }
   return a;
+}
+
+// The buffers of parts [begin, end), each with a copy (replay.hpp's snapshot, by part).
+BufferSnapshot snapshot_parts(BlockModel& model, std::size_t begin, std::size_t end) {
+  BufferSnapshot out;
+  for (auto& b : model.part_buffers(begin, end)) out.emplace_back(b, b.clone());
+  return out;
 }
 
 // A section's input as a leaf of its own graph: detached, and needing a gradient if it is
@@ -99,14 +106,14 @@ std::vector<std::size_t> named_sections(const std::vector<std::string>& blocks,
   return bounds;
 }
 
-std::vector<std::int64_t> block_output_sizes(BlockModel& model, const Activation& probe) {
+std::vector<std::int64_t> part_output_sizes(BlockModel& model, const Activation& probe) {
   const torch::NoGradGuard no_grad;
   const bool training = model.is_training();
   model.eval();
   std::vector<std::int64_t> sizes;
   Activation a = probe;
-  for (std::size_t i = 0; i < model.size(); ++i) {
-    a = model.forward(std::move(a), i, i + 1);
+  for (std::size_t i = 0; i < model.part_count(); ++i) {
+    a = model.forward_parts(std::move(a), i, i + 1);
     sizes.push_back(a.x.numel());
   }
   model.train(training);
@@ -117,7 +124,7 @@ std::vector<std::size_t> balance_sections(const std::vector<std::int64_t>& sizes
   const std::size_t n = sizes.size();
   if (k < 1 || k > n)
     throw UsageError("--sections " + std::to_string(k) + ": the model has " + std::to_string(n) +
-                     " blocks (at most one section a block)");
+                     " blocks or residual units to cut between (at most one section each)");
   std::vector<std::int64_t> prefix(n + 1, 0);
   for (std::size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + sizes[i];
   // best[j][i]: the smallest largest-section sum of the first i blocks in j sections.
@@ -163,7 +170,7 @@ torch::Tensor accumulate_gradients_sectioned(BlockModel& model, const Activation
       if (s > 0 && !offload) saved += bytes(a);
       rng[s] = save_rng(device);
       std::int64_t section = 0;
-      a = run_blocks(model, a, bounds[s], bounds[s + 1], &section);
+      a = run_parts(model, a, bounds[s], bounds[s + 1], &section);
       largest = std::max(largest, section);
     }
   }
@@ -176,7 +183,7 @@ torch::Tensor accumulate_gradients_sectioned(BlockModel& model, const Activation
     Activation last = leaf(a, k > 1);
     a = Activation{};
     std::int64_t section = 0;
-    const auto logits = run_blocks(model, last, bounds[k - 1], bounds[k], &section).x;
+    const auto logits = run_parts(model, last, bounds[k - 1], bounds[k], &section).x;
     largest = std::max(largest, section);
     const auto graph = step_loss.loss(logits, y);
     graph.backward();
@@ -187,13 +194,13 @@ torch::Tensor accumulate_gradients_sectioned(BlockModel& model, const Activation
   // Back through the others, last first: recompute with the forward's masks, then backward
   // from a Seed, holding neither the output nor its gradient.
   for (std::size_t s = k - 1; s-- > 0;) {
-    const auto buffers = snapshot_buffers(model, bounds[s], bounds[s + 1]);
+    const auto buffers = snapshot_parts(model, bounds[s], bounds[s + 1]);
     restore_rng(rng[s], device);
     Activation input = leaf(offload && s > 0 ? to_device(inputs[s], device) : inputs[s], s > 0);
     inputs[s] = Activation{};
     std::int64_t recomputed = 0;
     {
-      auto root = Seed::apply(run_blocks(model, input, bounds[s], bounds[s + 1], &recomputed).x,
+      auto root = Seed::apply(run_parts(model, input, bounds[s], bounds[s + 1], &recomputed).x,
                               std::move(grad));
       grad = torch::Tensor();
       root.backward();
@@ -209,12 +216,10 @@ torch::Tensor accumulate_gradients_sectioned(BlockModel& model, const Activation
 
 std::vector<std::vector<std::string>> section_blocks(const BlockModel& model,
                                                      const std::vector<std::size_t>& bounds) {
-  const auto& names = model.names();
-  if (bounds.empty()) return {names};
+  if (bounds.empty()) return {model.names()};
   std::vector<std::vector<std::string>> out;
   for (std::size_t s = 0; s + 1 < bounds.size(); ++s)
-    out.emplace_back(names.begin() + static_cast<std::ptrdiff_t>(bounds[s]),
-                     names.begin() + static_cast<std::ptrdiff_t>(bounds[s + 1]));
+    out.push_back(model.names_of_parts(bounds[s], bounds[s + 1]));
   return out;
 }
 
@@ -236,7 +241,7 @@ std::vector<std::size_t> plan_sections(std::int64_t sections, BlockModel& model,
       {}};
   if (unit == records::PackUnit::bag)
     probe.mask = torch::ones({1, longest}, torch::TensorOptions(device).dtype(torch::kBool));
-  return balance_sections(block_output_sizes(model, probe), static_cast<std::size_t>(sections));
+  return balance_sections(part_output_sizes(model, probe), static_cast<std::size_t>(sections));
 }
 
 }  // namespace mltool::train

@@ -212,17 +212,22 @@ std::vector<std::size_t> check_sections(const TrainJob& job, const Plan& p) {
   require<UsageError>(!job.offload_boundaries || job.sections > 1 || !p.spec.section_starts.empty(),
                       "--offload-boundaries needs sections (--sections K, or the spec's "
                       "\"sections\")");
-  const auto names = p.script ? script_block_model(*p.script, p.classes)->names()
-                              : build_model(p.spec, p.data.dims, p.classes)->names();
+  const auto model = p.script ? script_block_model(*p.script, p.classes)
+                              : build_model(p.spec, p.data.dims, p.classes);
+  const auto& names = model->names();
   require<UsageError>(!p.script || job.sections == 1 || names != std::vector<std::string>{"script"},
                       "--sections: " + job.spec +
                           (p.script && p.script->bag
                                ? " trains on bags, which sections do not cut"
                                : "'s forward does not run its top-level children in sequence") +
                           "; train it whole, or with --micro-batches");
-  if (!p.spec.section_starts.empty()) return named_sections(names, p.spec.section_starts, job.spec);
+  if (!p.spec.section_starts.empty()) {
+    auto bounds = named_sections(names, p.spec.section_starts, job.spec);
+    for (auto& b : bounds) b = model->first_part(b);  // block bounds → part bounds
+    return bounds;
+  }
   if (job.sections > 1)
-    balance_sections(std::vector<std::int64_t>(names.size(), 1),
+    balance_sections(std::vector<std::int64_t>(model->part_count(), 1),
                      static_cast<std::size_t>(job.sections));
   return {};
 }

@@ -106,7 +106,7 @@ TEST(Sections, RescnnStepsAsPlain) {
   auto plain_model = make(spec, 1);
   const auto plain = step(*plain_model, in, y, {});
   auto model = make(spec, 1);
-  const auto sizes = block_output_sizes(*model, Activation{in.x.narrow(0, 0, 1), {}});
+  const auto sizes = part_output_sizes(*model, Activation{in.x.narrow(0, 0, 1), {}});
   ASSERT_EQ(sizes.size(), 5u);  // stem, stage1, stage2, pool, head
   EXPECT_EQ(sizes[0], 4 * 8 * 8);
   const auto bounds = balance_sections(sizes, 3);
@@ -126,6 +126,30 @@ TEST(Sections, RescnnStepsAsPlain) {
   }
   EXPECT_EQ(plain.activation_bytes, all);
   EXPECT_EQ(sectioned.activation_bytes, saved + largest);
+}
+
+TEST(Sections, CutsBetweenTheUnitsOfAStage) {
+  // Two residual units a stage: each is a part, and sections cut between them step as plain.
+  const nlohmann::json spec{
+      {"family", "rescnn"}, {"channels", {4, 8}}, {"blocks_per_stage", 2}, {"stem_stride", 1}};
+  torch::manual_seed(3);
+  const Activation in{torch::randint(0, 256, {4, 16, 16, 3}).to(torch::kUInt8), {}};
+  const auto y = torch::randint(0, 3, {4});
+  auto plain_model = make(spec, 1);
+  const auto plain = step(*plain_model, in, y, {});
+  auto model = make(spec, 1);
+  EXPECT_EQ(model->names(), (std::vector<std::string>{"stem", "stage1", "stage2", "pool", "head"}));
+  EXPECT_EQ(model->part_names(),
+            (std::vector<std::string>{"stem", "stage1.0", "stage1.1", "stage2.0", "stage2.1",
+                                      "pool", "head"}));
+  EXPECT_EQ(model->first_part(2), 3u);
+  EXPECT_EQ(model->first_part(5), 7u);
+  const std::vector<std::size_t> bounds{0, 2, 3, 5, 7};  // stem+stage1.0 | stage1.1 | stage2 | …
+  expect_same_step(step(*model, in, y, bounds), plain);
+  EXPECT_EQ(section_blocks(*model, bounds),
+            (std::vector<std::vector<std::string>>{
+                {"stem", "stage1.0"}, {"stage1.1"}, {"stage2"}, {"pool", "head"}}));
+  EXPECT_EQ(part_output_sizes(*model, Activation{in.x.narrow(0, 0, 1), {}}).size(), 7u);
 }
 
 }  // namespace

@@ -94,6 +94,14 @@ class Stage : public Block {
     for (auto& u : units_) x = u->forward(x);
     return {x, {}};
   }
+  // Its residual units are its parts: --sections may cut between them.
+  std::size_t parts() const override { return units_.size(); }
+  Activation forward_part(const Activation& in, std::size_t i) override {
+    return {units_.at(i)->forward(in.x), {}};
+  }
+  std::vector<torch::Tensor> part_buffers(std::size_t i) override {
+    return units_.at(i)->buffers();
+  }
 
  private:
   std::vector<std::shared_ptr<Residual>> units_;

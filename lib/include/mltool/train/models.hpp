@@ -31,10 +31,17 @@ struct Activation {
   torch::Tensor mask;  ///< undefined for tile and image inputs
 };
 
-/// One named block.
+/// One named block. A block made of a sequence of parts (rescnn's stages: residual units)
+/// says so, and sectioned training may cut between them: the block stays the unit of names,
+/// parameters and spec-named sections, the part the finest cut.
 class Block : public torch::nn::Module {
  public:
   virtual Activation forward(const Activation& in) = 0;
+  /// Its parts: forward is forward_part over 0 … parts() - 1 in order.
+  virtual std::size_t parts() const { return 1; }
+  virtual Activation forward_part(const Activation& in, std::size_t) { return forward(in); }
+  /// The buffers part `i` moves (batch norm's statistics).
+  virtual std::vector<torch::Tensor> part_buffers(std::size_t) { return buffers(); }
 };
 
 class BlockModel : public torch::nn::Module {
@@ -50,6 +57,21 @@ class BlockModel : public torch::nn::Module {
   /// All blocks: the logits (batch × classes).
   torch::Tensor forward(Activation in) { return forward(std::move(in), 0, size()).x; }
 
+  /// The parts of all blocks in order (Block::parts): what --sections cuts between. A part
+  /// is named by its block ("head"), or "BLOCK.I" where the block has several ("stage1.0").
+  std::size_t part_count() const { return parts_.size(); }
+  std::vector<std::string> part_names() const;
+  /// Runs parts [begin, end) on `in`.
+  Activation forward_parts(Activation in, std::size_t begin, std::size_t end);
+  /// The buffers parts [begin, end) move.
+  std::vector<torch::Tensor> part_buffers(std::size_t begin, std::size_t end);
+  /// The part index of block `block`'s first part (part_count() for size()): block bounds as
+  /// part bounds.
+  std::size_t first_part(std::size_t block) const;
+  /// The blocks whose parts [begin, end) are, by name: a whole block by its name, a piece of
+  /// one by its parts' names.
+  std::vector<std::string> names_of_parts(std::size_t begin, std::size_t end) const;
+
   /// Parameters (not buffers) of block i, and of the whole model.
   std::int64_t parameter_count(std::size_t i);
   std::int64_t parameter_count();
@@ -57,6 +79,7 @@ class BlockModel : public torch::nn::Module {
  private:
   std::vector<std::string> names_;
   std::vector<std::shared_ptr<Block>> blocks_;
+  std::vector<std::pair<std::size_t, std::size_t>> parts_;  ///< (block, its part) in order
 };
 
 /// Builds the model of `spec` for inputs of `input_dims` features (tile, bag) or 3-channel

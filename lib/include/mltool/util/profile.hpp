@@ -45,10 +45,10 @@ Option<Job> profile_steps_option(ProfileRequest Job::*member) {
 /// Records the window of a ProfileRequest: call begin_step() as each step (batch) begins and
 /// end_step() when it is done, on the thread that runs the model; every recorded step is a
 /// "ProfilerStep#N" range in the trace (N: 0-based, as PyTorch's profiler names them), and
-/// what runs between steps (validation, checkpoints) is recorded outside them. The trace is written (aside, then renamed)
-/// once the window is over, or by finish() / the destructor when the run ends inside it; a
-/// run shorter than --profile-skip records nothing and says so. Nothing at all when the
-/// request's file is empty. Defined in the LibTorch half of the library.
+/// what runs between steps (validation, checkpoints) is recorded outside them. The trace is written
+/// (aside, then renamed) once the window is over, or by finish() / the destructor when the run ends
+/// inside it; a run shorter than --profile-skip records nothing and says so. Nothing at all when
+/// the request's file is empty. Defined in the LibTorch half of the library.
 class StepProfiler {
  public:
   /// `cuda`: record CUDA kernels and runtime calls too. `unit`: "step" or "batch" (messages).

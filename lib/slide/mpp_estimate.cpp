@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "flat_image.hpp"
 #include "mltool/slide/geometry.hpp"
 #include "mltool/slide/tissue.hpp"
 #include "mltool/util/error.hpp"
@@ -34,6 +35,11 @@ constexpr double kMaxRegionSpread = 0.35;
 constexpr double kCoreNoise = 0.04;
 // Deblurring that magnifies errors more than this: the nuclei are too small to measure.
 constexpr double kMaxBlurGain = 4;
+
+bool stained(const std::uint8_t* p) {
+  const int hi = std::max({p[0], p[1], p[2]}), lo = std::min({p[0], p[1], p[2]});
+  return hi >= kMinBrightness && hi - lo > kMinSaturation * hi;
+}
 
 int od_bin(double od) { return std::clamp(static_cast<int>(od / kMaxOd * 256), 0, 255); }
 
@@ -127,24 +133,23 @@ double median_core(const std::vector<const NucleusSample*>& samples) {
 
 NucleusSample measure_nuclei(const std::uint8_t* rgb, int width, int height) {
   const std::size_t n = static_cast<std::size_t>(width) * static_cast<std::size_t>(height);
-  std::vector<std::uint8_t> bins(n), stained(n);
+  std::vector<std::uint8_t> bins(n), is_stained(n);
   std::array<std::uint8_t, 256> bin_of_red{};
   for (int r = 0; r < 256; ++r) bin_of_red[r] = od_bin(-std::log((r + 1) / 256.0));
   std::size_t stained_px = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint8_t* p = rgb + 3 * i;
-    const int hi = std::max({p[0], p[1], p[2]}), lo = std::min({p[0], p[1], p[2]});
     bins[i] = bin_of_red[p[0]];
-    stained[i] = hi >= kMinBrightness && hi - lo > kMinSaturation * hi;
-    stained_px += stained[i];
+    is_stained[i] = stained(p);
+    stained_px += is_stained[i];
   }
   NucleusSample out;
   out.tissue_fraction = n ? static_cast<double>(stained_px) / n : 0;
   if (stained_px == 0) return out;
-  const int t1 = otsu_bins(bins, stained, -1);
-  const int t2 = otsu_bins(bins, stained, t1);
+  const int t1 = otsu_bins(bins, is_stained, -1);
+  const int t2 = otsu_bins(bins, is_stained, t1);
   std::vector<std::uint8_t> core(n);
-  for (std::size_t i = 0; i < n; ++i) core[i] = stained[i] && bins[i] > t2;
+  for (std::size_t i = 0; i < n; ++i) core[i] = is_stained[i] && bins[i] > t2;
   for_each_component(core, width, height, [&](const Moments& m) {
     if (m.n < kMinCoreArea || m.elongation() > kMaxElongation) return;
     out.diameters_px.push_back(2 * std::sqrt(m.n / M_PI));
@@ -201,18 +206,69 @@ MppEstimate estimate_from_samples(const std::vector<NucleusSample>& regions, dou
 
 namespace {
 
+// Where the tissue is: a mask and the level-0 pixels per mask pixel.
+struct TissueMap {
+  Mask mask;
+  double dx = 1, dy = 1;
+};
+
+// A slide whose thumbnail would need much of level 0 decoded (one level, large) is not
+// thumbnailed: kSampleGrid² small patches of level 0 are read instead, each a mask pixel
+// (tissue when most of its pixels are stained), so the estimate never reads the whole level.
+constexpr int kSampleGrid = 16;
+constexpr int kSamplePx = 32;
+constexpr double kMaxThumbnailSourcePx = 2e6;
+
+TissueMap sampled_map(const Slide& slide) {
+  const Level& l0 = slide.geometry().levels[0];
+  TissueMap map;
+  map.mask.width = map.mask.height = kSampleGrid;
+  map.mask.data.assign(kSampleGrid * kSampleGrid, 0);
+  map.dx = static_cast<double>(l0.width) / kSampleGrid;
+  map.dy = static_cast<double>(l0.height) / kSampleGrid;
+  const std::int64_t pw = std::min<std::int64_t>(kSamplePx, l0.width);
+  const std::int64_t ph = std::min<std::int64_t>(kSamplePx, l0.height);
+  std::vector<std::uint8_t> rgb(static_cast<std::size_t>(pw * ph * 3));
+  for (int j = 0; j < kSampleGrid; ++j)
+    for (int i = 0; i < kSampleGrid; ++i) {
+      const auto x =
+          std::clamp<std::int64_t>(std::llround((i + 0.5) * map.dx) - pw / 2, 0, l0.width - pw);
+      const auto y =
+          std::clamp<std::int64_t>(std::llround((j + 0.5) * map.dy) - ph / 2, 0, l0.height - ph);
+      slide.read_rgb(x, y, 0, pw, ph, rgb.data());
+      std::int64_t count = 0;
+      for (std::int64_t k = 0; k < pw * ph; ++k) count += stained(&rgb[3 * k]);
+      map.mask.data[j * kSampleGrid + i] = 2 * count >= pw * ph;
+    }
+  return map;
+}
+
+TissueMap tissue_map(const Slide& slide) {
+  const auto& levels = slide.geometry().levels;
+  const Level& l0 = levels[0];
+  const double downsample = static_cast<double>(std::max(l0.width, l0.height)) / 512.0;
+  // What the thumbnail would decode: the coarsest level at or finer than its downsample.
+  double source_px = static_cast<double>(l0.width) * l0.height;
+  for (const auto& l : levels)
+    if (l.downsample <= downsample * (1 + kLevelTolerance))
+      source_px = std::min(source_px, static_cast<double>(l.width) * l.height);
+  const auto* flat = slide.flat_info();
+  const bool whole_decode = flat && flat->format != "tiff";  // PNG, JPEG: decoded whole anyway
+  if (source_px > kMaxThumbnailSourcePx && !whole_decode) return sampled_map(slide);
+  const Thumbnail thumb = slide_thumbnail(slide, downsample);
+  return {tissue_mask(thumb.image.pixels.data(), thumb.image.width, thumb.image.height, {}),
+          thumb.dx, thumb.dy};
+}
+
 // Up to `count` boxes of `side` level-0 pixels where the tissue is, spread over the slide:
 // the candidates on a half-box grid, by tissue fraction, none overlapping another.
 std::vector<std::array<std::int64_t, 4>> tissue_regions(const Slide& slide, int count,
                                                         std::int64_t side, double& fraction) {
   const Level& l0 = slide.geometry().levels[0];
   const std::int64_t w = std::min(side, l0.width), h = std::min(side, l0.height);
-  const Thumbnail thumb =
-      slide_thumbnail(slide, static_cast<double>(std::max(l0.width, l0.height)) / 512.0);
-  const Mask mask =
-      tissue_mask(thumb.image.pixels.data(), thumb.image.width, thumb.image.height, {});
-  const IntegralMask integral(mask);
-  fraction = integral.fraction(0, 0, mask.width, mask.height);
+  const TissueMap map = tissue_map(slide);
+  const IntegralMask integral(map.mask);
+  fraction = integral.fraction(0, 0, map.mask.width, map.mask.height);
   struct Candidate {
     double fraction;
     std::int64_t x, y;
@@ -221,8 +277,7 @@ std::vector<std::array<std::int64_t, 4>> tissue_regions(const Slide& slide, int 
   for (std::int64_t y = 0; y + h <= l0.height; y += std::max<std::int64_t>(1, h / 2))
     for (std::int64_t x = 0; x + w <= l0.width; x += std::max<std::int64_t>(1, w / 2))
       candidates.push_back(
-          {integral.fraction(x / thumb.dx, y / thumb.dy, (x + w) / thumb.dx, (y + h) / thumb.dy), x,
-           y});
+          {integral.fraction(x / map.dx, y / map.dy, (x + w) / map.dx, (y + h) / map.dy), x, y});
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const Candidate& a, const Candidate& b) { return a.fraction > b.fraction; });
   std::vector<std::array<std::int64_t, 4>> out;

@@ -111,15 +111,45 @@ double weighted_quantile(std::vector<std::pair<double, double>> values, double s
   return values.back().first;
 }
 
-// A core of `px` pixels measured, in pixels once the measurement's own blur (kCoreBlurPx,
+// A core of `px` pixels measured, in pixels once the measurement's own blur (`blur`,
 // added in quadrature) is taken out; never below a tenth of what was measured.
-double deblurred(double px) {
-  return std::sqrt(std::max(px * px - kCoreBlurPx * kCoreBlurPx, px * px / 100));
+double deblurred(double px, double blur) {
+  return std::sqrt(std::max(px * px - blur * blur, px * px / 100));
 }
 
 // How much a relative error in a measured core grows once deblurred:
 // d log(deblurred(px)) / d log(px).
-double blur_gain(double px) { return px * px / std::pow(deblurred(px), 2); }
+double blur_gain(double px, double blur) { return px * px / std::pow(deblurred(px, blur), 2); }
+
+// The median of the regions' chroma_detail (0 for none).
+double median_chroma_detail(const std::vector<NucleusSample>& regions) {
+  std::vector<double> v;
+  for (const auto& r : regions)
+    if (r.chroma_detail > 0) v.push_back(r.chroma_detail);
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+// 4:2:0 JPEG stores colour at half the resolution: red minus luminance (chroma) then has
+// almost no detail at the pixel scale. The energy of 1-px second differences of chroma over
+// that of luminance: 0.1-0.5 in sharp H&E, about 0.01-0.03 once 4:2:0-coded.
+double chroma_detail(const std::uint8_t* rgb, int width, int height) {
+  const auto at = [&](int x, int y, bool chroma) {
+    const std::uint8_t* p = rgb + 3 * (static_cast<std::size_t>(y) * width + x);
+    const double luma = 0.299 * p[0] + 0.587 * p[1] + 0.114 * p[2];
+    return chroma ? p[0] - luma : luma;
+  };
+  double energy[2] = {0, 0};
+  for (int y = 1; y + 1 < height; ++y)
+    for (int x = 1; x + 1 < width; ++x)
+      for (int c = 0; c < 2; ++c) {
+        const double h = at(x - 1, y, c) - 2 * at(x, y, c) + at(x + 1, y, c);
+        const double v = at(x, y - 1, c) - 2 * at(x, y, c) + at(x, y + 1, c);
+        energy[c] += h * h + v * v;
+      }
+  return energy[0] > 0 ? energy[1] / energy[0] : 0;
+}
 
 double median_core(const std::vector<const NucleusSample*>& samples) {
   std::vector<std::pair<double, double>> values;
@@ -145,6 +175,7 @@ NucleusSample measure_nuclei(const std::uint8_t* rgb, int width, int height) {
   }
   NucleusSample out;
   out.tissue_fraction = n ? static_cast<double>(stained_px) / n : 0;
+  out.chroma_detail = chroma_detail(rgb, width, height);
   if (stained_px == 0) return out;
   const int t1 = otsu_bins(bins, is_stained, -1);
   const int t2 = otsu_bins(bins, is_stained, t1);
@@ -161,13 +192,16 @@ NucleusSample measure_nuclei(const std::uint8_t* rgb, int width, int height) {
 MppEstimate estimate_from_samples(const std::vector<NucleusSample>& regions, double downsample) {
   MppEstimate e;
   e.regions = static_cast<int>(regions.size());
+  const double detail = median_chroma_detail(regions);
+  e.chroma_subsampled = detail > 0 && detail < kMaxSubsampledChromaDetail;
+  const double blur = e.chroma_subsampled ? kSubsampledBlurPx : kCoreBlurPx;
   std::vector<const NucleusSample*> all;
   std::vector<double> logs;  // per-region log estimates
   for (const auto& r : regions) {
     all.push_back(&r);
     e.nuclei += static_cast<std::int64_t>(r.diameters_px.size());
     if (static_cast<std::int64_t>(r.diameters_px.size()) >= kMinRegionNuclei)
-      logs.push_back(std::log(kNucleusCoreUm / (deblurred(median_core({&r})) * downsample)));
+      logs.push_back(std::log(kNucleusCoreUm / (deblurred(median_core({&r}), blur) * downsample)));
   }
   if (e.nuclei == 0) {
     e.why = e.regions ? "no nuclei found" : "no tissue found";
@@ -175,8 +209,8 @@ MppEstimate estimate_from_samples(const std::vector<NucleusSample>& regions, dou
   }
   const double measured = median_core(all);
   e.core_px = measured * downsample;
-  const double mpp = kNucleusCoreUm / (deblurred(measured) * downsample);
-  const double gain = blur_gain(measured);
+  const double mpp = kNucleusCoreUm / (deblurred(measured, blur) * downsample);
+  const double gain = blur_gain(measured, blur);
   double spread = 0;
   if (logs.size() >= 2) {
     const double mean = std::accumulate(logs.begin(), logs.end(), 0.0) / logs.size();
@@ -196,6 +230,15 @@ MppEstimate estimate_from_samples(const std::vector<NucleusSample>& regions, dou
     e.why = "tissue regions disagree (spread " + util::number_text(std::round(spread * 100)) + "%)";
   } else {
     e.uncertain = false;
+  }
+  if (gain > kMaxBlurGain) {
+    // Blur only enlarges cores, so the measured one, not deblurred, gives a lower bound;
+    // how much coarser the truth is, deblurring cannot tell: up to 4 times.
+    const double bound = kNucleusCoreUm / (measured * downsample);
+    e.low = std::max(kMinPlausibleMpp, bound);
+    e.high = std::min(kMaxPlausibleMpp, bound * 4);
+    e.mpp = std::sqrt(*e.low * *e.high);
+    return e;
   }
   if (e.uncertain) half = std::max(half, 0.4);
   e.mpp = mpp;
@@ -314,9 +357,11 @@ nlohmann::json to_json(const MppEstimate& e) {
   const auto value = [](const std::optional<double>& v) {
     return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
   };
-  return {{"mpp", value(e.mpp)},      {"low", value(e.low)},  {"high", value(e.high)},
-          {"uncertain", e.uncertain}, {"why", e.why},         {"regions", e.regions},
-          {"nuclei", e.nuclei},       {"core_px", e.core_px}, {"seconds", e.seconds}};
+  return {{"mpp", value(e.mpp)},   {"low", value(e.low)},
+          {"high", value(e.high)}, {"uncertain", e.uncertain},
+          {"why", e.why},          {"regions", e.regions},
+          {"nuclei", e.nuclei},    {"core_px", e.core_px},
+          {"seconds", e.seconds},  {"chroma_subsampled", e.chroma_subsampled}};
 }
 
 std::string estimate_text(const MppEstimate& e) {

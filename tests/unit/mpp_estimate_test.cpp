@@ -132,6 +132,76 @@ TEST(MppEstimate, FewNucleiOrDisagreeingRegionsAreUncertain) {
   const MppEstimate tiny = estimate_from_samples({sample_of(2.4, 300)}, 1.0);
   EXPECT_TRUE(tiny.uncertain);
   EXPECT_NE(tiny.why.find("too few pixels"), std::string::npos) << tiny.why;
+  // Too blurred to deblur: the measured core bounds the truth from below, up to 4 times that.
+  EXPECT_NEAR(*tiny.low, kNucleusCoreUm / 2.4, 1e-9);
+  EXPECT_NEAR(*tiny.high, 4 * kNucleusCoreUm / 2.4, 1e-9);
+}
+
+// Colour noise: every pixel's channels drawn at random (the 1-px detail is in chroma as much
+// as in luminance).
+Image colour_noise(int side) {
+  Image im{side, side, std::vector<std::uint8_t>(static_cast<std::size_t>(side) * side * 3)};
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> value(90, 230);
+  for (auto& v : im.rgb) v = static_cast<std::uint8_t>(value(rng));
+  return im;
+}
+
+// `im` with its colour at half the resolution, as a 4:2:0 JPEG decodes: JPEG's YCbCr, Cb and
+// Cr averaged over 2 × 2 blocks and interpolated back bilinearly (libjpeg's "fancy"
+// upsampling), luminance kept.
+Image subsample_chroma(const Image& im) {
+  const int w = im.width / 2, h = im.height / 2;
+  std::vector<double> cb(static_cast<std::size_t>(w) * h), cr(cb.size());
+  const auto pixel = [&](int x, int y) {
+    return &im.rgb[3 * (static_cast<std::size_t>(y) * im.width + x)];
+  };
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int k = 0; k < 4; ++k) {
+        const std::uint8_t* p = pixel(2 * x + k % 2, 2 * y + k / 2);
+        cb[y * w + x] += (-0.168736 * p[0] - 0.331264 * p[1] + 0.5 * p[2]) / 4;
+        cr[y * w + x] += (0.5 * p[0] - 0.418688 * p[1] - 0.081312 * p[2]) / 4;
+      }
+  const auto bilinear = [&](const std::vector<double>& c, double fx, double fy) {
+    fx = std::clamp(fx, 0.0, w - 1.0), fy = std::clamp(fy, 0.0, h - 1.0);
+    const int x0 = std::min(static_cast<int>(fx), w - 2),
+              y0 = std::min(static_cast<int>(fy), h - 2);
+    const double ax = fx - x0, ay = fy - y0;
+    return (1 - ay) * ((1 - ax) * c[y0 * w + x0] + ax * c[y0 * w + x0 + 1]) +
+           ay * ((1 - ax) * c[(y0 + 1) * w + x0] + ax * c[(y0 + 1) * w + x0 + 1]);
+  };
+  Image out = im;
+  for (int y = 0; y < 2 * h; ++y)
+    for (int x = 0; x < 2 * w; ++x) {
+      const std::uint8_t* p = pixel(x, y);
+      const double luma = 0.299 * p[0] + 0.587 * p[1] + 0.114 * p[2];
+      const double b = bilinear(cb, (x + 0.5) / 2 - 0.5, (y + 0.5) / 2 - 0.5);
+      const double r = bilinear(cr, (x + 0.5) / 2 - 0.5, (y + 0.5) / 2 - 0.5);
+      const double rgb[3] = {luma + 1.402 * r, luma - 0.344136 * b - 0.714136 * r,
+                             luma + 1.772 * b};
+      for (int c = 0; c < 3; ++c)
+        out.rgb[3 * (static_cast<std::size_t>(y) * im.width + x) + c] =
+            static_cast<std::uint8_t>(std::clamp(std::lround(rgb[c]), 0L, 255L));
+    }
+  return out;
+}
+
+TEST(MppEstimate, FindsColourAtHalfResolution) {
+  const Image sharp = colour_noise(128);
+  const Image half = subsample_chroma(sharp);
+  const double detail = measure_nuclei(sharp.rgb.data(), sharp.width, sharp.height).chroma_detail;
+  const double halved = measure_nuclei(half.rgb.data(), half.width, half.height).chroma_detail;
+  EXPECT_GT(detail, mltool::slide::kMaxSubsampledChromaDetail);
+  EXPECT_LT(halved, mltool::slide::kMaxSubsampledChromaDetail);
+  NucleusSample a = sample_of(10, 200), b = a;
+  a.chroma_detail = detail, b.chroma_detail = halved;
+  const MppEstimate plain = estimate_from_samples({a}, 1.0);
+  const MppEstimate subsampled = estimate_from_samples({b}, 1.0);
+  EXPECT_FALSE(plain.chroma_subsampled);
+  EXPECT_TRUE(subsampled.chroma_subsampled);
+  // The chroma's blur is taken out too: the same measured core is a coarser slide.
+  EXPECT_GT(*subsampled.mpp, *plain.mpp);
 }
 
 TEST(MppEstimate, NoNucleiNoEstimate) {

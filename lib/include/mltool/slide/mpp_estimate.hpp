@@ -7,10 +7,12 @@
 // threshold twice over (once tissue vs. the rest, once among the darker class), cut into
 // 8-connected components; components that are roundish (second-moment axis ratio at most
 // 2) and at least 3 px are nuclei. Their area-weighted median equivalent diameter, in
-// pixels, against kNucleusCoreUm (what it measures in µm on a scanner-calibrated slide),
-// is the estimate. The interval is the spread between regions plus the ruler's own
-// uncertainty (kRulerSpread); too few nuclei, nuclei too few pixels across to measure, or
-// regions that disagree make the estimate `uncertain`. docs/info.md has the measured error.
+// pixels, less the blur the measurement adds (kCoreBlurPx, more where colour is stored at
+// half resolution: kSubsampledBlurPx), against kNucleusCoreUm (what it measures in µm on a
+// scanner-calibrated slide), is the estimate. The interval is the spread between regions plus
+// the ruler's own uncertainty (kRulerSpread); too few nuclei, nuclei too few pixels across
+// to measure, or regions that disagree make the estimate `uncertain`. docs/info.md has the
+// measured error, and where the accuracy goal is not met.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,12 @@ inline constexpr double kRulerSpread = 0.15;
 /// d px measures sqrt(d² + kCoreBlurPx²) (fitted on the same slide resampled from 0.2 to 2
 /// µm/px); the estimate takes it out.
 inline constexpr double kCoreBlurPx = 2.25;
+/// The same where colour is stored at half the resolution (4:2:0 JPEG, found by
+/// kMaxSubsampledChromaDetail): red, the ruler's channel, is blurred by the chroma
+/// upsampling too (fitted on the same slide stored as 4:2:0 JPEG at 0.2-2 µm/px).
+inline constexpr double kSubsampledBlurPx = 3.45;
+/// Regions whose median chroma_detail is below this hold 4:2:0-coded colour.
+inline constexpr double kMaxSubsampledChromaDetail = 0.06;
 /// Fewer nuclei than this over all regions: uncertain.
 inline constexpr int kMinNuclei = 60;
 
@@ -42,7 +50,10 @@ inline constexpr int kMinNuclei = 60;
 struct NucleusSample {
   std::vector<double> diameters_px;  ///< equivalent diameter 2 * sqrt(area / pi) of each
   std::vector<double> areas_px;      ///< area of each, in pixels
-  double tissue_fraction = 0;        ///< share of the region's pixels that are stained
+  /// Pixel-scale detail of chroma (red - luminance) over that of luminance: see
+  /// kMaxSubsampledChromaDetail.
+  double chroma_detail = 0;
+  double tissue_fraction = 0;  ///< share of the region's pixels that are stained
 };
 
 /// Nuclear cores in `rgb` (interleaved 8-bit, width × height): see the file comment.
@@ -53,11 +64,12 @@ struct MppEstimate {
   std::optional<double> mpp;  ///< µm per level-0 pixel; none when no nucleus was found
   std::optional<double> low;  ///< the interval's ends
   std::optional<double> high;
-  bool uncertain = true;    ///< the estimate is a guess: `why` says why
-  std::string why;          ///< for an uncertain estimate: too few nuclei, ...
-  int regions = 0;          ///< tissue regions read
-  std::int64_t nuclei = 0;  ///< nuclear cores measured
-  double core_px = 0;       ///< their area-weighted median diameter at level 0, in pixels
+  bool uncertain = true;           ///< the estimate is a guess: `why` says why
+  std::string why;                 ///< for an uncertain estimate: too few nuclei, ...
+  int regions = 0;                 ///< tissue regions read
+  std::int64_t nuclei = 0;         ///< nuclear cores measured
+  double core_px = 0;              ///< their area-weighted median diameter at level 0, in pixels
+  bool chroma_subsampled = false;  ///< colour at half resolution: kSubsampledBlurPx applies
   std::optional<double> tissue_fraction;  ///< share of the slide that is tissue (thumbnail)
   double seconds = 0;
 };
@@ -77,7 +89,8 @@ struct EstimateOptions {
 /// A slide without tissue gives an estimate without mpp (`why`: no tissue).
 MppEstimate estimate_mpp(const Slide& slide, const EstimateOptions& options = {});
 
-/// {"mpp", "low", "high", "uncertain", "why", "regions", "nuclei", "core_px", "seconds"}: in
+/// {"mpp", "low", "high", "uncertain", "why", "regions", "nuclei", "core_px", "seconds",
+/// "chroma_subsampled"}: in
 /// `mltool info --json`, tile's summary and the tile store's slide record.
 nlohmann::json to_json(const MppEstimate& estimate);
 

@@ -35,8 +35,7 @@ std::optional<double> number(const std::optional<std::string>& text) {
 }
 
 std::string round_text(double v, double digits) {
-  const double scale = std::pow(10, digits);
-  return util::number_text(std::round(v * scale) / scale);
+  return decimal_text(v, static_cast<int>(digits));
 }
 
 bool plausible(double mpp) { return mpp >= kMinPlausibleMpp && mpp <= kMaxPlausibleMpp; }
@@ -81,6 +80,12 @@ MetadataMpp flat_metadata(const Slide& slide) {
 
 MetadataMpp metadata_mpp(const Slide& slide) {
   if (slide.flat_info()) return flat_metadata(slide);
+  // OpenSlide 4 derives openslide.mpp-x from a generic TIFF's resolution tags, placeholders
+  // included (72 dpi reads as 352.8 µm/px): name the placeholder for what it is.
+  const auto resolution = number(slide.property("tiff.XResolution"));
+  const std::string unit = slide.property("tiff.ResolutionUnit").value_or("");
+  if (resolution && unit == "inch" && is_placeholder_dpi(*resolution))
+    return from_resolution(resolution, unit, "TIFF resolution");
   const auto x = number(slide.property("openslide.mpp-x"));
   const auto y = number(slide.property("openslide.mpp-y"));
   if (x || y) {
@@ -88,10 +93,8 @@ MetadataMpp metadata_mpp(const Slide& slide) {
     if (!m.mpp) m.problem = "implausible " + round_text(x ? *x : *y, 4) + " µm/px";
     return m;
   }
-  const auto resolution = number(slide.property("tiff.XResolution"));
   if (!resolution) return {std::nullopt, "", "missing"};
-  return from_resolution(resolution, slide.property("tiff.ResolutionUnit").value_or(""),
-                         "TIFF resolution");
+  return from_resolution(resolution, unit, "TIFF resolution");
 }
 
 std::string mpp_verdict(const MetadataMpp& metadata, const MppEstimate& estimate) {

@@ -5,6 +5,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 
 #include "flat_image.hpp"
@@ -224,10 +225,9 @@ MppEstimate estimate_from_samples(const std::vector<NucleusSample>& regions, dou
   if (e.nuclei < kMinNuclei) {
     e.why = "only " + std::to_string(e.nuclei) + " nuclei found";
   } else if (gain > kMaxBlurGain) {
-    e.why = "nuclei too few pixels across to measure (" +
-            util::number_text(std::round(measured * 10) / 10) + " px)";
+    e.why = "nuclei too few pixels across to measure (" + decimal_text(measured, 1) + " px)";
   } else if (spread > kMaxRegionSpread) {
-    e.why = "tissue regions disagree (spread " + util::number_text(std::round(spread * 100)) + "%)";
+    e.why = "tissue regions disagree (spread " + decimal_text(spread * 100, 0) + "%)";
   } else {
     e.uncertain = false;
   }
@@ -364,9 +364,20 @@ nlohmann::json to_json(const MppEstimate& e) {
           {"seconds", e.seconds},  {"chroma_subsampled", e.chroma_subsampled}};
 }
 
+std::string decimal_text(double v, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", decimals, v);
+  std::string out = text;
+  if (out.find('.') != std::string::npos) {
+    out.erase(out.find_last_not_of('0') + 1);
+    if (out.back() == '.') out.pop_back();
+  }
+  return out == "-0" ? "0" : out;
+}
+
 std::string estimate_text(const MppEstimate& e) {
   if (!e.mpp) return "none (" + e.why + ")";
-  const auto round3 = [](double v) { return util::number_text(std::round(v * 1000) / 1000); };
+  const auto round3 = [](double v) { return decimal_text(v, 3); };
   return round3(*e.mpp) + " µm/px (" + round3(*e.low) + "–" + round3(*e.high) +
          (e.uncertain ? ", uncertain: " + e.why : std::string()) + ")";
 }

@@ -68,7 +68,7 @@ MppTable load_mpp_table(const std::string& path) {
 
 namespace {
 
-std::string rounded(double v) { return util::number_text(std::round(v * 1e4) / 1e4); }
+std::string rounded(double v) { return decimal_text(v, 4); }
 
 // --check-mpp: the metadata's `mpp` against the tissue's estimate.
 void check_metadata(const std::string& id, double mpp, const MppEstimate& e, CheckMpp check) {

@@ -53,9 +53,14 @@ def make_fixtures():
                      compression="zlib", photometric="rgb")
     with open(tmp("notes.txt"), "w") as f:
         f.write("not a slide\n")
+    # A tiled TIFF with the 72-dpi placeholder, which OpenSlide 4 turns into 352.8 µm/px.
+    tifffile.imwrite(tmp("dpi72.tif"), tifffile.imread(tmp("gen", "gen-0.5.tif")),
+                     tile=(256, 256), compression="zlib", photometric="rgb",
+                     resolution=(72, 72), resolutionunit="INCH")
     if not have_svs:
         return f"real slides skipped: {REAL_SVS} is absent (see ../shared/slides/README.md)"
     fixture("real", REAL_SVS, tmp("real"), *map(str, SCALES))
+    fixture("real-jpeg", REAL_SVS, tmp("real"), "0.5", "1", "2")
     # The SVS with a wrong µm/px in its metadata: half the truth.
     with open(REAL_SVS, "rb") as f:
         data = f.read()
@@ -128,7 +133,13 @@ def check_real_scales():
 
 
 def check_placeholder_dpi():
-    """A flat TIFF at 72 dpi: the metadata is named a placeholder, the tissue still measured."""
+    """TIFFs at 72 dpi, tiled (OpenSlide's generic TIFF, which derives 352.8 µm/px from it)
+    and flat: the metadata is named a placeholder, the tissue still measured."""
+    code, docs, err = info(tmp("dpi72.tif"))
+    d = docs[tmp("dpi72.tif")]
+    expect(code == 0 and d["vendor"] == "generic-tiff", f"exit {code}: {err} {d}")
+    expect(d["metadata_mpp"]["problem"] == "placeholder 72 dpi" and d["verdict"] == "no metadata",
+           f"{d['metadata_mpp']} {d['verdict']}")
     if skipped():
         return
     path = tmp("real", "real-0.5-72dpi.tif")
@@ -137,6 +148,27 @@ def check_placeholder_dpi():
     expect(code == 0 and d["vendor"] == "flat-tiff", f"exit {code}: {err} {d}")
     expect(d["metadata_mpp"]["problem"] == "placeholder 72 dpi", f"{d['metadata_mpp']}")
     expect(abs(d["estimated_mpp"]["mpp"] / 0.5 - 1) <= 0.15, f"{d['estimated_mpp']}")
+
+
+def check_real_jpeg():
+    """The real slide as 4:2:0 JPEG tiles (colour at half resolution, as most scanners store
+    it): found so; within ±15% and covered at 0.5 and 1 µm/px; at 2 µm/px too blurred to
+    deblur: uncertain, its interval still covering the truth."""
+    if skipped():
+        return
+    paths = {m: tmp("real", f"realjpeg-{m:g}.tif") for m in (0.5, 1.0, 2.0)}
+    code, docs, err = info(*paths.values())
+    expect(code == 0, f"exit {code}: {err}")
+    for mpp, path in paths.items():
+        e = docs[path]["estimated_mpp"]
+        expect(e["chroma_subsampled"], f"{path}: 4:2:0 not found: {e}")
+        expect(e["low"] <= mpp <= e["high"], f"{path}: interval {e['low']}-{e['high']}, truth {mpp}")
+        if mpp < 2:
+            expect(abs(e["mpp"] / mpp - 1) <= 0.15 and not e["uncertain"], f"{path}: {e}")
+        else:
+            expect(e["uncertain"] and "too few pixels" in e["why"], f"{path}: {e}")
+    code, docs, err = info(real(0.5))
+    expect(not docs[real(0.5)]["estimated_mpp"]["chroma_subsampled"], "lossless taken as 4:2:0")
 
 
 def check_generated_scale():
@@ -242,7 +274,8 @@ def check_check_mpp():
     expect(code == 0, f"a right µm/px refused: exit {code}: {err}")
 
 
-CHECKS = [check_svs, check_real_scales, check_placeholder_dpi, check_generated_scale,
+CHECKS = [check_svs, check_real_scales, check_placeholder_dpi, check_real_jpeg,
+          check_generated_scale,
           check_no_nuclei, check_bad_input, check_stdin, check_tile_from_content, check_check_mpp]
 
 

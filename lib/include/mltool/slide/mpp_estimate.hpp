@@ -94,6 +94,9 @@ MppEstimate estimate_mpp(const Slide& slide, const EstimateOptions& options = {}
 /// `mltool info --json`, tile's summary and the tile store's slide record.
 nlohmann::json to_json(const MppEstimate& estimate);
 
+/// `v` with at most `decimals` decimals, trailing zeros dropped: 20, 0.499, 352.7778.
+std::string decimal_text(double v, int decimals);
+
 /// "0.498 µm/px (0.43–0.58)", "0.9 µm/px (0.6–1.4, uncertain: ...)" or "none (why)".
 std::string estimate_text(const MppEstimate& estimate);
 

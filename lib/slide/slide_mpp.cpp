@@ -70,16 +70,17 @@ namespace {
 
 std::string rounded(double v) { return decimal_text(v, 4); }
 
-// --check-mpp: the metadata's `mpp` against the tissue's estimate.
-void check_metadata(const std::string& id, double mpp, const MppEstimate& e, CheckMpp check) {
+// --check-mpp: the metadata's `mpp` against the tissue's estimate; `name` is the slide as
+// given.
+void check_metadata(const std::string& name, double mpp, const MppEstimate& e, CheckMpp check) {
   if (!e.mpp || (mpp >= *e.low && mpp <= *e.high)) return;
   const std::string what =
       "its metadata says " + rounded(mpp) + " µm/px but its tissue says " + estimate_text(e);
   if (check == CheckMpp::refuse)
-    throw InputError(id + ": " + what +
+    throw InputError(name + ": " + what +
                      "; refused (--check-mpp refuse). Give its µm/px with --slide-mpp X or "
                      "--slide-mpp-table CSV, or tile it at its metadata's with --check-mpp warn");
-  log::warn(id + ": " + what +
+  log::warn(name + ": " + what +
             " (--check-mpp warn); tiled at the metadata's. Give its µm/px "
             "with --slide-mpp X or --slide-mpp-table CSV if that is wrong");
 }
@@ -91,7 +92,8 @@ SlideMpp from_metadata_or_content(const Slide& slide, const std::string& id, con
     return *estimate;
   };
   if (const auto mpp = slide_mpp(slide.geometry())) {
-    if (job.check_mpp != CheckMpp::off) check_metadata(id, *mpp, estimated(), job.check_mpp);
+    if (job.check_mpp != CheckMpp::off)
+      check_metadata(slide.path(), *mpp, estimated(), job.check_mpp);
     return {*mpp, "metadata"};
   }
   if (job.mpp_from_content) {

@@ -261,7 +261,8 @@ def check_check_mpp():
     expect(docs[wrong]["verdict"] == "disagrees", f"info: {docs[wrong]['verdict']}")
     st = tmp("st_refuse")
     code, _, err = tile(wrong, "-o", st, "--check-mpp", "refuse")
-    expect(code == 2 and "0.2495" in err and "--slide-mpp" in err and "--check-mpp" in err,
+    expect(code == 2 and f"{wrong}: its metadata says 0.2495" in err and "--slide-mpp" in err
+           and "--check-mpp" in err,
            f"refuse: exit {code}: {err}")
     if os.path.isdir(st):
         meta, tiles = read_tile_store(st)

@@ -12,13 +12,14 @@ Command inspect_command();
 Command import_command();
 Command export_command();
 #ifdef MLTOOL_HAVE_SLIDE
+Command info_command();
 Command tile_command();
 #endif
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
 #ifdef MLTOOL_HAVE_SLIDE
-      tile_command(),
+      info_command(), tile_command(),
 #endif
       pack_command(), inspect_command(), index_command(), import_command(), export_command(),
   };

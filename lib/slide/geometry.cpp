@@ -100,9 +100,10 @@ ReadPlan plan_read(const SlideGeometry& geometry, std::optional<double> target_m
                 "such as 72 dpi, or a value outside " +
                     num(kMinPlausibleMpp) + "-" + num(kMaxPlausibleMpp) +
                     " µm/px, counts as none); give the slide's µm per level-0 pixel with "
-                    "--slide-mpp X (or per slide with --slide-mpp-table CSV), take 10 / the "
-                    "objective power the slide declares with --mpp-from-power, or tile a "
-                    "pyramid level with --level N"));
+                    "--slide-mpp X (or per slide with --slide-mpp-table CSV), estimate it from "
+                    "the tissue with --mpp-from-content, take 10 / the objective power the "
+                    "slide declares with --mpp-from-power, or tile a pyramid level with "
+                    "--level N"));
   }
   const double target = *target_mpp / *plan.mpp;
   // Level 0 is the finest there is; a finer target would need upsampling, which

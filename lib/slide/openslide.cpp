@@ -158,6 +158,18 @@ std::optional<std::string> Slide::property(const std::string& name) const {
   return std::string(v);
 }
 
+std::vector<AssociatedImage> Slide::associated_images() const {
+  std::vector<AssociatedImage> out;
+  if (!handle_->osr) return out;
+  const char* const* names = openslide_get_associated_image_names(handle_->osr);
+  for (; names && *names; ++names) {
+    AssociatedImage image{*names};
+    openslide_get_associated_image_dimensions(handle_->osr, *names, &image.width, &image.height);
+    out.push_back(image);
+  }
+  return out;
+}
+
 void Slide::read_rgb(std::int64_t x, std::int64_t y, int level, std::int64_t w, std::int64_t h,
                      std::uint8_t* rgb) const {
   if (handle_->flat) {

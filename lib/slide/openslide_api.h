@@ -24,6 +24,9 @@ const char* openslide_get_error(openslide_t* osr);
 const char* const* openslide_get_property_names(openslide_t* osr);
 const char* openslide_get_property_value(openslide_t* osr, const char* name);
 const char* openslide_get_version(void);
+const char* const* openslide_get_associated_image_names(openslide_t* osr);
+void openslide_get_associated_image_dimensions(openslide_t* osr, const char* name, int64_t* w,
+                                               int64_t* h);
 
 }  // extern "C"
 

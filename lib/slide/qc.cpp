@@ -211,13 +211,20 @@ std::vector<std::string> caption_lines(const QcCaption& c) {
                                    : "") +
                 "; tiles kept with ≥ " + number(c.min_tissue * 100, 0) + "% tissue"
           : std::string("tissue: none (every tile of the grid kept)");
-  return {c.id, "level 0: " + size + ", " + mpp,
-          "tiles kept: " + std::to_string(c.tiles) + " / " + std::to_string(c.grid_tiles) +
-              " grid (" + std::to_string(c.tile_size) + " px" + at + ", read from level " +
-              std::to_string(c.level) + ")",
-          tissue,
-          "reader: " + (c.reader.empty() ? std::string("-") : c.reader) +
-              "    green: tissue outline, blue: kept tiles"};
+  std::vector<std::string> lines = {c.id, "level 0: " + size + ", " + mpp};
+  if (!c.estimate.empty())
+    lines.push_back(
+        "µm/px metadata: " + (c.metadata_mpp ? number(*c.metadata_mpp, 4) : std::string("none")) +
+        "; estimated from the tissue: " + c.estimate);
+  for (auto& line : std::vector<std::string>{
+           "tiles kept: " + std::to_string(c.tiles) + " / " + std::to_string(c.grid_tiles) +
+               " grid (" + std::to_string(c.tile_size) + " px" + at + ", read from level " +
+               std::to_string(c.level) + ")",
+           tissue,
+           "reader: " + (c.reader.empty() ? std::string("-") : c.reader) +
+               "    green: tissue outline, blue: kept tiles"})
+    lines.push_back(std::move(line));
+  return lines;
 }
 
 io::RgbImage read_qc_image(const Slide& slide, int long_side) {

@@ -84,6 +84,10 @@ std::string card(const std::string& dir, const SlideReport& r) {
   out += "</div>\n<div>" + (r.mpp ? fixed(*r.mpp, 4) + " µm/px" : std::string("µm/px unknown")) +
          (r.mpp_source.empty() ? "" : " (" + html_escape(r.mpp_source) + ")") +
          (r.reader.empty() ? "" : ", " + html_escape(r.reader)) + "</div>\n";
+  if (r.mpp_estimate)
+    out += "<div class=\"mpp\">metadata " +
+           (r.metadata_mpp ? fixed(*r.metadata_mpp, 4) + " µm/px" : std::string("none")) +
+           "; tissue " + html_escape(estimate_text(*r.mpp_estimate)) + "</div>\n";
   return out + "<div class=\"path\">" + html_escape(r.path) + "</div>\n</div>\n";
 }
 

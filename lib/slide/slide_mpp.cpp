@@ -1,5 +1,6 @@
 // Where a slide's µm per level-0 pixel comes from: --slide-mpp-table, --slide-mpp, the
-// slide's metadata, or (--mpp-from-power) the objective power it declares.
+// slide's metadata (checked against the tissue with --check-mpp), the tissue
+// (--mpp-from-content), or (--mpp-from-power) the objective power it declares.
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include "mltool/slide/tiler.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
+#include "mltool/util/log.hpp"
 #include "slide_mpp.hpp"
 
 namespace mltool::slide {
@@ -64,18 +66,64 @@ MppTable load_mpp_table(const std::string& path) {
   return table;
 }
 
-SlideMpp resolve_slide_mpp(const Slide& slide, const std::string& id, const TileJob& job) {
-  const auto& rows = job.slide_mpp_table.mpp;
-  for (const std::string& key : {slide.path(), util::absolute_path(slide.path()), id})
-    if (const auto it = rows.find(key); it != rows.end()) return {it->second, "table"};
-  if (job.slide_mpp) return {*job.slide_mpp, "override"};
-  if (const auto mpp = slide_mpp(slide.geometry())) return {*mpp, "metadata"};
+namespace {
+
+std::string rounded(double v) { return decimal_text(v, 4); }
+
+// --check-mpp: the metadata's `mpp` against the tissue's estimate; `name` is the slide as
+// given.
+void check_metadata(const std::string& name, double mpp, const MppEstimate& e, CheckMpp check) {
+  if (!e.mpp || (mpp >= *e.low && mpp <= *e.high)) return;
+  const std::string what =
+      "its metadata says " + rounded(mpp) + " µm/px but its tissue says " + estimate_text(e);
+  if (check == CheckMpp::refuse)
+    throw InputError(name + ": " + what +
+                     "; refused (--check-mpp refuse). Give its µm/px with --slide-mpp X or "
+                     "--slide-mpp-table CSV, or tile it at its metadata's with --check-mpp warn");
+  log::warn(name + ": " + what +
+            " (--check-mpp warn); tiled at the metadata's. Give its µm/px "
+            "with --slide-mpp X or --slide-mpp-table CSV if that is wrong");
+}
+
+SlideMpp from_metadata_or_content(const Slide& slide, const std::string& id, const TileJob& job,
+                                  std::optional<MppEstimate>& estimate) {
+  const auto estimated = [&]() -> const MppEstimate& {
+    if (!estimate) estimate = estimate_mpp(slide);
+    return *estimate;
+  };
+  if (const auto mpp = slide_mpp(slide.geometry())) {
+    if (job.check_mpp != CheckMpp::off)
+      check_metadata(slide.path(), *mpp, estimated(), job.check_mpp);
+    return {*mpp, "metadata"};
+  }
+  if (job.mpp_from_content) {
+    const MppEstimate& e = estimated();
+    if (e.mpp && !e.uncertain) return {*e.mpp, "content"};
+    log::warn(id + ": no usable µm/px metadata, and the tissue's estimate is " + estimate_text(e) +
+              ": not used (--mpp-from-content)");
+  }
   if (job.mpp_from_power)
     if (const auto power = slide.property("openslide.objective-power"))
       if (const auto m = positive_number(*power);
           m && 10 / *m >= kMinPlausibleMpp && 10 / *m <= kMaxPlausibleMpp)
         return {10 / *m, "power"};
   return {std::nullopt, "none"};
+}
+
+}  // namespace
+
+SlideMpp resolve_slide_mpp(const Slide& slide, const std::string& id, const TileJob& job,
+                           bool estimate_too) {
+  std::optional<MppEstimate> estimate;
+  SlideMpp out{std::nullopt, "none"};
+  const auto& rows = job.slide_mpp_table.mpp;
+  for (const std::string& key : {slide.path(), util::absolute_path(slide.path()), id})
+    if (const auto it = rows.find(key); it != rows.end() && !out.mpp) out = {it->second, "table"};
+  if (!out.mpp && job.slide_mpp) out = {*job.slide_mpp, "override"};
+  if (!out.mpp) out = from_metadata_or_content(slide, id, job, estimate);
+  if (estimate_too && !estimate) estimate = estimate_mpp(slide);
+  out.estimate = std::move(estimate);
+  return out;
 }
 
 }  // namespace mltool::slide

@@ -13,6 +13,8 @@ const util::EnumNames<ReaderChoice> kReaderChoices = {{ReaderChoice::automatic, 
                                                       {ReaderChoice::openslide, "openslide"}};
 const util::EnumNames<Passthrough> kPassthroughChoices = {{Passthrough::automatic, "auto"},
                                                           {Passthrough::never, "never"}};
+const util::EnumNames<CheckMpp> kCheckMppChoices = {
+    {CheckMpp::off, "off"}, {CheckMpp::warn, "warn"}, {CheckMpp::refuse, "refuse"}};
 
 namespace {
 
@@ -98,6 +100,12 @@ const util::Options<TileJob>& tile_options() {
                  "between 0.5 and 200"),
       util::flag("--mpp-from-power", &J::mpp_from_power,
                  "A slide without a usable µm/px is read at 10 / the objective power it declares"),
+      util::flag("--mpp-from-content", &J::mpp_from_content,
+                 "A slide without a usable µm/px is read at the µm/px estimated from its tissue "
+                 "(the size of its nuclei), unless the estimate is uncertain"),
+      util::choice("--check-mpp", &J::check_mpp, kCheckMppChoices,
+                   "Where a slide's µm/px metadata disagrees with the µm/px estimated from its "
+                   "tissue: off, warn, or refuse the slide"),
       option_at<J>(
           "--overlap", [](J& j) -> int& { return j.settings.overlap; },
           "Pixels shared by neighbouring tiles"),
@@ -188,7 +196,8 @@ nlohmann::json slide_json(const SlideReport& r) {
           {"seconds", r.seconds},
           {"reader", r.reader},
           {"reader_version", r.reader_version},
-          {"mpp_source", r.mpp_source}};
+          {"mpp_source", r.mpp_source},
+          {"mpp_estimate", r.mpp_estimate ? to_json(*r.mpp_estimate) : nlohmann::json()}};
 }
 
 }  // namespace

@@ -366,6 +366,8 @@ void write_qc(const Slide& slide, const TileJob& job, const ReadPlan& plan, cons
   QcCaption c;
   c.id = report.id, c.width = l0.width, c.height = l0.height;
   c.mpp = plan.mpp, c.mpp_source = plan.mpp_source, c.target_mpp = job.settings.mpp;
+  c.metadata_mpp = report.metadata_mpp;
+  if (report.mpp_estimate) c.estimate = estimate_text(*report.mpp_estimate);
   c.level = plan.level, c.tile_size = job.settings.tile_size;
   c.tiles = static_cast<std::int64_t>(selection.kept.size()), c.grid_tiles = grid.count();
   if (selection.mask) c.tissue_threshold = selection.mask->threshold;
@@ -405,11 +407,16 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
 
   const auto& s = job.settings;
   SlideGeometry geometry = slide.geometry();
-  const SlideMpp mpp = resolve_slide_mpp(slide, id, job);
+  const SlideMpp mpp = resolve_slide_mpp(slide, id, job, !job.qc_dir.empty());
   geometry.mpp_x = geometry.mpp_y = mpp.mpp;
   if (mpp.source == "power")
     log::warn(id + ": no usable µm/px metadata; " + util::number_text(*mpp.mpp) +
               " µm/px from its objective power (--mpp-from-power)");
+  if (mpp.source == "content")
+    log::warn(id + ": no usable µm/px metadata; " + estimate_text(*mpp.estimate) +
+              " estimated from its tissue (--mpp-from-content)");
+  report.mpp_estimate = mpp.estimate;
+  report.metadata_mpp = slide_mpp(slide.geometry());
   ReadPlan plan = plan_read(geometry, s.mpp, s.level, s.tile_size, path);
   plan.mpp_source = mpp.source;
   report.mpp_source = plan.mpp_source;
@@ -420,6 +427,7 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
   report.tissue_fraction = selection.tissue_fraction;
 
   json slide_record = slide_json(slide, who, plan, grid, s, selection);
+  if (mpp.estimate) slide_record["mpp_estimate"] = to_json(*mpp.estimate);
   auto batch = store.write_slide(id, slide_record.dump(), job.commit_every);
   try {
     const auto reader = make_region_reader(slide, plan.level, job.reader);

@@ -14,7 +14,7 @@ import sys
 from cli_common import expect, run
 
 mltool, docs, schemas = sys.argv[1:4]
-PAGES = {"tile": "tile.md", "extract": "extract.md", "pack": "pack.md", "inspect": "inspect.md",
+PAGES = {"info": "info.md", "tile": "tile.md", "extract": "extract.md", "pack": "pack.md", "inspect": "inspect.md",
          "train": "train.md", "predict": "predict.md", "index": "dali-index.md", "export h5": "export.md",
          "import h5": "import.md", "export geojson": "export.md"}
 SHARED = {"--threads", "--json", "--verbose", "--quiet", "-v", "-q", "--log-format"}  # docs/cli.md

@@ -86,8 +86,8 @@ TEST(SlideGeometry, MissingMppNamesTheSlideAndSuggestsSlideMppAndLevel) {
             "b.ndpi: no usable µm/px metadata (openslide.mpp-x or TIFF resolution; a placeholder "
             "such as 72 dpi, or a value outside 0.05-20 µm/px, counts as none); give the slide's "
             "µm per level-0 pixel with --slide-mpp X (or per slide with --slide-mpp-table CSV), "
-            "take 10 / the objective power the slide declares with --mpp-from-power, or tile a "
-            "pyramid level with --level N");
+            "estimate it from the tissue with --mpp-from-content, take 10 / the objective power "
+            "the slide declares with --mpp-from-power, or tile a pyramid level with --level N");
   // --level needs no metadata.
   const ReadPlan p = plan_read(g, std::nullopt, 2, 256, "b.ndpi");
   EXPECT_EQ(p.level, 2);

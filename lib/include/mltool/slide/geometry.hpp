@@ -41,7 +41,8 @@ struct ReadPlan {
   std::int64_t read_size_level = 0;  ///< pixels to read at `level` per tile side
   std::optional<double> mpp;         ///< µm per level-0 pixel used, if known
   /// Where `mpp` came from: "metadata" (the slide's), "override" (--slide-mpp), "table"
-  /// (--slide-mpp-table), "power" (10 / objective power, --mpp-from-power) or "none".
+  /// (--slide-mpp-table), "content" (estimated from the tissue, --mpp-from-content), "power"
+  /// (10 / objective power, --mpp-from-power) or "none".
   std::string mpp_source = "none";
 };
 

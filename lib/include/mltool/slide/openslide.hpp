@@ -18,6 +18,13 @@ namespace flat {
 struct Info;
 }
 
+/// An image stored beside the pyramid (OpenSlide's associated images): "label", "macro",
+/// "thumbnail", ...
+struct AssociatedImage {
+  std::string name;
+  std::int64_t width = 0, height = 0;
+};
+
 class Slide {
  public:
   /// Opens `path`: a file OpenSlide recognises, else a flat TIFF, PNG or JPEG. A directory is
@@ -45,6 +52,8 @@ class Slide {
   const SlideGeometry& geometry() const { return geometry_; }
   /// A property value (OpenSlide's, or flat.* for a flat image), or nothing.
   std::optional<std::string> property(const std::string& name) const;
+  /// The images stored beside the pyramid, in OpenSlide's order (none for a flat image).
+  std::vector<AssociatedImage> associated_images() const;
 
   /// Reads w × h pixels of `level` whose top-left corner is (x, y) in level-0 pixels into
   /// `rgb` (w * h * 3 bytes, interleaved), composited on white where the slide is

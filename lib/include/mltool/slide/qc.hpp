@@ -62,6 +62,8 @@ struct QcCaption {
   std::int64_t width = 0, height = 0;  ///< level-0 pixels
   std::optional<double> mpp;           ///< µm per level-0 pixel
   std::string mpp_source;              ///< ReadPlan::mpp_source
+  std::optional<double> metadata_mpp;  ///< the slide's own usable µm/px metadata
+  std::string estimate;                ///< estimate_text of the tissue's estimate, or ""
   std::optional<double> target_mpp;    ///< µm per tile pixel (--mpp), or none with --level
   int level = 0;                       ///< the level tiles were read from
   int tile_size = 0;
@@ -72,8 +74,8 @@ struct QcCaption {
   std::string reader;
 };
 
-/// The caption's lines: the id, then µm/px and its source, tiles kept / grid, tissue, reader
-/// and the legend of the colours.
+/// The caption's lines: the id, then µm/px and its source, the metadata's and the tissue's
+/// µm/px (where estimated), tiles kept / grid, tissue, reader and the legend of the colours.
 std::vector<std::string> caption_lines(const QcCaption& caption);
 
 /// The whole slide at `long_side` pixels on its longer side (the other side in proportion,

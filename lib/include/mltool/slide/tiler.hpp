@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mltool/io/tile_store.hpp"
+#include "mltool/slide/mpp_estimate.hpp"
 #include "mltool/slide/region_reader.hpp"
 
 namespace mltool::slide {
@@ -41,6 +42,16 @@ enum class Passthrough {
 /// --passthrough's names: auto, never.
 extern const util::EnumNames<Passthrough> kPassthroughChoices;
 
+/// What to do where a slide's µm/px metadata disagrees with the µm/px estimated from its tissue
+/// (--check-mpp).
+enum class CheckMpp {
+  off,     ///< no check (no estimate is made for it)
+  warn,    ///< log a warning naming both values and tile at the metadata's
+  refuse,  ///< fail the slide (InputError) before anything of it is written
+};
+/// --check-mpp's names: off, warn, refuse.
+extern const util::EnumNames<CheckMpp> kCheckMppChoices;
+
 /// How to tile, beyond the store's settings.
 struct TileJob {
   io::TileSettings settings;
@@ -62,6 +73,11 @@ struct TileJob {
   /// A slide without a usable µm/px is read at 10 / the objective power it declares
   /// (--mpp-from-power; OpenSlide's openslide.objective-power).
   bool mpp_from_power = false;
+  /// A slide without a usable µm/px is read at the µm/px estimated from its tissue
+  /// (--mpp-from-content; mpp_estimate.hpp), unless the estimate is uncertain.
+  bool mpp_from_content = false;
+  /// Metadata against the tissue's estimate (--check-mpp).
+  CheckMpp check_mpp = CheckMpp::off;
 };
 
 /// What happened to one slide.
@@ -78,9 +94,14 @@ struct SlideReport {
   double seconds = 0;
   std::string reader;  ///< what decoded the tiles: "openslide", "libvips-tiff", "libvips-flat"
   std::string reader_version;  ///< "OpenSlide 4.0.1" or "libvips 8.14.1"
-  std::string mpp_source;      ///< ReadPlan::mpp_source: metadata, override, table, power, none
-  std::optional<double> mpp;   ///< µm per level-0 pixel (ReadPlan::mpp), if known
-  std::string error;           ///< status "failed" (tile_slides with keep_going): the message
+  std::string
+      mpp_source;  ///< ReadPlan::mpp_source: metadata, override, table, content, power, none
+  std::optional<double> mpp;  ///< µm per level-0 pixel (ReadPlan::mpp), if known
+  /// µm per level-0 pixel estimated from the tissue, where it was estimated
+  /// (--mpp-from-content, --check-mpp, --qc)
+  std::optional<MppEstimate> mpp_estimate;
+  std::optional<double> metadata_mpp;  ///< the slide's own usable µm/px metadata, if any
+  std::string error;  ///< status "failed" (tile_slides with keep_going): the message
 };
 
 /// The target µm/px when neither --mpp nor --level is given (tile_slides applies it).

@@ -1,0 +1,103 @@
+// A slide's µm per pixel estimated from the tissue itself, for slides whose metadata is
+// missing or wrong (`mltool info`, `tile --mpp-from-content`, `--check-mpp`).
+//
+// The ruler is the cell nucleus. In H&E, hematoxylin absorbs red light far more than eosin
+// does, so a nucleus is where the red channel is darkest. In a few tissue regions of the
+// finest level, nuclear cores are the pixels whose red optical density is above Otsu's
+// threshold twice over (once tissue vs. the rest, once among the darker class), cut into
+// 8-connected components; components that are roundish (second-moment axis ratio at most
+// 2) and at least 3 px are nuclei. Their area-weighted median equivalent diameter, in
+// pixels, less the blur the measurement adds (kCoreBlurPx, more where colour is stored at
+// half resolution: kSubsampledBlurPx), against kNucleusCoreUm (what it measures in µm on a
+// scanner-calibrated slide), is the estimate. The interval is the spread between regions plus
+// the ruler's own uncertainty (kRulerSpread); too few nuclei, nuclei too few pixels across
+// to measure, or regions that disagree make the estimate `uncertain`. docs/info.md has the
+// measured error, and where the accuracy goal is not met.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mltool/slide/openslide.hpp"
+
+namespace mltool::slide {
+
+/// The area-weighted median equivalent diameter of a nuclear core on H&E, in µm, as
+/// measure_nuclei measures it (calibrated on the Aperio scan CMU-1-Small-Region at its
+/// 0.499 µm/px; the core is smaller than the nucleus a pathologist outlines).
+inline constexpr double kNucleusCoreUm = 3.1;
+/// The ruler's own relative uncertainty (tissue to tissue), in natural-log units: the
+/// interval is at least exp(±kRulerSpread) around the estimate.
+inline constexpr double kRulerSpread = 0.15;
+/// What thresholding and pixels add to a measured core, in pixels, in quadrature: a core of
+/// d px measures sqrt(d² + kCoreBlurPx²) (fitted on the same slide resampled from 0.2 to 2
+/// µm/px); the estimate takes it out.
+inline constexpr double kCoreBlurPx = 2.25;
+/// The same where colour is stored at half the resolution (4:2:0 JPEG, found by
+/// kMaxSubsampledChromaDetail): red, the ruler's channel, is blurred by the chroma
+/// upsampling too (fitted on the same slide stored as 4:2:0 JPEG at 0.2-2 µm/px).
+inline constexpr double kSubsampledBlurPx = 3.45;
+/// Regions whose median chroma_detail is below this hold 4:2:0-coded colour.
+inline constexpr double kMaxSubsampledChromaDetail = 0.06;
+/// Fewer nuclei than this over all regions: uncertain.
+inline constexpr int kMinNuclei = 60;
+
+/// Nuclear cores found in one RGB region.
+struct NucleusSample {
+  std::vector<double> diameters_px;  ///< equivalent diameter 2 * sqrt(area / pi) of each
+  std::vector<double> areas_px;      ///< area of each, in pixels
+  /// Pixel-scale detail of chroma (red - luminance) over that of luminance: see
+  /// kMaxSubsampledChromaDetail.
+  double chroma_detail = 0;
+  double tissue_fraction = 0;  ///< share of the region's pixels that are stained
+};
+
+/// Nuclear cores in `rgb` (interleaved 8-bit, width × height): see the file comment.
+NucleusSample measure_nuclei(const std::uint8_t* rgb, int width, int height);
+
+/// What the tissue says a slide's µm per level-0 pixel is.
+struct MppEstimate {
+  std::optional<double> mpp;  ///< µm per level-0 pixel; none when no nucleus was found
+  std::optional<double> low;  ///< the interval's ends
+  std::optional<double> high;
+  bool uncertain = true;           ///< the estimate is a guess: `why` says why
+  std::string why;                 ///< for an uncertain estimate: too few nuclei, ...
+  int regions = 0;                 ///< tissue regions read
+  std::int64_t nuclei = 0;         ///< nuclear cores measured
+  double core_px = 0;              ///< their area-weighted median diameter at level 0, in pixels
+  bool chroma_subsampled = false;  ///< colour at half resolution: kSubsampledBlurPx applies
+  std::optional<double> tissue_fraction;  ///< share of the slide that is tissue (thumbnail)
+  double seconds = 0;
+};
+
+/// The estimate from the nuclei of several regions read at `downsample` level-0 pixels per
+/// pixel (1 for level 0): pure arithmetic, so it is tested without a slide.
+MppEstimate estimate_from_samples(const std::vector<NucleusSample>& regions, double downsample);
+
+/// How many regions, and how large, estimate_mpp reads.
+struct EstimateOptions {
+  int regions = 8;      ///< tissue regions at most
+  int region_px = 768;  ///< their side, in pixels of the level read
+};
+
+/// Reads up to options.regions regions of the finest level where the tissue is (tissue
+/// detection on a thumbnail, as tile's), spread over the slide, and estimates from them.
+/// A slide without tissue gives an estimate without mpp (`why`: no tissue).
+MppEstimate estimate_mpp(const Slide& slide, const EstimateOptions& options = {});
+
+/// {"mpp", "low", "high", "uncertain", "why", "regions", "nuclei", "core_px", "seconds",
+/// "chroma_subsampled"}: in
+/// `mltool info --json`, tile's summary and the tile store's slide record.
+nlohmann::json to_json(const MppEstimate& estimate);
+
+/// `v` with at most `decimals` decimals, trailing zeros dropped: 20, 0.499, 352.7778.
+std::string decimal_text(double v, int decimals);
+
+/// "0.498 µm/px (0.43–0.58)", "0.9 µm/px (0.6–1.4, uncertain: ...)" or "none (why)".
+std::string estimate_text(const MppEstimate& estimate);
+
+}  // namespace mltool::slide

@@ -1,0 +1,234 @@
+// `mltool info`: a slide's format, levels, resolution metadata and what the tissue says of
+// it (info.hpp).
+#include "mltool/slide/info.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "flat_image.hpp"
+#include "mltool/io/tile_store.hpp"
+#include "mltool/util/error.hpp"
+
+namespace mltool::slide {
+
+const util::Options<InfoJob>& info_options() {
+  static const util::Options<InfoJob> table = {
+      util::option("--regions", &InfoJob::regions,
+                   "Tissue regions of the finest level the µm/px estimate reads (768 px each)")
+          .at_least(1)
+          .at_most(64),
+  };
+  return table;
+}
+
+namespace {
+
+std::optional<double> number(const std::optional<std::string>& text) {
+  if (!text) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text->c_str(), &end);
+  if (errno != 0 || end == text->c_str() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::string round_text(double v, double digits) {
+  return decimal_text(v, static_cast<int>(digits));
+}
+
+bool plausible(double mpp) { return mpp >= kMinPlausibleMpp && mpp <= kMaxPlausibleMpp; }
+
+MetadataMpp from_value(std::optional<double> mpp, std::string source) {
+  MetadataMpp m;
+  m.source = std::move(source);
+  if (!mpp || *mpp <= 0)
+    m.problem = "missing";
+  else if (!plausible(*mpp))
+    m.problem = "implausible " + round_text(*mpp, 4) + " µm/px";
+  else
+    m.mpp = mpp;
+  return m;
+}
+
+// A resolution of `per_unit` pixels per `unit`, as TIFF tags or libvips give it.
+MetadataMpp from_resolution(std::optional<double> per_unit, const std::string& unit,
+                            std::string source) {
+  if (!per_unit || *per_unit <= 0) return {std::nullopt, source, "missing"};
+  if (unit == "inch" && is_placeholder_dpi(*per_unit))
+    return {std::nullopt, source, "placeholder " + round_text(*per_unit, 1) + " dpi"};
+  if (unit == "centimeter" || unit == "cm") return from_value(10000.0 / *per_unit, source);
+  if (unit == "inch" || unit == "in") return from_value(25400.0 / *per_unit, source);
+  return {std::nullopt, source, "resolution unit " + (unit.empty() ? "none" : unit)};
+}
+
+// A flat image: libvips gives pixels per mm whatever the unit, and 1 px/mm when the file
+// has no resolution at all.
+MetadataMpp flat_metadata(const Slide& slide) {
+  const auto px_per_mm = number(slide.property("flat.xres-px-per-mm"));
+  const std::string unit = slide.property("flat.resolution-unit").value_or("");
+  const std::string source = "flat image resolution";
+  if (!px_per_mm || *px_per_mm <= 0 || (unit.empty() && std::abs(*px_per_mm - 1) < 1e-9))
+    return {std::nullopt, source, "missing"};
+  if (is_placeholder_dpi(*px_per_mm * 25.4))
+    return {std::nullopt, source, "placeholder " + round_text(*px_per_mm * 25.4, 1) + " dpi"};
+  return from_value(1000.0 / *px_per_mm, source);
+}
+
+}  // namespace
+
+MetadataMpp metadata_mpp(const Slide& slide) {
+  if (slide.flat_info()) return flat_metadata(slide);
+  // OpenSlide 4 derives openslide.mpp-x from a generic TIFF's resolution tags, placeholders
+  // included (72 dpi reads as 352.8 µm/px): name the placeholder for what it is.
+  const auto resolution = number(slide.property("tiff.XResolution"));
+  const std::string unit = slide.property("tiff.ResolutionUnit").value_or("");
+  if (resolution && unit == "inch" && is_placeholder_dpi(*resolution))
+    return from_resolution(resolution, unit, "TIFF resolution");
+  const auto x = number(slide.property("openslide.mpp-x"));
+  const auto y = number(slide.property("openslide.mpp-y"));
+  if (x || y) {
+    MetadataMpp m = from_value(slide_mpp(slide.geometry()), "openslide.mpp-x/-y");
+    if (!m.mpp) m.problem = "implausible " + round_text(x ? *x : *y, 4) + " µm/px";
+    return m;
+  }
+  if (!resolution) return {std::nullopt, "", "missing"};
+  return from_resolution(resolution, unit, "TIFF resolution");
+}
+
+std::string mpp_verdict(const MetadataMpp& metadata, const MppEstimate& estimate) {
+  if (!metadata.mpp) return "no metadata";
+  if (!estimate.mpp) return "no estimate";
+  return *metadata.mpp >= *estimate.low && *metadata.mpp <= *estimate.high ? "agrees" : "disagrees";
+}
+
+namespace {
+
+// The file format behind OpenSlide's vendor.
+std::string format_of(const Slide& slide) {
+  if (const auto* flat = slide.flat_info())
+    return flat->format == "tiff" ? "TIFF (flat)" : flat->format == "png" ? "PNG" : "JPEG";
+  static const std::vector<std::pair<std::string, std::string>> formats = {
+      {"aperio", "Aperio SVS (TIFF)"}, {"dicom", "DICOM WSI"},
+      {"generic-tiff", "TIFF"},        {"hamamatsu", "Hamamatsu NDPI/VMS"},
+      {"leica", "Leica SCN (TIFF)"},   {"mirax", "MIRAX"},
+      {"philips", "Philips TIFF"},     {"sakura", "Sakura SVSLIDE"},
+      {"trestle", "Trestle TIFF"},     {"ventana", "Ventana BIF (TIFF)"},
+      {"zeiss", "Zeiss CZI"},          {"synthetic", "OpenSlide synthetic"}};
+  for (const auto& [vendor, format] : formats)
+    if (slide.vendor() == vendor) return format;
+  return slide.vendor();
+}
+
+}  // namespace
+
+SlideInfo describe_slide(const std::string& path, const InfoJob& job) {
+  util::check_options(info_options(), job);
+  SlideInfo info;
+  info.path = path;
+  info.id = io::slide_id_for(path);
+  const Slide slide = Slide::open(path);
+  info.vendor = slide.vendor();
+  info.format = format_of(slide);
+  info.file = slide.file();
+  info.levels = slide.geometry().levels;
+  info.metadata = metadata_mpp(slide);
+  if (const auto power = number(slide.property("openslide.objective-power")); power && *power > 0)
+    info.objective_power = power;
+  info.associated = slide.associated_images();
+  EstimateOptions options;
+  options.regions = job.regions;
+  info.estimate = estimate_mpp(slide, options);
+  info.tissue_fraction = info.estimate.tissue_fraction;
+  info.verdict = mpp_verdict(info.metadata, info.estimate);
+  return info;
+}
+
+std::vector<SlideInfo> describe_slides(const std::vector<std::string>& paths, const InfoJob& job,
+                                       const std::function<void(const SlideInfo&)>& each) {
+  util::check_options(info_options(), job);
+  std::vector<SlideInfo> out;
+  for (const auto& path : paths) {
+    try {
+      out.push_back(describe_slide(path, job));
+    } catch (const InputError& e) {
+      SlideInfo failed;
+      failed.path = path;
+      failed.id = io::slide_id_for(path);
+      failed.error = e.what();
+      out.push_back(std::move(failed));
+    }
+    if (each) each(out.back());
+  }
+  return out;
+}
+
+namespace {
+
+using json = nlohmann::json;
+
+json optional_json(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+
+}  // namespace
+
+json to_json(const SlideInfo& info) {
+  if (!info.error.empty())
+    return {{"path", info.path}, {"id", info.id}, {"status", "failed"}, {"error", info.error}};
+  json levels = json::array();
+  for (const auto& l : info.levels)
+    levels.push_back({{"width", l.width}, {"height", l.height}, {"downsample", l.downsample}});
+  json associated = json::array();
+  for (const auto& a : info.associated)
+    associated.push_back({{"name", a.name}, {"width", a.width}, {"height", a.height}});
+  const auto& m = info.metadata;
+  return {{"path", info.path},
+          {"id", info.id},
+          {"status", "ok"},
+          {"format", info.format},
+          {"vendor", info.vendor},
+          {"file", info.file},
+          {"levels", levels},
+          {"metadata_mpp",
+           {{"mpp", optional_json(m.mpp)}, {"source", m.source}, {"problem", m.problem}}},
+          {"objective_power", optional_json(info.objective_power)},
+          {"associated_images", associated},
+          {"tissue_fraction", optional_json(info.tissue_fraction)},
+          {"estimated_mpp", to_json(info.estimate)},
+          {"verdict", info.verdict}};
+}
+
+std::string to_text(const SlideInfo& info) {
+  std::ostringstream out;
+  out << info.path << "\n";
+  if (!info.error.empty()) {
+    out << "  error:          " << info.error << "\n";
+    return out.str();
+  }
+  out << "  format:         " << info.format << " (vendor " << info.vendor << ")\n";
+  for (std::size_t l = 0; l < info.levels.size(); ++l)
+    out << "  level " << l << ":        " << info.levels[l].width << " × " << info.levels[l].height
+        << " px, downsample " << round_text(info.levels[l].downsample, 4) << "\n";
+  const auto& m = info.metadata;
+  out << "  metadata µm/px: "
+      << (m.mpp ? round_text(*m.mpp, 4) + " (" + m.source + ")"
+                : "unusable: " + m.problem + (m.source.empty() ? "" : " (" + m.source + ")"))
+      << "\n";
+  out << "  objective:      "
+      << (info.objective_power ? round_text(*info.objective_power, 2) + "x" : "-") << "\n";
+  std::string associated;
+  for (const auto& a : info.associated)
+    associated += (associated.empty() ? "" : ", ") + a.name + " " + std::to_string(a.width) +
+                  " × " + std::to_string(a.height);
+  out << "  associated:     " << (associated.empty() ? "-" : associated) << "\n";
+  out << "  tissue:         "
+      << (info.tissue_fraction ? round_text(*info.tissue_fraction * 100, 1) + "% of the slide"
+                               : std::string("-"))
+      << "\n";
+  out << "  estimated µm/px: " << estimate_text(info.estimate) << ", from " << info.estimate.nuclei
+      << " nuclei in " << info.estimate.regions << " regions\n";
+  out << "  verdict:        " << info.verdict << "\n";
+  return out.str();
+}
+
+}  // namespace mltool::slide

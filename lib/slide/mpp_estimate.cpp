@@ -1,0 +1,385 @@
+// µm/px from the size of nuclei (see mpp_estimate.hpp for the method).
+#include "mltool/slide/mpp_estimate.hpp"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "flat_image.hpp"
+#include "mltool/slide/geometry.hpp"
+#include "mltool/slide/tissue.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/options.hpp"
+#include "thumbnail.hpp"
+
+namespace mltool::slide {
+namespace {
+
+// Red optical density is binned over [0, kMaxOd): 256 bins for Otsu.
+constexpr double kMaxOd = 3.0;
+// A pixel is stained when its HSV saturation is above this (glass is grey) and it is not
+// nearly black (a border).
+constexpr double kMinSaturation = 0.12;
+constexpr int kMinBrightness = 40;
+// Components smaller than this are specks, not nuclei; more elongated than this are
+// fibroblast nuclei seen edge-on, or touching nuclei, whose area says little of the scale.
+constexpr std::int64_t kMinCoreArea = 3;
+constexpr double kMaxElongation = 2.0;
+// Per-region estimates from fewer nuclei are not used for the spread between regions.
+constexpr std::int64_t kMinRegionNuclei = 10;
+// Regions whose estimates spread more than this (sd of their natural logs) disagree.
+constexpr double kMaxRegionSpread = 0.35;
+// The relative noise of a measured median core (natural-log units), before deblurring.
+constexpr double kCoreNoise = 0.04;
+// Deblurring that magnifies errors more than this: the nuclei are too small to measure.
+constexpr double kMaxBlurGain = 4;
+
+bool stained(const std::uint8_t* p) {
+  const int hi = std::max({p[0], p[1], p[2]}), lo = std::min({p[0], p[1], p[2]});
+  return hi >= kMinBrightness && hi - lo > kMinSaturation * hi;
+}
+
+int od_bin(double od) { return std::clamp(static_cast<int>(od / kMaxOd * 256), 0, 255); }
+
+// Otsu's threshold (a bin) over the bins of the selected pixels.
+int otsu_bins(const std::vector<std::uint8_t>& bins, const std::vector<std::uint8_t>& selected,
+              int above) {
+  std::vector<std::uint8_t> values;
+  values.reserve(bins.size());
+  for (std::size_t i = 0; i < bins.size(); ++i)
+    if (selected[i] && bins[i] > above) values.push_back(bins[i]);
+  return otsu_threshold(values);
+}
+
+// Sums of one 8-connected component: area and second moments.
+struct Moments {
+  double n = 0, x = 0, y = 0, xx = 0, yy = 0, xy = 0;
+  void add(int px, int py) {
+    n += 1, x += px, y += py, xx += double(px) * px, yy += double(py) * py, xy += double(px) * py;
+  }
+  // Ratio of the axes of the ellipse with the same second moments (a pixel's own 1/12 added,
+  // so a single row of pixels is finite).
+  double elongation() const {
+    const double mx = x / n, my = y / n;
+    const double vxx = xx / n - mx * mx + 1.0 / 12, vyy = yy / n - my * my + 1.0 / 12;
+    const double vxy = xy / n - mx * my;
+    const double half = (vxx + vyy) / 2,
+                 root = std::sqrt(std::max(0.0, half * half - (vxx * vyy - vxy * vxy)));
+    return std::sqrt((half + root) / std::max(1e-9, half - root));
+  }
+};
+
+// The 8-connected components of `mask` (cleared as they are visited).
+template <class Visit>
+void for_each_component(std::vector<std::uint8_t>& mask, int width, int height, Visit visit) {
+  std::vector<int> stack;
+  for (int start = 0; start < width * height; ++start) {
+    if (!mask[start]) continue;
+    Moments m;
+    mask[start] = 0;
+    stack.push_back(start);
+    while (!stack.empty()) {
+      const int p = stack.back();
+      stack.pop_back();
+      const int px = p % width, py = p / width;
+      m.add(px, py);
+      for (int dy = -1; dy <= 1; ++dy)
+        for (int dx = -1; dx <= 1; ++dx) {
+          const int qx = px + dx, qy = py + dy;
+          if (qx < 0 || qy < 0 || qx >= width || qy >= height) continue;
+          const int q = qy * width + qx;
+          if (mask[q]) mask[q] = 0, stack.push_back(q);
+        }
+    }
+    visit(m);
+  }
+}
+
+// The value below which `share` of the total weight lies.
+double weighted_quantile(std::vector<std::pair<double, double>> values, double share) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  double total = 0;
+  for (const auto& v : values) total += v.second;
+  double sum = 0;
+  for (const auto& v : values) {
+    sum += v.second;
+    if (sum >= share * total) return v.first;
+  }
+  return values.back().first;
+}
+
+// A core of `px` pixels measured, in pixels once the measurement's own blur (`blur`,
+// added in quadrature) is taken out; never below a tenth of what was measured.
+double deblurred(double px, double blur) {
+  return std::sqrt(std::max(px * px - blur * blur, px * px / 100));
+}
+
+// How much a relative error in a measured core grows once deblurred:
+// d log(deblurred(px)) / d log(px).
+double blur_gain(double px, double blur) { return px * px / std::pow(deblurred(px, blur), 2); }
+
+// The median of the regions' chroma_detail (0 for none).
+double median_chroma_detail(const std::vector<NucleusSample>& regions) {
+  std::vector<double> v;
+  for (const auto& r : regions)
+    if (r.chroma_detail > 0) v.push_back(r.chroma_detail);
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+// 4:2:0 JPEG stores colour at half the resolution: red minus luminance (chroma) then has
+// almost no detail at the pixel scale. The energy of 1-px second differences of chroma over
+// that of luminance: 0.1-0.5 in sharp H&E, about 0.01-0.03 once 4:2:0-coded.
+double chroma_detail(const std::uint8_t* rgb, int width, int height) {
+  const auto at = [&](int x, int y, bool chroma) {
+    const std::uint8_t* p = rgb + 3 * (static_cast<std::size_t>(y) * width + x);
+    const double luma = 0.299 * p[0] + 0.587 * p[1] + 0.114 * p[2];
+    return chroma ? p[0] - luma : luma;
+  };
+  double energy[2] = {0, 0};
+  for (int y = 1; y + 1 < height; ++y)
+    for (int x = 1; x + 1 < width; ++x)
+      for (int c = 0; c < 2; ++c) {
+        const double h = at(x - 1, y, c) - 2 * at(x, y, c) + at(x + 1, y, c);
+        const double v = at(x, y - 1, c) - 2 * at(x, y, c) + at(x, y + 1, c);
+        energy[c] += h * h + v * v;
+      }
+  return energy[0] > 0 ? energy[1] / energy[0] : 0;
+}
+
+double median_core(const std::vector<const NucleusSample*>& samples) {
+  std::vector<std::pair<double, double>> values;
+  for (const auto* s : samples)
+    for (std::size_t i = 0; i < s->diameters_px.size(); ++i)
+      values.emplace_back(s->diameters_px[i], s->areas_px[i]);
+  return weighted_quantile(std::move(values), 0.5);
+}
+
+}  // namespace
+
+NucleusSample measure_nuclei(const std::uint8_t* rgb, int width, int height) {
+  const std::size_t n = static_cast<std::size_t>(width) * static_cast<std::size_t>(height);
+  std::vector<std::uint8_t> bins(n), is_stained(n);
+  std::array<std::uint8_t, 256> bin_of_red{};
+  for (int r = 0; r < 256; ++r) bin_of_red[r] = od_bin(-std::log((r + 1) / 256.0));
+  std::size_t stained_px = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint8_t* p = rgb + 3 * i;
+    bins[i] = bin_of_red[p[0]];
+    is_stained[i] = stained(p);
+    stained_px += is_stained[i];
+  }
+  NucleusSample out;
+  out.tissue_fraction = n ? static_cast<double>(stained_px) / n : 0;
+  out.chroma_detail = chroma_detail(rgb, width, height);
+  if (stained_px == 0) return out;
+  const int t1 = otsu_bins(bins, is_stained, -1);
+  const int t2 = otsu_bins(bins, is_stained, t1);
+  std::vector<std::uint8_t> core(n);
+  for (std::size_t i = 0; i < n; ++i) core[i] = is_stained[i] && bins[i] > t2;
+  for_each_component(core, width, height, [&](const Moments& m) {
+    if (m.n < kMinCoreArea || m.elongation() > kMaxElongation) return;
+    out.diameters_px.push_back(2 * std::sqrt(m.n / M_PI));
+    out.areas_px.push_back(m.n);
+  });
+  return out;
+}
+
+MppEstimate estimate_from_samples(const std::vector<NucleusSample>& regions, double downsample) {
+  MppEstimate e;
+  e.regions = static_cast<int>(regions.size());
+  const double detail = median_chroma_detail(regions);
+  e.chroma_subsampled = detail > 0 && detail < kMaxSubsampledChromaDetail;
+  const double blur = e.chroma_subsampled ? kSubsampledBlurPx : kCoreBlurPx;
+  std::vector<const NucleusSample*> all;
+  std::vector<double> logs;  // per-region log estimates
+  for (const auto& r : regions) {
+    all.push_back(&r);
+    e.nuclei += static_cast<std::int64_t>(r.diameters_px.size());
+    if (static_cast<std::int64_t>(r.diameters_px.size()) >= kMinRegionNuclei)
+      logs.push_back(std::log(kNucleusCoreUm / (deblurred(median_core({&r}), blur) * downsample)));
+  }
+  if (e.nuclei == 0) {
+    e.why = e.regions ? "no nuclei found" : "no tissue found";
+    return e;
+  }
+  const double measured = median_core(all);
+  e.core_px = measured * downsample;
+  const double mpp = kNucleusCoreUm / (deblurred(measured, blur) * downsample);
+  const double gain = blur_gain(measured, blur);
+  double spread = 0;
+  if (logs.size() >= 2) {
+    const double mean = std::accumulate(logs.begin(), logs.end(), 0.0) / logs.size();
+    for (double l : logs) spread += (l - mean) * (l - mean);
+    spread = std::sqrt(spread / (logs.size() - 1));
+  }
+  const double noise = kCoreNoise * gain;
+  double half = std::sqrt(kRulerSpread * kRulerSpread + noise * noise +
+                          4 * spread * spread / std::max<std::size_t>(1, logs.size()));
+  e.uncertain = true;
+  if (e.nuclei < kMinNuclei) {
+    e.why = "only " + std::to_string(e.nuclei) + " nuclei found";
+  } else if (gain > kMaxBlurGain) {
+    e.why = "nuclei too few pixels across to measure (" + decimal_text(measured, 1) + " px)";
+  } else if (spread > kMaxRegionSpread) {
+    e.why = "tissue regions disagree (spread " + decimal_text(spread * 100, 0) + "%)";
+  } else {
+    e.uncertain = false;
+  }
+  if (gain > kMaxBlurGain) {
+    // Blur only enlarges cores, so the measured one, not deblurred, gives a lower bound;
+    // how much coarser the truth is, deblurring cannot tell: up to 4 times.
+    const double bound = kNucleusCoreUm / (measured * downsample);
+    e.low = std::max(kMinPlausibleMpp, bound);
+    e.high = std::min(kMaxPlausibleMpp, bound * 4);
+    e.mpp = std::sqrt(*e.low * *e.high);
+    return e;
+  }
+  if (e.uncertain) half = std::max(half, 0.4);
+  e.mpp = mpp;
+  e.low = std::max(kMinPlausibleMpp, mpp * std::exp(-half));
+  e.high = std::min(kMaxPlausibleMpp, mpp * std::exp(half));
+  return e;
+}
+
+namespace {
+
+// Where the tissue is: a mask and the level-0 pixels per mask pixel.
+struct TissueMap {
+  Mask mask;
+  double dx = 1, dy = 1;
+};
+
+// A slide whose thumbnail would need much of level 0 decoded (one level, large) is not
+// thumbnailed: kSampleGrid² small patches of level 0 are read instead, each a mask pixel
+// (tissue when most of its pixels are stained), so the estimate never reads the whole level.
+constexpr int kSampleGrid = 16;
+constexpr int kSamplePx = 32;
+constexpr double kMaxThumbnailSourcePx = 2e6;
+
+TissueMap sampled_map(const Slide& slide) {
+  const Level& l0 = slide.geometry().levels[0];
+  TissueMap map;
+  map.mask.width = map.mask.height = kSampleGrid;
+  map.mask.data.assign(kSampleGrid * kSampleGrid, 0);
+  map.dx = static_cast<double>(l0.width) / kSampleGrid;
+  map.dy = static_cast<double>(l0.height) / kSampleGrid;
+  const std::int64_t pw = std::min<std::int64_t>(kSamplePx, l0.width);
+  const std::int64_t ph = std::min<std::int64_t>(kSamplePx, l0.height);
+  std::vector<std::uint8_t> rgb(static_cast<std::size_t>(pw * ph * 3));
+  for (int j = 0; j < kSampleGrid; ++j)
+    for (int i = 0; i < kSampleGrid; ++i) {
+      const auto x =
+          std::clamp<std::int64_t>(std::llround((i + 0.5) * map.dx) - pw / 2, 0, l0.width - pw);
+      const auto y =
+          std::clamp<std::int64_t>(std::llround((j + 0.5) * map.dy) - ph / 2, 0, l0.height - ph);
+      slide.read_rgb(x, y, 0, pw, ph, rgb.data());
+      std::int64_t count = 0;
+      for (std::int64_t k = 0; k < pw * ph; ++k) count += stained(&rgb[3 * k]);
+      map.mask.data[j * kSampleGrid + i] = 2 * count >= pw * ph;
+    }
+  return map;
+}
+
+TissueMap tissue_map(const Slide& slide) {
+  const auto& levels = slide.geometry().levels;
+  const Level& l0 = levels[0];
+  const double downsample = static_cast<double>(std::max(l0.width, l0.height)) / 512.0;
+  // What the thumbnail would decode: the coarsest level at or finer than its downsample.
+  double source_px = static_cast<double>(l0.width) * l0.height;
+  for (const auto& l : levels)
+    if (l.downsample <= downsample * (1 + kLevelTolerance))
+      source_px = std::min(source_px, static_cast<double>(l.width) * l.height);
+  const auto* flat = slide.flat_info();
+  const bool whole_decode = flat && flat->format != "tiff";  // PNG, JPEG: decoded whole anyway
+  if (source_px > kMaxThumbnailSourcePx && !whole_decode) return sampled_map(slide);
+  const Thumbnail thumb = slide_thumbnail(slide, downsample);
+  return {tissue_mask(thumb.image.pixels.data(), thumb.image.width, thumb.image.height, {}),
+          thumb.dx, thumb.dy};
+}
+
+// Up to `count` boxes of `side` level-0 pixels where the tissue is, spread over the slide:
+// the candidates on a half-box grid, by tissue fraction, none overlapping another.
+std::vector<std::array<std::int64_t, 4>> tissue_regions(const Slide& slide, int count,
+                                                        std::int64_t side, double& fraction) {
+  const Level& l0 = slide.geometry().levels[0];
+  const std::int64_t w = std::min(side, l0.width), h = std::min(side, l0.height);
+  const TissueMap map = tissue_map(slide);
+  const IntegralMask integral(map.mask);
+  fraction = integral.fraction(0, 0, map.mask.width, map.mask.height);
+  struct Candidate {
+    double fraction;
+    std::int64_t x, y;
+  };
+  std::vector<Candidate> candidates;
+  for (std::int64_t y = 0; y + h <= l0.height; y += std::max<std::int64_t>(1, h / 2))
+    for (std::int64_t x = 0; x + w <= l0.width; x += std::max<std::int64_t>(1, w / 2))
+      candidates.push_back(
+          {integral.fraction(x / map.dx, y / map.dy, (x + w) / map.dx, (y + h) / map.dy), x, y});
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.fraction > b.fraction; });
+  std::vector<std::array<std::int64_t, 4>> out;
+  for (const auto& c : candidates) {
+    if (static_cast<int>(out.size()) >= count || c.fraction < 0.25) break;
+    const bool overlaps = std::any_of(out.begin(), out.end(), [&](const auto& b) {
+      return std::abs(b[0] - c.x) < w && std::abs(b[1] - c.y) < h;
+    });
+    if (!overlaps) out.push_back({c.x, c.y, w, h});
+  }
+  return out;
+}
+
+}  // namespace
+
+MppEstimate estimate_mpp(const Slide& slide, const EstimateOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<NucleusSample> samples;
+  std::vector<std::uint8_t> rgb;
+  double fraction = 0;
+  for (const auto& box : tissue_regions(slide, options.regions, options.region_px, fraction)) {
+    rgb.resize(static_cast<std::size_t>(box[2]) * box[3] * 3);
+    slide.read_rgb(box[0], box[1], 0, box[2], box[3], rgb.data());
+    samples.push_back(
+        measure_nuclei(rgb.data(), static_cast<int>(box[2]), static_cast<int>(box[3])));
+  }
+  MppEstimate e = estimate_from_samples(samples, 1.0);
+  e.tissue_fraction = fraction;
+  e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return e;
+}
+
+nlohmann::json to_json(const MppEstimate& e) {
+  const auto value = [](const std::optional<double>& v) {
+    return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+  };
+  return {{"mpp", value(e.mpp)},   {"low", value(e.low)},
+          {"high", value(e.high)}, {"uncertain", e.uncertain},
+          {"why", e.why},          {"regions", e.regions},
+          {"nuclei", e.nuclei},    {"core_px", e.core_px},
+          {"seconds", e.seconds},  {"chroma_subsampled", e.chroma_subsampled}};
+}
+
+std::string decimal_text(double v, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", decimals, v);
+  std::string out = text;
+  if (out.find('.') != std::string::npos) {
+    out.erase(out.find_last_not_of('0') + 1);
+    if (out.back() == '.') out.pop_back();
+  }
+  return out == "-0" ? "0" : out;
+}
+
+std::string estimate_text(const MppEstimate& e) {
+  if (!e.mpp) return "none (" + e.why + ")";
+  const auto round3 = [](double v) { return decimal_text(v, 3); };
+  return round3(*e.mpp) + " µm/px (" + round3(*e.low) + "–" + round3(*e.high) +
+         (e.uncertain ? ", uncertain: " + e.why : std::string()) + ")";
+}
+
+}  // namespace mltool::slide

@@ -1,0 +1,222 @@
+// The µm/px estimate's parts that need no slide: nuclear cores measured on drawn images whose
+// sizes are known, the estimate and its interval from given measurements, and the verdict.
+#include "mltool/slide/mpp_estimate.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "mltool/slide/info.hpp"
+
+using mltool::slide::estimate_from_samples;
+using mltool::slide::kCoreBlurPx;
+using mltool::slide::kNucleusCoreUm;
+using mltool::slide::measure_nuclei;
+using mltool::slide::MetadataMpp;
+using mltool::slide::mpp_verdict;
+using mltool::slide::MppEstimate;
+using mltool::slide::NucleusSample;
+
+namespace {
+
+struct Image {
+  int width, height;
+  std::vector<std::uint8_t> rgb;
+  void fill(int x, int y, const std::uint8_t (&c)[3]) {
+    std::copy(c, c + 3, rgb.begin() + 3 * (static_cast<std::size_t>(y) * width + x));
+  }
+};
+
+constexpr std::uint8_t kPink[3] = {235, 170, 200};  // eosin stroma
+constexpr std::uint8_t kRim[3] = {110, 60, 150};    // a nucleus' lighter rim
+constexpr std::uint8_t kCore[3] = {60, 30, 110};    // its dense core
+
+// Nuclei packed on a grid, as in a cellular region: a core of diameter `core` px inside a
+// lighter rim twice as wide, each an ellipse of axis ratio `ratio` (1: discs), with a little
+// noise so Otsu sees real histograms. Otsu's first threshold parts stroma from nuclei, the
+// second rims from cores.
+Image draw_nuclei(int core, double ratio = 1.0) {
+  const int pitch = 2 * core + 4, per_side = 8;
+  Image im{pitch * per_side, pitch * per_side, {}};
+  im.rgb.resize(static_cast<std::size_t>(im.width) * im.height * 3);
+  for (int y = 0; y < im.height; ++y)
+    for (int x = 0; x < im.width; ++x) im.fill(x, y, kPink);
+  for (int j = 0; j < per_side; ++j)
+    for (int i = 0; i < per_side; ++i) {
+      const double cx = (i + 0.5) * pitch, cy = (j + 0.5) * pitch;
+      for (int y = static_cast<int>(cy - pitch / 2); y < cy + pitch / 2; ++y)
+        for (int x = static_cast<int>(cx - pitch / 2); x < cx + pitch / 2; ++x) {
+          const double u = (x + 0.5 - cx) / (core / 2.0 * std::sqrt(ratio));
+          const double v = (y + 0.5 - cy) / (core / 2.0 / std::sqrt(ratio));
+          const double r2 = u * u + v * v;
+          if (r2 < 1)
+            im.fill(x, y, kCore);
+          else if (r2 < 4)
+            im.fill(x, y, kRim);
+        }
+    }
+  std::mt19937 rng(4);
+  std::uniform_int_distribution<int> noise(-3, 3);
+  for (auto& v : im.rgb) v = static_cast<std::uint8_t>(std::clamp(v + noise(rng), 0, 255));
+  return im;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+NucleusSample sample_of(double diameter, int count) {
+  NucleusSample s;
+  s.diameters_px.assign(count, diameter);
+  s.areas_px.assign(count, M_PI * diameter * diameter / 4);
+  return s;
+}
+
+}  // namespace
+
+TEST(MppEstimate, MeasuresCoresOfDrawnNuclei) {
+  for (int core : {6, 12, 24}) {
+    const Image im = draw_nuclei(core);
+    const NucleusSample s = measure_nuclei(im.rgb.data(), im.width, im.height);
+    std::string sizes;
+    for (double d : s.diameters_px) sizes += std::to_string(d) + " ";
+    ASSERT_EQ(s.diameters_px.size(), 64u) << "core " << core << ": " << sizes;
+    // A digital disc's area is pi r² within a pixel's rounding along its edge.
+    EXPECT_NEAR(median(s.diameters_px), core, 0.1 * core) << "core " << core;
+    EXPECT_NEAR(s.tissue_fraction, 1.0, 1e-9);
+  }
+}
+
+TEST(MppEstimate, SkipsElongatedCores) {
+  const Image im = draw_nuclei(12, 3.0);  // axis ratio 3: edge-on or touching nuclei
+  EXPECT_TRUE(measure_nuclei(im.rgb.data(), im.width, im.height).diameters_px.empty());
+}
+
+TEST(MppEstimate, GlassHasNoNuclei) {
+  std::vector<std::uint8_t> glass(64 * 64 * 3, 245);
+  const NucleusSample s = measure_nuclei(glass.data(), 64, 64);
+  EXPECT_TRUE(s.diameters_px.empty());
+  EXPECT_EQ(s.tissue_fraction, 0);
+}
+
+TEST(MppEstimate, EstimateIsTheRulerOverTheDeblurredCore) {
+  const double d = 10;  // px, measured
+  const MppEstimate e = estimate_from_samples({sample_of(d, 100), sample_of(d, 100)}, 1.0);
+  ASSERT_TRUE(e.mpp);
+  const double expected = kNucleusCoreUm / std::sqrt(d * d - kCoreBlurPx * kCoreBlurPx);
+  EXPECT_NEAR(*e.mpp, expected, 1e-9);
+  EXPECT_FALSE(e.uncertain) << e.why;
+  EXPECT_LT(*e.low, expected);
+  EXPECT_GT(*e.high, expected);
+  EXPECT_EQ(e.nuclei, 200);
+  // Regions read at a downsample of 2 are level-0 cores twice as large.
+  const MppEstimate half = estimate_from_samples({sample_of(d / 2, 200)}, 2.0);
+  EXPECT_LT(*half.mpp, *e.mpp * 1.3);
+}
+
+TEST(MppEstimate, FewNucleiOrDisagreeingRegionsAreUncertain) {
+  const MppEstimate few = estimate_from_samples({sample_of(10, 20)}, 1.0);
+  EXPECT_TRUE(few.uncertain);
+  EXPECT_NE(few.why.find("only 20 nuclei"), std::string::npos) << few.why;
+  const MppEstimate apart =
+      estimate_from_samples({sample_of(6, 100), sample_of(20, 100), sample_of(10, 100)}, 1.0);
+  EXPECT_TRUE(apart.uncertain);
+  EXPECT_NE(apart.why.find("disagree"), std::string::npos) << apart.why;
+  // An uncertain estimate's interval is at least exp(±0.4) wide.
+  EXPECT_GE(*apart.high / *apart.low, std::exp(0.8) - 1e-9);
+  const MppEstimate tiny = estimate_from_samples({sample_of(2.4, 300)}, 1.0);
+  EXPECT_TRUE(tiny.uncertain);
+  EXPECT_NE(tiny.why.find("too few pixels"), std::string::npos) << tiny.why;
+  // Too blurred to deblur: the measured core bounds the truth from below, up to 4 times that.
+  EXPECT_NEAR(*tiny.low, kNucleusCoreUm / 2.4, 1e-9);
+  EXPECT_NEAR(*tiny.high, 4 * kNucleusCoreUm / 2.4, 1e-9);
+}
+
+// Colour noise: every pixel's channels drawn at random (the 1-px detail is in chroma as much
+// as in luminance).
+Image colour_noise(int side) {
+  Image im{side, side, std::vector<std::uint8_t>(static_cast<std::size_t>(side) * side * 3)};
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> value(90, 230);
+  for (auto& v : im.rgb) v = static_cast<std::uint8_t>(value(rng));
+  return im;
+}
+
+// `im` with its colour at half the resolution, as a 4:2:0 JPEG decodes: JPEG's YCbCr, Cb and
+// Cr averaged over 2 × 2 blocks and interpolated back bilinearly (libjpeg's "fancy"
+// upsampling), luminance kept.
+Image subsample_chroma(const Image& im) {
+  const int w = im.width / 2, h = im.height / 2;
+  std::vector<double> cb(static_cast<std::size_t>(w) * h), cr(cb.size());
+  const auto pixel = [&](int x, int y) {
+    return &im.rgb[3 * (static_cast<std::size_t>(y) * im.width + x)];
+  };
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int k = 0; k < 4; ++k) {
+        const std::uint8_t* p = pixel(2 * x + k % 2, 2 * y + k / 2);
+        cb[y * w + x] += (-0.168736 * p[0] - 0.331264 * p[1] + 0.5 * p[2]) / 4;
+        cr[y * w + x] += (0.5 * p[0] - 0.418688 * p[1] - 0.081312 * p[2]) / 4;
+      }
+  const auto bilinear = [&](const std::vector<double>& c, double fx, double fy) {
+    fx = std::clamp(fx, 0.0, w - 1.0), fy = std::clamp(fy, 0.0, h - 1.0);
+    const int x0 = std::min(static_cast<int>(fx), w - 2),
+              y0 = std::min(static_cast<int>(fy), h - 2);
+    const double ax = fx - x0, ay = fy - y0;
+    return (1 - ay) * ((1 - ax) * c[y0 * w + x0] + ax * c[y0 * w + x0 + 1]) +
+           ay * ((1 - ax) * c[(y0 + 1) * w + x0] + ax * c[(y0 + 1) * w + x0 + 1]);
+  };
+  Image out = im;
+  for (int y = 0; y < 2 * h; ++y)
+    for (int x = 0; x < 2 * w; ++x) {
+      const std::uint8_t* p = pixel(x, y);
+      const double luma = 0.299 * p[0] + 0.587 * p[1] + 0.114 * p[2];
+      const double b = bilinear(cb, (x + 0.5) / 2 - 0.5, (y + 0.5) / 2 - 0.5);
+      const double r = bilinear(cr, (x + 0.5) / 2 - 0.5, (y + 0.5) / 2 - 0.5);
+      const double rgb[3] = {luma + 1.402 * r, luma - 0.344136 * b - 0.714136 * r,
+                             luma + 1.772 * b};
+      for (int c = 0; c < 3; ++c)
+        out.rgb[3 * (static_cast<std::size_t>(y) * im.width + x) + c] =
+            static_cast<std::uint8_t>(std::clamp(std::lround(rgb[c]), 0L, 255L));
+    }
+  return out;
+}
+
+TEST(MppEstimate, FindsColourAtHalfResolution) {
+  const Image sharp = colour_noise(128);
+  const Image half = subsample_chroma(sharp);
+  const double detail = measure_nuclei(sharp.rgb.data(), sharp.width, sharp.height).chroma_detail;
+  const double halved = measure_nuclei(half.rgb.data(), half.width, half.height).chroma_detail;
+  EXPECT_GT(detail, mltool::slide::kMaxSubsampledChromaDetail);
+  EXPECT_LT(halved, mltool::slide::kMaxSubsampledChromaDetail);
+  NucleusSample a = sample_of(10, 200), b = a;
+  a.chroma_detail = detail, b.chroma_detail = halved;
+  const MppEstimate plain = estimate_from_samples({a}, 1.0);
+  const MppEstimate subsampled = estimate_from_samples({b}, 1.0);
+  EXPECT_FALSE(plain.chroma_subsampled);
+  EXPECT_TRUE(subsampled.chroma_subsampled);
+  // The chroma's blur is taken out too: the same measured core is a coarser slide.
+  EXPECT_GT(*subsampled.mpp, *plain.mpp);
+}
+
+TEST(MppEstimate, NoNucleiNoEstimate) {
+  const MppEstimate none = estimate_from_samples({NucleusSample{}}, 1.0);
+  EXPECT_FALSE(none.mpp);
+  EXPECT_EQ(none.why, "no nuclei found");
+  EXPECT_EQ(estimate_from_samples({}, 1.0).why, "no tissue found");
+}
+
+TEST(MppEstimate, Verdict) {
+  MppEstimate e;
+  e.mpp = 0.5, e.low = 0.42, e.high = 0.6;
+  EXPECT_EQ(mpp_verdict(MetadataMpp{0.5, "openslide.mpp-x/-y", ""}, e), "agrees");
+  EXPECT_EQ(mpp_verdict(MetadataMpp{0.25, "openslide.mpp-x/-y", ""}, e), "disagrees");
+  EXPECT_EQ(mpp_verdict(MetadataMpp{std::nullopt, "TIFF resolution", "placeholder 72 dpi"}, e),
+            "no metadata");
+  EXPECT_EQ(mpp_verdict(MetadataMpp{0.5, "openslide.mpp-x/-y", ""}, MppEstimate{}), "no estimate");
+}

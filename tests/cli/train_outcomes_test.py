@@ -12,6 +12,7 @@ import csv
 import json
 import os
 import sys
+import xml.etree.ElementTree as ET
 
 import numpy as np
 import scipy.stats
@@ -122,6 +123,7 @@ def check_survival_cross_validation():
         head = f.read(24)
     width = int.from_bytes(head[16:20], "big")
     expect(head[:8] == b"\x89PNG\r\n\x1a\n" and width >= 1024, f"km.png: width {width}")
+    check_km_svg(os.path.join(out, "km.svg"), t, high, p)
     code, again, err = run_json([mltool, "train", tmp("sds"), "--model", tmp("abmil.json"), "--folds", "all",
                                  "-o", out, "--epochs", "15", "--batch", "8", "--lr", "0.005", "--json"])
     expect(code == 0 and "0 trained, 3 already finished" in err, f"rerun: exit {code}: {err.strip()}")
@@ -263,10 +265,10 @@ def check_regression_cross_validation():
     out = tmp("cv_reg")
     cv = train_ok(tmp("rds"), "--model", tmp("abmil.json"), "--folds", "all", "-o", out, "--epochs", "20",
                   "--batch", "8", "--lr", "0.005", "--monitor", "val_r2")
-    for f in range(3):
+    for f in range(3):  # float32 written exactly (%.9g): read back as float32, as mltool computed
         preds = rows_of(os.path.join(out, f"fold-{f}", "predictions.csv"))
-        y = np.array([float(p["target"]) for p in preds])
-        p = np.array([float(p["prediction"]) for p in preds])
+        y = np.array([p["target"] for p in preds], dtype=np.float32).astype(np.float64)
+        p = np.array([p["prediction"] for p in preds], dtype=np.float32).astype(np.float64)
         ref = {"val_mae": sklearn.metrics.mean_absolute_error(y, p),
                "val_rmse": np.sqrt(sklearn.metrics.mean_squared_error(y, p)),
                "val_r2": sklearn.metrics.r2_score(y, p),
@@ -280,6 +282,47 @@ def check_regression_cross_validation():
     expect(r2 >= 0.8, f"out-of-fold R² {r2:.3f} < 0.8")
     expect(cv["pictures"]["scatter"]["file"] == "scatter.png" and
            os.path.getsize(os.path.join(out, "scatter.png")) > 0, f"pictures {cv['pictures']}")
+    root = svg_root(os.path.join(out, "scatter.svg"), (1200, 960))
+    points = [g for g in root.iter(SVG + "g") if g.get("class") == "points"]
+    expect(len(points) == 1 and len(list(points[0].iter(SVG + "circle"))) == len(oof),
+           f"scatter.svg: one circle per out-of-fold sample ({len(oof)})")
+    r = scipy.stats.pearsonr([float(x["target"]) for x in oof], [float(x["prediction"]) for x in oof])[0]
+    texts = [t.text or "" for t in root.iter(SVG + "text")]
+    expect(f"Pearson r = {r:.3f}; n = {len(oof)}; dashed: predicted = true" in texts,
+           f"scatter.svg caption, scipy's r {r:.3f}: {texts[-1:]}")
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def svg_root(path, size):
+    """The chart's SVG parsed by ElementTree, its size and font checked."""
+    root = ET.parse(path).getroot()
+    expect(root.tag == SVG + "svg" and (int(root.get("width")), int(root.get("height"))) == size and
+           "DejaVu Sans" in root.get("font-family", ""), f"{path}: {root.attrib}")
+    return root
+
+
+def check_km_svg(path, t, high, p):
+    """km.svg: the caption in sentence case with lifelines' p, and the numbers at risk under
+    each time tick counted here from the halves."""
+    root = svg_root(path, (1200, 960))
+    texts = [x.text or "" for x in root.iter(SVG + "text")]
+    caption = [x for x in texts if x.startswith("Log-rank p = ")]
+    shown = f"Log-rank p = {p:.3g}; " if p >= 1e-4 else f"Log-rank p = {p:.1e}; "
+    expect(len(caption) == 1 and caption[0].startswith(shown) and
+           caption[0].endswith("high: risk above its fold’s training median") and
+           f"n = {len(t)} (low {int((~high).sum())}, high {int(high.sum())})" in caption[0],
+           f"km.svg caption {caption}, lifelines' p {p}")
+    axes = [g for g in root.iter(SVG + "g") if g.get("class") == "axes"][0]
+    ticks = [float(x.text) for x in axes.iter(SVG + "text")
+             if x.get("text-anchor") == "middle" and x.text.replace(".", "", 1).isdigit()]
+    expect(len(ticks) >= 3 and ticks[0] == 0, f"time ticks {ticks}")
+    for name, half in (("low", ~high), ("high", high)):
+        group = [g for g in root.iter(SVG + "g") if g.get("class") == "at-risk-" + name][0]
+        got = [int(x.text) for x in group.iter(SVG + "text") if x.text.isdigit()]
+        want = [int((t[half] >= x).sum()) for x in ticks]
+        expect(got == want, f"at risk, {name}: {got}, counted {want} at {ticks}")
 
 
 def check_cox_micro_batches():

@@ -26,6 +26,7 @@ from sksurv.metrics import integrated_brier_score
 from sksurv.util import Surv
 from torchsurv.loss.cox import neg_partial_log_likelihood
 
+from bootstrap_ref import check_interval, group_bootstrap
 from cli_common import expect, run, run_checks, run_json, tmp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "fixtures"))
@@ -124,6 +125,12 @@ def check_survival_cross_validation():
     width = int.from_bytes(head[16:20], "big")
     expect(head[:8] == b"\x89PNG\r\n\x1a\n" and width >= 1024, f"km.png: width {width}")
     check_km_svg(os.path.join(out, "km.svg"), t, high, p)
+    iv = cv["intervals"]
+    expect(iv["unit"] == "patient" and iv["groups"] == len(PEOPLE) and iv["resamples"] == 1000,
+           f"cv.json intervals {iv}")
+    patients = [r["sample"] for r in oof]  # bags by patient: one sample each
+    ref = group_bootstrap(patients, lambda i: concordance_index(t[i], -risk[i], e[i]), resamples=2000)
+    check_interval(expect, iv, "val_c_index", ref, c)
     code, again, err = run_json([mltool, "train", tmp("sds"), "--model", tmp("abmil.json"), "--folds", "all",
                                  "-o", out, "--epochs", "15", "--batch", "8", "--lr", "0.005", "--json"])
     expect(code == 0 and "0 trained, 3 already finished" in err, f"rerun: exit {code}: {err.strip()}")
@@ -282,6 +289,10 @@ def check_regression_cross_validation():
     expect(r2 >= 0.8, f"out-of-fold R² {r2:.3f} < 0.8")
     expect(cv["pictures"]["scatter"]["file"] == "scatter.png" and
            os.path.getsize(os.path.join(out, "scatter.png")) > 0, f"pictures {cv['pictures']}")
+    y = np.array([x["target"] for x in oof], dtype=np.float32).astype(np.float64)
+    pred = np.array([x["prediction"] for x in oof], dtype=np.float32).astype(np.float64)
+    ref = group_bootstrap([x["sample"] for x in oof], lambda i: sklearn.metrics.r2_score(y[i], pred[i]))
+    check_interval(expect, cv["intervals"], "val_r2", ref, sklearn.metrics.r2_score(y, pred))
     root = svg_root(os.path.join(out, "scatter.svg"), (1200, 960))
     points = [g for g in root.iter(SVG + "g") if g.get("class") == "points"]
     expect(len(points) == 1 and len(list(points[0].iter(SVG + "circle"))) == len(oof),

@@ -15,12 +15,15 @@ import struct
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 import zlib
 
 import numpy as np
+import sklearn.metrics
 import torch
 import torch.nn.functional as F
 
+from bootstrap_ref import check_interval, group_bootstrap
 from cli_common import (MATH_PATHS, expect, run, run_checks, run_json, run_with_sigterms,
                         second_writer_refused, tmp, write_feature_store)
 
@@ -163,6 +166,26 @@ def check_mlp_learns():
         expect(os.path.isfile(tmp("run_mlp", f)), f"{f} missing")
     best = [l["epoch"] for l in epochs if l["best"]]
     expect(best and best[-1] == s["best_epoch"] == manifest["result"]["best_epoch"], f"best epochs {best}, {s}")
+    # Three labels: balanced accuracy's interval only, resampling slides (the tiles' own).
+    keys = open(tmp("feat", "keys.txt")).read().split()
+    preds = predictions(tmp("run_mlp"))
+    slides = [keys[int(p["sample"])].split("/")[0] for p in preds]
+    y, yhat = [p["label"] for p in preds], [p["prediction"] for p in preds]
+    iv = manifest["result"]["intervals"]
+    expect(iv["unit"] == "slide" and iv["groups"] == len(set(slides)) and
+           sorted(iv["metrics"]) == ["val_balanced_accuracy"], f"intervals {iv}")
+    bacc = sklearn.metrics.balanced_accuracy_score
+    ref = group_bootstrap(slides, lambda i: bacc([y[k] for k in i], [yhat[k] for k in i]))
+    check_interval(expect, iv, "val_balanced_accuracy", ref, bacc(y, yhat))
+    expect(abs(manifest["result"]["validation"]["val_balanced_accuracy"] - bacc(y, yhat)) <= 1e-12,
+           "val_balanced_accuracy is scikit-learn's")
+    names = ["normal", "stroma", "tumor"]
+    charts = manifest["result"]["charts"]
+    expect(sorted(charts) == ["confusion"] and
+           charts["confusion"]["matrix"] == sklearn.metrics.confusion_matrix(y, yhat, labels=names).tolist(),
+           f"three labels: the confusion matrix only, scikit-learn's: {charts}")
+    cells = svg_group(tmp("run_mlp", "confusion.svg"), "cells")
+    expect(len(list(cells.iter(SVG + "rect"))) == 9, "confusion.svg: 3 x 3 cells")
 
 
 def check_feeds_agree():
@@ -329,12 +352,92 @@ def check_abmil_learns():
         got = abmil_forward(sd, bag)
         want = torch.tensor([float(p["logit_neg"]), float(p["logit_pos"])])
         expect(torch.allclose(got, want, atol=1e-4), f"bag {p['sample']}: PyTorch {got.tolist()}, mltool {want.tolist()}")
+    check_bag_intervals(tmp("run_bag"))
     # Bags of different lengths padded into one batch: the feeds agree.
     args = [tmp("bagds"), "--model", tmp("abmil.json"), "--epochs", "3", "--batch", "5"]
     train_ok(*args, "-o", tmp("run_bag_p"), "--feed", "pinned")
     train_ok(*args, "-o", tmp("run_bag_h"), "--feed", "host")
     expect(open(tmp("run_bag_p", "model.safetensors"), "rb").read() ==
            open(tmp("run_bag_h", "model.safetensors"), "rb").read(), "bag feeds give different weights")
+    # The same predictions and seed give the same intervals; --bootstrap 0 writes none.
+    result = [json.load(open(tmp(r, "run.json")))["result"] for r in ("run_bag_p", "run_bag_h")]
+    expect(result[0]["intervals"] == result[1]["intervals"], "the same predictions, other intervals")
+    train_ok(tmp("bagds"), "--model", tmp("abmil.json"), "--epochs", "1", "-o", tmp("run_bag_0"),
+             "--bootstrap", "0")
+    expect("intervals" not in json.load(open(tmp("run_bag_0", "run.json")))["result"], "--bootstrap 0")
+
+
+def check_bag_intervals(run_dir):
+    """Two labels: AUROC, AUPRC and balanced accuracy equal scikit-learn's on predictions.csv,
+    and their 95% intervals a numpy bootstrap's over the same slides (one bag each) within
+    0.02."""
+    preds = predictions(run_dir)
+    y = np.array([p["label"] == "pos" for p in preds], dtype=int)
+    # The logits are float32 written exactly: read back as float32, as mltool computed.
+    l0, l1 = (np.array([p[f"logit_{n}"] for p in preds], dtype=np.float32).astype(np.float64)
+              for n in ("neg", "pos"))
+    score = 1 / (1 + np.exp(l0 - l1))
+    yhat = np.array([p["prediction"] == "pos" for p in preds], dtype=int)
+    run = json.load(open(os.path.join(run_dir, "run.json")))["result"]
+    iv, v = run["intervals"], run["validation"]
+    expect(iv["unit"] == "slide" and iv["groups"] == len(preds) and iv["resamples"] == 1000, f"{iv}")
+    slides = [p["sample"] for p in preds]
+    m = sklearn.metrics
+    for name, f in (("val_auc", lambda i: m.roc_auc_score(y[i], score[i])),
+                    ("val_auprc", lambda i: m.average_precision_score(y[i], score[i])),
+                    ("val_balanced_accuracy", lambda i: m.balanced_accuracy_score(y[i], yhat[i]))):
+        whole = f(np.arange(len(y)))
+        expect(abs(v[name] - whole) <= 1e-9, f"{name} {v[name]}, scikit-learn {whole}")
+        check_interval(expect, iv, name, group_bootstrap(slides, f), whole)
+    check_class_charts(run_dir, run["charts"], y, score, yhat)
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def svg_group(path, name):
+    """The <g class=NAME> of the SVG at path, parsed by ElementTree."""
+    root = ET.parse(path).getroot()
+    expect("DejaVu Sans" in root.get("font-family", ""), f"{path}: font {root.get('font-family')}")
+    found = [g for g in root.iter(SVG + "g") if g.get("class") == name]
+    expect(len(found) == 1, f"{path}: {len(found)} groups {name}")
+    return found[0]
+
+
+def polyline(group):
+    (line,) = group.iter(SVG + "polyline")
+    return np.array([[float(v) for v in p.split(",")] for p in line.get("points").split()])
+
+
+def check_class_charts(run_dir, charts, y, score, yhat):
+    """roc, pr, calibration and confusion: the PNGs libvips rendered and their SVGs; the ROC
+    polyline is scikit-learn's roc_curve (every threshold) on the plot's axes (x 120 + 740 fpr,
+    y 640 − 560 tpr), the calibration bins sklearn's calibration_curve, the matrix sklearn's
+    confusion_matrix; the bands enclose most of the curve."""
+    m = sklearn.metrics
+    for name in ("roc", "pr", "calibration", "confusion"):
+        expect(charts[name]["file"] == name + ".png" and charts[name]["svg"] == name + ".svg", f"{charts[name]}")
+        with open(os.path.join(run_dir, name + ".png"), "rb") as f:
+            head = f.read(24)
+        expect(head[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", head[16:24]) == (900, 800),
+               f"{name}.png header {head!r}")
+    fpr, tpr, _ = m.roc_curve(y, score, drop_intermediate=False)
+    pts = polyline(svg_group(os.path.join(run_dir, "roc.svg"), "curve"))
+    want = np.stack([120 + 740 * fpr, 640 - 560 * tpr], axis=1)
+    expect(pts.shape == want.shape and np.abs(pts - want).max() <= 0.006,
+           f"roc.svg curve {pts.shape}, scikit-learn's {want.shape}")
+    expect(abs(charts["roc"]["auc"] - m.roc_auc_score(y, score)) <= 1e-12, f"roc auc {charts['roc']}")
+    band = svg_group(os.path.join(run_dir, "roc.svg"), "band")
+    expect(len(list(band.iter(SVG + "polygon"))) == 1, "roc.svg has no band")
+    expect(charts["confusion"]["matrix"] == m.confusion_matrix(y, yhat).tolist(),
+           f"confusion {charts['confusion']['matrix']} vs {m.confusion_matrix(y, yhat).tolist()}")
+    from sklearn.calibration import calibration_curve
+    true, pred = calibration_curve(y, score, n_bins=10)
+    bins = [b for b in charts["calibration"]["bins"] if b["samples"] > 0]
+    expect(len(bins) == len(true) and
+           np.allclose([b["fraction_positive"] for b in bins], true, atol=1e-12) and
+           np.allclose([b["mean_predicted"] for b in bins], pred, atol=1e-12),
+           f"calibration bins {bins} vs scikit-learn {true} {pred}")
 
 
 def check_image():

@@ -29,6 +29,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev clang-format
   fonts-dejavu-core  # the font of the QC captions (vips_text) and the charts; named, not left to chance
   librsvg2-2  # libvips' svgload, which renders the charts' SVG to PNG (a libvips42 dependency today)
+  chromium  # headless, for the tests that load report.html in a real browser
 )
 missing=()
 for p in "${packages[@]}"; do

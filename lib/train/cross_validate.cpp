@@ -18,6 +18,7 @@
 #include "mltool/util/log.hpp"
 #include "mltool/util/output_lock.hpp"
 #include "mltool/util/version.hpp"
+#include "report_page.hpp"
 
 namespace mltool::train {
 namespace {
@@ -149,6 +150,7 @@ json gather(const TrainJob& job, int folds) {
   cv["pictures"].update(
       draw_classification_charts(job.output, task, oof, groups, job.bootstrap, job.seed));
   io::write_manifest(util::join_path(job.output, "cv.json"), cv, "cv");
+  write_cv_report(job.output, cv);
   return cv;
 }
 

@@ -31,6 +31,7 @@
 #include "mltool/util/output_lock.hpp"
 #include "mltool/util/parallel.hpp"
 #include "mltool/util/version.hpp"
+#include "report_page.hpp"
 #include "run_dir.hpp"
 #include "script_model.hpp"
 #include "section_plan.hpp"
@@ -616,6 +617,7 @@ void finish_run(const TrainJob& job, const Plan& p, Loop& loop, const LoopState&
   manifest["status"] = report.status;
   manifest["result"] = result;
   run.write_manifest(manifest);
+  if (run.writes()) write_run_report(run.dir(), manifest);
 }
 
 }  // namespace

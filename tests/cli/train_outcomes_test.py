@@ -26,6 +26,7 @@ from sksurv.metrics import integrated_brier_score
 from sksurv.util import Surv
 from torchsurv.loss.cox import neg_partial_log_likelihood
 
+import report_page
 from bootstrap_ref import check_interval, group_bootstrap
 from cli_common import expect, run, run_checks, run_json, tmp
 
@@ -131,6 +132,13 @@ def check_survival_cross_validation():
     patients = [r["sample"] for r in oof]  # bags by patient: one sample each
     ref = group_bootstrap(patients, lambda i: concordance_index(t[i], -risk[i], e[i]), resamples=2000)
     check_interval(expect, iv, "val_c_index", ref, c)
+    page = report_page.parse(os.path.join(out, "report.html"))
+    folds = [r for r in page.rows if r and r[0].startswith("fold-")]
+    expect(len(folds) == 3 and any(r[0] == "mean ± sd" for r in page.rows) and page.svgs == 1 and
+           [f"fold-{f}/report.html" for f in range(3)] == [l for l in page.links if l.endswith("report.html")] and
+           f"{iv['metrics']['val_c_index']['low']:.3f} – {iv['metrics']['val_c_index']['high']:.3f}" in page.all_text,
+           f"CV report.html: rows {page.rows}, {page.svgs} SVGs, links {page.links}")
+    expect(all(os.path.isfile(os.path.join(out, f"fold-{f}", "report.html")) for f in range(3)), "fold reports")
     code, again, err = run_json([mltool, "train", tmp("sds"), "--model", tmp("abmil.json"), "--folds", "all",
                                  "-o", out, "--epochs", "15", "--batch", "8", "--lr", "0.005", "--json"])
     expect(code == 0 and "0 trained, 3 already finished" in err, f"rerun: exit {code}: {err.strip()}")

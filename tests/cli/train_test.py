@@ -23,6 +23,7 @@ import sklearn.metrics
 import torch
 import torch.nn.functional as F
 
+import report_page
 from bootstrap_ref import check_interval, group_bootstrap
 from cli_common import (MATH_PATHS, expect, run, run_checks, run_json, run_with_sigterms,
                         second_writer_refused, tmp, write_feature_store)
@@ -438,6 +439,36 @@ def check_class_charts(run_dir, charts, y, score, yhat):
            np.allclose([b["fraction_positive"] for b in bins], true, atol=1e-12) and
            np.allclose([b["mean_predicted"] for b in bins], pred, atol=1e-12),
            f"calibration bins {bins} vs scikit-learn {true} {pred}")
+
+
+def check_report_page():
+    """run_bag/report.html: no script, nothing from the network; the task, dataset and options;
+    each metric with its interval as run.json has it; the four charts inline; links to the
+    predictions. Headless Chromium renders it (where installed) with the charts drawn."""
+    run_dir = tmp("run_bag")
+    if not os.path.exists(os.path.join(run_dir, "run.json")):
+        check_abmil_learns()
+    run = json.load(open(os.path.join(run_dir, "run.json")))
+    path = os.path.join(run_dir, "report.html")
+    page = report_page.parse(path)
+    expect(page.scripts == 0 and not page.external, f"scripts {page.scripts}, external {page.external}")
+    expect(page.svgs == len(run["result"]["charts"]) == 4, f"{page.svgs} inline SVGs")
+    for want in ("classification", "neg, pos", run["dataset"]["path"], "Validation metrics",
+                 f"{run['result']['intervals']['resamples']} bootstrap resamples"):
+        expect(want in page.all_text, f"report.html lacks {want!r}")
+    rows = {r[0]: r for r in page.rows if r}
+    for name, m in run["result"]["intervals"]["metrics"].items():
+        want = f"{m['low']:.3f} – {m['high']:.3f}"
+        expect(name in rows and rows[name][2] == want, f"{name}: row {rows.get(name)}, run.json {want}")
+    expect(rows["seed"][1] == str(run["options"]["seed"]), f"options row {rows.get('seed')}")
+    expect("predictions.csv" in page.links and "roc.svg" in page.links, f"links {page.links}")
+    rendered = report_page.render(path, expect)
+    if rendered:
+        image, dom = rendered
+        expect(report_page.blue_pixels(image) > 2000, "the screenshot shows no chart")
+        auc = run["result"]["intervals"]["metrics"]["val_auc"]
+        expect("val_auprc" in dom and f"{auc['low']:.3f} – {auc['high']:.3f}" in dom and dom.count("<svg") == 4,
+               "Chromium's DOM lacks the metrics or the charts")
 
 
 def check_image():
@@ -1039,7 +1070,7 @@ def check_script_resume():
 
 if __name__ == "__main__":
     run_checks("train", [check_mlp_learns, check_feeds_agree, check_resume, check_kill_and_resume, check_sigterm,
-                         check_pytorch_loads, check_abmil_learns, check_image, check_bad_input,
+                         check_pytorch_loads, check_abmil_learns, check_report_page, check_image, check_bad_input,
                          check_nan_loss, check_micro_batches, check_sections, check_reproducible,
                          check_one_writer, check_script_matches_python, check_script_learns,
                          check_script_bad_input, check_script_resume, check_script_bag_matches_python,

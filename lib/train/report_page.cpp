@@ -9,6 +9,7 @@
 #include <map>
 #include <vector>
 
+#include "intervals.hpp"
 #include "mltool/io/chart.hpp"
 #include "mltool/io/table.hpp"
 #include "mltool/util/file.hpp"
@@ -182,6 +183,63 @@ std::string slide_rows(const std::string& dir, const io::Table& t) {
   return out + "</table>\n";
 }
 
+// The labels table of the run's dataset (dataset.json's labels), key -> label; empty when the
+// dataset, its table or a label column is gone.
+std::map<std::string, std::string> known_labels(const json& run) {
+  std::map<std::string, std::string> out;
+  try {
+    const std::string path =
+        util::join_path(run.at("dataset").at("path").get<std::string>(), "dataset.json");
+    const json labels = json::parse(util::read_file(path)).at("labels");
+    if (!labels.value("label_column", json()).is_string()) return out;
+    const auto table = io::read_table(labels.at("path").get<std::string>());
+    const std::size_t key = table.column(labels.at("key_column").get<std::string>());
+    const std::size_t label = table.column(labels.at("label_column").get<std::string>());
+    for (const auto& r : table.rows) out.emplace(r[key], r[label]);
+  } catch (const std::exception&) {
+    out.clear();  // no labels known: the page says so
+  }
+  return out;
+}
+
+// Classification: the metrics with 95% intervals (1000 resamples of the slides) where the
+// run's labels table names every sample's label (by its key, else its slide); "" otherwise.
+std::string known_label_metrics(const io::Table& t, const json& run) {
+  const json task = run.value(
+      "task", json{{"kind", "classification"}, {"labels", run.at("dataset").at("labels")}});
+  if (task.value("kind", "classification") != "classification" || t.rows.empty()) return "";
+  const auto labels = known_labels(run);
+  if (labels.empty()) return "";
+  OutOfFold table{{"label"}, {}};
+  std::vector<std::size_t> copy;
+  for (std::size_t c = 0; c < t.columns.size(); ++c)
+    if (t.columns[c] == "prediction" || t.columns[c].rfind("logit_", 0) == 0)
+      table.columns.push_back(t.columns[c]), copy.push_back(c);
+  SampleGroups groups{"slide", {}};
+  const std::size_t sample = t.column("sample"), slide = t.column("slide");
+  for (const auto& r : t.rows) {
+    auto it = labels.find(r[sample]);
+    if (it == labels.end()) it = labels.find(r[slide]);
+    if (it == labels.end()) return "";
+    std::vector<std::string> row{it->second};
+    for (const auto c : copy) row.push_back(r[c]);
+    table.rows.push_back(std::move(row));
+    groups.of.push_back(r[slide]);
+  }
+  const std::uint64_t seed = run.value("options", json::object()).value("seed", std::uint64_t{0});
+  json intervals;
+  try {
+    intervals = metric_intervals(task, table, groups, 1000, seed);
+  } catch (const std::exception&) {
+    return "";  // a label the run does not know: no metrics
+  }
+  json estimates = json::object();
+  for (const auto& [name, m] : intervals["metrics"].items()) estimates[name] = m["estimate"];
+  return "<h2>Metrics</h2>\n<p>Every sample's label is in the run's labels table: the metrics "
+         "of these predictions. Slides the run trained on make them optimistic.</p>\n" +
+         metrics_table(estimates, intervals);
+}
+
 }  // namespace
 
 void write_predict_report(const std::string& dir, const std::string& run_dir, const json& run) {
@@ -192,9 +250,11 @@ void write_predict_report(const std::string& dir, const std::string& run_dir, co
                      std::to_string(table.rows.size()) + " samples.</p>\n";
   body += "<h2>Task</h2>\n<p>" + task_text(run.value("task", json::object())) + ".</p>\n";
   body += "<h2>Per slide</h2>\n" + slide_rows(dir, table);
-  body +=
-      "<p>No labels were given to predict, so there are no metrics here: the run's page has "
-      "its validation metrics.</p>\n";
+  const std::string metrics = known_label_metrics(table, run);
+  body += !metrics.empty() ? metrics
+                           : "<p>No metrics: the run's labels table does not name every sample's "
+                             "label (or the task is not classification); the run's page has its "
+                             "validation metrics.</p>\n";
   body += "<h2>Files</h2>\n<ul>\n" + link(dir, "predictions.csv", "one row per sample") +
           link(dir, "attention.csv", "each tile's attention in its bag") +
           link(dir, "heatmaps", "a PNG and a QuPath GeoJSON per slide") + "</ul>\n";

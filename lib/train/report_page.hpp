@@ -20,7 +20,9 @@ void write_cv_report(const std::string& dir, const nlohmann::json& cv);
 /// Writes PRED/report.html after `mltool predict` wrote PRED/predictions.csv: the run (linked
 /// to its page) and task, per slide its samples and call (classification: the majority of its
 /// samples' predicted labels and their share; else the mean prediction or risk) with its
-/// heatmap's thumbnail (linked, not inlined: heatmaps are large), links to the files.
+/// heatmap's thumbnail (linked, not inlined: heatmaps are large), links to the files; for
+/// classification, where the run's labels table names every sample's label, the metrics with
+/// their 95% intervals (resampling slides).
 void write_predict_report(const std::string& dir, const std::string& run_dir,
                           const nlohmann::json& run);
 

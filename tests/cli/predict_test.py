@@ -131,9 +131,9 @@ def geojson_tiles(path):
 
 def check_predict_page(out, preds):
     """report.html of a prediction: a row per slide with its samples and the majority of its
-    tiles' predicted labels (counted here) and a thumbnail of its heatmap; no script, nothing
-    from the network; headless Chromium renders it (where installed) with the thumbnails
-    loaded."""
+    tiles' predicted labels (counted here) and a thumbnail of its heatmap; the metrics, the run's
+    labels table knowing every tile; no script, nothing from the network; headless Chromium
+    renders it (where installed) with the thumbnails loaded."""
     import collections
     import report_page
     page = report_page.parse(os.path.join(out, "report.html"))
@@ -150,6 +150,14 @@ def check_predict_page(out, preds):
                (rows[slide][2] == share or v.most_common(2)[-1][1] == n),  # a tie: either call
                f"{slide}: row {rows[slide]}, counted {dict(v)}")
     expect(all(f"heatmaps/{s}.png" in page.links for s in votes), "links to the heatmaps")
+    # The run's labels table names every tile: balanced accuracy as scikit-learn's (the page
+    # shows 4 significant digits) with an interval.
+    import sklearn.metrics
+    labels = {r["key"]: r["label"] for r in rows_of(tmp("tiles.csv"))}
+    bacc = sklearn.metrics.balanced_accuracy_score([labels[k] for k in preds], [p["prediction"] for p in preds.values()])
+    metric = [r for r in page.rows if r and r[0] == "val_balanced_accuracy"]
+    expect("Metrics" in page.all_text and len(metric) == 1 and abs(float(metric[0][1]) - bacc) <= 5e-4 * bacc and
+           " – " in metric[0][2], f"metrics row {metric}, scikit-learn's balanced accuracy {bacc}")
     rendered = report_page.render(os.path.join(out, "report.html"), expect, height=6000)
     if rendered:
         image, dom = rendered

@@ -242,6 +242,8 @@ std::string known_label_metrics(const io::Table& t, const json& run) {
 
 }  // namespace
 
+// The page names the run, not the output directory: a prediction resumed into another
+// directory publishes the same bytes as one uninterrupted run (predict_test's resume check).
 void write_predict_report(const std::string& dir, const std::string& run_dir, const json& run) {
   const auto table = io::read_table(util::join_path(dir, "predictions.csv"));
   std::string body = "<p>The run <a href=\"" +
@@ -259,7 +261,7 @@ void write_predict_report(const std::string& dir, const std::string& run_dir, co
           link(dir, "attention.csv", "each tile's attention in its bag") +
           link(dir, "heatmaps", "a PNG and a QuPath GeoJSON per slide") + "</ul>\n";
   util::write_file_atomic(util::join_path(dir, "report.html"),
-                          page("mltool prediction " + base_name(dir), body));
+                          page("mltool prediction with run " + base_name(run_dir), body));
 }
 
 void write_run_report(const std::string& dir, const json& run) {

@@ -32,7 +32,7 @@ def group_bootstrap(groups, statistic, resamples=4000, seed=0):
     return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
 
 
-def check_interval(expect, got, name, reference, estimate, within=0.02):
+def expect_interval(expect, got, name, reference, estimate, within=0.02):
     """got: run.json's / cv.json's intervals (of 1000 resamples); the metric's estimate equals
     `estimate` within 1e-9, at least 900 resamples gave a number, and its bounds are the
     reference's within `within`."""

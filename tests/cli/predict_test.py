@@ -129,7 +129,7 @@ def geojson_tiles(path):
             for f in doc["features"] if f["properties"]["objectType"] == "tile"}
 
 
-def check_predict_page(out, preds):
+def expect_predict_page(out, preds):
     """report.html of a prediction: a row per slide with its samples and the majority of its
     tiles' predicted labels (counted here) and a thumbnail of its heatmap; the metrics, the run's
     labels table knowing every tile; no script, nothing from the network; headless Chromium
@@ -181,7 +181,7 @@ def check_heatmaps():
         # The tiles' colours differ where the model tells classes apart: many colours on top.
         top = img[: img.shape[0] // 2].reshape(-1, 3)
         expect(len(np.unique(top, axis=0)) >= 4, f"S{i:02d}.png: {len(np.unique(top, axis=0))} colours")
-    check_predict_page(out, preds)
+    expect_predict_page(out, preds)
     small = predict_ok(tmp("run_mlp"), tmp("feat"), "-o", tmp("pred_small"), "--tiles", tmp("tiles.lmdb"),
                        "--heatmap-size", "300", "--label", "normal")
     img = Image.open(tmp("pred_small", "heatmaps", "S00.png"))

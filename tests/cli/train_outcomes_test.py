@@ -27,7 +27,7 @@ from sksurv.util import Surv
 from torchsurv.loss.cox import neg_partial_log_likelihood
 
 import report_page
-from bootstrap_ref import check_interval, group_bootstrap
+from bootstrap_ref import expect_interval, group_bootstrap
 from cli_common import expect, run, run_checks, run_json, tmp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "fixtures"))
@@ -125,13 +125,13 @@ def check_survival_cross_validation():
         head = f.read(24)
     width = int.from_bytes(head[16:20], "big")
     expect(head[:8] == b"\x89PNG\r\n\x1a\n" and width >= 1024, f"km.png: width {width}")
-    check_km_svg(os.path.join(out, "km.svg"), t, high, p)
+    expect_km_svg(os.path.join(out, "km.svg"), t, high, p)
     iv = cv["intervals"]
     expect(iv["unit"] == "patient" and iv["groups"] == len(PEOPLE) and iv["resamples"] == 1000,
            f"cv.json intervals {iv}")
     patients = [r["sample"] for r in oof]  # bags by patient: one sample each
     ref = group_bootstrap(patients, lambda i: concordance_index(t[i], -risk[i], e[i]), resamples=2000)
-    check_interval(expect, iv, "val_c_index", ref, c)
+    expect_interval(expect, iv, "val_c_index", ref, c)
     page = report_page.parse(os.path.join(out, "report.html"))
     folds = [r for r in page.rows if r and r[0].startswith("fold-")]
     expect(len(folds) == 3 and any(r[0] == "mean ± sd" for r in page.rows) and page.svgs == 1 and
@@ -300,7 +300,7 @@ def check_regression_cross_validation():
     y = np.array([x["target"] for x in oof], dtype=np.float32).astype(np.float64)
     pred = np.array([x["prediction"] for x in oof], dtype=np.float32).astype(np.float64)
     ref = group_bootstrap([x["sample"] for x in oof], lambda i: sklearn.metrics.r2_score(y[i], pred[i]))
-    check_interval(expect, cv["intervals"], "val_r2", ref, sklearn.metrics.r2_score(y, pred))
+    expect_interval(expect, cv["intervals"], "val_r2", ref, sklearn.metrics.r2_score(y, pred))
     root = svg_root(os.path.join(out, "scatter.svg"), (1200, 960))
     points = [g for g in root.iter(SVG + "g") if g.get("class") == "points"]
     expect(len(points) == 1 and len(list(points[0].iter(SVG + "circle"))) == len(oof),
@@ -322,7 +322,7 @@ def svg_root(path, size):
     return root
 
 
-def check_km_svg(path, t, high, p):
+def expect_km_svg(path, t, high, p):
     """km.svg: the caption in sentence case with lifelines' p, and the numbers at risk under
     each time tick counted here from the halves."""
     root = svg_root(path, (1200, 960))

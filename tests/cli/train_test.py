@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 import report_page
-from bootstrap_ref import check_interval, group_bootstrap
+from bootstrap_ref import expect_interval, group_bootstrap
 from cli_common import (MATH_PATHS, expect, run, run_checks, run_json, run_with_sigterms,
                         second_writer_refused, tmp, write_feature_store)
 
@@ -177,7 +177,7 @@ def check_mlp_learns():
            sorted(iv["metrics"]) == ["val_balanced_accuracy"], f"intervals {iv}")
     bacc = sklearn.metrics.balanced_accuracy_score
     ref = group_bootstrap(slides, lambda i: bacc([y[k] for k in i], [yhat[k] for k in i]))
-    check_interval(expect, iv, "val_balanced_accuracy", ref, bacc(y, yhat))
+    expect_interval(expect, iv, "val_balanced_accuracy", ref, bacc(y, yhat))
     expect(abs(manifest["result"]["validation"]["val_balanced_accuracy"] - bacc(y, yhat)) <= 1e-12,
            "val_balanced_accuracy is scikit-learn's")
     names = ["normal", "stroma", "tumor"]
@@ -353,7 +353,7 @@ def check_abmil_learns():
         got = abmil_forward(sd, bag)
         want = torch.tensor([float(p["logit_neg"]), float(p["logit_pos"])])
         expect(torch.allclose(got, want, atol=1e-4), f"bag {p['sample']}: PyTorch {got.tolist()}, mltool {want.tolist()}")
-    check_bag_intervals(tmp("run_bag"))
+    expect_bag_intervals(tmp("run_bag"))
     # Bags of different lengths padded into one batch: the feeds agree.
     args = [tmp("bagds"), "--model", tmp("abmil.json"), "--epochs", "3", "--batch", "5"]
     train_ok(*args, "-o", tmp("run_bag_p"), "--feed", "pinned")
@@ -368,7 +368,7 @@ def check_abmil_learns():
     expect("intervals" not in json.load(open(tmp("run_bag_0", "run.json")))["result"], "--bootstrap 0")
 
 
-def check_bag_intervals(run_dir):
+def expect_bag_intervals(run_dir):
     """Two labels: AUROC, AUPRC and balanced accuracy equal scikit-learn's on predictions.csv,
     and their 95% intervals a numpy bootstrap's over the same slides (one bag each) within
     0.02."""
@@ -389,8 +389,8 @@ def check_bag_intervals(run_dir):
                     ("val_balanced_accuracy", lambda i: m.balanced_accuracy_score(y[i], yhat[i]))):
         whole = f(np.arange(len(y)))
         expect(abs(v[name] - whole) <= 1e-9, f"{name} {v[name]}, scikit-learn {whole}")
-        check_interval(expect, iv, name, group_bootstrap(slides, f), whole)
-    check_class_charts(run_dir, run["charts"], y, score, yhat)
+        expect_interval(expect, iv, name, group_bootstrap(slides, f), whole)
+    expect_class_charts(run_dir, run["charts"], y, score, yhat)
 
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -410,7 +410,7 @@ def polyline(group):
     return np.array([[float(v) for v in p.split(",")] for p in line.get("points").split()])
 
 
-def check_class_charts(run_dir, charts, y, score, yhat):
+def expect_class_charts(run_dir, charts, y, score, yhat):
     """roc, pr, calibration and confusion: the PNGs libvips rendered and their SVGs; the ROC
     polyline is scikit-learn's roc_curve (every threshold) on the plot's axes (x 120 + 740 fpr,
     y 640 − 560 tpr), the calibration bins sklearn's calibration_curve, the matrix sklearn's

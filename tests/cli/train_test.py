@@ -471,6 +471,36 @@ def check_report_page():
                "Chromium's DOM lacks the metrics or the charts")
 
 
+def check_classification_cv():
+    """--folds all on the bags: cv.json's out-of-fold AUROC and AUPRC equal scikit-learn's on
+    oof_predictions.csv and their intervals a numpy bootstrap's over the same 40 slides within
+    0.02; the four charts of the out-of-fold predictions; CV/report.html with a row per fold
+    and the charts inline."""
+    pack(tmp("bagfeat"), tmp("bags.csv"), tmp("bagcv"), "--unit", "bag", "--folds", "3")
+    out = tmp("cv_bag")
+    train_ok(tmp("bagcv"), "--model", tmp("abmil.json"), "--folds", "all", "-o", out, "--epochs", "6",
+             "--batch", "4", "--lr", "0.01")
+    cv = json.load(open(os.path.join(out, "cv.json")))
+    oof = list(csv.DictReader(open(os.path.join(out, "oof_predictions.csv"))))
+    y = np.array([r["label"] == "pos" for r in oof], dtype=int)
+    l0, l1 = (np.array([r[f"logit_{n}"] for r in oof], dtype=np.float32).astype(np.float64)
+              for n in ("neg", "pos"))
+    score = 1 / (1 + np.exp(l0 - l1))
+    iv = cv["intervals"]
+    expect(iv["unit"] == "slide" and iv["groups"] == 40 == len(oof), f"cv.json intervals {iv}")
+    m = sklearn.metrics
+    slides = [r["sample"] for r in oof]
+    for name, f in (("val_auc", lambda i: m.roc_auc_score(y[i], score[i])),
+                    ("val_auprc", lambda i: m.average_precision_score(y[i], score[i]))):
+        expect_interval(expect, iv, name, group_bootstrap(slides, f), f(np.arange(len(y))))
+    expect(sorted(cv["pictures"]) == ["calibration", "confusion", "pr", "roc"] and
+           all(os.path.isfile(os.path.join(out, n + ".svg")) for n in cv["pictures"]), f"pictures {cv['pictures']}")
+    page = report_page.parse(os.path.join(out, "report.html"))
+    folds = [r for r in page.rows if r and r[0].startswith("fold-")]
+    expect(page.svgs == 4 and len(folds) == 3 and not page.external and page.scripts == 0,
+           f"CV report.html: {page.svgs} SVGs, fold rows {folds}")
+
+
 def check_image():
     import tile_store
     # Slides of reddish or bluish 16x16 tiles: the label is the tint.
@@ -1070,7 +1100,8 @@ def check_script_resume():
 
 if __name__ == "__main__":
     run_checks("train", [check_mlp_learns, check_feeds_agree, check_resume, check_kill_and_resume, check_sigterm,
-                         check_pytorch_loads, check_abmil_learns, check_report_page, check_image, check_bad_input,
+                         check_pytorch_loads, check_abmil_learns, check_report_page, check_classification_cv,
+                         check_image, check_bad_input,
                          check_nan_loss, check_micro_batches, check_sections, check_reproducible,
                          check_one_writer, check_script_matches_python, check_script_learns,
                          check_script_bad_input, check_script_resume, check_script_bag_matches_python,

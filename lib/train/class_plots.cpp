@@ -136,6 +136,18 @@ Points to_pixels(const Points& p) {
   return out;
 }
 
+// The precision–recall curve as steps: from (0, the first precision), a step at each
+// threshold (scikit-learn's PrecisionRecallDisplay draws it so).
+Points pr_steps(const Points& pr) {
+  Points steps;
+  if (!pr.empty()) steps.emplace_back(0, pr.front().second);
+  for (std::size_t k = 0; k < pr.size(); ++k) {
+    if (k > 0) steps.emplace_back(pr[k - 1].first, pr[k].second);
+    steps.push_back(pr[k]);
+  }
+  return steps;
+}
+
 std::string band_note(const SampleGroups& groups, int resamples) {
   return resamples > 0 ? "; band: 95%, " + std::to_string(resamples) + " bootstrap resamples of " +
                              groups.unit + "s"
@@ -173,14 +185,8 @@ json draw_pr(const std::string& dir, const ClassPredictions& c, const Curves& al
   const double prevalence = positives / static_cast<double>(c.label.size());
   svg.line(kUnit.px(0), kUnit.py(prevalence), kUnit.px(1), kUnit.py(prevalence), kAxis, 1.5, "6 5");
   draw_band(svg, band);
-  Points steps;  // from (0, first precision), stepping at each threshold
-  if (!all.pr.empty()) steps.emplace_back(0, all.pr.front().second);
-  for (std::size_t k = 0; k < all.pr.size(); ++k) {
-    if (k > 0) steps.emplace_back(all.pr[k - 1].first, all.pr[k].second);
-    steps.push_back(all.pr[k]);
-  }
   svg.begin_group("curve");
-  svg.polyline(to_pixels(steps), kLine, 2.5);
+  svg.polyline(to_pixels(pr_steps(all.pr)), kLine, 2.5);
   svg.end_group();
   const double ap = average_precision(c.label, c.score);
   io::draw_legend(svg, 140, 560, 330,
@@ -276,6 +282,48 @@ json draw_confusion(const std::string& dir, const ClassPredictions& c) {
   return {{"file", "confusion.png"}, {"svg", "confusion.svg"}, {"labels", c.names}, {"matrix", m}};
 }
 
+// More than two labels: each label's one-vs-rest ROC or precision–recall curve (no band),
+// its AUC or average precision in the legend and the JSON.
+json draw_one_vs_rest(const std::string& dir, const ClassPredictions& c, bool roc) {
+  constexpr Rgb kPalette[] = {{31, 119, 180},  {255, 127, 14}, {44, 160, 44},   {214, 39, 40},
+                              {148, 103, 189}, {140, 86, 75},  {227, 119, 194}, {127, 127, 127},
+                              {188, 189, 34},  {23, 190, 207}};
+  const std::string name = roc ? "roc" : "pr";
+  Svg svg(kWidth, kHeight);
+  svg.text(kUnit.left, 45,
+           roc ? "ROC curves, each label against the rest"
+               : "Precision–recall curves, each label against the rest",
+           22, kInk, Anchor::start, true);
+  io::draw_axes(svg, kUnit, kTicks, kTicks, roc ? "False-positive rate" : "Recall",
+                roc ? "True-positive rate" : "Precision");
+  if (roc) svg.line(kUnit.px(0), kUnit.py(0), kUnit.px(1), kUnit.py(1), kAxis, 1.5, "6 5");
+  std::vector<std::size_t> all(c.label.size());
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<io::LegendEntry> legend;
+  json per_label = json::object();
+  svg.begin_group("curves");
+  for (std::size_t k = 0; k < c.names.size(); ++k) {
+    std::vector<std::int64_t> y;
+    for (const auto l : c.label) y.push_back(static_cast<std::size_t>(l) == k ? 1 : 0);
+    const Curves curve = curves(y, c.prob[k], all);
+    const double value = roc ? binary_auc(y, c.prob[k]) : average_precision(y, c.prob[k]);
+    per_label[c.names[k]] = std::isfinite(value) ? json(value) : json();
+    if (curve.roc.empty()) continue;  // the label is absent, or alone
+    const Rgb colour = kPalette[k % (sizeof kPalette / sizeof kPalette[0])];
+    svg.polyline(to_pixels(roc ? curve.roc : pr_steps(curve.pr)), colour, 2);
+    legend.push_back({c.names[k] + (roc ? ", AUC " : ", AUPRC ") + fixed(value, 3), colour,
+                      io::LegendEntry::line});
+  }
+  svg.end_group();
+  io::draw_legend(svg, roc ? 480 : 140, 480, 370, legend, 14);
+  svg.text(
+      20, kHeight - 50,
+      "n = " + std::to_string(c.label.size()) + "; one vs rest: the label's softmax probability",
+      kSize, kInk);
+  io::write_chart(util::join_path(dir, name + ".png"), svg);
+  return {{"file", name + ".png"}, {"svg", name + ".svg"}, {roc ? "auc" : "auprc", per_label}};
+}
+
 }  // namespace
 
 json draw_classification_charts(const std::string& dir, const json& task, const OutOfFold& table,
@@ -284,7 +332,11 @@ json draw_classification_charts(const std::string& dir, const json& task, const 
     return json::object();
   const ClassPredictions c = class_predictions(task, table);
   json out = {{"confusion", draw_confusion(dir, c)}};
-  if (c.names.size() != 2) return out;
+  if (c.names.size() > 2) {
+    out["roc"] = draw_one_vs_rest(dir, c, true);
+    out["pr"] = draw_one_vs_rest(dir, c, false);
+    return out;
+  }
   std::vector<std::size_t> all(c.label.size());
   std::iota(all.begin(), all.end(), 0);
   const Curves whole = curves(c.label, c.score, all);

@@ -156,6 +156,17 @@ ClassPredictions class_predictions(const json& task, const OutOfFold& t) {
     const auto l0 = numbers(t, "logit_" + c.names[0]), l1 = numbers(t, "logit_" + c.names[1]);
     for (std::size_t i = 0; i < l0.size(); ++i)
       c.score.push_back(1 / (1 + std::exp(l0[i] - l1[i])));
+    return c;
+  }
+  std::vector<std::vector<double>> logits;
+  for (const auto& name : c.names) logits.push_back(numbers(t, "logit_" + name));
+  c.prob.assign(c.names.size(), std::vector<double>(t.rows.size()));
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    double top = logits[0][i], sum = 0;
+    for (const auto& l : logits) top = std::max(top, l[i]);
+    for (const auto& l : logits) sum += std::exp(l[i] - top);
+    for (std::size_t k = 0; k < logits.size(); ++k)
+      c.prob[k][i] = std::exp(logits[k][i] - top) / sum;
   }
   return c;
 }

@@ -31,6 +31,8 @@ struct ClassPredictions {
   std::vector<std::string> names;              ///< the labels, by id
   std::vector<std::int64_t> label, predicted;  ///< ids per sample
   std::vector<double> score;  ///< two labels: the last label's probability (softmax of logits)
+  /// More than two labels: prob[k][i], label k's probability of sample i (softmax of logits).
+  std::vector<std::vector<double>> prob;
 };
 ClassPredictions class_predictions(const nlohmann::json& task, const OutOfFold& table);
 

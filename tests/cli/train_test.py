@@ -182,11 +182,26 @@ def check_mlp_learns():
            "val_balanced_accuracy is scikit-learn's")
     names = ["normal", "stroma", "tumor"]
     charts = manifest["result"]["charts"]
-    expect(sorted(charts) == ["confusion"] and
+    expect(sorted(charts) == ["confusion", "pr", "roc"] and
            charts["confusion"]["matrix"] == sklearn.metrics.confusion_matrix(y, yhat, labels=names).tolist(),
-           f"three labels: the confusion matrix only, scikit-learn's: {charts}")
+           f"three labels: the confusion matrix (scikit-learn's) and one-vs-rest curves: {charts}")
     cells = svg_group(tmp("run_mlp", "confusion.svg"), "cells")
     expect(len(list(cells.iter(SVG + "rect"))) == 9, "confusion.svg: 3 x 3 cells")
+    # One vs rest: each label's softmax probability (of the float32 logits) against the rest.
+    logits = np.array([[p[f"logit_{n}"] for n in names] for p in preds], dtype=np.float32).astype(np.float64)
+    prob = np.exp(logits - logits.max(axis=1, keepdims=True))
+    prob /= prob.sum(axis=1, keepdims=True)
+    lines = list(svg_group(tmp("run_mlp", "roc.svg"), "curves").iter(SVG + "polyline"))
+    expect(len(lines) == 3, f"roc.svg: {len(lines)} curves")
+    for k, n in enumerate(names):
+        truth = np.array([l == n for l in y], dtype=int)
+        auc, ap = sklearn.metrics.roc_auc_score(truth, prob[:, k]), sklearn.metrics.average_precision_score(truth, prob[:, k])
+        expect(abs(charts["roc"]["auc"][n] - auc) <= 1e-12 and abs(charts["pr"]["auprc"][n] - ap) <= 1e-12,
+               f"{n}: AUC {charts['roc']['auc'][n]} vs {auc}, AUPRC {charts['pr']['auprc'][n]} vs {ap}")
+        fpr, tpr, _ = sklearn.metrics.roc_curve(truth, prob[:, k], drop_intermediate=False)
+        pts = np.array([[float(v) for v in q.split(",")] for q in lines[k].get("points").split()])
+        want = np.stack([120 + 740 * fpr, 640 - 560 * tpr], axis=1)
+        expect(pts.shape == want.shape and np.abs(pts - want).max() <= 0.006, f"{n}: roc.svg curve")
 
 
 def check_feeds_agree():

@@ -5,12 +5,14 @@
 #   MLP; the pinned feed on a GPU when there is one, the host feed otherwise)
 # reading each product back with its reference reader (python-lmdb + Pillow, numpy), and
 # → predict (the trained MLP on the validation slides: per-tile predictions, heatmaps)
-# → survival (a synthetic cohort's tile features, packed as patient bags in 3 folds, Cox
-# attention MIL cross-validated: C-index mean ± sd, a Kaplan–Meier picture)
+# → survival (Cox attention MIL cross-validated in 3 folds: C-index with its 95% interval, a
+# Kaplan–Meier picture, report.html) — on the built-in cohort a synthetic cohort's tile
+# features packed as patient bags, named synthetic in the summary; on your cohort your table's
+# time and event columns (--time-column, --event-column), and left out without them
 # indexing a TFRecord file written by TensorFlow for NVIDIA DALI. Ends with a summary: tiles,
-# features, records, the balance verdict, validation accuracy, the validation slides' calls
-# and where their heatmaps are, the survival C-index and Kaplan–Meier picture, and the time of
-# each stage.
+# features, records, the balance verdict, validation accuracy and AUROC with its interval,
+# the validation slides' calls and where their heatmaps are, the survival C-index and
+# Kaplan–Meier picture, each step's report.html, and the time of each stage.
 #
 # By default it runs on a built-in cohort: synthetic whole-slide images (pyramidal tiled TIFFs
 # at 0.25 µm/px) with two tissue classes — H&E-like "normal" stroma with sparse nuclei,
@@ -18,7 +20,8 @@
 # --slides and --labels it runs the same journey on your own cohort.
 #
 #   scripts/example.sh [WORKDIR]                                (default WORKDIR: example-run/, git-ignored)
-#   scripts/example.sh --slides DIR --labels CSV [--work WORKDIR | WORKDIR]
+#   scripts/example.sh --slides DIR --labels CSV [--time-column COL --event-column COL]
+#                      [--work WORKDIR | WORKDIR]
 #
 # --slides DIR   every file in DIR (not in its subdirectories) with an extension OpenSlide 3.4
 #                reads: .svs .tif .tiff .ndpi .vms .vmu .scn .mrxs .svslide .bif (any case);
@@ -29,6 +32,9 @@
 #                one split (else each slide is its own group). Slides without a label are tiled
 #                and extracted but not packed. The split is train=0.67,val=0.33, so the cohort
 #                needs at least two groups (patients or slides), and both labels in train.
+# --time-column COL, --event-column COL   columns of the labels table with each slide's (or
+#                patient's) follow-up time and event (1) or censoring (0): the survival step
+#                cross-validates a Cox model on them. Without them it is left out.
 # --work WORKDIR where everything is written (the same as the positional WORKDIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,20 +42,25 @@ cd "$(dirname "$0")/.."
 die() { echo "example.sh: $*" >&2; exit 1; }
 usage() {
   echo "usage: scripts/example.sh [WORKDIR]" >&2
-  echo "       scripts/example.sh --slides DIR --labels CSV [--work WORKDIR | WORKDIR]" >&2
+  echo "       scripts/example.sh --slides DIR --labels CSV [--time-column COL --event-column COL] [--work WORKDIR | WORKDIR]" >&2
   exit 1
 }
-work= slides_dir= labels_in=
+work= slides_dir= labels_in= time_column= event_column=
 while [ $# -gt 0 ]; do
   case $1 in
-    --slides | --labels | --work)
+    --slides | --labels | --work | --time-column | --event-column)
       [ $# -ge 2 ] || { echo "example.sh: $1 needs a value" >&2; usage; }
-      case $1 in --slides) slides_dir=$2 ;; --labels) labels_in=$2 ;; --work) work=$2 ;; esac
+      case $1 in
+        --slides) slides_dir=$2 ;; --labels) labels_in=$2 ;; --work) work=$2 ;;
+        --time-column) time_column=$2 ;; --event-column) event_column=$2 ;;
+      esac
       shift 2 ;;
     --slides=*) slides_dir=${1#*=}; shift ;;
     --labels=*) labels_in=${1#*=}; shift ;;
     --work=*) work=${1#*=}; shift ;;
-    -h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --time-column=*) time_column=${1#*=}; shift ;;
+    --event-column=*) event_column=${1#*=}; shift ;;
+    -h | --help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "example.sh: unknown option $1" >&2; usage ;;
     *) [ -z "$work" ] || die "two work directories given: $work and $1"; work=$1; shift ;;
   esac
@@ -57,6 +68,9 @@ done
 work=${work:-example-run}
 
 # Your own cohort: check the inputs before anything is installed or built.
+if [ -n "$time_column$event_column" ] && [ -z "$slides_dir$labels_in" ]; then
+  die "--time-column and --event-column name columns of your labels table (--slides, --labels); the built-in cohort's survival step is synthetic"
+fi
 own=0
 extensions='svs|tif|tiff|ndpi|vms|vmu|scn|mrxs|svslide|bif'
 if [ -n "$slides_dir$labels_in" ]; then
@@ -68,6 +82,9 @@ if [ -n "$slides_dir$labels_in" ]; then
   [ -e "$labels_in" ] || die "--labels $labels_in: no such file"
   { [ -f "$labels_in" ] && [ -r "$labels_in" ]; } || die "--labels $labels_in: not a readable file"
   [[ ${labels_in,,} == *.csv ]] || die "--labels $labels_in: expected a .csv file (header key,label[,patient])"
+  if [ -n "$time_column$event_column" ] && { [ -z "$time_column" ] || [ -z "$event_column" ]; }; then
+    die "--time-column and --event-column go together (the survival step needs both)"
+  fi
   slides_dir=$(cd "$slides_dir" && pwd)
   labels_in=$(cd "$(dirname "$labels_in")" && pwd)/$(basename "$labels_in")
   slides=()
@@ -93,7 +110,7 @@ if (( own )); then
   echo "== your cohort: ${#slides[@]} slide files in $slides_dir, labels in $labels_in"
   # The labels table: its header, and every key naming a slide found in DIR. Prints the
   # grouping column (patient, or nothing).
-  group_column=$("$python" - "$labels_in" "${slides[@]}" <<'PY'
+  group_column=$(TIME_COLUMN=$time_column EVENT_COLUMN=$event_column "$python" - "$labels_in" "${slides[@]}" <<'PY'
 import csv, os, sys
 path, slide_files = sys.argv[1], sys.argv[2:]
 ids = {os.path.basename(f).rsplit(".", 1)[0] for f in slide_files}
@@ -110,6 +127,9 @@ header = [c.strip() for c in rows[0]]
 for column in ("key", "label"):
     if column not in header:
         fail(f"no '{column}' column in the header '{','.join(header)}' (expected key,label[,patient])")
+for option, column in (("--time-column", os.environ["TIME_COLUMN"]), ("--event-column", os.environ["EVENT_COLUMN"])):
+    if column and column not in header:
+        fail(f"{option} {column}: no such column in the header '{','.join(header)}'")
 if len(rows) < 2:
     fail("no rows below the header")
 k, l = header.index("key"), header.index("label")
@@ -259,15 +279,21 @@ echo "== mltool train (an MLP on the features; --feed auto: pinned on a GPU, hos
 echo '{"family": "mlp", "hidden": [64], "dropout": 0.1}' > "$work/mlp.json"
 "$mltool" train "$work/dataset" --model "$work/mlp.json" -o "$work/run" --epochs 30 --batch 32 --lr 0.003 \
   --seed 1 --device auto --feed auto --overwrite --json | tee "$work/train.json"
-accuracy=$("$python" - "$work/run/metrics.jsonl" <<'PY'
+accuracy=$("$python" - "$work/run/metrics.jsonl" "$work/run/run.json" <<'PY'
 import json, sys
 epochs = [e for e in map(json.loads, open(sys.argv[1])) if e.get("event") == "epoch"]
 last = epochs[-1]
-print(f"validation accuracy {last['val_accuracy']:.3f} (balanced {last['val_balanced_accuracy']:.3f}) after {last['epoch']} epochs")
+intervals = json.load(open(sys.argv[2]))["result"].get("intervals") or {}
+auc = intervals.get("metrics", {}).get("val_auc")
+ci = (f"; AUROC {auc['estimate']:.3f} (95% CI {auc['low']:.3f}–{auc['high']:.3f}, "
+      f"{intervals['groups']} {intervals['unit']}s)" if auc and auc["low"] is not None else "")
+print(f"validation accuracy {last['val_accuracy']:.3f} (balanced {last['val_balanced_accuracy']:.3f}) "
+      f"after {last['epoch']} epochs{ci}")
 PY
 )
 echo "$accuracy"
-stage_done train "$accuracy"
+echo "the run's page (metrics with intervals, ROC, PR, calibration, confusion): $work/run/report.html"
+stage_done train "$accuracy; $work/run/report.html"
 
 echo "== mltool predict (the run's best weights on the validation slides → $work/pred/)"
 # The validation split's slides: its groups (patients, or slides) from dataset.json, their
@@ -304,28 +330,56 @@ PY
 )
 echo "$calls"
 echo "heatmaps (PNG on each slide, GeoJSON for QuPath): $work/pred/heatmaps/"
-stage_done predict "$calls in $work/pred/heatmaps/"
+stage_done predict "$calls in $work/pred/heatmaps/; $work/pred/report.html"
 
-echo "== survival, cross-validated: a synthetic cohort of 120 patients' tile features (hazard along"
-echo "   one feature direction) → pack --task survival --bag-by patient --folds 3 → train --folds all"
-"$python" scripts/fixtures/outcome_cohort.py "$work/survival"
-"$mltool" pack "$work/survival/features" --labels "$work/survival/clinical.csv" --key-column slide \
-  --task survival --time-column time --event-column event --unit bag --bag-by patient --folds 3 \
-  --seed 1 -o "$work/survival/dataset" --overwrite
-echo '{"family": "abmil", "hidden": [16], "attention": 8}' > "$work/survival/abmil.json"
-"$mltool" train "$work/survival/dataset" --model "$work/survival/abmil.json" --folds all \
-  -o "$work/survival/cv" --epochs 15 --batch 8 --lr 0.005 --seed 1 --device auto --overwrite
-cindex=$("$python" - "$work/survival/cv/cv.json" <<'PY'
+# Survival, cross-validated: on the built-in cohort a synthetic one (named so in the summary);
+# on your cohort your table's time and event columns, or nothing without them.
+survival=$work/survival
+if (( own )) && [ -z "$time_column" ]; then
+  echo "== survival: left out (your labels table has no --time-column and --event-column)"
+  stage_done survival "left out: give --time-column COL --event-column COL to cross-validate a survival model on your table"
+else
+  if (( own )); then
+    echo "== survival, cross-validated on your cohort: $time_column and $event_column of $work/labels.csv"
+    echo "   → pack --task survival --unit bag (${group_column:-slide} bags) --folds 3 → train --folds all"
+    bag_args=()
+    [ -z "$group_column" ] || bag_args=(--bag-by patient)
+    rm -rf "$survival" && mkdir -p "$survival"
+    "$mltool" pack "$work/features" --labels "$work/labels.csv" --task survival --time-column "$time_column" \
+      --event-column "$event_column" --unit bag "${bag_args[@]}" --folds 3 --skip-missing --seed 1 \
+      -o "$survival/dataset" --overwrite
+    cohort="your cohort"
+  else
+    echo "== survival, cross-validated: a synthetic cohort of 120 patients' tile features (hazard along"
+    echo "   one feature direction) → pack --task survival --bag-by patient --folds 3 → train --folds all"
+    "$python" scripts/fixtures/outcome_cohort.py "$survival"
+    "$mltool" pack "$survival/features" --labels "$survival/clinical.csv" --key-column slide \
+      --task survival --time-column time --event-column event --unit bag --bag-by patient --folds 3 \
+      --seed 1 -o "$survival/dataset" --overwrite
+    cohort="synthetic cohort"
+  fi
+  echo '{"family": "abmil", "hidden": [16], "attention": 8}' > "$survival/abmil.json"
+  "$mltool" train "$survival/dataset" --model "$survival/abmil.json" --folds all \
+    -o "$survival/cv" --epochs 15 --batch 8 --lr 0.005 --seed 1 --device auto --overwrite
+  cindex=$("$python" - "$survival/cv/cv.json" "$cohort" <<'PY'
 import json, sys
-cv = json.load(open(sys.argv[1]))
+cv, cohort = json.load(open(sys.argv[1])), sys.argv[2]
 km = cv["pictures"]["km"]
-print(f"C-index {cv['mean']['val_c_index']:.3f} ± {cv['sd']['val_c_index']:.3f} over {cv['folds']} folds; "
-      f"log-rank p {km['logrank_p']:.2g} (high {km['high']} vs low {km['low']} risk)")
+ci = cv.get("intervals", {}).get("metrics", {}).get("val_c_index")
+oof = (f"out of fold {ci['estimate']:.3f} (95% CI {ci['low']:.3f}–{ci['high']:.3f}, "
+       f"{cv['intervals']['groups']} {cv['intervals']['unit']}s)" if ci and ci["low"] is not None else "")
+p = "n/a" if km["logrank_p"] is None else f"{km['logrank_p']:.2g}"
+mean, sd = cv["mean"].get("val_c_index"), cv["sd"].get("val_c_index")
+# A fold without a comparable pair has no C-index, and then there is no mean.
+folds = (f"C-index {mean:.3f} ± {sd:.3f} over {cv['folds']} folds" if mean is not None and sd is not None
+         else f"C-index undefined in some of {cv['folds']} folds (too few events)")
+print(f"{cohort}: {folds}{'; ' + oof if oof else ''}; log-rank p {p} (high {km['high']} vs low {km['low']} risk)")
 PY
 )
-echo "$cindex"
-echo "Kaplan–Meier of the out-of-fold risk halves: $work/survival/cv/km.png"
-stage_done survival "$cindex; $work/survival/cv/km.png"
+  echo "$cindex"
+  echo "Kaplan–Meier of the out-of-fold risk halves: $survival/cv/km.png; the page: $survival/cv/report.html"
+  stage_done survival "$cindex; $survival/cv/report.html"
+fi
 
 echo "== mltool index (a TFRecord file written by TensorFlow → DALI index)"
 cp tests/data/tf_written.tfrecord "$work/"

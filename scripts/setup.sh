@@ -27,7 +27,9 @@ packages=(
   libcli11-dev nlohmann-json3-dev liblmdb-dev lmdb-utils libprotobuf-dev protobuf-compiler
   libvips-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libhdf5-dev libtiff-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang-format
-  fonts-dejavu-core  # the font of the QC pictures' captions (vips_text); named, not left to chance
+  fonts-dejavu-core  # the font of the QC captions (vips_text) and the charts; named, not left to chance
+  librsvg2-2  # libvips' svgload, which renders the charts' SVG to PNG (a libvips42 dependency today)
+  chromium  # headless, for the tests that load report.html in a real browser
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -34,7 +34,8 @@ const util::Options<InspectJob>& inspect_options() {
             return j.check ? nlohmann::json(format_thresholds(*j.check)) : nlohmann::json();
           })
           .optional_value(),
-      util::option("--plot", &J::plot, "Write a PNG chart of shard sizes and label mix by decile"),
+      util::option("--plot", &J::plot,
+                   "Write a PNG chart (and its SVG beside) of shard sizes and label mix by decile"),
       option_at<J>(
           "--label-feature", [](J& j) -> std::string& { return j.scan.label_feature; },
           "TFRecord files: the feature holding the label (int64 or bytes)"),

@@ -6,9 +6,11 @@
 #include <map>
 #include <optional>
 
+#include "class_plots.hpp"
 #include "cv_plots.hpp"
 #include "dataset.hpp"
 #include "export.hpp"
+#include "intervals.hpp"
 #include "mltool/io/manifest.hpp"
 #include "mltool/io/table.hpp"
 #include "mltool/util/error.hpp"
@@ -16,6 +18,7 @@
 #include "mltool/util/log.hpp"
 #include "mltool/util/output_lock.hpp"
 #include "mltool/util/version.hpp"
+#include "report_page.hpp"
 
 namespace mltool::train {
 namespace {
@@ -83,6 +86,22 @@ OutOfFold write_oof(const std::string& output, int folds) {
   return oof;
 }
 
+// The groups of the out-of-fold samples: fold f's rows of oof_predictions.csv are its
+// validation split's samples, in order, so their groups are that split's.
+SampleGroups oof_groups(const TrainJob& job, int folds) {
+  const DatasetInfo data = read_dataset_info(job.dataset);
+  if (static_cast<int>(data.fold_splits.size()) != folds)
+    throw InputError(at_file(data.manifest_path, "has " + std::to_string(data.fold_splits.size()) +
+                                                     " folds, the runs " + std::to_string(folds)));
+  SampleGroups groups;
+  for (const auto& split : data.fold_splits) {
+    const auto g = sample_groups(data, read_split(data, split));
+    groups.unit = g.unit;
+    groups.of.insert(groups.of.end(), g.of.begin(), g.of.end());
+  }
+  return groups;
+}
+
 // Gathers the finished folds: cv.json, oof_predictions.csv, the pictures.
 json gather(const TrainJob& job, int folds) {
   std::vector<json> runs;
@@ -124,8 +143,14 @@ json gather(const TrainJob& job, int folds) {
              {"mean", mean},
              {"sd", sd}};
   const OutOfFold oof = write_oof(job.output, folds);
+  const SampleGroups groups = job.bootstrap > 0 ? oof_groups(job, folds) : SampleGroups{};
+  const json intervals = metric_intervals(task, oof, groups, job.bootstrap, job.seed);
+  if (!intervals.is_null()) cv["intervals"] = intervals;
   cv["pictures"] = draw_cv_pictures(job.output, task.at("kind").get<std::string>(), oof, medians);
+  cv["pictures"].update(
+      draw_classification_charts(job.output, task, oof, groups, job.bootstrap, job.seed));
   io::write_manifest(util::join_path(job.output, "cv.json"), cv, "cv");
+  write_cv_report(job.output, cv);
   return cv;
 }
 

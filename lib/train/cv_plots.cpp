@@ -1,6 +1,6 @@
-// km.png and scatter.png (cv_plots.hpp), drawn on io::Canvas: 1200 × 960 pixels, axes with
-// ticks, a legend and a caption; KM curves as steps with censoring ticks and the numbers at
-// risk under the axis.
+// km.png and scatter.png (cv_plots.hpp) with their .svg, drawn with io::Svg: 1200 × 960
+// pixels, axes with ticks at round numbers, a legend and a caption; KM curves as steps with
+// censoring ticks and the numbers at risk under the axis.
 #include "cv_plots.hpp"
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "mltool/io/canvas.hpp"
+#include "mltool/io/chart.hpp"
 #include "mltool/train/metrics.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
@@ -16,14 +16,16 @@
 namespace mltool::train {
 namespace {
 
-using io::Canvas;
+using io::Anchor;
+using io::Axes;
 using io::Rgb;
+using io::Svg;
 using json = nlohmann::json;
 
-constexpr Rgb kInk{40, 40, 40}, kAxis{150, 150, 150}, kGrid{225, 225, 225};
+constexpr Rgb kInk{40, 40, 40}, kAxis{120, 120, 120};
 constexpr Rgb kLow{31, 119, 180}, kHigh{214, 39, 40};
 constexpr int kWidth = 1200, kHeight = 960;
-constexpr int kLeft = 140, kRight = 1140, kTop = 90, kBottom = 700;
+constexpr double kLeft = 140, kRight = 1140, kTop = 90, kBottom = 700;
 
 std::string number(double v, const char* format = "%.4g") {
   char t[32];
@@ -48,57 +50,39 @@ std::vector<double> column_of(const OutOfFold& oof, const std::string& name) {
   return out;
 }
 
-// Maps data coordinates to the plot area.
-struct Axes {
-  double x0, x1, y0, y1;
-  int px(double x) const {
-    return kLeft + static_cast<int>(std::lround((x - x0) / (x1 - x0) * (kRight - kLeft)));
-  }
-  int py(double y) const {
-    return kBottom - static_cast<int>(std::lround((y - y0) / (y1 - y0) * (kBottom - kTop)));
-  }
-};
+constexpr double kSize = 16;
 
-// Five ticks at a round step covering [lo, hi].
-std::vector<double> ticks(double lo, double hi) {
-  const double raw = (hi - lo) / 5, mag = std::pow(10, std::floor(std::log10(raw)));
-  const double r = raw / mag;
-  const double step = r < 1.5 ? mag : r < 3 ? 2 * mag : r < 7 ? 5 * mag : 10 * mag;
-  std::vector<double> out;
-  for (double t = std::ceil(lo / step) * step; t <= hi + 1e-9 * step; t += step) out.push_back(t);
-  return out;
+// Ticks spanning [lo, hi] and the axis range widened to them.
+std::vector<double> span_ticks(double& lo, double& hi) {
+  auto t = io::nice_ticks(lo, hi);
+  if (t.size() > 1) {
+    const double step = t[1] - t[0];
+    if (t.front() > lo + 1e-9 * step) t.insert(t.begin(), t.front() - step);
+    if (t.back() < hi - 1e-9 * step) t.push_back(t.back() + step);
+    lo = t.front(), hi = t.back();
+  }
+  return t;
 }
 
-void frame(Canvas& c, const Axes& a, const std::vector<double>& xt, const std::vector<double>& yt,
-           const std::string& xlabel, const std::string& ylabel) {
-  for (const double t : yt) {
-    c.fill(kLeft, a.py(t), kRight, a.py(t) + 1, kGrid);
-    const std::string s = number(t, "%.3g");
-    c.text(kLeft - 12 - Canvas::text_width(s), a.py(t) - 7, s, kInk);
-  }
-  for (const double t : xt) {
-    c.fill(a.px(t), kBottom, a.px(t) + 2, kBottom + 8, kAxis);
-    const std::string s = number(t, "%.4g");
-    c.text(a.px(t) - Canvas::text_width(s) / 2, kBottom + 14, s, kInk);
-  }
-  c.fill(kLeft - 2, kTop, kLeft, kBottom + 2, kAxis);
-  c.fill(kLeft - 2, kBottom, kRight, kBottom + 2, kAxis);
-  c.text((kLeft + kRight - Canvas::text_width(xlabel)) / 2, kBottom + 40, xlabel, kInk);
-  c.text(12, kTop - 30, ylabel, kInk);
-}
-
-// A Kaplan–Meier curve: steps 3 px thick, a tick at each censoring.
-void draw_curve(Canvas& c, const Axes& a, const KaplanMeier& km, Rgb colour) {
-  double t = 0, s = 1;
+// A Kaplan–Meier curve as steps, with a tick at each censoring.
+void draw_curve(Svg& svg, const Axes& a, const KaplanMeier& km, Rgb colour) {
+  std::vector<std::pair<double, double>> points{{a.px(0), a.py(1)}};
+  double s = 1;
   for (std::size_t k = 0; k < km.times.size(); ++k) {
-    c.fill(a.px(t), a.py(s) - 1, a.px(km.times[k]) + 1, a.py(s) + 2, colour);
-    const double next = km.survival[k];
-    c.fill(a.px(km.times[k]) - 1, a.py(s), a.px(km.times[k]) + 2, a.py(next) + 1, colour);
-    if (km.censored[k] > 0)
-      c.fill(a.px(km.times[k]) - 1, a.py(next) - 8, a.px(km.times[k]) + 2, a.py(next) + 8, colour);
-    t = km.times[k];
-    s = next;
+    points.emplace_back(a.px(km.times[k]), a.py(s));
+    s = km.survival[k];
+    points.emplace_back(a.px(km.times[k]), a.py(s));
   }
+  svg.polyline(points, colour, 2.5);
+  for (std::size_t k = 0; k < km.times.size(); ++k)
+    if (km.censored[k] > 0)
+      svg.line(a.px(km.times[k]), a.py(km.survival[k]) - 7, a.px(km.times[k]),
+               a.py(km.survival[k]) + 7, colour, 2);
+}
+
+std::string p_text(double p) {
+  if (std::isnan(p)) return "n/a";
+  return p < 1e-4 ? number(p, "%.1e") : number(p, "%.3g");
 }
 
 json draw_km(const std::string& output, const OutOfFold& oof, const std::vector<double>& medians) {
@@ -113,40 +97,47 @@ json draw_km(const std::string& output, const OutOfFold& oof, const std::vector<
     e[group.back()].push_back(event[i]);
   }
   const double p = logrank_p(time, event, group);
-  const double tmax = *std::max_element(time.begin(), time.end());
-  const Axes a{0, tmax, 0, 1};
-  Canvas c(kWidth, kHeight);
-  const auto xt = ticks(0, tmax);
-  frame(c, a, xt, {0, 0.25, 0.5, 0.75, 1}, "TIME", "SURVIVAL");
-  c.text(kLeft, 20, "KAPLAN-MEIER, OUT-OF-FOLD: HIGH VS LOW RISK", kInk, 3);
+  double lo = 0, hi = *std::max_element(time.begin(), time.end());
+  if (hi <= 0) hi = 1;
+  const auto xt = span_ticks(lo, hi);
+  const Axes a{lo, hi, 0, 1, kLeft, kRight, kTop, kBottom};
+  Svg svg(kWidth, kHeight);
+  svg.text(kLeft, 50, "Kaplan–Meier, out of fold: high vs low risk", 24, kInk, Anchor::start, true);
+  io::draw_axes(svg, a, xt, {0, 0.25, 0.5, 0.75, 1}, "Time", "Survival");
   const Rgb colours[2] = {kLow, kHigh};
-  const char* names[2] = {"LOW", "HIGH"};
+  const char* names[2] = {"Low risk", "High risk"};
   KaplanMeier km[2];
+  svg.begin_group("curves");
   for (int g = 0; g < 2; ++g)
     if (!t[g].empty()) {
       km[g] = kaplan_meier(t[g], e[g]);
-      draw_curve(c, a, km[g], colours[g]);
+      draw_curve(svg, a, km[g], colours[g]);
     }
+  svg.end_group();
+  io::draw_legend(svg, kRight - 300, kTop + 10, 300,
+                  {{names[0], colours[0], io::LegendEntry::line},
+                   {names[1], colours[1], io::LegendEntry::line}});
   // The numbers at risk under the axis, at each tick.
-  c.text(12, kBottom + 80, "AT RISK", kInk);
+  svg.text(12, kBottom + 95, "At risk", kSize, kInk, Anchor::start, true);
   for (int g = 0; g < 2; ++g) {
-    const int y = kBottom + 110 + g * 30;
-    c.fill(12, y + 2, 36, y + 12, colours[g]);
-    c.text(44, y, names[g], colours[g]);
+    const double y = kBottom + 125 + g * 28;
+    svg.begin_group(g == 0 ? "at-risk-low" : "at-risk-high");
+    svg.text(12, y, names[g], kSize, colours[g]);
     for (const double x : xt) {
       std::int64_t n = 0;
       for (const double ti : t[g]) n += ti >= x ? 1 : 0;
-      const std::string s = std::to_string(n);
-      c.text(a.px(x) - Canvas::text_width(s) / 2, y, s, colours[g]);
+      svg.text(a.px(x), y, std::to_string(n), kSize, colours[g], Anchor::middle);
     }
+    svg.end_group();
   }
-  const std::string caption =
-      "LOG-RANK P = " + (std::isnan(p) ? std::string("N/A") : number(p, "%.3g")) +
-      "; N = " + std::to_string(time.size()) + " (LOW " + std::to_string(t[0].size()) + ", HIGH " +
-      std::to_string(t[1].size()) + "); HIGH: RISK ABOVE ITS FOLD'S TRAINING MEDIAN";
-  c.text(12, kHeight - 40, caption, kInk);
-  io::write_png(util::join_path(output, "km.png"), c.image());
+  svg.text(12, kHeight - 30,
+           "Log-rank p = " + p_text(p) + "; n = " + std::to_string(time.size()) + " (low " +
+               std::to_string(t[0].size()) + ", high " + std::to_string(t[1].size()) +
+               "); high: risk above its fold’s training median",
+           kSize, kInk);
+  io::write_chart(util::join_path(output, "km.png"), svg);
   return {{"file", "km.png"},
+          {"svg", "km.svg"},
           {"logrank_p", std::isnan(p) ? json() : json(p)},
           {"low", t[0].size()},
           {"high", t[1].size()}};
@@ -160,23 +151,27 @@ json draw_scatter(const std::string& output, const OutOfFold& oof) {
   double hi = std::max(*std::max_element(truth.begin(), truth.end()),
                        *std::max_element(pred.begin(), pred.end()));
   if (hi <= lo) hi = lo + 1;
-  const double pad = (hi - lo) * 0.05;
-  const Axes a{lo - pad, hi + pad, lo - pad, hi + pad};
-  Canvas c(kWidth, kHeight);
-  frame(c, a, ticks(a.x0, a.x1), ticks(a.y0, a.y1), "TRUE", "PREDICTED");
-  c.text(kLeft, 20, "REGRESSION, OUT-OF-FOLD: PREDICTED VS TRUE", kInk, 3);
-  for (int i = 0; i <= 400; ++i) {  // the diagonal, dotted
-    const double v = a.x0 + (a.x1 - a.x0) * i / 400.0;
-    if (i % 4 < 2) c.fill(a.px(v), a.py(v), a.px(v) + 2, a.py(v) + 2, kAxis);
-  }
+  const auto ticks = span_ticks(lo, hi);
+  const Axes a{lo, hi, lo, hi, kLeft, kRight, kTop, kBottom};
+  Svg svg(kWidth, kHeight);
+  svg.text(kLeft, 50, "Regression, out of fold: predicted vs true", 24, kInk, Anchor::start, true);
+  io::draw_axes(svg, a, ticks, ticks, "True", "Predicted");
+  svg.line(a.px(lo), a.py(lo), a.px(hi), a.py(hi), kAxis, 1.5, "6 5");
+  svg.begin_group("points");
   for (std::size_t i = 0; i < truth.size(); ++i)
-    c.fill(a.px(truth[i]) - 3, a.py(pred[i]) - 3, a.px(truth[i]) + 4, a.py(pred[i]) + 4, kLow);
-  c.text(12, kHeight - 40,
-         "PEARSON R = " + (std::isnan(r) ? std::string("N/A") : number(r, "%.3f")) +
-             "; N = " + std::to_string(truth.size()) + "; DOTTED: PREDICTED = TRUE",
-         kInk);
-  io::write_png(util::join_path(output, "scatter.png"), c.image());
-  return {{"file", "scatter.png"}, {"pearson", std::isnan(r) ? json() : json(r)}};
+    svg.circle(a.px(truth[i]), a.py(pred[i]), 4, kLow, 0.7);
+  svg.end_group();
+  io::draw_legend(
+      svg, kLeft + 20, kTop + 10, 400,
+      {{"Sample", kLow, io::LegendEntry::dot}, {"Predicted = true", kAxis, io::LegendEntry::line}});
+  svg.text(12, kHeight - 30,
+           "Pearson r = " + (std::isnan(r) ? std::string("n/a") : number(r, "%.3f")) +
+               "; n = " + std::to_string(truth.size()) + "; dashed: predicted = true",
+           kSize, kInk);
+  io::write_chart(util::join_path(output, "scatter.png"), svg);
+  return {{"file", "scatter.png"},
+          {"svg", "scatter.svg"},
+          {"pearson", std::isnan(r) ? json() : json(r)}};
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "mltool/util/output_lock.hpp"
 #include "mltool/util/stop.hpp"
 #include "predict_parts.hpp"
+#include "report_page.hpp"
 #include "task.hpp"
 
 namespace mltool::train {
@@ -408,6 +409,7 @@ PredictReport predict(const PredictJob& job) {
   const auto outputs = c.logits.empty() ? torch::zeros({0, task->outputs()}) : torch::cat(c.logits);
   write_predictions(util::join_path(job.output, "predictions.csv"), c.samples, c.slides, outputs,
                     *task);
+  write_predict_report(job.output, job.run, run);
   r.output = job.output;
   r.unit = unit;
   r.device = device.str();

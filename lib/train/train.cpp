@@ -10,12 +10,15 @@
 #include <optional>
 #include <sstream>
 
+#include "class_plots.hpp"
 #include "distributed.hpp"
 #include "export.hpp"
+#include "intervals.hpp"
 #include "loop.hpp"
 #include "mltool/features/encoder_card.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/manifest.hpp"
+#include "mltool/io/table.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/train/batches.hpp"
 #include "mltool/train/model_spec.hpp"
@@ -29,6 +32,7 @@
 #include "mltool/util/output_lock.hpp"
 #include "mltool/util/parallel.hpp"
 #include "mltool/util/version.hpp"
+#include "report_page.hpp"
 #include "run_dir.hpp"
 #include "script_model.hpp"
 #include "section_plan.hpp"
@@ -553,6 +557,20 @@ double median_train_risk(const TrainJob& job, const Plan& p, Loop& loop) {
   return n % 2 ? risk[n / 2] : (risk[n / 2 - 1] + risk[n / 2]) / 2;
 }
 
+// The final predictions' 95% intervals and charts (run.json's result.intervals and
+// result.charts), from the predictions.csv just written.
+void summarize_predictions(const TrainJob& job, const Plan& p, const RunDir& run, json& result) {
+  const json task = p.task->describe();
+  auto table = io::read_table(run.path("predictions.csv"));
+  const OutOfFold predictions{std::move(table.columns), std::move(table.rows)};
+  const SampleGroups groups = job.bootstrap > 0 ? sample_groups(p.data, p.val) : SampleGroups{};
+  const json intervals = metric_intervals(task, predictions, groups, job.bootstrap, job.seed);
+  if (!intervals.is_null()) result["intervals"] = intervals;
+  const json charts =
+      draw_classification_charts(run.dir(), task, predictions, groups, job.bootstrap, job.seed);
+  if (!charts.empty()) result["charts"] = charts;
+}
+
 // Phase 5: a finished run's exports (model.safetensors, model.pt, predictions.csv), the end
 // line of metrics.jsonl and run.json's result.
 void finish_run(const TrainJob& job, const Plan& p, Loop& loop, const LoopState& state,
@@ -572,6 +590,7 @@ void finish_run(const TrainJob& job, const Plan& p, Loop& loop, const LoopState&
     write_predictions(run.path("predictions.csv"), p.val, eval.outputs, *p.task);
     report.validation = eval.metrics;
     result["validation"] = report.validation;
+    summarize_predictions(job, p, run, result);
     if (p.data.task == records::PackTask::survival)
       result["train_risk_median"] = median_train_risk(job, p, loop);
     result.update(p.task->training_notes());
@@ -585,6 +604,7 @@ void finish_run(const TrainJob& job, const Plan& p, Loop& loop, const LoopState&
   manifest["status"] = report.status;
   manifest["result"] = result;
   run.write_manifest(manifest);
+  if (run.writes()) write_run_report(run.dir(), manifest);
 }
 
 }  // namespace

@@ -182,6 +182,10 @@ const util::Options<TrainJob>& train_options() {
           option("--val-split", &J::val_split, "The split to validate on after every epoch"),
           choice("--monitor", &J::monitor, kMonitors, "What best.pt and early stopping follow")
               .in("options"),
+          option("--bootstrap", &J::bootstrap,
+                 "Resamples of the 95% intervals of the final metrics, by patient or slide "
+                 "(0: none)")
+              .at_least(0),
           option("--patience", &J::patience,
                  "Stop after this many epochs without improvement (0: never)")
               .at_least(0)

@@ -272,6 +272,35 @@ def check_text_and_plot():
         expect(im.size == (width, height) and im.mode == "RGB", f"Pillow reads {im.size} {im.mode}")
         colours = {c for _, c in im.getcolors(1 << 20)}
         expect(len(colours) >= 5, f"{len(colours)} colours: is anything drawn?")
+    check_plot_svg(tmp("plot.svg"), (width, height))
+
+
+def check_plot_svg(path, size):
+    """The SVG beside the PNG: well-formed XML (ElementTree), the PNG's size, DejaVu Sans, the
+    label names and the split as text in their own case, the shard axis at round numbers, and
+    one bar segment per non-empty (shard, label) cell."""
+    import xml.etree.ElementTree as ET
+    ns = "{http://www.w3.org/2000/svg}"
+    root = ET.parse(path).getroot()
+    expect(root.tag == ns + "svg" and (int(root.get("width")), int(root.get("height"))) == size,
+           f"{path}: {root.tag} {root.get('width')}x{root.get('height')}, PNG {size}")
+    expect("DejaVu Sans" in root.get("font-family", ""), f"font {root.get('font-family')}")
+    texts = [t.text or "" for t in root.iter(ns + "text")]
+    for name in NAMES + ["train", "All", "Dataset " + tmp("ds")]:
+        expect(name in texts, f"{name!r} not among the SVG's texts {texts[:40]}")
+    doc = json.loads(run([mltool, "inspect", tmp("ds"), "--json"])[1])
+    (g,) = doc["groups"]
+    most = max(s["records"] for s in g["shards"])
+    ticks = [float(t.text) for t in root.iter(ns + "text")  # the tick labels end at the axis
+             if t.get("text-anchor") == "end" and (t.text or "").replace(".", "", 1).isdigit()]
+    steps = {round(b - a, 9) for a, b in zip(ticks, ticks[1:]) if b > a}
+    expect(ticks and ticks[0] == 0 and max(ticks) >= most and len(steps) >= 1 and
+           all(str(int(s)).strip("0") in ("1", "2", "5") for s in steps if s >= 1),
+           f"shard axis ticks {ticks} for {most} records")
+    shards = [grp for grp in root.iter(ns + "g") if grp.get("class") == "shards"]
+    cells = sum(1 for s in g["shards"] for c in s["label_histogram"] if c > 0)
+    expect(len(shards) == 1 and len(list(shards[0].iter(ns + "rect"))) == cells,
+           f"{len(shards)} shard groups; {cells} non-empty (shard, label) cells")
 
 
 # ---------------------------------------------------------------- outcomes (issue 27)

@@ -129,6 +129,42 @@ def geojson_tiles(path):
             for f in doc["features"] if f["properties"]["objectType"] == "tile"}
 
 
+def expect_predict_page(out, preds):
+    """report.html of a prediction: a row per slide with its samples and the majority of its
+    tiles' predicted labels (counted here) and a thumbnail of its heatmap; the metrics, the run's
+    labels table knowing every tile; no script, nothing from the network; headless Chromium
+    renders it (where installed) with the thumbnails loaded."""
+    import collections
+    import report_page
+    page = report_page.parse(os.path.join(out, "report.html"))
+    expect(page.scripts == 0 and not page.external, f"scripts {page.scripts}, external {page.external}")
+    rows = {r[0]: r for r in page.rows if r and r[0].startswith("S")}
+    votes = collections.defaultdict(collections.Counter)
+    for p in preds.values():
+        votes[p["slide"]][p["prediction"]] += 1
+    expect(sorted(rows) == sorted(votes), f"slide rows {sorted(rows)}")
+    for slide, v in votes.items():
+        call, n = v.most_common(1)[0]
+        share = f"{call} ({100 * n / sum(v.values()):.0f}%)"
+        expect(rows[slide][1] == str(sum(v.values())) and
+               (rows[slide][2] == share or v.most_common(2)[-1][1] == n),  # a tie: either call
+               f"{slide}: row {rows[slide]}, counted {dict(v)}")
+    expect(all(f"heatmaps/{s}.png" in page.links for s in votes), "links to the heatmaps")
+    # The run's labels table names every tile: balanced accuracy as scikit-learn's (the page
+    # shows 4 significant digits) with an interval.
+    import sklearn.metrics
+    labels = {r["key"]: r["label"] for r in rows_of(tmp("tiles.csv"))}
+    bacc = sklearn.metrics.balanced_accuracy_score([labels[k] for k in preds], [p["prediction"] for p in preds.values()])
+    metric = [r for r in page.rows if r and r[0] == "val_balanced_accuracy"]
+    expect("Metrics" in page.all_text and len(metric) == 1 and abs(float(metric[0][1]) - bacc) <= 5e-4 * bacc and
+           " – " in metric[0][2], f"metrics row {metric}, scikit-learn's balanced accuracy {bacc}")
+    rendered = report_page.render(os.path.join(out, "report.html"), expect, height=6000)
+    if rendered:
+        image, dom = rendered
+        colours = len(image.getcolors(1 << 24))
+        expect(colours > 500 and dom.count("<img") == len(votes), f"{colours} colours, images in the DOM")
+
+
 def check_heatmaps():
     import tile_store
     # A tile store holding the tiles the synthetic features name: S00..S19, 15 rows of 1.
@@ -145,6 +181,7 @@ def check_heatmaps():
         # The tiles' colours differ where the model tells classes apart: many colours on top.
         top = img[: img.shape[0] // 2].reshape(-1, 3)
         expect(len(np.unique(top, axis=0)) >= 4, f"S{i:02d}.png: {len(np.unique(top, axis=0))} colours")
+    expect_predict_page(out, preds)
     small = predict_ok(tmp("run_mlp"), tmp("feat"), "-o", tmp("pred_small"), "--tiles", tmp("tiles.lmdb"),
                        "--heatmap-size", "300", "--label", "normal")
     img = Image.open(tmp("pred_small", "heatmaps", "S00.png"))

@@ -12,6 +12,7 @@ import csv
 import json
 import os
 import sys
+import xml.etree.ElementTree as ET
 
 import numpy as np
 import scipy.stats
@@ -25,6 +26,8 @@ from sksurv.metrics import integrated_brier_score
 from sksurv.util import Surv
 from torchsurv.loss.cox import neg_partial_log_likelihood
 
+import report_page
+from bootstrap_ref import expect_interval, group_bootstrap
 from cli_common import expect, run, run_checks, run_json, tmp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "fixtures"))
@@ -122,6 +125,20 @@ def check_survival_cross_validation():
         head = f.read(24)
     width = int.from_bytes(head[16:20], "big")
     expect(head[:8] == b"\x89PNG\r\n\x1a\n" and width >= 1024, f"km.png: width {width}")
+    expect_km_svg(os.path.join(out, "km.svg"), t, high, p)
+    iv = cv["intervals"]
+    expect(iv["unit"] == "patient" and iv["groups"] == len(PEOPLE) and iv["resamples"] == 1000,
+           f"cv.json intervals {iv}")
+    patients = [r["sample"] for r in oof]  # bags by patient: one sample each
+    ref = group_bootstrap(patients, lambda i: concordance_index(t[i], -risk[i], e[i]), resamples=2000)
+    expect_interval(expect, iv, "val_c_index", ref, c)
+    page = report_page.parse(os.path.join(out, "report.html"))
+    folds = [r for r in page.rows if r and r[0].startswith("fold-")]
+    expect(len(folds) == 3 and any(r[0] == "mean ± sd" for r in page.rows) and page.svgs == 1 and
+           [f"fold-{f}/report.html" for f in range(3)] == [l for l in page.links if l.endswith("report.html")] and
+           f"{iv['metrics']['val_c_index']['low']:.3f} – {iv['metrics']['val_c_index']['high']:.3f}" in page.all_text,
+           f"CV report.html: rows {page.rows}, {page.svgs} SVGs, links {page.links}")
+    expect(all(os.path.isfile(os.path.join(out, f"fold-{f}", "report.html")) for f in range(3)), "fold reports")
     code, again, err = run_json([mltool, "train", tmp("sds"), "--model", tmp("abmil.json"), "--folds", "all",
                                  "-o", out, "--epochs", "15", "--batch", "8", "--lr", "0.005", "--json"])
     expect(code == 0 and "0 trained, 3 already finished" in err, f"rerun: exit {code}: {err.strip()}")
@@ -283,6 +300,51 @@ def check_regression_cross_validation():
     expect(r2 >= 0.8, f"out-of-fold R² {r2:.3f} < 0.8")
     expect(cv["pictures"]["scatter"]["file"] == "scatter.png" and
            os.path.getsize(os.path.join(out, "scatter.png")) > 0, f"pictures {cv['pictures']}")
+    y = np.array([x["target"] for x in oof], dtype=np.float32).astype(np.float64)
+    pred = np.array([x["prediction"] for x in oof], dtype=np.float32).astype(np.float64)
+    ref = group_bootstrap([x["sample"] for x in oof], lambda i: sklearn.metrics.r2_score(y[i], pred[i]))
+    expect_interval(expect, cv["intervals"], "val_r2", ref, sklearn.metrics.r2_score(y, pred))
+    root = svg_root(os.path.join(out, "scatter.svg"), (1200, 960))
+    points = [g for g in root.iter(SVG + "g") if g.get("class") == "points"]
+    expect(len(points) == 1 and len(list(points[0].iter(SVG + "circle"))) == len(oof),
+           f"scatter.svg: one circle per out-of-fold sample ({len(oof)})")
+    r = scipy.stats.pearsonr([float(x["target"]) for x in oof], [float(x["prediction"]) for x in oof])[0]
+    texts = [t.text or "" for t in root.iter(SVG + "text")]
+    expect(f"Pearson r = {r:.3f}; n = {len(oof)}; dashed: predicted = true" in texts,
+           f"scatter.svg caption, scipy's r {r:.3f}: {texts[-1:]}")
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def svg_root(path, size):
+    """The chart's SVG parsed by ElementTree, its size and font checked."""
+    root = ET.parse(path).getroot()
+    expect(root.tag == SVG + "svg" and (int(root.get("width")), int(root.get("height"))) == size and
+           "DejaVu Sans" in root.get("font-family", ""), f"{path}: {root.attrib}")
+    return root
+
+
+def expect_km_svg(path, t, high, p):
+    """km.svg: the caption in sentence case with lifelines' p, and the numbers at risk under
+    each time tick counted here from the halves."""
+    root = svg_root(path, (1200, 960))
+    texts = [x.text or "" for x in root.iter(SVG + "text")]
+    caption = [x for x in texts if x.startswith("Log-rank p = ")]
+    shown = f"Log-rank p = {p:.3g}; " if p >= 1e-4 else f"Log-rank p = {p:.1e}; "
+    expect(len(caption) == 1 and caption[0].startswith(shown) and
+           caption[0].endswith("high: risk above its fold’s training median") and
+           f"n = {len(t)} (low {int((~high).sum())}, high {int(high.sum())})" in caption[0],
+           f"km.svg caption {caption}, lifelines' p {p}")
+    axes = [g for g in root.iter(SVG + "g") if g.get("class") == "axes"][0]
+    ticks = [float(x.text) for x in axes.iter(SVG + "text")
+             if x.get("text-anchor") == "middle" and x.text.replace(".", "", 1).isdigit()]
+    expect(len(ticks) >= 3 and ticks[0] == 0, f"time ticks {ticks}")
+    for name, half in (("low", ~high), ("high", high)):
+        group = [g for g in root.iter(SVG + "g") if g.get("class") == "at-risk-" + name][0]
+        got = [int(x.text) for x in group.iter(SVG + "text") if x.text.isdigit()]
+        want = [int((t[half] >= x).sum()) for x in ticks]
+        expect(got == want, f"at risk, {name}: {got}, counted {want} at {ticks}")
 
 
 def check_cox_micro_batches():

@@ -15,12 +15,16 @@ import struct
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 import zlib
 
 import numpy as np
+import sklearn.metrics
 import torch
 import torch.nn.functional as F
 
+import report_page
+from bootstrap_ref import expect_interval, group_bootstrap
 from cli_common import (MATH_PATHS, expect, run, run_checks, run_json, run_with_sigterms,
                         second_writer_refused, tmp, write_feature_store)
 
@@ -163,6 +167,41 @@ def check_mlp_learns():
         expect(os.path.isfile(tmp("run_mlp", f)), f"{f} missing")
     best = [l["epoch"] for l in epochs if l["best"]]
     expect(best and best[-1] == s["best_epoch"] == manifest["result"]["best_epoch"], f"best epochs {best}, {s}")
+    # Three labels: balanced accuracy's interval only, resampling slides (the tiles' own).
+    keys = open(tmp("feat", "keys.txt")).read().split()
+    preds = predictions(tmp("run_mlp"))
+    slides = [keys[int(p["sample"])].split("/")[0] for p in preds]
+    y, yhat = [p["label"] for p in preds], [p["prediction"] for p in preds]
+    iv = manifest["result"]["intervals"]
+    expect(iv["unit"] == "slide" and iv["groups"] == len(set(slides)) and
+           sorted(iv["metrics"]) == ["val_balanced_accuracy"], f"intervals {iv}")
+    bacc = sklearn.metrics.balanced_accuracy_score
+    ref = group_bootstrap(slides, lambda i: bacc([y[k] for k in i], [yhat[k] for k in i]))
+    expect_interval(expect, iv, "val_balanced_accuracy", ref, bacc(y, yhat))
+    expect(abs(manifest["result"]["validation"]["val_balanced_accuracy"] - bacc(y, yhat)) <= 1e-12,
+           "val_balanced_accuracy is scikit-learn's")
+    names = ["normal", "stroma", "tumor"]
+    charts = manifest["result"]["charts"]
+    expect(sorted(charts) == ["confusion", "pr", "roc"] and
+           charts["confusion"]["matrix"] == sklearn.metrics.confusion_matrix(y, yhat, labels=names).tolist(),
+           f"three labels: the confusion matrix (scikit-learn's) and one-vs-rest curves: {charts}")
+    cells = svg_group(tmp("run_mlp", "confusion.svg"), "cells")
+    expect(len(list(cells.iter(SVG + "rect"))) == 9, "confusion.svg: 3 x 3 cells")
+    # One vs rest: each label's softmax probability (of the float32 logits) against the rest.
+    logits = np.array([[p[f"logit_{n}"] for n in names] for p in preds], dtype=np.float32).astype(np.float64)
+    prob = np.exp(logits - logits.max(axis=1, keepdims=True))
+    prob /= prob.sum(axis=1, keepdims=True)
+    lines = list(svg_group(tmp("run_mlp", "roc.svg"), "curves").iter(SVG + "polyline"))
+    expect(len(lines) == 3, f"roc.svg: {len(lines)} curves")
+    for k, n in enumerate(names):
+        truth = np.array([l == n for l in y], dtype=int)
+        auc, ap = sklearn.metrics.roc_auc_score(truth, prob[:, k]), sklearn.metrics.average_precision_score(truth, prob[:, k])
+        expect(abs(charts["roc"]["auc"][n] - auc) <= 1e-12 and abs(charts["pr"]["auprc"][n] - ap) <= 1e-12,
+               f"{n}: AUC {charts['roc']['auc'][n]} vs {auc}, AUPRC {charts['pr']['auprc'][n]} vs {ap}")
+        fpr, tpr, _ = sklearn.metrics.roc_curve(truth, prob[:, k], drop_intermediate=False)
+        pts = np.array([[float(v) for v in q.split(",")] for q in lines[k].get("points").split()])
+        want = np.stack([120 + 740 * fpr, 640 - 560 * tpr], axis=1)
+        expect(pts.shape == want.shape and np.abs(pts - want).max() <= 0.006, f"{n}: roc.svg curve")
 
 
 def check_feeds_agree():
@@ -329,12 +368,152 @@ def check_abmil_learns():
         got = abmil_forward(sd, bag)
         want = torch.tensor([float(p["logit_neg"]), float(p["logit_pos"])])
         expect(torch.allclose(got, want, atol=1e-4), f"bag {p['sample']}: PyTorch {got.tolist()}, mltool {want.tolist()}")
+    expect_bag_intervals(tmp("run_bag"))
     # Bags of different lengths padded into one batch: the feeds agree.
     args = [tmp("bagds"), "--model", tmp("abmil.json"), "--epochs", "3", "--batch", "5"]
     train_ok(*args, "-o", tmp("run_bag_p"), "--feed", "pinned")
     train_ok(*args, "-o", tmp("run_bag_h"), "--feed", "host")
     expect(open(tmp("run_bag_p", "model.safetensors"), "rb").read() ==
            open(tmp("run_bag_h", "model.safetensors"), "rb").read(), "bag feeds give different weights")
+    # The same predictions and seed give the same intervals; --bootstrap 0 writes none.
+    result = [json.load(open(tmp(r, "run.json")))["result"] for r in ("run_bag_p", "run_bag_h")]
+    expect(result[0]["intervals"] == result[1]["intervals"], "the same predictions, other intervals")
+    train_ok(tmp("bagds"), "--model", tmp("abmil.json"), "--epochs", "1", "-o", tmp("run_bag_0"),
+             "--bootstrap", "0")
+    expect("intervals" not in json.load(open(tmp("run_bag_0", "run.json")))["result"], "--bootstrap 0")
+
+
+def expect_bag_intervals(run_dir):
+    """Two labels: AUROC, AUPRC and balanced accuracy equal scikit-learn's on predictions.csv,
+    and their 95% intervals a numpy bootstrap's over the same slides (one bag each) within
+    0.02."""
+    preds = predictions(run_dir)
+    y = np.array([p["label"] == "pos" for p in preds], dtype=int)
+    # The logits are float32 written exactly: read back as float32, as mltool computed.
+    l0, l1 = (np.array([p[f"logit_{n}"] for p in preds], dtype=np.float32).astype(np.float64)
+              for n in ("neg", "pos"))
+    score = 1 / (1 + np.exp(l0 - l1))
+    yhat = np.array([p["prediction"] == "pos" for p in preds], dtype=int)
+    run = json.load(open(os.path.join(run_dir, "run.json")))["result"]
+    iv, v = run["intervals"], run["validation"]
+    expect(iv["unit"] == "slide" and iv["groups"] == len(preds) and iv["resamples"] == 1000, f"{iv}")
+    slides = [p["sample"] for p in preds]
+    m = sklearn.metrics
+    for name, f in (("val_auc", lambda i: m.roc_auc_score(y[i], score[i])),
+                    ("val_auprc", lambda i: m.average_precision_score(y[i], score[i])),
+                    ("val_balanced_accuracy", lambda i: m.balanced_accuracy_score(y[i], yhat[i]))):
+        whole = f(np.arange(len(y)))
+        expect(abs(v[name] - whole) <= 1e-9, f"{name} {v[name]}, scikit-learn {whole}")
+        expect_interval(expect, iv, name, group_bootstrap(slides, f), whole)
+    expect_class_charts(run_dir, run["charts"], y, score, yhat)
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def svg_group(path, name):
+    """The <g class=NAME> of the SVG at path, parsed by ElementTree."""
+    root = ET.parse(path).getroot()
+    expect("DejaVu Sans" in root.get("font-family", ""), f"{path}: font {root.get('font-family')}")
+    found = [g for g in root.iter(SVG + "g") if g.get("class") == name]
+    expect(len(found) == 1, f"{path}: {len(found)} groups {name}")
+    return found[0]
+
+
+def polyline(group):
+    (line,) = group.iter(SVG + "polyline")
+    return np.array([[float(v) for v in p.split(",")] for p in line.get("points").split()])
+
+
+def expect_class_charts(run_dir, charts, y, score, yhat):
+    """roc, pr, calibration and confusion: the PNGs libvips rendered and their SVGs; the ROC
+    polyline is scikit-learn's roc_curve (every threshold) on the plot's axes (x 120 + 740 fpr,
+    y 640 − 560 tpr), the calibration bins sklearn's calibration_curve, the matrix sklearn's
+    confusion_matrix; the bands enclose most of the curve."""
+    m = sklearn.metrics
+    for name in ("roc", "pr", "calibration", "confusion"):
+        expect(charts[name]["file"] == name + ".png" and charts[name]["svg"] == name + ".svg", f"{charts[name]}")
+        with open(os.path.join(run_dir, name + ".png"), "rb") as f:
+            head = f.read(24)
+        expect(head[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", head[16:24]) == (900, 800),
+               f"{name}.png header {head!r}")
+    fpr, tpr, _ = m.roc_curve(y, score, drop_intermediate=False)
+    pts = polyline(svg_group(os.path.join(run_dir, "roc.svg"), "curve"))
+    want = np.stack([120 + 740 * fpr, 640 - 560 * tpr], axis=1)
+    expect(pts.shape == want.shape and np.abs(pts - want).max() <= 0.006,
+           f"roc.svg curve {pts.shape}, scikit-learn's {want.shape}")
+    expect(abs(charts["roc"]["auc"] - m.roc_auc_score(y, score)) <= 1e-12, f"roc auc {charts['roc']}")
+    band = svg_group(os.path.join(run_dir, "roc.svg"), "band")
+    expect(len(list(band.iter(SVG + "polygon"))) == 1, "roc.svg has no band")
+    expect(charts["confusion"]["matrix"] == m.confusion_matrix(y, yhat).tolist(),
+           f"confusion {charts['confusion']['matrix']} vs {m.confusion_matrix(y, yhat).tolist()}")
+    from sklearn.calibration import calibration_curve
+    true, pred = calibration_curve(y, score, n_bins=10)
+    bins = [b for b in charts["calibration"]["bins"] if b["samples"] > 0]
+    expect(len(bins) == len(true) and
+           np.allclose([b["fraction_positive"] for b in bins], true, atol=1e-12) and
+           np.allclose([b["mean_predicted"] for b in bins], pred, atol=1e-12),
+           f"calibration bins {bins} vs scikit-learn {true} {pred}")
+
+
+def check_report_page():
+    """run_bag/report.html: no script, nothing from the network; the task, dataset and options;
+    each metric with its interval as run.json has it; the four charts inline; links to the
+    predictions. Headless Chromium renders it (where installed) with the charts drawn."""
+    run_dir = tmp("run_bag")
+    if not os.path.exists(os.path.join(run_dir, "run.json")):
+        check_abmil_learns()
+    run = json.load(open(os.path.join(run_dir, "run.json")))
+    path = os.path.join(run_dir, "report.html")
+    page = report_page.parse(path)
+    expect(page.scripts == 0 and not page.external, f"scripts {page.scripts}, external {page.external}")
+    expect(page.svgs == len(run["result"]["charts"]) == 4, f"{page.svgs} inline SVGs")
+    for want in ("classification", "neg, pos", run["dataset"]["path"], "Validation metrics",
+                 f"{run['result']['intervals']['resamples']} bootstrap resamples"):
+        expect(want in page.all_text, f"report.html lacks {want!r}")
+    rows = {r[0]: r for r in page.rows if r}
+    for name, m in run["result"]["intervals"]["metrics"].items():
+        want = f"{m['low']:.3f} – {m['high']:.3f}"
+        expect(name in rows and rows[name][2] == want, f"{name}: row {rows.get(name)}, run.json {want}")
+    expect(rows["seed"][1] == str(run["options"]["seed"]), f"options row {rows.get('seed')}")
+    expect("predictions.csv" in page.links and "roc.svg" in page.links, f"links {page.links}")
+    rendered = report_page.render(path, expect)
+    if rendered:
+        image, dom = rendered
+        expect(report_page.blue_pixels(image) > 2000, "the screenshot shows no chart")
+        auc = run["result"]["intervals"]["metrics"]["val_auc"]
+        expect("val_auprc" in dom and f"{auc['low']:.3f} – {auc['high']:.3f}" in dom and dom.count("<svg") == 4,
+               "Chromium's DOM lacks the metrics or the charts")
+
+
+def check_classification_cv():
+    """--folds all on the bags: cv.json's out-of-fold AUROC and AUPRC equal scikit-learn's on
+    oof_predictions.csv and their intervals a numpy bootstrap's over the same 40 slides within
+    0.02; the four charts of the out-of-fold predictions; CV/report.html with a row per fold
+    and the charts inline."""
+    pack(tmp("bagfeat"), tmp("bags.csv"), tmp("bagcv"), "--unit", "bag", "--folds", "3")
+    out = tmp("cv_bag")
+    train_ok(tmp("bagcv"), "--model", tmp("abmil.json"), "--folds", "all", "-o", out, "--epochs", "6",
+             "--batch", "4", "--lr", "0.01")
+    cv = json.load(open(os.path.join(out, "cv.json")))
+    oof = list(csv.DictReader(open(os.path.join(out, "oof_predictions.csv"))))
+    y = np.array([r["label"] == "pos" for r in oof], dtype=int)
+    l0, l1 = (np.array([r[f"logit_{n}"] for r in oof], dtype=np.float32).astype(np.float64)
+              for n in ("neg", "pos"))
+    score = 1 / (1 + np.exp(l0 - l1))
+    iv = cv["intervals"]
+    expect(iv["unit"] == "slide" and iv["groups"] == 40 == len(oof), f"cv.json intervals {iv}")
+    m = sklearn.metrics
+    slides = [r["sample"] for r in oof]
+    for name, f in (("val_auc", lambda i: m.roc_auc_score(y[i], score[i])),
+                    ("val_auprc", lambda i: m.average_precision_score(y[i], score[i]))):
+        expect_interval(expect, iv, name, group_bootstrap(slides, f), f(np.arange(len(y))))
+    expect(sorted(cv["pictures"]) == ["calibration", "confusion", "pr", "roc"] and
+           all(os.path.isfile(os.path.join(out, n + ".svg")) for n in cv["pictures"]), f"pictures {cv['pictures']}")
+    page = report_page.parse(os.path.join(out, "report.html"))
+    folds = [r for r in page.rows if r and r[0].startswith("fold-")]
+    expect(page.svgs == 4 and len(folds) == 3 and not page.external and page.scripts == 0,
+           f"CV report.html: {page.svgs} SVGs, fold rows {folds}")
 
 
 def check_image():
@@ -937,7 +1116,8 @@ def check_script_resume():
 
 if __name__ == "__main__":
     run_checks("train", [check_mlp_learns, check_feeds_agree, check_resume, check_kill_and_resume, check_sigterm,
-                         check_pytorch_loads, check_abmil_learns, check_image, check_bad_input,
+                         check_pytorch_loads, check_abmil_learns, check_report_page, check_classification_cv,
+                         check_image, check_bad_input,
                          check_nan_loss, check_micro_batches, check_sections, check_reproducible,
                          check_one_writer, check_script_matches_python, check_script_learns,
                          check_script_bad_input, check_script_resume, check_script_bag_matches_python,

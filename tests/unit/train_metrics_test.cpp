@@ -1,8 +1,10 @@
-// Validation metrics (lib/train/metrics.cpp) against values computed by hand.
+// Validation metrics (lib/train/metrics.cpp) and the bootstrap (lib/train/bootstrap.cpp)
+// against values computed by hand.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "mltool/train/bootstrap.hpp"
 #include "mltool/train/metrics.hpp"
 #include "mltool/util/error.hpp"
 
@@ -36,6 +38,63 @@ TEST(Metrics, AucByHand) {
   EXPECT_DOUBLE_EQ(m.auc, 5.5 / 9.0);
   EXPECT_DOUBLE_EQ(m.accuracy, 3.0 / 6.0);
   EXPECT_DOUBLE_EQ(m.balanced_accuracy, (1.0 / 3.0 + 2.0 / 3.0) / 2.0);
+}
+
+TEST(Metrics, AveragePrecisionByHand) {
+  // Scores from the top: 0.9 (pos: R 1/3, P 1), 0.8 (neg), 0.4 (a pos and a neg tied: R 2/3,
+  // P 2/4), 0.35 (pos: R 1, P 3/5), 0.1 (neg). AP = 1/3 + 1/3 * 1/2 + 1/3 * 3/5 = 0.7, as
+  // scikit-learn's average_precision_score.
+  const std::vector<std::int64_t> y{1, 1, 1, 0, 0, 0};
+  const std::vector<double> s{0.9, 0.4, 0.35, 0.8, 0.4, 0.1};
+  EXPECT_DOUBLE_EQ(average_precision(y, s), 0.7);
+  EXPECT_TRUE(std::isnan(average_precision({0, 0}, {0.1, 0.2})));  // no positives
+  EXPECT_DOUBLE_EQ(average_precision({1, 0}, {0.3, 0.3}), 0.5);    // one threshold
+}
+
+TEST(Bootstrap, PercentilesAreNumpys) {
+  EXPECT_DOUBLE_EQ(percentile({4, 1, 3, 2}, 0.25), 1.75);  // np.percentile([1,2,3,4], 25)
+  EXPECT_DOUBLE_EQ(percentile({1, 2, 3, 4}, 0.975), 3.925);
+  EXPECT_DOUBLE_EQ(percentile({7}, 0.025), 7);
+  EXPECT_TRUE(std::isnan(percentile({}, 0.5)));
+}
+
+TEST(Bootstrap, DrawsWholeGroupsDeterministically) {
+  const std::vector<std::string> groups{"a", "a", "b", "c"};
+  // Samples 0 and 1 share a group: every resample holds them equally often.
+  const Statistic together = [](const std::vector<std::size_t>& idx) {
+    double zeros = 0, ones = 0;
+    for (const auto i : idx) zeros += i == 0, ones += i == 1;
+    return zeros - ones;
+  };
+  // Three groups drawn per resample: the resample holds 3 to 6 samples.
+  const Statistic size = [](const std::vector<std::size_t>& idx) {
+    return static_cast<double>(idx.size());
+  };
+  // Undefined without sample 3: left out.
+  const Statistic needs_c = [](const std::vector<std::size_t>& idx) {
+    for (const auto i : idx)
+      if (i == 3) return 1.0;
+    return std::nan("");
+  };
+  const auto a = bootstrap_intervals(groups, {together, size, needs_c}, 1000, 7);
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a[0].low, 0);
+  EXPECT_EQ(a[0].high, 0);
+  EXPECT_EQ(a[0].resamples, 1000);
+  EXPECT_GE(a[1].low, 3);
+  EXPECT_LE(a[1].high, 6);
+  EXPECT_LT(a[1].low, a[1].high);
+  // P(c drawn at least once in 3 draws) = 1 - (2/3)^3 = 0.704.
+  EXPECT_NEAR(static_cast<double>(a[2].resamples) / 1000, 0.704, 0.05);
+  const auto again = bootstrap_intervals(groups, {together, size, needs_c}, 1000, 7);
+  EXPECT_EQ(again[1].low, a[1].low);
+  EXPECT_EQ(again[1].high, a[1].high);
+  EXPECT_EQ(again[2].resamples, a[2].resamples);
+  EXPECT_NE(bootstrap_intervals(groups, {needs_c}, 1000, 8)[0].resamples, a[2].resamples);
+  // Fewer than 10 resamples with a number: no interval.
+  const auto few = bootstrap_intervals(groups, {size}, 5, 7);
+  EXPECT_TRUE(std::isnan(few[0].low) && std::isnan(few[0].high));
+  EXPECT_EQ(few[0].resamples, 5);
 }
 
 TEST(Metrics, RefusesBadInput) {

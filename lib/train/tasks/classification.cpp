@@ -1,6 +1,6 @@
 // Classification: label ids, cross-entropy (weighted per label with --class-weights), accuracy,
-// balanced accuracy and, with two labels, ROC AUC; predictions.csv gives the label, the
-// predicted label and every logit.
+// balanced accuracy and, with two labels, ROC AUC and average precision (AUPRC); predictions.csv
+// gives the label, the predicted label and every logit.
 #include <torch/torch.h>
 
 #include <cmath>
@@ -8,6 +8,7 @@
 
 #include "../export.hpp"
 #include "../task.hpp"
+#include "mltool/train/bootstrap.hpp"
 #include "mltool/train/metrics.hpp"
 #include "mltool/util/error.hpp"
 
@@ -117,7 +118,9 @@ class Classification : public Task {
     return {{"val_loss", number_or_null(loss)},
             {"val_accuracy", m.accuracy},
             {"val_balanced_accuracy", m.balanced_accuracy},
-            {"val_auc", number_or_null(m.auc)}};
+            {"val_auc", number_or_null(m.auc)},
+            {"val_auprc",
+             positive.empty() ? json() : number_or_null(average_precision(s.labels, positive))}};
   }
   bool offers(Monitor m) const override {
     return m == Monitor::val_loss || m == Monitor::val_accuracy ||

@@ -269,15 +269,16 @@ nlohmann::json to_json(const InspectReport& report, const Thresholds* limits = n
 /// decile.
 std::string format_text(const InspectReport& report);
 
-/// Draws the report as a PNG (per group: records per shard stacked by label, and the label
-/// mix of each decile of the epoch beside the overall mix), written atomically.
+/// Draws the report as a chart (per group: records per shard stacked by label, and the label
+/// mix of each decile of the epoch beside the overall mix): `path` the PNG, the SVG beside it
+/// (io::write_chart; a `path` ending in .svg gets the SVG alone), each written atomically.
 void write_plot(const std::string& path, const InspectReport& report);
 
 /// `mltool inspect`: the scan, and what is done with its report.
 struct InspectJob {
   InspectOptions scan;
   std::optional<Thresholds> check;  ///< --check: thresholds whose excess is exit 4
-  std::string plot;                 ///< --plot: where to write the PNG chart ("": none)
+  std::string plot;                 ///< --plot: where to write the PNG chart, SVG beside ("": none)
 };
 
 /// The options of `mltool inspect`, declared once (lib/records/inspect_options.cpp).

@@ -14,11 +14,13 @@
 //                       the slide as `export geojson` writes it, each tile of the features
 //                       with prob_LABEL... (tile models) or attention (bag models) among its
 //                       QuPath measurements
+//     report.html       the page of the prediction: per slide its call and heatmap thumbnail
+//                       (after predictions.csv; lib/train/report_page.hpp)
 //     heatmaps/SLIDE.png  the same scores (--label's probability, or attention / the slide's
 //                       largest) on the slide's thumbnail, with a colour bar and a caption
 //
-// Every file is written aside and renamed into place; predictions.csv last, so its
-// presence means the prediction is complete.
+// Every file is written aside and renamed into place; predictions.csv last but for
+// report.html, which is drawn from it, so its presence means the prediction is complete.
 #pragma once
 
 #include <cstdint>

@@ -99,6 +99,9 @@ struct TrainJob {
   std::string train_split = "train";
   std::string val_split = "val";
   Monitor monitor = Monitor::val_loss;
+  /// Bootstrap resamples of the 95% intervals of the final validation metrics (run.json's
+  /// result.intervals, cv.json's intervals), over patients or slides; 0: none.
+  int bootstrap = 1000;
   int patience = 0;             ///< epochs without improvement before stopping; 0 = never
   std::int64_t log_every = 10;  ///< steps between metrics.jsonl step lines
   std::int64_t checkpoint_every =

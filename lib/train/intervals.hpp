@@ -1,0 +1,52 @@
+// The 95% intervals of a run's validation metrics (run.json's result.intervals) and of a
+// cross-validation's out-of-fold metrics (cv.json's intervals), by bootstrap over groups
+// (mltool/train/bootstrap.hpp), computed from the predictions the run wrote. Internal to
+// lib/train.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cv_plots.hpp"
+#include "dataset.hpp"
+
+namespace mltool::train {
+
+/// What the bootstrap resamples: one group per sample, and what the groups are.
+struct SampleGroups {
+  std::string
+      unit;  ///< the labels table's group column (a patient), else "slide" or the bag column
+  std::vector<std::string> of;  ///< of[i]: sample i's group
+};
+
+/// The groups of the samples of `s`: the labels table's group column where the dataset has
+/// one (looked up by the sample's key, then its slide, then its bag), else the sample's
+/// slide (tile and image samples: the slide of the tile's key) or bag.
+SampleGroups sample_groups(const DatasetInfo& data, const SplitSamples& s);
+
+/// A classification's predictions read from predictions.csv's columns.
+struct ClassPredictions {
+  std::vector<std::string> names;              ///< the labels, by id
+  std::vector<std::int64_t> label, predicted;  ///< ids per sample
+  std::vector<double> score;  ///< two labels: the last label's probability (softmax of logits)
+  /// More than two labels: prob[k][i], label k's probability of sample i (softmax of logits).
+  std::vector<std::vector<double>> prob;
+};
+ClassPredictions class_predictions(const nlohmann::json& task, const OutOfFold& table);
+
+/// The metrics with intervals of predictions `table` (predictions.csv's columns, or
+/// oof_predictions.csv's) of a `task` (run.json's "task"): classification AUROC
+/// (val_auc) and AUPRC (val_auprc) with two labels, balanced accuracy; regression R²;
+/// survival the C-index. {"level", "resamples", "seed", "unit", "groups", "metrics": {NAME:
+/// {"estimate", "low", "high", "resamples"}}}; null when `resamples` is 0. `seed` is the
+/// run's --seed; the resamples are drawn from bootstrap_seed(seed).
+nlohmann::json metric_intervals(const nlohmann::json& task, const OutOfFold& table,
+                                const SampleGroups& groups, int resamples, std::uint64_t seed);
+
+/// The bootstrap's generator seed for a run seeded `seed`: fixed, so a rerun gives the same
+/// interval, and apart from the seeds of the weights and the sampler.
+inline std::uint64_t bootstrap_seed(std::uint64_t seed) { return seed ^ 0x6d6c746f6f6c4349ULL; }
+
+}  // namespace mltool::train

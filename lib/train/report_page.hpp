@@ -1,0 +1,29 @@
+// report.html: one self-contained page per run directory and per cross-validation (CV/): the
+// task, data, model and options, the metrics with their 95% intervals, the charts as inline
+// SVG, per-fold rows (CV), and links to the predictions. No network, no script: it opens from
+// a file in any browser and prints. docs/train.md#reporthtml. Internal to lib/train.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace mltool::train {
+
+/// Writes DIR/report.html (atomically) from `run` (the run.json just written) and the charts
+/// in DIR that run.json's result names.
+void write_run_report(const std::string& dir, const nlohmann::json& run);
+
+/// Writes CV/report.html from `cv` (cv.json) and the charts in CV/ it names; each fold links
+/// to its own report.
+void write_cv_report(const std::string& dir, const nlohmann::json& cv);
+
+/// Writes PRED/report.html after `mltool predict` wrote PRED/predictions.csv: the run (linked
+/// to its page) and task, per slide its samples and call (classification: the majority of its
+/// samples' predicted labels and their share; else the mean prediction or risk) with its
+/// heatmap's thumbnail (linked, not inlined: heatmaps are large), links to the files; for
+/// classification, where the run's labels table names every sample's label, the metrics with
+/// their 95% intervals (resampling slides).
+void write_predict_report(const std::string& dir, const std::string& run_dir,
+                          const nlohmann::json& run);
+
+}  // namespace mltool::train

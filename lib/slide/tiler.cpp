@@ -427,7 +427,13 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
   report.tissue_fraction = selection.tissue_fraction;
 
   json slide_record = slide_json(slide, who, plan, grid, s, selection);
-  if (mpp.estimate) slide_record["mpp_estimate"] = to_json(*mpp.estimate);
+  // The estimate is the store's only where the µm/px came from it (--mpp-from-content); one
+  // made for the QC pictures or --check-mpp is not, so a slide's record is the same whatever
+  // else was asked, and without its timing, which no two runs share.
+  if (mpp.source == "content") {
+    slide_record["mpp_estimate"] = to_json(*mpp.estimate);
+    slide_record["mpp_estimate"].erase("seconds");
+  }
   auto batch = store.write_slide(id, slide_record.dump(), job.commit_every);
   try {
     const auto reader = make_region_reader(slide, plan.level, job.reader);

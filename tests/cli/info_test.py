@@ -248,6 +248,15 @@ def check_tile_from_content():
     shown = f'<div class="mpp">metadata none; tissue {round(e["mpp"], 3):g} µm/px ('
     expect(shown in html, f"index.html does not show {shown!r}")
     expect(os.path.isfile(os.path.join(qc, "gen-0.5.png")), "no QC picture")
+    expect("seconds" not in e, f"a timing in the store's record: {e}")
+    # An estimate made only for the QC pictures stays out of the store: the record is the same
+    # with --qc as without it.
+    recs = []
+    for name, extra in (("st_qc", ["--qc", tmp("qc2")]), ("st_noqc", [])):
+        code, _, err = tile(path, "-o", tmp(name), "--mpp", "1", "--tile-size", "128", "--slide-mpp", "0.5", *extra)
+        expect(code == 0, f"exit {code}: {err}")
+        recs.append(read_tile_store(tmp(name))[0]["slides/gen-0.5"])
+    expect("mpp_estimate" not in recs[0] and recs[0] == recs[1], f"records differ with --qc: {recs}")
 
 
 def check_check_mpp():

@@ -56,7 +56,8 @@ std::string xml_text(const std::string& text) {
   for (std::size_t i = 0; i < text.size();) {
     std::uint32_t cp = 0;
     const std::size_t n = utf8_sequence(text, i, cp);
-    const bool control = cp < 0x20 || cp == 0xFFFE || cp == 0xFFFF;
+    const bool control =
+        (cp < 0x20 && cp != '\t' && cp != '\n' && cp != '\r') || cp == 0xFFFE || cp == 0xFFFF;
     if (n == 0 || control) {
       out += "\xEF\xBF\xBD";  // U+FFFD
       i += n == 0 ? 1 : n;

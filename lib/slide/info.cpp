@@ -2,7 +2,6 @@
 // it (info.hpp).
 #include "mltool/slide/info.hpp"
 
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
@@ -24,15 +23,6 @@ const util::Options<InfoJob>& info_options() {
 }
 
 namespace {
-
-std::optional<double> number(const std::optional<std::string>& text) {
-  if (!text) return std::nullopt;
-  char* end = nullptr;
-  errno = 0;
-  const double v = std::strtod(text->c_str(), &end);
-  if (errno != 0 || end == text->c_str() || !std::isfinite(v)) return std::nullopt;
-  return v;
-}
 
 std::string round_text(double v, double digits) {
   return decimal_text(v, static_cast<int>(digits));
@@ -66,7 +56,7 @@ MetadataMpp from_resolution(std::optional<double> per_unit, const std::string& u
 // A flat image: libvips gives pixels per mm whatever the unit, and 1 px/mm when the file
 // has no resolution at all.
 MetadataMpp flat_metadata(const Slide& slide) {
-  const auto px_per_mm = number(slide.property("flat.xres-px-per-mm"));
+  const auto px_per_mm = property_number(slide.property("flat.xres-px-per-mm"));
   const std::string unit = slide.property("flat.resolution-unit").value_or("");
   const std::string source = "flat image resolution";
   if (!px_per_mm || *px_per_mm <= 0 || (unit.empty() && std::abs(*px_per_mm - 1) < 1e-9))
@@ -82,12 +72,12 @@ MetadataMpp metadata_mpp(const Slide& slide) {
   if (slide.flat_info()) return flat_metadata(slide);
   // OpenSlide 4 derives openslide.mpp-x from a generic TIFF's resolution tags, placeholders
   // included (72 dpi reads as 352.8 µm/px): name the placeholder for what it is.
-  const auto resolution = number(slide.property("tiff.XResolution"));
+  const auto resolution = property_number(slide.property("tiff.XResolution"));
   const std::string unit = slide.property("tiff.ResolutionUnit").value_or("");
   if (resolution && unit == "inch" && is_placeholder_dpi(*resolution))
     return from_resolution(resolution, unit, "TIFF resolution");
-  const auto x = number(slide.property("openslide.mpp-x"));
-  const auto y = number(slide.property("openslide.mpp-y"));
+  const auto x = property_number(slide.property("openslide.mpp-x"));
+  const auto y = property_number(slide.property("openslide.mpp-y"));
   if (x || y) {
     MetadataMpp m = from_value(slide_mpp(slide.geometry()), "openslide.mpp-x/-y");
     if (!m.mpp) m.problem = "implausible " + round_text(x ? *x : *y, 4) + " µm/px";
@@ -134,7 +124,8 @@ SlideInfo describe_slide(const std::string& path, const InfoJob& job) {
   info.file = slide.file();
   info.levels = slide.geometry().levels;
   info.metadata = metadata_mpp(slide);
-  if (const auto power = number(slide.property("openslide.objective-power")); power && *power > 0)
+  if (const auto power = property_number(slide.property("openslide.objective-power"));
+      power && *power > 0)
     info.objective_power = power;
   info.associated = slide.associated_images();
   EstimateOptions options;

@@ -29,15 +29,20 @@ struct Slide::Handle {
   }
 };
 
-namespace {
-
-std::optional<double> parse_positive(const std::optional<std::string>& text) {
+std::optional<double> property_number(const std::optional<std::string>& text) {
   if (!text) return std::nullopt;
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(text->c_str(), &end);
-  if (errno != 0 || end == text->c_str() || !std::isfinite(v) || v <= 0) return std::nullopt;
+  if (errno != 0 || end == text->c_str() || !std::isfinite(v)) return std::nullopt;
   return v;
+}
+
+namespace {
+
+std::optional<double> parse_positive(const std::optional<std::string>& text) {
+  const auto v = property_number(text);
+  return v && *v > 0 ? v : std::nullopt;
 }
 
 }  // namespace

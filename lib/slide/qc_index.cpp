@@ -4,26 +4,12 @@
 #include <string>
 #include <vector>
 
+#include "mltool/io/chart.hpp"
 #include "mltool/slide/qc.hpp"
 #include "mltool/util/file.hpp"
 
 namespace mltool::slide {
 namespace {
-
-std::string html_escape(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 // A file name as a relative URL: every byte but unreserved ones percent-encoded.
 std::string url_encode(const std::string& name) {
@@ -69,26 +55,26 @@ std::string card(const std::string& dir, const SlideReport& r) {
                     std::string(failed  ? " failed"
                                 : empty ? " empty"
                                         : "") +
-                    "\" id=\"" + html_escape(r.id) + "\">\n";
+                    "\" id=\"" + io::xml_text(r.id) + "\">\n";
   if (!failed && !r.id.empty() && util::exists(util::join_path(dir, png)))
     out += "<a href=\"" + url_encode(png) + "\"><img src=\"" + url_encode(png) + "\" alt=\"" +
-           html_escape(r.id) + "\"></a>\n";
+           io::xml_text(r.id) + "\"></a>\n";
   else
     out += "<div class=\"none\">no QC picture</div>\n";
-  out += "<div><b>" + html_escape(r.id.empty() ? r.path : r.id) + "</b> <span class=\"status\">" +
-         html_escape(r.status) + (empty ? " — NO TILES" : "") + "</span></div>\n";
-  if (failed) return out + "<div class=\"error\">" + html_escape(r.error) + "</div>\n</div>\n";
+  out += "<div><b>" + io::xml_text(r.id.empty() ? r.path : r.id) + "</b> <span class=\"status\">" +
+         io::xml_text(r.status) + (empty ? " — NO TILES" : "") + "</span></div>\n";
+  if (failed) return out + "<div class=\"error\">" + io::xml_text(r.error) + "</div>\n</div>\n";
   out += "<div class=\"counts\">tiles " + std::to_string(r.tiles) + " / " +
          std::to_string(r.grid_tiles) + " grid";
   if (r.tissue_fraction) out += ", tissue " + fixed(*r.tissue_fraction * 100, 1) + "%";
   out += "</div>\n<div>" + (r.mpp ? fixed(*r.mpp, 4) + " µm/px" : std::string("µm/px unknown")) +
-         (r.mpp_source.empty() ? "" : " (" + html_escape(r.mpp_source) + ")") +
-         (r.reader.empty() ? "" : ", " + html_escape(r.reader)) + "</div>\n";
+         (r.mpp_source.empty() ? "" : " (" + io::xml_text(r.mpp_source) + ")") +
+         (r.reader.empty() ? "" : ", " + io::xml_text(r.reader)) + "</div>\n";
   if (r.mpp_estimate)
     out += "<div class=\"mpp\">metadata " +
            (r.metadata_mpp ? fixed(*r.metadata_mpp, 4) + " µm/px" : std::string("none")) +
-           "; tissue " + html_escape(estimate_text(*r.mpp_estimate)) + "</div>\n";
-  return out + "<div class=\"path\">" + html_escape(r.path) + "</div>\n</div>\n";
+           "; tissue " + io::xml_text(estimate_text(*r.mpp_estimate)) + "</div>\n";
+  return out + "<div class=\"path\">" + io::xml_text(r.path) + "</div>\n</div>\n";
 }
 
 // "12 slides: 9 tiled, 1 empty, 1 skipped, 1 failed; 3456 tiles".
@@ -115,7 +101,7 @@ void write_qc_index(const std::string& path, const std::vector<SlideReport>& sli
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
       "<title>mltool tile QC</title>\n" +
       std::string(kStyle) + "\n</head>\n<body>\n<h1>mltool tile QC</h1>\n<p class=\"summary\">" +
-      html_escape(summary(slides)) +
+      io::xml_text(summary(slides)) +
       ". Green: tissue outline; blue: kept tiles. Orange: no tiles; red: failed.</p>\n"
       "<div class=\"sheet\">\n";
   for (const auto& r : slides) html += card(dir, r);

@@ -26,10 +26,8 @@ Activation BlockModel::forward_parts(Activation in, std::size_t begin, std::size
   if (begin > end || end > parts_.size())
     throw UsageError("parts [" + std::to_string(begin) + ", " + std::to_string(end) +
                      ") of a model of " + std::to_string(parts_.size()));
-  for (std::size_t p = begin; p < end; ++p) {
-    const auto [b, i] = parts_[p];
-    in = blocks_[b]->parts() == 1 ? blocks_[b]->forward(in) : blocks_[b]->forward_part(in, i);
-  }
+  for (std::size_t p = begin; p < end; ++p)
+    in = blocks_[parts_[p].first]->forward_part(in, parts_[p].second);
   return in;
 }
 

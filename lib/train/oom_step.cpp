@@ -83,7 +83,7 @@ torch::Tensor with_oom_retry(Loop& loop, LoopState& state, std::int64_t samples,
   if (!retry && !inject) return attempt();
   // What a redo must find as the first attempt did: dropout's draws, batch norm's statistics.
   const RngState rng = save_rng(loop.device);
-  const BufferSnapshot buffers = snapshot_buffers(loop.model, 0, loop.model.size());
+  const BufferSnapshot buffers = snapshot_buffers(loop.model, 0, loop.model.part_count());
   for (;;) {
     try {
       torch::Tensor loss = attempt();

@@ -43,13 +43,12 @@ void restore_rng(const RngState& s, const torch::Device& device) {
   }
 }
 
-// The buffers of blocks [begin, end) — batch norm's running statistics and count; the
+// The buffers of parts [begin, end) — batch norm's running statistics and count; the
 // stem's constant mean and std come along, unchanged — copied, to be put back after a
 // recompute so they move once per step.
 BufferSnapshot snapshot_buffers(BlockModel& model, std::size_t begin, std::size_t end) {
   BufferSnapshot out;
-  for (std::size_t i = begin; i < end; ++i)
-    for (auto& b : model.block(i).buffers()) out.emplace_back(b, b.clone());
+  for (auto& b : model.part_buffers(begin, end)) out.emplace_back(b, b.clone());
   return out;
 }
 

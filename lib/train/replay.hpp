@@ -21,8 +21,8 @@ struct RngState {
 RngState save_rng(const torch::Device& device);
 void restore_rng(const RngState& s, const torch::Device& device);
 
-/// The buffers of blocks [begin, end), each with a copy, to be put back after a recompute so
-/// they move once per step.
+/// The buffers of parts [begin, end) (BlockModel::part_count; all of them: 0 to part_count()),
+/// each with a copy, to be put back after a recompute so they move once per step.
 using BufferSnapshot = std::vector<std::pair<torch::Tensor, torch::Tensor>>;
 BufferSnapshot snapshot_buffers(BlockModel& model, std::size_t begin, std::size_t end);
 void restore_buffers(const BufferSnapshot& saved);

@@ -30,13 +30,6 @@ Activation run_parts(BlockModel& model, Activation a, std::size_t begin, std::si
   return a;
 }
 
-// The buffers of parts [begin, end), each with a copy (replay.hpp's snapshot, by part).
-BufferSnapshot snapshot_parts(BlockModel& model, std::size_t begin, std::size_t end) {
-  BufferSnapshot out;
-  for (auto& b : model.part_buffers(begin, end)) out.emplace_back(b, b.clone());
-  return out;
-}
-
 // A section's input as a leaf of its own graph: detached, and needing a gradient if it is
 // floating point (the first section's input, the batch, needs none).
 Activation leaf(const Activation& a, bool needs_grad) {
@@ -194,7 +187,7 @@ torch::Tensor accumulate_gradients_sectioned(BlockModel& model, const Activation
   // Back through the others, last first: recompute with the forward's masks, then backward
   // from a Seed, holding neither the output nor its gradient.
   for (std::size_t s = k - 1; s-- > 0;) {
-    const auto buffers = snapshot_parts(model, bounds[s], bounds[s + 1]);
+    const auto buffers = snapshot_buffers(model, bounds[s], bounds[s + 1]);
     restore_rng(rng[s], device);
     Activation input = leaf(offload && s > 0 ? to_device(inputs[s], device) : inputs[s], s > 0);
     inputs[s] = Activation{};

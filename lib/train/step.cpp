@@ -85,7 +85,7 @@ torch::Tensor whole_batch_parts(BlockModel& model, const Activation& in, const t
                                 const torch::Tensor& lengths, std::int64_t* largest) {
   const torch::Device device = in.x.device();
   const RngState rng = save_rng(device);
-  const BufferSnapshot buffers = snapshot_buffers(model, 0, model.size());
+  const BufferSnapshot buffers = snapshot_buffers(model, 0, model.part_count());
   std::vector<torch::Tensor> outputs;
   {
     const torch::NoGradGuard no_grad;

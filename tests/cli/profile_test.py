@@ -20,7 +20,6 @@ what it lets a CPU-only machine check of a GPU step:
 import json
 import os
 import sys
-import zlib
 
 import numpy as np
 
@@ -38,14 +37,7 @@ HOST_READS = {"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten:
 def fixtures():
     what = T.fixtures()
     import tile_store
-
-    def pixels(key, size):
-        rng = np.random.default_rng(zlib.crc32(key.encode()))
-        red = int(key[1:key.index("/")]) % 2 == 0
-        base = np.array([200, 90, 90] if red else [90, 90, 200], np.float32)
-        return np.clip(base + rng.normal(0, 25, (size, size, 3)), 0, 255).astype(np.uint8)
-
-    tile_store.tile_pixels = pixels
+    tile_store.tile_pixels = T.tinted_pixels
     slides = [{"id": f"T{i:02d}", "rows": 4, "cols": 8} for i in range(8)]
     keys = tile_store.write_store(tmp("tiles.lmdb"), slides, 32, encoding="png")
     write_feature_store(tmp("imgfeat"), np.zeros((len(keys), 2)), keys, source={"tile_store": tmp("tiles.lmdb")})

@@ -516,15 +516,19 @@ def check_classification_cv():
            f"CV report.html: {page.svgs} SVGs, fold rows {folds}")
 
 
+def tinted_pixels(key, size):
+    """A tile of slide T<i>: reddish for even i, bluish for odd, with noise (tile_store's
+    tile_pixels): the label is the tint."""
+    rng = np.random.default_rng(zlib.crc32(key.encode()))
+    red = int(key[1:key.index("/")]) % 2 == 0
+    base = np.array([200, 90, 90] if red else [90, 90, 200], np.float32)
+    return np.clip(base + rng.normal(0, 25, (size, size, 3)), 0, 255).astype(np.uint8)
+
+
 def check_image():
     import tile_store
-    # Slides of reddish or bluish 16x16 tiles: the label is the tint.
-    def pixels(key, size):
-        rng = np.random.default_rng(zlib.crc32(key.encode()))
-        red = int(key[1:key.index("/")]) % 2 == 0
-        base = np.array([200, 90, 90] if red else [90, 90, 200], np.float32)
-        return np.clip(base + rng.normal(0, 25, (size, size, 3)), 0, 255).astype(np.uint8)
-    tile_store.tile_pixels = pixels
+    # Slides of reddish or bluish 16x16 tiles.
+    tile_store.tile_pixels = tinted_pixels
     slides = [{"id": f"T{i:02d}", "rows": 3, "cols": 4} for i in range(12)]
     keys = tile_store.write_store(tmp("tiles.lmdb"), slides, 16, encoding="png")
     write_feature_store(tmp("imgfeat"), np.zeros((len(keys), 2)), keys, source={"tile_store": tmp("tiles.lmdb")})

@@ -77,6 +77,9 @@ class Slide {
 /// "OpenSlide 4.0.1": the OpenSlide this process reads slides with.
 std::string openslide_version();
 
+/// A property's value as a finite number, or nothing (absent, not a number, out of range).
+std::optional<double> property_number(const std::optional<std::string>& text);
+
 /// µm per pixel from TIFF resolution properties (tiff.XResolution + tiff.ResolutionUnit
 /// "centimeter" or "inch"), or nothing for another unit, a non-positive value or a
 /// placeholder (72, 96 or 300 dpi, which converters write when they know nothing).

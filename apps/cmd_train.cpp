@@ -13,10 +13,12 @@
 
 #include "cli.hpp"
 #include "cli_options.hpp"
+#include "mltool/slide/tile_pixels.hpp"
 #include "mltool/train/cross_validate.hpp"
 #include "mltool/train/train.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/log.hpp"
+#include "mltool/util/shard.hpp"
 #include "spawn.hpp"
 
 namespace mltool::cli {
@@ -27,28 +29,17 @@ struct TrainOptions {
   int nproc = 0;  ///< > 0: run as this many local data parallel ranks
 };
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < 0 || n > 1 << 30)
-    throw UsageError(std::string("environment variable ") + name + "='" + v +
-                     "' is not a non-negative integer");
-  return static_cast<int>(n);
-}
-
 // torchrun / srun style: RANK and WORLD_SIZE (and MASTER_ADDR, MASTER_PORT, LOCAL_RANK) in
 // the environment join this process to a data parallel group (of one too).
 void join_from_environment(train::TrainJob& j) {
-  if (!std::getenv("RANK") || !std::getenv("WORLD_SIZE")) return;
-  j.rank = env_int("RANK", 0);
-  j.world_size = env_int("WORLD_SIZE", 1);
-  j.local_rank = env_int("LOCAL_RANK", 0);
-  if (const char* a = std::getenv("MASTER_ADDR"); a && *a) j.master_addr = a;
-  j.master_port = env_int("MASTER_PORT", 0);
+  const auto r = util::launcher_rendezvous();
+  if (!r) return;
+  j.rank = r->rank;
+  j.world_size = r->world_size;
+  j.local_rank = r->local_rank;
+  if (!r->master_addr.empty()) j.master_addr = r->master_addr;
+  j.master_port = r->master_port;
   j.join_group = true;  // a group even of one (torchrun --nproc-per-node 1), as DDP makes
-  if (j.master_port == 0) throw UsageError("RANK and WORLD_SIZE are set, but MASTER_PORT is not");
 }
 
 std::string metric(const nlohmann::json& v, const char* key) {
@@ -106,6 +97,7 @@ int run_train(TrainOptions& o, const CommonOptions& common) {
   if (o.nproc < 0) throw UsageError("--nproc must be at least 1");
   join_from_environment(*o.job);
   o.job->threads = common.threads;
+  o.job->tile_pixels = slide::open_tile_pixels;
   if (o.job->rank != 0) {  // rank 0 reports; the others train quietly
     // Their warnings and errors still show, marked with their rank; -v shows everything.
     log::set_prefix("mltool train (rank " + std::to_string(o.job->rank) + ")");

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "mltool/features/extract.hpp"
+#include "mltool/util/common_options.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/math_env.hpp"
 #include "mltool/util/shard.hpp"
@@ -85,7 +86,7 @@ const util::Options<ExtractJob>& extract_options() {
               .check([](const J& j) { return j.std[0] > 0 && j.std[1] > 0 && j.std[2] > 0; },
                      "three positive numbers")),
       option("--batch", &J::batch, "Tiles per forward pass").at_least(1),
-      option("--device", &J::device, "auto (every GPU, else CPU), cpu, cuda (every GPU) or cuda:N"),
+      util::device_option(&J::device),
       noted(choice("--amp", &J::amp, kAmps,
                    "Mixed precision for the forward (CUDA autocast on a GPU, CPU autocast on the "
                    "CPU): none, f16 or bf16; default on a GPU: the card's")),
@@ -98,10 +99,8 @@ const util::Options<ExtractJob>& extract_options() {
       util::profile_option(&J::profile),
       util::profile_skip_option(&J::profile),
       util::profile_steps_option(&J::profile),
-      flag("--overwrite", &J::overwrite,
-           "Start over: remove a partial extraction and the feature store in -o first"),
-      flag("--keep-going", &J::keep_going,
-           "Undecodable tiles become invalid rows (NaN, listed in features.json); exit 4"),
+      util::overwrite_option(&J::overwrite),
+      util::keep_going_option(&J::keep_going),
       option("--shard", &J::shard,
              "Only the complete slides I, I+N, I+2N, ... in slide-id order (I/N, 0-based), or "
              "auto: I and N from the job array (Slurm, Kubernetes); join the stores with --merge")
@@ -111,8 +110,7 @@ const util::Options<ExtractJob>& extract_options() {
       flag("--allow-wide-features", &J::allow_wide_features,
            "Keep a model output of more than two dimensions or over 16384 values a tile "
            "(flattened); refused otherwise as unpooled tokens"),
-      flag("--no-oom-retry", &J::no_oom_retry,
-           "An out-of-memory error ends the run instead of splitting the batch and retrying"),
+      util::no_oom_retry_option(&J::no_oom_retry),
   };
   return table;
 }

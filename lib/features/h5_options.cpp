@@ -14,6 +14,7 @@
 #include "mltool/features/h5_interop.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/tile_store.hpp"
+#include "mltool/util/common_options.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 
@@ -63,9 +64,7 @@ const util::Options<ExportH5Job>& export_h5_options() {
              "With --layout flat: h5, <slide>.h5 with features and coords; pt, CLAM's "
              "<slide>.pt tensor (needs LibTorch)"),
       dtype_option(),
-      util::flag("--overwrite", &J::overwrite,
-                 "Replace an earlier export in -o (another store, layout or dtype): its journal "
-                 "is dropped and every slide written again"),
+      util::overwrite_option(&J::overwrite),
   };
   return table;
 }
@@ -81,8 +80,7 @@ const util::Options<ImportH5Job>& import_h5_options() {
              "Which features_<encoder>/ of a TRIDENT job directory to read, when it has several"),
       option("--chunk-rows", &J::chunk_rows, "Rows per committed chunk: what a killed run keeps")
           .at_least(1),
-      util::flag("--overwrite", &J::overwrite,
-                 "Replace a feature store (or a partial import of other files) in -o"),
+      util::overwrite_option(&J::overwrite),
   };
   return table;
 }

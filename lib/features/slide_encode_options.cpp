@@ -5,6 +5,7 @@
 #include <set>
 
 #include "mltool/features/slide_encode.hpp"
+#include "mltool/util/common_options.hpp"
 #include "mltool/util/error.hpp"
 
 namespace mltool::features {
@@ -16,11 +17,8 @@ const util::Options<SlideEncodeJob>& slide_encode_options() {
       option("--slide-encoder", &J::encoder,
              "Run this slide encoder (TorchScript with a slide card, scripts/encoders.py) on "
              "the feature store given as store: one row per slide into -o"),
-      option("--group-table", &J::group_table,
-             "With --slide-encoder: a CSV/TSV/JSONL table mapping column slide to "
-             "--group-column; one row per group (e.g. patient) instead of per slide"),
-      option("--group-column", &J::group_column,
-             "With --group-table: the column that names each slide's group"),
+      util::group_table_option(&J::group_table),
+      util::group_column_option(&J::group_column),
       flag("--skip-missing", &J::skip_missing,
            "With --group-table: leave out slides the table does not list (refused otherwise)"),
   };

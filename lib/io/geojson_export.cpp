@@ -4,6 +4,7 @@
 // "detection", "tile"), name, classification {"name", "color": [r, g, b]} and measurements as
 // an object of numbers; other properties are ignored by QuPath and kept for other readers.
 #include "mltool/io/geojson_export.hpp"
+#include "mltool/util/common_options.hpp"
 
 #include <algorithm>
 #include <array>
@@ -207,8 +208,7 @@ const util::Options<GeojsonExportJob>& geojson_export_options() {
                    "default: every complete slide"),
       util::choice("--tile-object", &J::tile_object, kTileObjectTypes,
                    "QuPath object type of the tile squares: tile or detection"),
-      util::flag("--overwrite", &J::overwrite,
-                 "Rewrite files already in the directory (default: skip them, which resumes)"),
+      util::overwrite_option(&J::overwrite),
   };
   return table;
 }

@@ -1,4 +1,5 @@
 #include "mltool/io/index_files.hpp"
+#include "mltool/util/common_options.hpp"
 
 #include <exception>
 
@@ -38,8 +39,7 @@ const util::Options<IndexJob>& index_options() {
   static const util::Options<IndexJob> table = {
       util::option("shards", &IndexJob::files, "TFRecord files ('-' reads paths from stdin)")
           .required(),
-      util::flag("--keep-going", &IndexJob::keep_going,
-                 "Continue past bad files; exit 4 if any failed"),
+      util::keep_going_option(&IndexJob::keep_going),
   };
   return table;
 }

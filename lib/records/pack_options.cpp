@@ -2,6 +2,7 @@
 // command line and pack_dataset checks a job against it; docs/pack.md's synopsis is checked
 // against it (tests/cli/options_docs_test.py).
 #include "mltool/records/pack.hpp"
+#include "mltool/util/common_options.hpp"
 
 namespace mltool::records {
 
@@ -92,7 +93,7 @@ const util::Options<PackJob>& pack_options() {
       option("--seed", &J::seed, "Seed of the split and shard assignment"),
       flag("--dedupe", &J::dedupe, "Records of identical feature rows share the first such row"),
       flag("--skip-missing", &J::skip_missing, "Skip labels whose key is not in the feature store"),
-      flag("--overwrite", &J::overwrite, "Replace an existing dataset directory"),
+      util::overwrite_option(&J::overwrite),
   };
   return table;
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "mltool/slide/cohort.hpp"
+#include "mltool/util/common_options.hpp"
 #include "mltool/util/shard.hpp"
 
 namespace mltool::slide {
@@ -171,9 +172,8 @@ const util::Options<CohortJob>& cohort_options() {
           .check([](const C& c) { return util::shard_syntax_ok(c.shard); },
                  "I/N with 0 <= I < N (e.g. 0/4), or auto"),
       util::shards_option(&C::shards),
-      util::flag("--keep-going", &C::keep_going, "Continue past bad slides; exit 4 if any failed"),
-      util::flag("--overwrite", &C::overwrite,
-                 "Empty the store (-o) first, instead of resuming or adding to it"),
+      util::keep_going_option(&C::keep_going),
+      util::overwrite_option(&C::overwrite),
       util::flag("--allow-partial", &C::allow_partial,
                  "--merge: join the shard stores there are, naming the missing or unfinished"),
   };

@@ -199,4 +199,8 @@ void TilePixels::read(std::size_t n, const std::function<const std::string&(std:
   });
 }
 
+std::unique_ptr<io::TilePixelReader> open_tile_pixels(const io::TileStore& store) {
+  return std::make_unique<TilePixels>(store);
+}
+
 }  // namespace mltool::slide

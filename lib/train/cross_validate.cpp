@@ -1,6 +1,7 @@
 // train --folds all (cross_validate.hpp): the folds trained one after the other into
 // OUTPUT/fold-I, then gathered into cv.json, oof_predictions.csv and the pictures.
 #include "mltool/train/cross_validate.hpp"
+#include "mltool/train/train.hpp"
 
 #include <cmath>
 #include <map>

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "mltool/train/train.hpp"
+#include "mltool/train/train_job.hpp"
 
 namespace mltool::train {
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "dataset.hpp"
+#include "mltool/io/tile_pixels.hpp"
 
 namespace mltool::io {
 class FeatureStore;
@@ -56,11 +57,12 @@ class RowSource {
 /// The feature matrix of a store, read through its memory map.
 std::shared_ptr<const RowSource> feature_source(std::shared_ptr<const io::FeatureStore> store);
 
-/// Decoded tiles: row i is tile `keys[i]` of `store`, T×T×3 uint8.
-/// FormatError naming the store and key for a missing or undecodable tile, or one of
-/// another size.
+/// Decoded tiles: row i is tile `keys[i]` of `store`, T×T×3 uint8, read by a reader `open`
+/// makes (slide::open_tile_pixels). FormatError naming the store and key for a missing or
+/// undecodable tile, or one of another size.
 std::shared_ptr<const RowSource> tile_source(std::shared_ptr<const io::TileStore> store,
-                                             std::vector<std::string> keys);
+                                             std::vector<std::string> keys,
+                                             const io::TilePixelOpener& open);
 
 /// A pass over one split.
 class Feed {

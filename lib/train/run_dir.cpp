@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "mltool/io/manifest.hpp"
-#include "mltool/train/train.hpp"
+#include "mltool/train/train_job.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 

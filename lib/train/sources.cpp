@@ -8,8 +8,8 @@
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/feature_tensor.hpp"
 #include "mltool/io/image_codec.hpp"
+#include "mltool/io/tile_pixels.hpp"
 #include "mltool/io/tile_store.hpp"
-#include "mltool/slide/tile_pixels.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/parallel.hpp"
 
@@ -41,12 +41,14 @@ class FeatureSource : public RowSource {
   std::shared_ptr<const io::FeatureStore> store_;
 };
 
-// Tiles of a tile store, or of a coordinates store's slide files (slide::TilePixels).
+// Tiles of a tile store, or of a coordinates store's slide files, read by the caller's reader
+// (slide::TilePixels).
 class TileSource : public RowSource {
  public:
-  TileSource(std::shared_ptr<const io::TileStore> store, std::vector<std::string> keys)
+  TileSource(std::shared_ptr<const io::TileStore> store, std::vector<std::string> keys,
+             const io::TilePixelOpener& open)
       : store_(std::move(store)),
-        pixels_(std::make_unique<slide::TilePixels>(*store_)),
+        pixels_(open(*store_)),
         keys_(std::move(keys)),
         tile_(pixels_->tile_size()) {}
   std::int64_t rows() const override { return static_cast<std::int64_t>(keys_.size()); }
@@ -80,7 +82,7 @@ class TileSource : public RowSource {
 
  private:
   std::shared_ptr<const io::TileStore> store_;
-  std::unique_ptr<slide::TilePixels> pixels_;
+  std::unique_ptr<io::TilePixelReader> pixels_;
   std::vector<std::string> keys_;
   std::int64_t tile_ = 0;
 };
@@ -98,8 +100,9 @@ std::shared_ptr<const RowSource> feature_source(std::shared_ptr<const io::Featur
 }
 
 std::shared_ptr<const RowSource> tile_source(std::shared_ptr<const io::TileStore> store,
-                                             std::vector<std::string> keys) {
-  return std::make_shared<TileSource>(std::move(store), std::move(keys));
+                                             std::vector<std::string> keys,
+                                             const io::TilePixelOpener& open) {
+  return std::make_shared<TileSource>(std::move(store), std::move(keys), open);
 }
 
 std::uint64_t pinned_bytes(const RowSource& source) {

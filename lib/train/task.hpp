@@ -18,7 +18,7 @@
 
 #include "dataset.hpp"
 #include "mltool/train/step.hpp"
-#include "mltool/train/train.hpp"
+#include "mltool/train/train_job.hpp"
 
 namespace mltool::train {
 

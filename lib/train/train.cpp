@@ -109,8 +109,10 @@ std::shared_ptr<const RowSource> image_source(const TrainJob& job, const Dataset
   }
   for (auto* s : {&train, &val})
     for (std::size_t i = 0; i < s->size(); ++i) s->rows[i] = local.at(s->ids[i]);
+  require<UsageError>(static_cast<bool>(job.tile_pixels),
+                      "an image dataset needs TrainJob::tile_pixels (slide::open_tile_pixels)");
   return tile_source(std::make_shared<const io::TileStore>(io::TileStore::open(path, false)),
-                     std::move(keys));
+                     std::move(keys), job.tile_pixels);
 }
 
 std::string gib(std::uint64_t bytes) {

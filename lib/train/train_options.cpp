@@ -4,7 +4,8 @@
 // option is warned about, one fixed_on_resume refused; absent_means is what a run from
 // before the option had). docs/train.md's synopsis is checked against it
 // (tests/cli/options_docs_test.py).
-#include "mltool/train/train.hpp"
+#include "mltool/train/train_job.hpp"
+#include "mltool/util/common_options.hpp"
 #include "mltool/util/math_env.hpp"
 #include "mltool/util/shard.hpp"
 
@@ -104,8 +105,7 @@ util::Options<TrainJob> run_options() {
       choice("--feed", &J::feed, kFeeds,
              "auto (pinned if it fits), pinned, host, or sync (the benchmark baseline)")
           .in("runtime"),
-      option("--device", &J::device, "auto (the first GPU, else CPU), cpu, cuda or cuda:N")
-          .in("runtime"),
+      util::device_option(&J::device).in("runtime"),
       util::math_threads_option(&J::math_threads).in("runtime"),
       util::profile_option(&J::profile),
       util::profile_skip_option(&J::profile),
@@ -136,10 +136,7 @@ util::Options<TrainJob> run_options() {
            "Sections: keep the section inputs in pinned host memory until their recompute "
            "(CUDA; no effect on the CPU)")
           .in("runtime"),
-      flag("--no-oom-retry", &J::no_oom_retry,
-           "An out-of-memory error in a step ends the run instead of redoing the step with "
-           "twice the micro-batches (docs/memory-modes.md#out-of-memory)")
-          .in("runtime"),
+      util::no_oom_retry_option(&J::no_oom_retry).in("runtime"),
       option("--lr", &J::lr, "Peak learning rate").positive().in("options"),
       choice("--optimizer", &J::optimizer, kOptimizers, "adamw or sgd (with momentum)")
           .in("options"),
@@ -205,7 +202,7 @@ const util::Options<TrainJob>& train_options() {
                  "Image datasets: the tile store (default: the one the dataset names)"),
           flag("--resume", &J::resume,
                "Continue the run in the output directory from its last checkpoint"),
-          flag("--overwrite", &J::overwrite, "Replace an existing run directory"),
+          util::overwrite_option(&J::overwrite),
           option("--dist-timeout", &J::dist_timeout,
                  "Data parallel: seconds a rank waits for the others before failing")
               .at_least(1),

@@ -98,4 +98,31 @@ std::size_t array_index(const std::string& what, const Environment& env) {
                    "JOB_COMPLETION_INDEX (a Kubernetes indexed Job) is set; give a number");
 }
 
+namespace {
+
+int env_int(const Environment& env, const char* name, int fallback) {
+  const char* v = env(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 0 || n > 1 << 30)
+    throw UsageError(std::string("environment variable ") + name + "='" + v +
+                     "' is not a non-negative integer");
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+std::optional<Rendezvous> launcher_rendezvous(const Environment& env) {
+  if (!env("RANK") || !env("WORLD_SIZE")) return std::nullopt;
+  Rendezvous r;
+  r.rank = env_int(env, "RANK", 0);
+  r.world_size = env_int(env, "WORLD_SIZE", 1);
+  r.local_rank = env_int(env, "LOCAL_RANK", 0);
+  if (const char* a = env("MASTER_ADDR"); a && *a) r.master_addr = a;
+  r.master_port = env_int(env, "MASTER_PORT", 0);
+  if (r.master_port == 0) throw UsageError("RANK and WORLD_SIZE are set, but MASTER_PORT is not");
+  return r;
+}
+
 }  // namespace mltool::util

@@ -13,21 +13,22 @@
 #include <memory>
 #include <string>
 
+#include "mltool/io/tile_pixels.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/util/error.hpp"
 
 namespace mltool::slide {
 
-class TilePixels {
+class TilePixels : public io::TilePixelReader {
  public:
   /// Reads the tiles of `store`, which must outlive this. InputError if it has no settings
   /// (not a tile store, or no slide finished in it).
   explicit TilePixels(const io::TileStore& store);
-  ~TilePixels();
+  ~TilePixels() override;
   TilePixels(const TilePixels&) = delete;
   TilePixels& operator=(const TilePixels&) = delete;
 
-  int tile_size() const { return tile_; }
+  int tile_size() const override { return tile_; }
   /// Whether tiles come from the slide files (a coordinates store).
   bool from_slides() const { return slides_ != nullptr; }
 
@@ -38,7 +39,8 @@ class TilePixels {
   /// is called inside the handler: it rethrows (`throw;`) to end the read with that error, or
   /// returns to go on.
   void read(std::size_t n, const std::function<const std::string&(std::size_t)>& key, int threads,
-            std::uint8_t* out, const std::function<void(std::size_t, const Error&)>& failed) const;
+            std::uint8_t* out,
+            const std::function<void(std::size_t, const Error&)>& failed) const override;
 
  private:
   class Slides;  // the open slide files of a coordinates store
@@ -46,5 +48,9 @@ class TilePixels {
   int tile_ = 0;
   std::unique_ptr<Slides> slides_;
 };
+
+/// A TilePixels of `store`: the io::TilePixelOpener the layers above hand to train/
+/// (TrainJob::tile_pixels).
+std::unique_ptr<io::TilePixelReader> open_tile_pixels(const io::TileStore& store);
 
 }  // namespace mltool::slide

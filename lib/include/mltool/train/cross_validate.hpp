@@ -11,7 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "mltool/train/train.hpp"
+#include "mltool/train/progress.hpp"
+#include "mltool/train/train_job.hpp"
 
 namespace mltool::train {
 

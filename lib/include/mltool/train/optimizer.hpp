@@ -14,7 +14,7 @@
 #include <unordered_map>
 
 #include "mltool/train/models.hpp"
-#include "mltool/train/train.hpp"
+#include "mltool/train/train_job.hpp"
 
 namespace mltool::train {
 

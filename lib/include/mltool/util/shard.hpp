@@ -1,10 +1,13 @@
 // `--shard I/N`: the part of a list one of N machines takes (tile: of the slide list; extract:
 // of a tile store's complete slides). Parsed, taken from a scheduler's environment
 // (`--shard auto`) and applied here only, so every command reads and words it alike.
+// The one home of the schedulers' and launchers' environment variables: job arrays (Slurm,
+// Kubernetes) for --shard auto and --fold auto, and torchrun's rendezvous for train.
 #pragma once
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,5 +68,20 @@ std::vector<T> take_shard(const std::vector<T>& items, const Shard& shard) {
   for (std::size_t i = shard.index; i < items.size(); i += shard.count) out.push_back(items[i]);
   return out;
 }
+
+/// A data parallel launcher's rendezvous (torchrun; srun with docs/cluster.md's script):
+/// RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT.
+struct Rendezvous {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr;  ///< empty: MASTER_ADDR is not set
+  int master_port = 0;
+};
+
+/// The rendezvous in the environment: nothing unless RANK and WORLD_SIZE are set. UsageError
+/// naming the variable for a value that is not a non-negative integer, or a missing
+/// MASTER_PORT.
+std::optional<Rendezvous> launcher_rendezvous(const Environment& env = process_environment);
 
 }  // namespace mltool::util

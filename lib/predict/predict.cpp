@@ -1,13 +1,15 @@
 // mltool predict: a finished run applied to new slides, one slide at a time, each slide's
 // scores journaled so that a stopped prediction resumes (see predict.hpp).
-#include "mltool/train/predict.hpp"
+#include "mltool/predict/predict.hpp"
 
 #include <torch/torch.h>
 
 #include <chrono>
 #include <unordered_map>
 
-#include "export.hpp"
+#include "../train/export.hpp"
+#include "../train/report_page.hpp"
+#include "../train/task.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/records/sha256.hpp"
 #include "mltool/train/safetensors.hpp"
@@ -19,55 +21,18 @@
 #include "mltool/util/output_lock.hpp"
 #include "mltool/util/stop.hpp"
 #include "predict_parts.hpp"
-#include "report_page.hpp"
-#include "task.hpp"
 
-namespace mltool::train {
+namespace mltool::predict {
 
-const util::EnumNames<Weights> kWeights = {{Weights::best, "best"},
-                                           {Weights::final_weights, "final"}};
-
-const util::Options<PredictJob>& predict_options() {
-  using J = PredictJob;
-  using util::choice, util::flag, util::option;
-  static const util::Options<PredictJob> table = {
-      option("run", &J::run, "The run directory (mltool train), finished").required(),
-      option("input", &J::input,
-             "The feature store (mltool extract) for tile and bag models, the tile store "
-             "(mltool tile) for image models")
-          .required(),
-      option("-o,--output", &J::output,
-             "The prediction directory (created; a stopped prediction into it resumes)")
-          .required(),
-      choice("--weights", &J::weights, kWeights,
-             "best (best.safetensors, the monitored best epoch) or final (model.safetensors)"),
-      option("--device", &J::device, "auto (the first GPU, else CPU), cpu, cuda or cuda:N"),
-      util::math_threads_option(&J::math_threads),
-      util::profile_option(&J::profile),
-      util::profile_skip_option(&J::profile),
-      util::profile_steps_option(&J::profile),
-      option("--batch", &J::batch, "Tiles per forward pass (tile and image models)").at_least(1),
-      option("--slide", &J::slides,
-             "Predict only this slide id (repeatable; '-' reads ids from stdin); default: every "
-             "slide of the input"),
-      option("--tiles", &J::tiles,
-             "The tile store for heatmaps (default: the one the features name, if it exists)"),
-      option("--label", &J::label,
-             "The class whose probability the PNG heatmaps show (default: the last label)"),
-      option("--heatmap-size", &J::heatmap_size, "The PNG heatmaps' long side in pixels")
-          .at_least(64),
-      option("--group-table", &J::group_table,
-             "Bag models: CSV/TSV/JSONL with columns slide and --group-column; each group (e.g. "
-             "a patient) is one bag of all its slides' tiles, as pack --bag-by made them"),
-      option("--group-column", &J::group_column,
-             "With --group-table: the column that names each slide's group"),
-      flag("--overwrite", &J::overwrite,
-           "Predict again into an output that holds a prediction with other settings"),
-      flag("--no-oom-retry", &J::no_oom_retry,
-           "An out-of-memory error ends the run instead of splitting the batch and retrying"),
-  };
-  return table;
-}
+using train::csv_field;
+using train::exact_float;
+using train::read_safetensors;
+using train::run_task;
+using train::SafetensorsEntry;
+using train::SafetensorsFile;
+using train::Task;
+using train::write_predict_report;
+using train::write_safetensors;
 
 namespace {
 
@@ -109,7 +74,7 @@ std::size_t label_index(const PredictJob& job, const std::vector<std::string>& l
 
 // OUTPUT/.predict/: job.json, everything that decides the output's bytes, and SLIDE.safetensors,
 // each finished slide's scores. A prediction into an output whose job.json differs is refused
-// (or, --overwrite, the output's files are removed first).
+// (or, --overwrite, the output's files are removed first: --overwrite always starts over).
 class ScoreJournal {
  public:
   ScoreJournal(const PredictJob& job, const json& fingerprint)
@@ -120,7 +85,7 @@ class ScoreJournal {
     if (other && !job.overwrite)
       throw UsageError(job.output + ": holds a prediction with other settings (" + path +
                        "); predict into another directory, or replace it with --overwrite");
-    if (other)
+    if (other || job.overwrite)
       for (const char* name : {kJournalDir, "heatmaps", "predictions.csv", "attention.csv"})
         util::remove_tree(util::join_path(job.output, name));
     util::make_directories(dir_);
@@ -420,4 +385,4 @@ PredictReport predict(const PredictJob& job) {
   return r;
 }
 
-}  // namespace mltool::train
+}  // namespace mltool::predict

@@ -4,18 +4,24 @@
 
 #include <map>
 
-#include "dataset.hpp"
+#include "../train/dataset.hpp"
 #include "mltool/features/encoder_card.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/table.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/records/sha256.hpp"
+#include "mltool/slide/tile_pixels.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
 #include "predict_parts.hpp"
 
-namespace mltool::train {
+namespace mltool::predict {
+
+using train::feature_source;
+using train::read_dataset_info;
+using train::tile_source;
+
 namespace {
 
 using json = nlohmann::json;
@@ -208,7 +214,7 @@ PredictInput image_input(const json& run, const PredictJob& job) {
   in.tile_store = job.input;
   in.identity = {{"tiles", util::absolute_path(job.input)}, {"settings", settings->to_json()}};
   in.tiles = store;
-  in.source = tile_source(std::move(store), in.keys);
+  in.source = tile_source(std::move(store), in.keys, slide::open_tile_pixels);
   return in;
 }
 
@@ -236,4 +242,4 @@ PredictInput open_predict_input(const json& run, const std::string& unit, const 
   return in;
 }
 
-}  // namespace mltool::train
+}  // namespace mltool::predict

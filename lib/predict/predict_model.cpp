@@ -5,16 +5,26 @@
 
 #include <future>
 
-#include "export.hpp"
+#include "../train/export.hpp"
+#include "../train/script_model.hpp"
 #include "mltool/train/model_spec.hpp"
 #include "mltool/util/batch_split.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/parallel.hpp"
 #include "predict_parts.hpp"
-#include "script_model.hpp"
 
-namespace mltool::train {
+namespace mltool::predict {
+
+using train::Block;
+using train::build_model;
+using train::import_safetensors;
+using train::load_script_model;
+using train::ModelSpec;
+using train::parse_model_spec;
+using train::script_block_model;
+using train::ScriptModel;
+
 namespace {
 
 using json = nlohmann::json;
@@ -156,4 +166,4 @@ SlideScores Predictor::score(const RowSource& source, const std::vector<std::int
   return out;
 }
 
-}  // namespace mltool::train
+}  // namespace mltool::predict

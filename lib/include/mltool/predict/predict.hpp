@@ -31,7 +31,7 @@
 #include "mltool/util/options.hpp"
 #include "mltool/util/profile.hpp"
 
-namespace mltool::train {
+namespace mltool::predict {
 
 /// Which weights of a run: best.safetensors (the monitored best epoch) or model.safetensors.
 enum class Weights { best, final_weights };
@@ -89,4 +89,4 @@ nlohmann::json to_json(const PredictReport& report);
 /// holds a prediction with other settings (without `overwrite`).
 PredictReport predict(const PredictJob& job);
 
-}  // namespace mltool::train
+}  // namespace mltool::predict

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "feed.hpp"
+#include "../train/feed.hpp"
+#include "mltool/predict/predict.hpp"
 #include "mltool/train/models.hpp"
-#include "mltool/train/predict.hpp"
 
 namespace mltool::io {
 class TileStore;
@@ -23,7 +23,10 @@ namespace torch::jit {
 struct Module;
 }
 
-namespace mltool::train {
+namespace mltool::predict {
+
+using train::BlockModel;
+using train::RowSource;
 
 /// What predict reads: row i of `source` is tile `keys[i]`; feature rows (tile and bag
 /// models) or decoded tiles (image models).
@@ -106,4 +109,4 @@ std::int64_t write_slide_heatmaps(const io::TileStore& tiles, const std::string&
                                   const std::vector<std::string>& keys, const std::string& dir,
                                   const HeatmapScores& scores);
 
-}  // namespace mltool::train
+}  // namespace mltool::predict

@@ -18,7 +18,7 @@
 #include "mltool/slide/qc.hpp"
 #endif
 
-namespace mltool::train {
+namespace mltool::predict {
 namespace {
 
 using json = nlohmann::json;
@@ -99,4 +99,4 @@ std::int64_t write_slide_heatmaps(const io::TileStore& tiles, const std::string&
   return report.tiles;
 }
 
-}  // namespace mltool::train
+}  // namespace mltool::predict

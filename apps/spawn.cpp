@@ -102,7 +102,7 @@ std::string describe(int status) {
 // later if they linger), a SIGTERM to this process goes to every rank.
 class Ranks {
  public:
-  explicit Ranks(std::vector<pid_t> pids) : pids_(std::move(pids)), running_(pids_.size()) {}
+  explicit Ranks(std::vector<pid_t> pids) : pids_(std::move(pids)) { running_ = pids_.size(); }
 
   // Waits for every rank; returns the first failed rank's exit code, else stopped when a
   // rank stopped on SIGTERM, else ok.
@@ -163,7 +163,7 @@ class Ranks {
   }
 
   std::vector<pid_t> pids_;  // by rank; -1 once reaped
-  std::size_t running_;
+  std::size_t running_ = 0;  // ranks not reaped yet
   int code_ = exit_code::ok;
   bool stopped_ = false;
 };

@@ -6,6 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "mltool/slide/versions.hpp"
 #include "mltool/util/build_info.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/log.hpp"
@@ -19,15 +20,17 @@ constexpr const char* kDescription =
     "Exit codes: 0 ok, 1 usage, 2 input/data error, 3 runtime/resource error, 4 partial success.";
 
 // mltool first, then the module's components (LibTorch, CUDA) and which module it is, then
-// the core's others.
+// the slide readers (OpenSlide, libvips).
 std::string version_text(const TorchModule* module, const std::string& why,
                          const std::string& path) {
-  auto versions = component_versions();
+  std::vector<std::pair<std::string, std::string>> versions = {{"mltool", version()}};
   auto torch = module ? module->versions()
                       : std::vector<std::pair<std::string, std::string>>{
                             {"LibTorch", "unavailable (" + why + ")"}};
   if (module) torch.emplace_back("module", path.substr(path.rfind('/') + 1));
-  versions.insert(versions.begin() + 1, torch.begin(), torch.end());
+  versions.insert(versions.end(), torch.begin(), torch.end());
+  const auto readers = slide::reader_versions();
+  versions.insert(versions.end(), readers.begin(), readers.end());
   std::string out;
   for (const auto& [name, value] : versions) out += name + " " + value + "\n";
   return out;

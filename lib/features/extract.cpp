@@ -317,29 +317,45 @@ std::uint64_t resume_position(const ChunkedFeatureWriter& writer, std::uint64_t 
   return first;
 }
 
+// What a pipeline reads, named where it is built (extract_features). Everything it points to
+// outlives the pipeline.
+struct PipelineInputs {
+  const ExtractJob* job = nullptr;
+  const slide::TilePixels* pixels = nullptr;       // the tile store, or the slides of coordinates
+  const std::vector<std::string>* keys = nullptr;  // the whole store's keys
+  const ShardPlan* plan = nullptr;                 // the rows this run (its shard) takes
+  int tile = 0;                                    // tile side, pixels
+  std::int64_t dims = 0;                           // the model's features per row
+  std::uint64_t first = 0;                         // rows committed by an earlier run
+  std::vector<torch::Device> devices;              // one device thread each
+};
+
 // The three stages and what they share: a reader fills pool buffers with decoded batches,
 // one thread per device computes them and returns the buffers, the caller writes the rows.
+// Every member is set from the inputs alone, so their order does not matter.
 struct Pipeline {
-  Pipeline(const ExtractJob& job, const slide::TilePixels& pixels,
-           const std::vector<std::string>& keys, const ShardPlan& plan, int tile, std::int64_t dims,
-           std::uint64_t first, const std::vector<torch::Device>& devices)
-      : job(job),
-        pixels(pixels),
-        keys(keys),
-        plan(plan),
-        tile(tile),
-        dims(dims),
-        first(first),
-        pool_size(2 + 2 * devices.size()),
-        pool(pool_size),
-        ready(pool_size),
-        live_workers(static_cast<int>(devices.size())) {
-    const bool pinned = std::any_of(devices.begin(), devices.end(),
+  explicit Pipeline(const PipelineInputs& in)
+      : job(*in.job),
+        pixels(*in.pixels),
+        keys(*in.keys),
+        plan(*in.plan),
+        tile(in.tile),
+        dims(in.dims),
+        first(in.first),
+        batch(static_cast<std::uint64_t>(in.job->batch)),
+        first_row(in.first < in.plan->rows ? in.plan->store_row(in.first) : in.keys->size()),
+        batch_ids(in.plan->batches(in.first, static_cast<std::uint64_t>(in.job->batch))),
+        pool(pool_size(in)),
+        ready(pool_size(in)),
+        live_workers(static_cast<int>(in.devices.size())) {
+    const bool pinned = std::any_of(in.devices.begin(), in.devices.end(),
                                     [](const torch::Device& d) { return d.is_cuda(); });
-    for (std::size_t i = 0; i < pool_size; ++i)
-      pool.push(torch::empty({job.batch, tile, tile, 3},
+    for (std::size_t i = 0; i < pool_size(in); ++i)
+      pool.push(torch::empty({in.job->batch, in.tile, in.tile, 3},
                              torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pinned)));
   }
+  // Host buffers of decoded batches: two for the reader, two for each device.
+  static std::size_t pool_size(const PipelineInputs& in) { return 2 + 2 * in.devices.size(); }
   // A device thread waited `seconds` for a decoded batch.
   void note_wait(double seconds) {
     std::lock_guard lock(wait_mutex);
@@ -348,22 +364,22 @@ struct Pipeline {
   }
   // Whether store row `row` is written: this run's (shard's) and not committed before.
   bool writes(std::uint64_t row) const { return row >= first_row && plan.takes_row(row); }
+  // The batches this run computes.
+  std::uint64_t batches() const { return batch_ids.size(); }
 
   const ExtractJob& job;
-  const slide::TilePixels& pixels;       // from the tile store, or from the slides of coordinates
-  const std::vector<std::string>& keys;  // the whole store's: batches count rows from its row 0
+  const slide::TilePixels& pixels;
+  const std::vector<std::string>& keys;  // batches count rows from the store's row 0
   const ShardPlan& plan;
   const int tile;
   const std::int64_t dims;
   const std::uint64_t first;  // rows committed by an earlier run
-  const std::uint64_t batch = static_cast<std::uint64_t>(job.batch);
+  const std::uint64_t batch;
   // The store row of the first row to write; the batch's rows before it, and rows of other
   // shards' slides in the batches, are computed (so each row is computed where one run over
   // the store computes it) but not written.
-  const std::uint64_t first_row = first < plan.rows ? plan.store_row(first) : keys.size();
-  const std::vector<std::uint64_t> batch_ids = plan.batches(first, batch);
-  const std::uint64_t batches = batch_ids.size();
-  const std::size_t pool_size;
+  const std::uint64_t first_row;
+  const std::vector<std::uint64_t> batch_ids;
   util::BoundedQueue<torch::Tensor> pool;
   util::BoundedQueue<HostBatch> ready;
   Reorder results;
@@ -429,7 +445,7 @@ HostBatch decode_batch(Pipeline& p, std::uint64_t b, torch::Tensor buffer) {
 // Reader + decoders: batches in store order into pool buffers.
 void read_batches(Pipeline& p) {
   try {
-    for (std::uint64_t b = 0; b < p.batches && !p.failure.stopped; ++b) {
+    for (std::uint64_t b = 0; b < p.batches() && !p.failure.stopped; ++b) {
       auto buffer = p.pool.pop();
       if (!buffer) break;
       if (!p.ready.push(decode_batch(p, b, *buffer))) break;
@@ -535,7 +551,7 @@ std::uint64_t write_rows(Pipeline& p, ChunkedFeatureWriter& writer, Clock::time_
   try {
     std::vector<float> nan_row(static_cast<std::size_t>(p.dims),
                                std::numeric_limits<float>::quiet_NaN());
-    for (std::uint64_t b = 0; b < p.batches; ++b) {
+    for (std::uint64_t b = 0; b < p.batches(); ++b) {
       auto r = p.results.take(b, [&] { return p.failure.stopped || p.live_workers == 0; });
       if (!r) break;
       const float* rows = r->features.data_ptr<float>();
@@ -551,7 +567,7 @@ std::uint64_t write_rows(Pipeline& p, ChunkedFeatureWriter& writer, Clock::time_
         p.first_done = Clock::now();
         p.first_rows = written;
       }
-      if (b + 1 < p.batches)  // SIGTERM: run_pipeline commits these rows as a chunk
+      if (b + 1 < p.batches())  // SIGTERM: run_pipeline commits these rows as a chunk
         util::stop_if_requested(std::to_string(p.first + written) + " of " +
                                 std::to_string(p.plan.rows) + " rows, committed");
       if (std::chrono::duration<double>(Clock::now() - last_report).count() >= 10) {
@@ -667,7 +683,16 @@ ExtractReport extract_features(const ExtractJob& request) {
   const std::uint64_t first = resume_position(writer, plan.rows);
   report.resumed_from = first;
 
-  Pipeline pipeline(job, *tiles.pixels, tiles.keys, plan, tiles.tile, dims, first, devices);
+  PipelineInputs inputs;
+  inputs.job = &job;
+  inputs.pixels = tiles.pixels.get();
+  inputs.keys = &tiles.keys;
+  inputs.plan = &plan;
+  inputs.tile = tiles.tile;
+  inputs.dims = dims;
+  inputs.first = first;
+  inputs.devices = devices;
+  Pipeline pipeline(inputs);
   start_splitter(pipeline, writer);
   Clock::time_point run_start;
   const std::uint64_t written = run_pipeline(pipeline, writer, replicas, run_start);

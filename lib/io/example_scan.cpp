@@ -145,37 +145,45 @@ MLTOOL_HOT bool ExampleScanner::features(wire::Cursor& in) {
   return true;
 }
 
-// The shape writers (TensorFlow, protobuf, mltool) give nearly every entry: key, then one
-// value holding one list, all with one-byte lengths that nest exactly:
-//   0A kl KEY 12 vl [0A|12|1A] ll [0A pl PAYLOAD]
-// Such an entry means exactly what the general walk (entry()) would make of it, so it is read
-// in straight-line code. Returns 1 when read, 0 when the record is refused (error() set), -1
-// when the entry has another shape and entry() must read it.
-MLTOOL_HOT int ExampleScanner::canonical_entry(const std::uint8_t* b, const std::uint8_t* e) {
-  const auto size = [](const std::uint8_t* from, const std::uint8_t* to) {
-    return static_cast<std::size_t>(to - from);
-  };
-  if (size(b, e) < 4 || b[0] != 0x0a || b[1] >= 0x80) return -1;
+namespace {
+
+// An entry of the canonical shape (see canonical_entry), located.
+struct CanonicalShape {
+  std::string_view key;
+  std::uint8_t list_tag = 0;           // 0A bytes, 12 floats, 1A int64s
+  const std::uint8_t* list = nullptr;  // the list message; the entry's end when it is absent
+};
+
+inline std::size_t span(const std::uint8_t* from, const std::uint8_t* to) {
+  return static_cast<std::size_t>(to - from);
+}
+
+// True when [b, e) is one key, then one value holding one list, with one-byte lengths that
+// nest exactly.
+MLTOOL_HOT bool canonical_shape(const std::uint8_t* b, const std::uint8_t* e, CanonicalShape& out) {
+  if (span(b, e) < 4 || b[0] != 0x0a || b[1] >= 0x80) return false;
   const std::uint8_t* v = b + 2 + b[1];  // the value's tag
-  if (size(b, e) < 4u + b[1] || v[0] != 0x12 || v[1] >= 0x80 || size(v, e) != 2u + v[1]) return -1;
-  const std::string_view key(reinterpret_cast<const char*>(b + 2), b[1]);
+  if (span(b, e) < 4u + b[1] || v[0] != 0x12 || v[1] >= 0x80 || span(v, e) != 2u + v[1])
+    return false;
   const std::uint8_t* l = v + 2;  // the list's tag, inside the Feature
-  if (l == e) return -1;          // a Feature without a kind
-  if (size(l, e) < 2 || (l[0] != 0x0a && l[0] != 0x12 && l[0] != 0x1a) || l[1] >= 0x80 ||
-      size(l, e) != 2u + l[1])
-    return -1;
+  if (l == e) return false;       // a Feature without a kind
+  if (span(l, e) < 2 || (l[0] != 0x0a && l[0] != 0x12 && l[0] != 0x1a) || l[1] >= 0x80 ||
+      span(l, e) != 2u + l[1])
+    return false;
   const std::uint8_t* x = l + 2;  // the list message
-  if (x != e && (size(x, e) < 2 || x[0] != 0x0a || x[1] >= 0x80 || size(x, e) != 2u + x[1]))
-    return -1;
-  if (!valid_utf8(key)) {
-    error_ = "not a tf.train.Example: a feature name is not valid UTF-8";
-    return 0;
-  }
-  const FeatureKind kind = l[0] == 0x0a   ? FeatureKind::bytes_list
-                           : l[0] == 0x12 ? FeatureKind::float_list
-                                          : FeatureKind::int64_list;
-  const std::uint8_t* payload = x + 2;
-  if (x != e && kind == FeatureKind::float_list && size(payload, e) % 4 != 0) return malformed();
+  if (x != e && (span(x, e) < 2 || x[0] != 0x0a || x[1] >= 0x80 || span(x, e) != 2u + x[1]))
+    return false;
+  out.key = std::string_view(reinterpret_cast<const char*>(b + 2), b[1]);
+  out.list_tag = l[0];
+  out.list = x;
+  return true;
+}
+
+}  // namespace
+
+// A later entry of the same name replaces an earlier one: its slot starts again with `kind`.
+// An entry whose name was not requested is counted.
+MLTOOL_HOT ExampleScanner::Slot* ExampleScanner::claim(std::string_view key, FeatureKind kind) {
   Slot* slot = slot_for(key);
   if (slot) {
     slot->present = true;
@@ -186,23 +194,53 @@ MLTOOL_HOT int ExampleScanner::canonical_entry(const std::uint8_t* b, const std:
   } else if (others_++ == 0) {
     first_other_ = key;
   }
-  if (x != e) {
-    if (kind == FeatureKind::int64_list) {  // packed varints, exactly filling the payload
-      Cursor packed{payload, e};
-      std::uint64_t value;
-      while (!packed.done()) {
-        if (!packed.varint(value)) return malformed();
-        if (slot) slot->ints.push_back(static_cast<std::int64_t>(value));
-      }
-    } else if (slot && kind == FeatureKind::bytes_list) {
-      slot->strings.emplace_back(reinterpret_cast<const char*>(payload), size(payload, e));
-    } else if (slot && payload != e) {  // memcpy into an empty vector's null data() is UB
-      slot->floats.resize(size(payload, e) / 4);
-      std::memcpy(slot->floats.data(), payload, size(payload, e));  // little-endian hosts only
-    }
+  return slot;
+}
+
+// The shape writers (TensorFlow, protobuf, mltool) give nearly every entry: key, then one
+// value holding one list, all with one-byte lengths that nest exactly:
+//   0A kl KEY 12 vl [0A|12|1A] ll [0A pl PAYLOAD]
+// Such an entry means exactly what the general walk (entry()) would make of it, so it is read
+// in straight-line code. Returns 1 when read, 0 when the record is refused (error() set), -1
+// when the entry has another shape and entry() must read it.
+MLTOOL_HOT int ExampleScanner::canonical_entry(const std::uint8_t* b, const std::uint8_t* e) {
+  CanonicalShape shape;
+  if (!canonical_shape(b, e, shape)) return -1;
+  if (!valid_utf8(shape.key)) {
+    error_ = "not a tf.train.Example: a feature name is not valid UTF-8";
+    return 0;
   }
-  if (!pending_.empty()) forget_pending(key);
+  const FeatureKind kind = shape.list_tag == 0x0a   ? FeatureKind::bytes_list
+                           : shape.list_tag == 0x12 ? FeatureKind::float_list
+                                                    : FeatureKind::int64_list;
+  const std::uint8_t* x = shape.list;
+  const std::uint8_t* payload = x + 2;
+  if (x != e && kind == FeatureKind::float_list && span(payload, e) % 4 != 0) return malformed();
+  Slot* slot = claim(shape.key, kind);
+  if (x != e && !canonical_values(slot, kind, payload, e)) return malformed();
+  if (!pending_.empty()) forget_pending(shape.key);
   return 1;
+}
+
+// The payload of a canonical entry's list, [payload, e), into `slot` (null: checked only).
+// False when packed varints do not exactly fill it.
+MLTOOL_HOT bool ExampleScanner::canonical_values(Slot* slot, FeatureKind kind,
+                                                 const std::uint8_t* payload,
+                                                 const std::uint8_t* e) {
+  if (kind == FeatureKind::int64_list) {  // packed varints, exactly filling the payload
+    Cursor packed{payload, e};
+    std::uint64_t value;
+    while (!packed.done()) {
+      if (!packed.varint(value)) return false;
+      if (slot) slot->ints.push_back(static_cast<std::int64_t>(value));
+    }
+  } else if (slot && kind == FeatureKind::bytes_list) {
+    slot->strings.emplace_back(reinterpret_cast<const char*>(payload), span(payload, e));
+  } else if (slot && payload != e) {  // memcpy into an empty vector's null data() is UB
+    slot->floats.resize(span(payload, e) / 4);
+    std::memcpy(slot->floats.data(), payload, span(payload, e));  // little-endian hosts only
+  }
+  return true;
 }
 
 MLTOOL_HOT bool ExampleScanner::entry(const std::uint8_t* begin, const std::uint8_t* end) {
@@ -236,16 +274,7 @@ MLTOOL_HOT bool ExampleScanner::entry(const std::uint8_t* begin, const std::uint
     in.p += n;
   }
 
-  Slot* slot = slot_for(key);
-  if (slot) {  // a later entry of the same name replaces an earlier one
-    slot->present = true;
-    slot->kind = FeatureKind::none;
-    slot->ints.clear();
-    slot->floats.clear();
-    slot->strings.clear();
-  } else if (others_++ == 0) {
-    first_other_ = key;
-  }
+  Slot* slot = claim(key, FeatureKind::none);
   FeatureKind kind = FeatureKind::none;
   std::string& feature_problem = feature_problem_;  // unknown fields: in the Feature,
   std::string& list_problem = list_problem_;        // in its list

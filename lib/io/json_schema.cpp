@@ -160,73 +160,103 @@ class Compiler {
     if (!schema.is_object()) fail(location, "a schema must be an object or a boolean");
     for (auto it = schema.begin(); it != schema.end(); ++it) {
       const std::string& key = it.key();
-      const json& v = it.value();
       const std::string at = location + "/" + escape_token(key);
-      if (key == "$schema" || key == "$id" || key == "$comment" || key == "title" ||
-          key == "description" || key == "default" || key == "examples") {
-        continue;  // annotations: they never change the outcome of validation
-      } else if (key == "$defs") {
+      if (is_annotation(key)) continue;  // they never change the outcome of validation
+      if (key == "$defs") {
         if (!location.empty()) fail(at, "$defs is only supported at the schema root");
-      } else if (key == "type") {
-        const json names = v.is_array() ? v : json::array({v});
-        for (const json& n : names) {
-          unsigned bit = 0;
-          for (auto [word, b] : kTypeNames)
-            if (n.is_string() && n.get<std::string>() == word) bit = b;
-          if (!bit) fail(at, "unknown type " + short_dump(n));
-          node.types |= bit;
-        }
-      } else if (key == "properties") {
-        if (!v.is_object()) fail(at, "must be an object");
-        for (auto p = v.begin(); p != v.end(); ++p)
-          node.properties[p.key()] = compile(p.value(), at + "/" + escape_token(p.key()));
-      } else if (key == "required") {
-        if (!v.is_array()) fail(at, "must be an array of strings");
-        for (const json& r : v) {
-          if (!r.is_string()) fail(at, "must be an array of strings");
-          node.required.push_back(r.get<std::string>());
-        }
-      } else if (key == "additionalProperties") {
-        node.additional = compile(v, at);
-      } else if (key == "items") {
-        if (v.is_array()) fail(at, "must be a schema (tuple form / prefixItems is not supported)");
-        node.items = compile(v, at);
-      } else if (key == "minItems") {
-        node.min_items = count(v, at);
-      } else if (key == "maxItems") {
-        node.max_items = count(v, at);
-      } else if (key == "minLength") {
-        node.min_length = count(v, at);
-      } else if (key == "minimum" || key == "maximum") {
-        if (!v.is_number()) fail(at, "must be a number");
-        (key == "minimum" ? node.minimum : node.maximum) = v;
-      } else if (key == "enum") {
-        if (!v.is_array() || v.empty()) fail(at, "must be a non-empty array");
-        node.enum_values = v;
-      } else if (key == "const") {
-        node.const_value = v;
-      } else if (key == "pattern") {
-        if (!v.is_string()) fail(at, "must be a string");
-        node.pattern_text = v.get<std::string>();
-        try {
-          node.pattern.emplace(node.pattern_text, std::regex::ECMAScript);
-        } catch (const std::regex_error& e) {
-          fail(at, "invalid regular expression: " + std::string(e.what()));
-        }
-      } else if (key == "$ref") {
-        const std::string prefix = "#/$defs/";
-        const std::string target = v.is_string() ? v.get<std::string>() : "";
-        if (target.compare(0, prefix.size(), prefix) != 0)
-          fail(at, "only local references of the form \"#/$defs/<name>\" are supported");
-        auto def = defs_.find(unescape_token(target.substr(prefix.size())));
-        if (def == defs_.end()) fail(at, "no definition " + short_dump(v) + " in /$defs");
-        node.ref = def->second;
-      } else {
+      } else if (!compile_structure(node, key, it.value(), at) &&
+                 !compile_constraint(node, key, it.value(), at)) {
         fail(at, "unsupported keyword '" + key +
                      "' (mltool validates only the keywords listed in json_schema.hpp)");
       }
     }
     nodes_[index] = std::move(node);
+  }
+
+  static bool is_annotation(const std::string& key) {
+    return key == "$schema" || key == "$id" || key == "$comment" || key == "title" ||
+           key == "description" || key == "default" || key == "examples";
+  }
+
+  // The keywords that say what a value is made of: its type, properties, items. False for
+  // any other keyword.
+  bool compile_structure(Node& node, const std::string& key, const json& v, const std::string& at) {
+    if (key == "type") {
+      const json names = v.is_array() ? v : json::array({v});
+      for (const json& n : names) {
+        unsigned bit = 0;
+        for (auto [word, b] : kTypeNames)
+          if (n.is_string() && n.get<std::string>() == word) bit = b;
+        if (!bit) fail(at, "unknown type " + short_dump(n));
+        node.types |= bit;
+      }
+    } else if (key == "properties") {
+      if (!v.is_object()) fail(at, "must be an object");
+      for (auto p = v.begin(); p != v.end(); ++p)
+        node.properties[p.key()] = compile(p.value(), at + "/" + escape_token(p.key()));
+    } else if (key == "required") {
+      if (!v.is_array()) fail(at, "must be an array of strings");
+      for (const json& r : v) {
+        if (!r.is_string()) fail(at, "must be an array of strings");
+        node.required.push_back(r.get<std::string>());
+      }
+    } else if (key == "additionalProperties") {
+      node.additional = compile(v, at);
+    } else if (key == "items") {
+      if (v.is_array()) fail(at, "must be a schema (tuple form / prefixItems is not supported)");
+      node.items = compile(v, at);
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  // The keywords that bound a value (sizes, range, allowed values, pattern) or refer to a
+  // definition. False for any other keyword.
+  bool compile_constraint(Node& node, const std::string& key, const json& v,
+                          const std::string& at) {
+    if (key == "minItems") {
+      node.min_items = count(v, at);
+    } else if (key == "maxItems") {
+      node.max_items = count(v, at);
+    } else if (key == "minLength") {
+      node.min_length = count(v, at);
+    } else if (key == "minimum" || key == "maximum") {
+      if (!v.is_number()) fail(at, "must be a number");
+      (key == "minimum" ? node.minimum : node.maximum) = v;
+    } else if (key == "enum") {
+      if (!v.is_array() || v.empty()) fail(at, "must be a non-empty array");
+      node.enum_values = v;
+    } else if (key == "const") {
+      node.const_value = v;
+    } else if (key == "pattern") {
+      compile_pattern(node, v, at);
+    } else if (key == "$ref") {
+      node.ref = resolve_ref(v, at);
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  void compile_pattern(Node& node, const json& v, const std::string& at) const {
+    if (!v.is_string()) fail(at, "must be a string");
+    node.pattern_text = v.get<std::string>();
+    try {
+      node.pattern.emplace(node.pattern_text, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      fail(at, "invalid regular expression: " + std::string(e.what()));
+    }
+  }
+
+  std::size_t resolve_ref(const json& v, const std::string& at) const {
+    const std::string prefix = "#/$defs/";
+    const std::string target = v.is_string() ? v.get<std::string>() : "";
+    if (target.compare(0, prefix.size(), prefix) != 0)
+      fail(at, "only local references of the form \"#/$defs/<name>\" are supported");
+    auto def = defs_.find(unescape_token(target.substr(prefix.size())));
+    if (def == defs_.end()) fail(at, "no definition " + short_dump(v) + " in /$defs");
+    return def->second;
   }
 
   const std::string& name_;

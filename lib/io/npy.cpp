@@ -210,13 +210,17 @@ std::optional<DType> dtype_from_name(std::string_view text) noexcept {
   return std::nullopt;
 }
 
-NpyHeader parse_npy_header(const std::uint8_t* data, std::size_t size, const std::string& path) {
+namespace {
+
+// The magic bytes, the version and the header length: where the header dict starts (its
+// byte offset) and how long it is. Sets h.major_version and h.data_offset.
+std::pair<std::size_t, std::uint64_t> read_preamble(const std::uint8_t* data, std::size_t size,
+                                                    const std::string& path, NpyHeader& h) {
   if (size >= kMagicSize && std::memcmp(data, kMagic, kMagicSize) != 0)
     throw FormatError(at_offset(path, 0, "not an .npy file (bad magic bytes)"));
   if (size < 10)
     throw FormatError(at_file(path, "not an .npy file (only " + std::to_string(size) +
                                         " bytes, too short for a header)"));
-  NpyHeader h;
   h.major_version = data[6];
   const int minor = data[7];
   if (h.major_version < 1 || h.major_version > 3 || minor != 0)
@@ -237,9 +241,12 @@ NpyHeader parse_npy_header(const std::uint8_t* data, std::size_t size, const std
   if (h.data_offset > size)
     throw FormatError(at_file(path, "truncated: the header needs " + std::to_string(h.data_offset) +
                                         " bytes, the file has " + std::to_string(size)));
+  return {prefix, header_len};
+}
 
-  const std::string_view text(reinterpret_cast<const char*>(data + prefix), header_len);
-  DictReader r(text, prefix, path);
+// The header dict: exactly 'descr' (a supported dtype), 'fortran_order' (False) and 'shape',
+// in any order. Sets h.dtype and h.shape.
+void read_dict(DictReader& r, NpyHeader& h) {
   std::optional<DType> dtype;
   std::optional<bool> fortran;
   std::optional<std::vector<std::uint64_t>> shape;
@@ -282,7 +289,11 @@ NpyHeader parse_npy_header(const std::uint8_t* data, std::size_t size, const std
   if (!shape) r.fail("missing key 'shape'");
   h.dtype = *dtype;
   h.shape = std::move(*shape);
+}
 
+// The data's size from the dtype and shape (h.data_bytes), which must be what the file holds
+// after the header.
+void check_data_size(std::size_t size, std::size_t prefix, const std::string& path, NpyHeader& h) {
   std::uint64_t bytes = itemsize(h.dtype);
   for (std::uint64_t d : h.shape)
     if (__builtin_mul_overflow(bytes, d, &bytes))
@@ -297,6 +308,17 @@ NpyHeader parse_npy_header(const std::uint8_t* data, std::size_t size, const std
         std::string(found < h.data_bytes ? "truncated" : "trailing data") + ": expected " +
             std::to_string(h.data_bytes) + " bytes of data for shape " + shape_text(h.shape) + " " +
             std::string(name(h.dtype)) + ", found " + std::to_string(found)));
+}
+
+}  // namespace
+
+NpyHeader parse_npy_header(const std::uint8_t* data, std::size_t size, const std::string& path) {
+  NpyHeader h;
+  const auto [prefix, header_len] = read_preamble(data, size, path, h);
+  const std::string_view text(reinterpret_cast<const char*>(data + prefix), header_len);
+  DictReader r(text, prefix, path);
+  read_dict(r, h);
+  check_data_size(size, prefix, path, h);
   return h;
 }
 

@@ -331,7 +331,30 @@ json to_json(const InspectReport& report, const Thresholds* limits,
   return doc;
 }
 
-std::string format_text(const InspectReport& report) {
+namespace {
+
+// The label columns of the text tables: a column per label, up to kLabelColumns labels; past
+// that (e.g. a slide id as the label) the number of labels present, and the per-label
+// figures only in --json.
+struct LabelLayout {
+  const std::vector<std::string>& names;
+  std::size_t labels = 0;   // labels in the report
+  std::size_t columns = 0;  // those with a column of their own
+  std::vector<std::size_t> width;
+};
+
+LabelLayout label_columns(const InspectReport& report) {
+  LabelLayout c{report.labels, 0, 0, {}};
+  c.labels = report.labels.size();
+  c.columns = c.labels <= kLabelColumns ? c.labels : 0;
+  c.width.resize(c.columns);
+  for (std::size_t l = 0; l < c.columns; ++l)
+    c.width[l] = std::max<std::size_t>(report.labels[l].size(), 6) + 2;
+  return c;
+}
+
+// The report's first lines: what was read, and why label figures may be missing.
+std::string text_heading(const InspectReport& report) {
   std::string out;
   std::size_t shards = 0;
   for (const auto& g : report.groups) shards += g.shards.size();
@@ -347,87 +370,103 @@ std::string format_text(const InspectReport& report) {
            outcome_figure(report.task) + "\n";
   else if (report.labels.empty())
     out += "no record has a feature '" + report.label_feature + "': no label figures\n";
-  // A column per label, up to kLabelColumns labels; past that (e.g. a slide id as the label)
-  // the number of labels present, and the per-label figures only in --json.
-  const std::size_t labels = report.labels.size();
-  const std::size_t columns = labels <= kLabelColumns ? labels : 0;
-  if (labels > kLabelColumns)
-    out += std::to_string(labels) + " labels: per-label columns left out (see --json)\n";
-  std::vector<std::size_t> width(columns);
-  for (std::size_t l = 0; l < columns; ++l)
-    width[l] = std::max<std::size_t>(report.labels[l].size(), 6) + 2;
+  if (report.labels.size() > kLabelColumns)
+    out +=
+        std::to_string(report.labels.size()) + " labels: per-label columns left out (see --json)\n";
+  return out;
+}
 
+// A group's heading and its table of shards.
+std::string shard_table(const GroupReport& g, const LabelLayout& c) {
+  std::string out = "\n" + g.name + ": " + std::to_string(g.shards.size()) + " shards, " +
+                    std::to_string(g.records) + " records, " + std::to_string(g.bytes) + " bytes\n";
+  std::size_t file_width = 5;
+  for (const auto& s : g.shards) file_width = std::max(file_width, s.file.size());
+  std::string head = "  " + pad("shard", file_width, false) + pad("records", 10) + pad("bytes", 12);
+  for (std::size_t l = 0; l < c.columns; ++l) head += pad(c.names[l], c.width[l]);
+  if (c.labels > c.columns) head += pad("labels", 8);
+  if (g.unlabeled) head += pad("unlabeled", 11);
+  out += head + pad("oversample", 14) + pad("exhausted", 11) + "\n";
+  for (const auto& s : g.shards) {
+    std::string line = "  " + pad(s.file, file_width, false) + pad(std::to_string(s.records), 10) +
+                       pad(std::to_string(s.bytes), 12);
+    for (std::size_t l = 0; l < c.columns; ++l)
+      line += pad(std::to_string(s.label_histogram[l]), c.width[l]);
+    if (c.labels > c.columns) {
+      const auto present = std::count_if(s.label_histogram.begin(), s.label_histogram.end(),
+                                         [](std::uint64_t n) { return n > 0; });
+      line += pad(std::to_string(present), 8);
+    }
+    if (g.unlabeled) line += pad(std::to_string(s.unlabeled), 11);
+    const std::string exhausted =
+        std::isnan(s.exhausted_at) ? "-" : fixed(100 * s.exhausted_at, 1) + "%";
+    const std::string where =
+        s.oversample_decile < 0 ? "" : " (" + std::to_string(s.oversample_decile) + ")";
+    out += line + pad(fixed(s.oversample, 2) + where, 14) + pad(exhausted, 11) + "\n";
+  }
+  return out;
+}
+
+// A group's balance and interleave lines.
+std::string balance_lines(const GroupReport& g) {
+  std::string out =
+      "  balance: max/min records " + fixed(g.max_min_ratio, 3) + ", cv " + fixed(g.cv, 4);
+  if (g.chi_square) {
+    out += ", chi-square " + fixed(g.chi_square->statistic, 2) + " (dof " +
+           std::to_string(g.chi_square->dof) + ", p " + general(g.chi_square->p_value) + ")";
+  }
+  out += "\n  interleave (round-robin over " + std::to_string(g.shards.size()) + " shards): ";
+  if (g.oversampled_shard >= 0) {
+    const ShardReport& s = g.shards[static_cast<std::size_t>(g.oversampled_shard)];
+    out += s.file + " is read " + fixed(g.max_oversample, 2) +
+           "x as often as its size warrants in decile " + std::to_string(s.oversample_decile);
+  }
+  if (g.worst_decile >= 0) {
+    out += "; label shares drift up to " + fixed(g.decile_drift, 3) + " (decile " +
+           std::to_string(g.worst_decile) + ", p " + general(g.decile_p) +
+           " under a random record order)";
+  }
+  return out + "\n";
+}
+
+// A group's label shares per decile of the epoch, beside its overall shares.
+std::string decile_table(const GroupReport& g, const LabelLayout& c) {
+  std::uint64_t labeled = 0;
+  for (auto n : g.label_histogram) labeled += n;
+  std::string out = "  label share by decile of the epoch (0 = first tenth):\n";
+  std::string row = "    " + pad("decile", 7, false) + pad("records", 10);
+  for (std::size_t l = 0; l < c.columns; ++l) row += pad(c.names[l], c.width[l]);
+  out += row + pad("max dev", 10) + "\n";
+  row = "    " + pad("all", 7, false) + pad(std::to_string(g.records), 10);
+  for (std::size_t l = 0; l < c.columns; ++l)
+    row += pad(fixed(static_cast<double>(g.label_histogram[l]) / static_cast<double>(labeled), 3),
+               c.width[l]);
+  out += row + "\n";
+  for (int d = 0; d < kDeciles; ++d) {
+    std::uint64_t in_decile = 0;
+    for (auto n : g.decile_labels[d]) in_decile += n;
+    row = "    " + pad(std::to_string(d), 7, false) + pad(std::to_string(g.decile_records[d]), 10);
+    for (std::size_t l = 0; l < c.columns; ++l) {
+      const double share =
+          in_decile ? static_cast<double>(g.decile_labels[d][l]) / static_cast<double>(in_decile)
+                    : std::numeric_limits<double>::quiet_NaN();
+      row += pad(fixed(share, 3), c.width[l]);
+    }
+    out += row + pad(fixed(g.decile_deviation[d], 3), 10) + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string format_text(const InspectReport& report) {
+  std::string out = text_heading(report);
+  const LabelLayout columns = label_columns(report);
   for (const auto& g : report.groups) {
-    out += "\n" + g.name + ": " + std::to_string(g.shards.size()) + " shards, " +
-           std::to_string(g.records) + " records, " + std::to_string(g.bytes) + " bytes\n";
-    std::size_t file_width = 5;
-    for (const auto& s : g.shards) file_width = std::max(file_width, s.file.size());
-    std::string head =
-        "  " + pad("shard", file_width, false) + pad("records", 10) + pad("bytes", 12);
-    for (std::size_t l = 0; l < columns; ++l) head += pad(report.labels[l], width[l]);
-    if (labels > columns) head += pad("labels", 8);
-    if (g.unlabeled) head += pad("unlabeled", 11);
-    out += head + pad("oversample", 14) + pad("exhausted", 11) + "\n";
-    for (const auto& s : g.shards) {
-      std::string line = "  " + pad(s.file, file_width, false) +
-                         pad(std::to_string(s.records), 10) + pad(std::to_string(s.bytes), 12);
-      for (std::size_t l = 0; l < columns; ++l)
-        line += pad(std::to_string(s.label_histogram[l]), width[l]);
-      if (labels > columns) {
-        const auto present = std::count_if(s.label_histogram.begin(), s.label_histogram.end(),
-                                           [](std::uint64_t c) { return c > 0; });
-        line += pad(std::to_string(present), 8);
-      }
-      if (g.unlabeled) line += pad(std::to_string(s.unlabeled), 11);
-      const std::string exhausted =
-          std::isnan(s.exhausted_at) ? "-" : fixed(100 * s.exhausted_at, 1) + "%";
-      const std::string where =
-          s.oversample_decile < 0 ? "" : " (" + std::to_string(s.oversample_decile) + ")";
-      out += line + pad(fixed(s.oversample, 2) + where, 14) + pad(exhausted, 11) + "\n";
-    }
+    out += shard_table(g, columns);
     if (g.records == 0) continue;
-    out += "  balance: max/min records " + fixed(g.max_min_ratio, 3) + ", cv " + fixed(g.cv, 4);
-    if (g.chi_square) {
-      out += ", chi-square " + fixed(g.chi_square->statistic, 2) + " (dof " +
-             std::to_string(g.chi_square->dof) + ", p " + general(g.chi_square->p_value) + ")";
-    }
-    out += "\n  interleave (round-robin over " + std::to_string(g.shards.size()) + " shards): ";
-    if (g.oversampled_shard >= 0) {
-      const ShardReport& s = g.shards[static_cast<std::size_t>(g.oversampled_shard)];
-      out += s.file + " is read " + fixed(g.max_oversample, 2) +
-             "x as often as its size warrants in decile " + std::to_string(s.oversample_decile);
-    }
-    if (g.worst_decile >= 0) {
-      out += "; label shares drift up to " + fixed(g.decile_drift, 3) + " (decile " +
-             std::to_string(g.worst_decile) + ", p " + general(g.decile_p) +
-             " under a random record order)";
-    }
-    out += "\n" + outcome_text(report, g);
-    if (labels == 0 || g.worst_decile < 0) continue;
-    std::uint64_t labeled = 0;
-    for (auto c : g.label_histogram) labeled += c;
-    out += "  label share by decile of the epoch (0 = first tenth):\n";
-    std::string row = "    " + pad("decile", 7, false) + pad("records", 10);
-    for (std::size_t l = 0; l < columns; ++l) row += pad(report.labels[l], width[l]);
-    out += row + pad("max dev", 10) + "\n";
-    row = "    " + pad("all", 7, false) + pad(std::to_string(g.records), 10);
-    for (std::size_t l = 0; l < columns; ++l)
-      row += pad(fixed(static_cast<double>(g.label_histogram[l]) / static_cast<double>(labeled), 3),
-                 width[l]);
-    out += row + "\n";
-    for (int d = 0; d < kDeciles; ++d) {
-      std::uint64_t in_decile = 0;
-      for (auto c : g.decile_labels[d]) in_decile += c;
-      row =
-          "    " + pad(std::to_string(d), 7, false) + pad(std::to_string(g.decile_records[d]), 10);
-      for (std::size_t l = 0; l < columns; ++l) {
-        const double share =
-            in_decile ? static_cast<double>(g.decile_labels[d][l]) / static_cast<double>(in_decile)
-                      : std::numeric_limits<double>::quiet_NaN();
-        row += pad(fixed(share, 3), width[l]);
-      }
-      out += row + pad(fixed(g.decile_deviation[d], 3), 10) + "\n";
-    }
+    out += balance_lines(g) + outcome_text(report, g);
+    if (columns.labels > 0 && g.worst_decile >= 0) out += decile_table(g, columns);
   }
   return out;
 }

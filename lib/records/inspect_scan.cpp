@@ -278,15 +278,11 @@ std::pair<std::string, bool> label_name(const std::string& key) {
   return {key.substr(1), false};
 }
 
-}  // namespace
-
-ScanResult scan_shards(const ScanSpec& spec) {
-  const std::size_t n = spec.shards.size();
-  std::vector<Framing> framing(n);
-  util::parallel_for(n, spec.threads,
-                     [&](std::size_t i) { framing[i] = walk_frames(spec.shards[i], spec.deep); });
-
-  ScanResult out;
+// Each shard's record count and size into `out`, the round-robin schedule of each group
+// into out.schedules; returns each shard's position within its group.
+std::vector<std::size_t> lay_out(const ScanSpec& spec, const std::vector<Framing>& framing,
+                                 ScanResult& out) {
+  const std::size_t n = framing.size();
   out.shards.resize(n);
   std::vector<std::vector<std::uint64_t>> group_counts(spec.groups);
   std::vector<std::size_t> in_group(n);
@@ -297,9 +293,13 @@ ScanResult scan_shards(const ScanSpec& spec) {
     out.shards[i].bytes = framing[i].map ? framing[i].map->size() : 0;
   }
   for (auto& counts : group_counts) out.schedules.emplace_back(std::move(counts));
+  return in_group;
+}
 
+// The chunks of every shard: the records between consecutive starts its framing found.
+std::vector<Chunk> cut_chunks(const std::vector<Framing>& framing) {
   std::vector<Chunk> chunks;
-  for (std::size_t i = 0; i < n; ++i) {
+  for (std::size_t i = 0; i < framing.size(); ++i) {
     const auto& starts = framing[i].starts;
     for (std::size_t k = 0; k < starts.size(); ++k) {
       const std::uint64_t end = k + 1 < starts.size() ? starts[k + 1].first : framing[i].records;
@@ -311,56 +311,57 @@ ScanResult scan_shards(const ScanSpec& spec) {
       c.offset = starts[k].second;
     }
   }
-  util::parallel_for(chunks.size(), spec.threads, [&](std::size_t k) {
-    Chunk& c = chunks[k];
-    try {
-      ChunkReader(spec, framing[c.shard], out.schedules[spec.group_of[c.shard]], in_group[c.shard],
-                  c)
-          .run();
-    } catch (...) {
-      c.error = std::current_exception();
-    }
-  });
+  return chunks;
+}
 
-  // The first problem of the first bad shard: a bad frame or record, then the framing, then
-  // the index.
-  std::vector<std::exception_ptr> first(n);
+// The first problem of the first bad shard: a bad frame or record, then the framing, then
+// the index.
+void rethrow_first_problem(const std::vector<Framing>& framing, const std::vector<Chunk>& chunks) {
+  std::vector<std::exception_ptr> first(framing.size());
   for (const auto& c : chunks)
     if (c.error && !first[c.shard]) first[c.shard] = c.error;
-  for (std::size_t i = 0; i < n; ++i) {
+  for (std::size_t i = 0; i < framing.size(); ++i) {
     if (first[i]) std::rethrow_exception(first[i]);
     if (framing[i].error) std::rethrow_exception(framing[i].error);
     if (framing[i].index_error) std::rethrow_exception(framing[i].index_error);
   }
+}
 
-  // Label ids: datasets' are final; files' chunk-local ids become names, sorted.
+// Files' chunk-local label ids become names, sorted (numerically when every one is an int64,
+// else bytewise), into `labels`; returns each chunk's local id -> final id.
+std::vector<std::vector<std::size_t>> name_labels(const std::vector<Chunk>& chunks,
+                                                  std::vector<std::string>& labels) {
   std::vector<std::vector<std::size_t>> remap(chunks.size());
-  std::size_t labels = spec.label_ids.value_or(0);
-  if (!spec.label_ids) {
-    std::map<std::string, std::size_t> names;  // name -> provisional id
-    bool all_int = true;
-    for (std::size_t k = 0; k < chunks.size(); ++k) {
-      for (const auto& key : chunks[k].ids.keys()) {
-        const auto [name, is_int] = label_name(key);
-        all_int = all_int && is_int;
-        remap[k].push_back(names.try_emplace(name, names.size()).first->second);
-      }
+  std::map<std::string, std::size_t> names;  // name -> provisional id
+  bool all_int = true;
+  for (std::size_t k = 0; k < chunks.size(); ++k) {
+    for (const auto& key : chunks[k].ids.keys()) {
+      const auto [name, is_int] = label_name(key);
+      all_int = all_int && is_int;
+      remap[k].push_back(names.try_emplace(name, names.size()).first->second);
     }
-    std::vector<std::pair<std::string, std::size_t>> order(names.begin(), names.end());  // bytewise
-    if (all_int) {
-      std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
-        return std::stoll(a.first) < std::stoll(b.first);
-      });
-    }
-    std::vector<std::size_t> final_id(order.size());
-    for (std::size_t id = 0; id < order.size(); ++id) {
-      final_id[order[id].second] = id;
-      out.labels.push_back(order[id].first);
-    }
-    for (auto& r : remap)
-      for (auto& id : r) id = final_id[id];
-    labels = order.size();
   }
+  std::vector<std::pair<std::string, std::size_t>> order(names.begin(), names.end());  // bytewise
+  if (all_int) {
+    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+      return std::stoll(a.first) < std::stoll(b.first);
+    });
+  }
+  std::vector<std::size_t> final_id(order.size());
+  for (std::size_t id = 0; id < order.size(); ++id) {
+    final_id[order[id].second] = id;
+    labels.push_back(order[id].first);
+  }
+  for (auto& r : remap)
+    for (auto& id : r) id = final_id[id];
+  return remap;
+}
+
+// The chunks' counts summed into their shards and their groups' deciles, by final label id
+// (`remap`: empty for datasets, whose ids are final already).
+void merge_chunks(const ScanSpec& spec, const std::vector<Chunk>& chunks,
+                  const std::vector<std::vector<std::size_t>>& remap, std::size_t labels,
+                  ScanResult& out) {
   for (auto& s : out.shards) s.histogram.assign(labels, 0);
   out.decile_labels.resize(spec.groups);
   for (auto& g : out.decile_labels)
@@ -377,6 +378,36 @@ ScanResult scan_shards(const ScanSpec& spec) {
       for (int d = 0; d < kDeciles; ++d) deciles[d][id] += c.deciles[d][l];
     }
   }
+}
+
+}  // namespace
+
+ScanResult scan_shards(const ScanSpec& spec) {
+  const std::size_t n = spec.shards.size();
+  std::vector<Framing> framing(n);
+  util::parallel_for(n, spec.threads,
+                     [&](std::size_t i) { framing[i] = walk_frames(spec.shards[i], spec.deep); });
+
+  ScanResult out;
+  const std::vector<std::size_t> in_group = lay_out(spec, framing, out);
+  std::vector<Chunk> chunks = cut_chunks(framing);
+  util::parallel_for(chunks.size(), spec.threads, [&](std::size_t k) {
+    Chunk& c = chunks[k];
+    try {
+      ChunkReader(spec, framing[c.shard], out.schedules[spec.group_of[c.shard]], in_group[c.shard],
+                  c)
+          .run();
+    } catch (...) {
+      c.error = std::current_exception();
+    }
+  });
+  rethrow_first_problem(framing, chunks);
+
+  // Label ids: datasets' are final; files' chunk-local ids become names.
+  std::vector<std::vector<std::size_t>> remap;
+  if (!spec.label_ids) remap = name_labels(chunks, out.labels);
+  const std::size_t labels = spec.label_ids ? *spec.label_ids : out.labels.size();
+  merge_chunks(spec, chunks, remap, labels, out);
   return out;
 }
 

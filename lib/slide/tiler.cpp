@@ -65,112 +65,155 @@ json kept_json(const std::vector<KeptTile>& kept) {
 }
 
 // Reads, resamples and encodes `kept` on worker threads (or, with `passthrough`, takes the
-// tiles that are the slide's own JPEG tiles as they are stored); the calling thread commits them.
-// Returns normally only when every tile is in a (committed or pending) batch, and then the
-// number of tiles that passed through.
-std::int64_t write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
-                         const std::string& id, const std::vector<KeptTile>& kept,
-                         const OwnJpegTiles* passthrough, io::TileStore::SlideWriter& batch) {
-  const int tile = job.settings.tile_size;
-  const auto read = plan.read_size_level;
-  const auto& codec = io::encoding_info(job.settings.encoding);
-  const int workers =
-      std::max(1, std::min<int>(util::thread_count(job.threads), static_cast<int>(kept.size())));
+// tiles that are the slide's own JPEG tiles as they are stored); the calling thread commits
+// them. The first error stops every thread.
+class TileWriter {
+ public:
+  TileWriter(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
+             const std::vector<KeptTile>& kept, const OwnJpegTiles* passthrough)
+      : reader_(reader),
+        job_(job),
+        kept_(kept),
+        passthrough_(passthrough),
+        read_(plan.read_size_level),
+        codec_(io::encoding_info(job.settings.encoding)),
+        workers_(worker_count(job, kept)),
+        queue_(static_cast<std::size_t>(worker_count(job, kept)) * 4),
+        active_(worker_count(job, kept)),
+        ordered_(reader.in_order()) {}
 
+  // Returns normally only when every tile is in a (committed or pending) batch, and then the
+  // number of tiles that passed through.
+  std::int64_t run(const std::string& id, io::TileStore::SlideWriter& batch) {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < workers_; ++t) pool.emplace_back([this] { work(); });
+    try {
+      commit(id, batch);
+    } catch (...) {
+      fail(std::current_exception());
+    }
+    for (auto& t : pool) t.join();
+    if (error_) std::rethrow_exception(error_);
+    return passed_;
+  }
+
+ private:
   struct Encoded {
     std::size_t index;
     std::string bytes;
   };
-  util::BoundedQueue<Encoded> queue(static_cast<std::size_t>(workers) * 4);
-  std::atomic<std::size_t> next{0};
-  std::atomic<bool> stop{false};
-  std::atomic<int> active{workers};
-  std::atomic<std::int64_t> passed{0};
-  std::mutex error_mutex;
-  std::exception_ptr error;
-  std::mutex turn_mutex;  // the next tile to read, for an in-order reader
-  std::condition_variable turn_changed;
-  std::size_t turn = 0;
-  auto fail = [&](std::exception_ptr e) {
+
+  static int worker_count(const TileJob& job, const std::vector<KeptTile>& kept) {
+    return std::max(1,
+                    std::min<int>(util::thread_count(job.threads), static_cast<int>(kept.size())));
+  }
+
+  void fail(std::exception_ptr e) {
     {
-      std::lock_guard lock(error_mutex);
-      if (!error) error = e;
+      std::lock_guard lock(error_mutex_);
+      if (!error_) error_ = e;
     }
-    stop = true;
-    queue.close();
-    { std::lock_guard lock(turn_mutex); }
-    turn_changed.notify_all();
-  };
+    stop_ = true;
+    queue_.close();
+    { std::lock_guard lock(turn_mutex_); }
+    turn_changed_.notify_all();
+  }
 
   // A reader that decodes top to bottom (a flat image) is read in the tiles' order: tile i
   // waits for tile i - 1's read; resampling and encoding still run side by side.
-  const bool ordered = reader.in_order();
-  auto read_tile = [&](std::size_t i, std::uint8_t* rgb) {
-    const KeptTile& k = kept[i];
-    if (!ordered) return reader.read_rgb(k.x, k.y, read, read, rgb);
+  void read_tile(std::size_t i, std::uint8_t* rgb) {
+    const KeptTile& k = kept_[i];
+    if (!ordered_) return reader_.read_rgb(k.x, k.y, read_, read_, rgb);
     {
-      std::unique_lock lock(turn_mutex);
-      turn_changed.wait(lock, [&] { return turn == i || stop; });
-      if (stop) return;
+      std::unique_lock lock(turn_mutex_);
+      turn_changed_.wait(lock, [&] { return turn_ == i || stop_; });
+      if (stop_) return;
     }
-    reader.read_rgb(k.x, k.y, read, read, rgb);
+    reader_.read_rgb(k.x, k.y, read_, read_, rgb);
     {
-      std::lock_guard lock(turn_mutex);
-      turn = i + 1;
+      std::lock_guard lock(turn_mutex_);
+      turn_ = i + 1;
     }
-    turn_changed.notify_all();
-  };
+    turn_changed_.notify_all();
+  }
 
-  auto work = [&] {
+  // Tile i read, resampled to the tile size and encoded; nothing when stopped meanwhile.
+  std::optional<std::string> encode(std::size_t i, std::vector<std::uint8_t>& rgb) {
+    const int tile = job_.settings.tile_size;
+    read_tile(i, rgb.data());
+    if (stop_) return std::nullopt;
+    const std::uint8_t* pixels = rgb.data();
+    io::RgbImage resized;
+    if (read_ != tile) {
+      resized = resize(pixels, static_cast<int>(read_), static_cast<int>(read_), tile, tile);
+      pixels = resized.pixels.data();
+    }
+    return codec_.encode(pixels, tile, tile, job_.settings.quality);
+  }
+
+  void work() {
     try {
-      std::vector<std::uint8_t> rgb(static_cast<std::size_t>(read) * read * 3);
-      for (std::size_t i; !stop && (i = next++) < kept.size();) {
+      std::vector<std::uint8_t> rgb(static_cast<std::size_t>(read_) * read_ * 3);
+      for (std::size_t i; !stop_ && (i = next_++) < kept_.size();) {
         std::optional<std::string> bytes;
-        if (passthrough) bytes = passthrough->jpeg_at(kept[i].x, kept[i].y);
+        if (passthrough_) bytes = passthrough_->jpeg_at(kept_[i].x, kept_[i].y);
         if (bytes) {
-          ++passed;
+          ++passed_;
         } else {
-          read_tile(i, rgb.data());
-          if (stop) break;
-          const std::uint8_t* pixels = rgb.data();
-          io::RgbImage resized;
-          if (read != tile) {
-            resized = resize(pixels, static_cast<int>(read), static_cast<int>(read), tile, tile);
-            pixels = resized.pixels.data();
-          }
-          bytes = codec.encode(pixels, tile, tile, job.settings.quality);
+          bytes = encode(i, rgb);
+          if (!bytes) break;
         }
-        if (!queue.push({i, std::move(*bytes)})) break;
+        if (!queue_.push({i, std::move(*bytes)})) break;
       }
     } catch (...) {
       fail(std::current_exception());
     }
-    if (--active == 0) queue.close();
-  };
+    if (--active_ == 0) queue_.close();
+  }
 
-  std::vector<std::thread> pool;
-  for (int t = 0; t < workers; ++t) pool.emplace_back(work);
-  const auto start = Clock::now();
-  auto last_report = start;
-  try {
+  // On the calling thread: each encoded tile into the slide's batch, with a progress line
+  // every 10 s.
+  void commit(const std::string& id, io::TileStore::SlideWriter& batch) {
+    const auto start = Clock::now();
+    auto last_report = start;
     std::size_t written = 0;
-    while (auto item = queue.pop()) {
-      if (stop) continue;  // a worker failed: drain, the slide is discarded
-      const KeptTile& k = kept[item->index];
+    while (auto item = queue_.pop()) {
+      if (stop_) continue;  // a worker failed: drain, the slide is discarded
+      const KeptTile& k = kept_[item->index];
       batch.put_tile(io::tile_key(id, k.row, k.col), item->bytes);
       if (++written % 256 == 0 && seconds_since(last_report) >= 10) {
         last_report = Clock::now();
-        log::info(id + ": " + std::to_string(written) + "/" + std::to_string(kept.size()) +
+        log::info(id + ": " + std::to_string(written) + "/" + std::to_string(kept_.size()) +
                   " tiles, " + std::to_string(static_cast<int>(written / seconds_since(start))) +
                   " tiles/s");
       }
     }
-  } catch (...) {
-    fail(std::current_exception());
   }
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
-  return passed;
+
+  RegionReader& reader_;
+  const TileJob& job_;
+  const std::vector<KeptTile>& kept_;
+  const OwnJpegTiles* passthrough_;
+  const std::int64_t read_;
+  const io::EncodingInfo& codec_;
+  const int workers_;
+  util::BoundedQueue<Encoded> queue_;
+  std::atomic<std::size_t> next_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<int> active_;
+  std::atomic<std::int64_t> passed_{0};
+  std::mutex error_mutex_;
+  std::exception_ptr error_;
+  std::mutex turn_mutex_;  // the next tile to read, for an in-order reader
+  std::condition_variable turn_changed_;
+  std::size_t turn_ = 0;
+  const bool ordered_;
+};
+
+std::int64_t write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
+                         const std::string& id, const std::vector<KeptTile>& kept,
+                         const OwnJpegTiles* passthrough, io::TileStore::SlideWriter& batch) {
+  return TileWriter(reader, plan, job, kept, passthrough).run(id, batch);
 }
 
 // What identifies a slide in the store.

@@ -73,6 +73,8 @@ class ExampleScanner {
 
   bool features(wire::Cursor& in);
   int canonical_entry(const std::uint8_t* begin, const std::uint8_t* end);
+  bool canonical_values(Slot* slot, FeatureKind kind, const std::uint8_t* payload,
+                        const std::uint8_t* end);
   bool entry(const std::uint8_t* begin, const std::uint8_t* end);
   void forget_pending(std::string_view key);
   bool feature_value(wire::Cursor& in, Slot* slot, std::string_view key, FeatureKind& kind,
@@ -81,6 +83,7 @@ class ExampleScanner {
                    std::string& list_problem);
   bool malformed();
   Slot* slot_for(std::string_view key);
+  Slot* claim(std::string_view key, FeatureKind kind);
 
   static constexpr std::size_t kMaxHints = 64;
 

@@ -1,4 +1,5 @@
-// What this build of mltool is made of, for `mltool --version` and bug reports.
+// What this build of mltool is made of, for `mltool --version` and bug reports. The slide
+// readers' versions are slide's (mltool/slide/versions.hpp): util knows no other module.
 #pragma once
 
 #include <string>
@@ -9,10 +10,6 @@ namespace mltool {
 
 /// The mltool version (from the CMake project version).
 std::string version();
-
-/// (component, version) pairs of the core library: mltool, OpenSlide, libvips, in that
-/// order; a component not built in says so.
-std::vector<std::pair<std::string, std::string>> component_versions();
 
 /// (component, version) pairs of LibTorch and CUDA (with the GPUs visible now). Defined in
 /// mltool_torch only: the command-line program asks its LibTorch module for them.

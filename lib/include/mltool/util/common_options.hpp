@@ -37,13 +37,14 @@ Option<Job> no_oom_retry_option(bool Job::*member) {
 
 /// --device: where the model runs (resolved by util::resolve_devices, device.hpp). `auto`
 /// and `cuda` mean every visible GPU to a command that spreads batches over GPUs (extract)
-/// and one GPU to a command that runs one model copy (train: its rank's, predict: the first).
+/// and one GPU to a command that runs one model copy (train: its rank's, predict and extract's
+/// slide encoders: the first). docs/cli.md#options-several-commands-share says the same.
 template <class Job>
 Option<Job> device_option(std::string Job::*member) {
   return option("--device", member,
                 "auto (the GPUs, else the CPU), cpu, cuda (the GPUs) or cuda:N. The GPUs: "
-                "every visible one for extract; one for train (its rank's under --nproc, "
-                "else the first) and predict (the first)");
+                "every visible one for extract (a slide encoder: the first); one for train "
+                "(its rank's under --nproc, else the first) and predict (the first)");
 }
 
 /// --group-table and --group-column: slides joined into groups (patients) by a table.

@@ -104,9 +104,9 @@ Answer DicomwebClient::Pool::once(const std::string& url, const std::string& acc
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS);
   curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "");  // whatever the server compresses with
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options.timeout * 1000));
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, static_cast<long>(options.timeout));
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);  // a stalled answer times out
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>(options.timeout)));
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(options.timeout));
   curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, options.insecure ? 0L : 1L);
   curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, options.insecure ? 0L : 2L);
   a.code = curl_easy_perform(h);

@@ -23,88 +23,26 @@ import http.client
 import http.server
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cli_common import expect, run, run_checks, run_json, tmp  # noqa: E402
+from orthanc_server import Orthanc, available  # noqa: E402
 from store_refs import own_dicom_jpeg, read_tile_store  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts", "fixtures"))
 SHARED_SLIDE = os.path.join(ROOT, "..", "shared", "slides", "CMU-1-Small-Region.svs")
-ORTHANC = "/usr/sbin/Orthanc"
-PLUGIN = "/usr/share/orthanc/plugins/libOrthancDicomWeb.so"
 TOKEN = "s3cret-token-4711"
 
 MLTOOL = sys.argv[1]
 SERVER = {}  # "orthanc": the process, "port"; "series": name → (url, local directory)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def available():
-    """None when Orthanc and its DICOMweb plugin are installed or could be installed now."""
-    if os.path.exists(ORTHANC) and os.path.exists(PLUGIN):
-        return None
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        return ("orthanc and orthanc-dicomweb are not installed, and not root to install them "
-                "(apt-get install orthanc orthanc-dicomweb)")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    cmd = ["apt-get", "install", "-y", "--no-install-recommends", "orthanc", "orthanc-dicomweb"]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if p.returncode != 0:  # a stale package list: update it once
-        subprocess.run(["apt-get", "update"], capture_output=True, env=env)
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if not (os.path.exists(ORTHANC) and os.path.exists(PLUGIN)):
-        return f"apt-get install orthanc orthanc-dicomweb failed: {(p.stderr or p.stdout)[-500:]}"
-    return None
-
-
-def start_orthanc():
-    port = free_port()
-    config = {"Name": "mltool-test", "StorageDirectory": tmp("orthanc-db"),
-              "IndexDirectory": tmp("orthanc-db"), "HttpPort": port, "DicomServerEnabled": False,
-              "RemoteAccessAllowed": False, "AuthenticationEnabled": False, "KeepAlive": True,
-              "HttpThreadsCount": 16, "Plugins": [PLUGIN],
-              "DicomWeb": {"Enable": True, "Root": "/dicom-web/"}}
-    with open(tmp("orthanc.json"), "w") as f:
-        json.dump(config, f)
-    log = open(tmp("orthanc.log"), "w")
-    SERVER["orthanc"] = subprocess.Popen([ORTHANC, tmp("orthanc.json")], stdout=log, stderr=log)
-    SERVER["port"] = port
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/dicom-web/studies", timeout=1)
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"Orthanc did not start: {open(tmp('orthanc.log')).read()[-2000:]}")
-
-
-def upload(directory):
-    """POSTs the series' files to Orthanc; returns its DICOMweb series URL."""
-    import pydicom
-    for name in sorted(os.listdir(directory)):
-        path = os.path.join(directory, name)
-        with open(path, "rb") as f:
-            req = urllib.request.Request(f"http://127.0.0.1:{SERVER['port']}/instances",
-                                         data=f.read(), method="POST")
-        urllib.request.urlopen(req, timeout=60).read()
-        ds = pydicom.dcmread(path, stop_before_pixels=True)
-    return (f"http://127.0.0.1:{SERVER['port']}/dicom-web/studies/{ds.StudyInstanceUID}"
-            f"/series/{ds.SeriesInstanceUID}")
 
 
 def fixtures():
@@ -120,18 +58,15 @@ def fixtures():
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "fixtures", "real_slides.py"),
                         "--dicom", SHARED_SLIDE, tmp("real")], check=True, capture_output=True)
         series["real"] = tmp("real")
-    start_orthanc()
-    SERVER["series"] = {name: (upload(d), d) for name, d in series.items()}
+    orthanc = SERVER["orthanc"] = Orthanc(tmp("orthanc"))
+    SERVER["port"] = orthanc.port
+    SERVER["series"] = {name: (orthanc.upload(d), d) for name, d in series.items()}
     return f"Orthanc on port {SERVER['port']}, series {', '.join(series)}"
 
 
 def teardown():
-    for key in ("proxy",):
-        if key in SERVER:
-            SERVER[key].shutdown()
     if "orthanc" in SERVER:
-        SERVER["orthanc"].terminate()
-        SERVER["orthanc"].wait(timeout=30)
+        SERVER["orthanc"].stop()
 
 
 def tiles_by_position(store):

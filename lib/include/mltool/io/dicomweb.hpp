@@ -24,7 +24,7 @@ struct DicomwebOptions {
   int connections = 4;     ///< concurrent requests (and open connections) per slide
   std::string token_file;  ///< a file holding the bearer token ("": MLTOOL_DICOMWEB_TOKEN, if set)
   bool insecure = false;   ///< skip TLS certificate and host verification
-  double timeout = 60;     ///< seconds a request may go without receiving a byte
+  int timeout = 60;        ///< seconds a request may go without receiving a byte
   int retries = 5;         ///< further tries of a request that timed out or got 429 or 5xx
 };
 

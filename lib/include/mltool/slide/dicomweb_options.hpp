@@ -35,9 +35,10 @@ util::Option<J> dicomweb_insecure_option(io::DicomwebOptions J::*web) {
 template <class J>
 util::Option<J> dicomweb_timeout_option(io::DicomwebOptions J::*web) {
   return util::option_at<J>(
-             "--dicomweb-timeout", [web](J& j) -> double& { return (j.*web).timeout; },
+             "--dicomweb-timeout", [web](J& j) -> int& { return (j.*web).timeout; },
              "Seconds a DICOMweb request may wait for a byte before it is tried again")
-      .positive();
+      .at_least(1)
+      .at_most(3600);
 }
 
 }  // namespace mltool::slide

@@ -51,6 +51,18 @@ std::string part_content_type(const std::string& headers) {
   return "";
 }
 
+// Where the next delimiter line starts at or after `from`: CR LF "--" BOUNDARY followed by
+// CR LF, "--" (the last) or white space (RFC 2046), not the same bytes inside a frame.
+std::size_t next_delimiter(const std::string& body, const std::string& line, std::size_t from) {
+  for (auto at = body.find(line, from); at != std::string::npos; at = body.find(line, at + 1)) {
+    const std::size_t end = at + line.size();
+    if (end == body.size() || body.compare(end, 2, "--") == 0 || body[end] == '\r' ||
+        body[end] == ' ' || body[end] == '\t')
+      return at;
+  }
+  return std::string::npos;
+}
+
 }  // namespace
 
 bool is_dicomweb_url(const std::string& path) {
@@ -100,7 +112,7 @@ std::vector<DicomwebFrame> split_multipart(const std::string& body, const std::s
       throw FormatError(url + ": part " + std::to_string(parts.size() + 1) +
                         " of the multipart answer has no end of headers");
     const std::size_t start = headers_end + 4;
-    const auto next = body.find("\r\n" + delimiter, start);
+    const auto next = next_delimiter(body, "\r\n" + delimiter, start);
     if (next == std::string::npos)
       throw FormatError(url + ": part " + std::to_string(parts.size() + 1) +
                         " of the multipart answer is not closed (truncated answer?)");

@@ -16,6 +16,7 @@ namespace {
 using nlohmann::json;
 
 constexpr std::size_t kCacheBytes = std::size_t{64} << 20;  // decoded frames kept for regions
+constexpr std::size_t kAheadFrames = 1024;  // compressed frames fetched ahead of region reads
 constexpr const char* kUncompressed = "1.2.840.10008.1.2.1";
 constexpr const char* kImplicitUncompressed = "1.2.840.10008.1.2";
 
@@ -166,35 +167,44 @@ std::vector<io::DicomwebFrame> DicomwebSeries::fetch(
   return out;
 }
 
+// Frames `indices` of `level`: those fetched ahead already, the rest in requests that also fetch
+// the frames after the last of them (regions are read in raster order: a thumbnail's small
+// regions would otherwise cost one request per frame).
+std::vector<io::DicomwebFrame> DicomwebSeries::fetch_ahead(
+    int level, const std::vector<std::size_t>& indices) const {
+  const auto key = [level](std::size_t i) { return (static_cast<std::uint64_t>(level) << 40) | i; };
+  std::vector<io::DicomwebFrame> out(indices.size());
+  std::vector<std::size_t> want, slot;
+  {
+    std::lock_guard lock(cache_mutex_);
+    for (std::size_t k = 0; k < indices.size(); ++k)
+      if (auto it = ahead_.find(key(indices[k])); it != ahead_.end()) {
+        out[k] = std::move(it->second);
+        ahead_.erase(it);
+      } else {
+        want.push_back(indices[k]), slot.push_back(k);
+      }
+    if (want.empty()) return out;
+    const auto frames = static_cast<std::size_t>(this->level(level).frames);
+    for (std::size_t i = want.back() + 1; i < frames && want.size() < kDicomwebBatch; ++i)
+      if (!ahead_.count(key(i)) && ahead_.size() + want.size() < kAheadFrames) want.push_back(i);
+  }
+  auto got = fetch(level, want);
+  std::lock_guard lock(cache_mutex_);
+  for (std::size_t k = 0; k < want.size(); ++k)
+    if (k < slot.size())
+      out[slot[k]] = std::move(got[k]);
+    else
+      ahead_[key(want[k])] = std::move(got[k]);
+  return out;
+}
+
 std::vector<std::shared_ptr<const DicomwebSeries::Decoded>> DicomwebSeries::decode_missing(
     int level, const std::vector<std::size_t>& indices) const {
+  const auto frames = fetch_ahead(level, indices);
   std::vector<std::shared_ptr<const Decoded>> out;
-  const io::DicomHeader& h = this->level(level);
-  const auto frames = fetch(level, indices);
-  const io::JpegColour colour =
-      h.photometric == "RGB" ? io::JpegColour::rgb : io::JpegColour::ycbcr;
   for (std::size_t k = 0; k < frames.size(); ++k) {
-    const std::string what = client_.url().url + ": instance " + h.sop_instance + " frame " +
-                             std::to_string(indices[k] + 1);
-    auto d = std::make_shared<Decoded>();
-    const auto& f = frames[k];
-    const bool raw =
-        f.transfer_syntax == kUncompressed || f.transfer_syntax == kImplicitUncompressed;
-    if (raw && h.samples == 3 && h.bits_allocated == 8 && h.planar == 0 && h.photometric == "RGB" &&
-        f.bytes.size() >= static_cast<std::size_t>(h.rows * h.columns * 3)) {
-      d->width = h.columns, d->height = h.rows;
-      d->rgb.assign(f.bytes.begin(), f.bytes.begin() + h.rows * h.columns * 3);
-    } else if (f.bytes.size() > 2 && static_cast<unsigned char>(f.bytes[0]) == 0xff &&
-               static_cast<unsigned char>(f.bytes[1]) == 0xd8) {
-      io::RgbImage image;
-      const std::string jpeg = io::colour_marked_jpeg(f.bytes, colour, what);
-      io::decode_image(jpeg.data(), jpeg.size(), image, what);
-      d->width = image.width, d->height = image.height, d->rgb = std::move(image.pixels);
-    } else {
-      throw FormatError(what + ": transfer syntax " +
-                        (f.transfer_syntax.empty() ? "not named" : f.transfer_syntax) +
-                        "; mltool reads DICOMweb frames that are JPEG or uncompressed RGB");
-    }
+    auto d = decode(level, indices[k], frames[k]);
     out.push_back(d);
     std::lock_guard lock(cache_mutex_);
     cache_bytes_ += d->rgb.size();
@@ -205,6 +215,34 @@ std::vector<std::shared_ptr<const DicomwebSeries::Decoded>> DicomwebSeries::deco
     }
   }
   return out;
+}
+
+std::shared_ptr<const DicomwebSeries::Decoded> DicomwebSeries::decode(
+    int level, std::size_t index, const io::DicomwebFrame& f) const {
+  const io::DicomHeader& h = this->level(level);
+  const io::JpegColour colour =
+      h.photometric == "RGB" ? io::JpegColour::rgb : io::JpegColour::ycbcr;
+  const std::string what =
+      client_.url().url + ": instance " + h.sop_instance + " frame " + std::to_string(index + 1);
+  auto d = std::make_shared<Decoded>();
+  const bool raw = f.transfer_syntax == kUncompressed || f.transfer_syntax == kImplicitUncompressed;
+  const auto size = static_cast<std::size_t>(h.rows * h.columns * 3);
+  if (raw && h.samples == 3 && h.bits_allocated == 8 && h.planar == 0 && h.photometric == "RGB" &&
+      f.bytes.size() >= size) {
+    d->width = h.columns, d->height = h.rows;
+    d->rgb.assign(f.bytes.begin(), f.bytes.begin() + static_cast<std::ptrdiff_t>(size));
+  } else if (f.bytes.size() > 2 && static_cast<unsigned char>(f.bytes[0]) == 0xff &&
+             static_cast<unsigned char>(f.bytes[1]) == 0xd8) {
+    io::RgbImage image;
+    const std::string jpeg = io::colour_marked_jpeg(f.bytes, colour, what);
+    io::decode_image(jpeg.data(), jpeg.size(), image, what);
+    d->width = image.width, d->height = image.height, d->rgb = std::move(image.pixels);
+  } else {
+    throw FormatError(what + ": transfer syntax " +
+                      (f.transfer_syntax.empty() ? "not named" : f.transfer_syntax) +
+                      "; mltool reads DICOMweb frames that are JPEG or uncompressed RGB");
+  }
+  return d;
 }
 
 std::shared_ptr<const DicomwebSeries::Decoded> DicomwebSeries::decoded(int level,

@@ -26,7 +26,7 @@
 namespace mltool::slide {
 
 /// Frames asked for in one request.
-inline constexpr std::size_t kDicomwebBatch = 32;
+inline constexpr std::size_t kDicomwebBatch = 256;
 
 class DicomwebSeries {
  public:
@@ -55,6 +55,10 @@ class DicomwebSeries {
   std::shared_ptr<const Decoded> decoded(int level, std::size_t index) const;
   std::vector<std::shared_ptr<const Decoded>> decode_missing(
       int level, const std::vector<std::size_t>& indices) const;
+  std::shared_ptr<const Decoded> decode(int level, std::size_t index,
+                                        const io::DicomwebFrame& frame) const;
+  std::vector<io::DicomwebFrame> fetch_ahead(int level,
+                                             const std::vector<std::size_t>& indices) const;
 
   io::DicomwebClient client_;
   SlideGeometry geometry_;
@@ -63,6 +67,8 @@ class DicomwebSeries {
   mutable std::mutex cache_mutex_;  // decoded frames, the most recently used first
   mutable std::list<std::pair<std::uint64_t, std::shared_ptr<const Decoded>>> cache_;
   mutable std::size_t cache_bytes_ = 0;
+  // Frames fetched ahead of the region reads that will want them (compressed), by key.
+  mutable std::unordered_map<std::uint64_t, io::DicomwebFrame> ahead_;
   mutable bool single_frames_ = false;  // the server answered a list of frame numbers with 400
 };
 

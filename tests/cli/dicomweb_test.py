@@ -15,7 +15,8 @@ does) and a pydicom-written series (scripts/fixtures/dicom_series.py, YBR_FULL_4
   with a message naming both, and the token appears in no output or record;
 - faults (the proxy answers 503 and 429, drops connections and stalls past --dicomweb-timeout on
   a share of requests): the run retries and gives the same bytes; frames that always fail fail
-  the slide (--keep-going: exit 4) naming the URL and the HTTP status.
+  the slide (--keep-going: exit 4) naming the URL and the HTTP status;
+- a run killed while it fetches resumes (from another address of the server) to the same tiles.
 
     dicomweb_test.py MLTOOL [CHECK ...]
 """
@@ -201,12 +202,13 @@ class Proxy(http.server.ThreadingHTTPServer):
     """A reverse proxy on 127.0.0.1 in front of Orthanc: with `token`, it answers 401 unless
     the request carries it; `faults`: every `every`-th request gets the next of 503, 429, a
     dropped connection and a stall of `stall` seconds; `always`: requests whose path holds it
-    get 503."""
+    get 503; every request waits `delay` seconds."""
     daemon_threads = True
 
-    def __init__(self, token=None, every=0, stall=3.0, always=None):
+    def __init__(self, token=None, every=0, stall=3.0, always=None, delay=0.0):
         self.token, self.every, self.stall, self.always = token, every, stall, always
-        self.count, self.lock, self.seen = 0, threading.Lock(), []
+        self.delay = delay
+        self.count, self.faults, self.lock, self.seen = 0, 0, threading.Lock(), []
         super().__init__(("127.0.0.1", 0), ProxyHandler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -239,7 +241,9 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         if p.always and p.always in self.path:
             return self.reply(503, b"unavailable")
         if p.every and n % p.every == 0:
-            fault = (n // p.every) % 4
+            with p.lock:
+                fault = p.faults % 4
+                p.faults += 1
             if fault == 0:
                 return self.reply(503, b"busy")
             if fault == 1:
@@ -249,6 +253,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
             time.sleep(p.stall)
+        time.sleep(p.delay)
         conn = http.client.HTTPConnection("127.0.0.1", SERVER["port"], timeout=60)
         conn.request("GET", self.path, headers={"Accept": self.headers.get("Accept", "*/*")})
         r = conn.getresponse()
@@ -301,17 +306,21 @@ def check_faults():
     logged), the same tiles as without faults; frames that always fail fail the slide naming the
     URL and the status."""
     url, directory = SERVER["series"]["ycc"]
-    proxy = Proxy(every=3, stall=3.0)
+    proxy = Proxy(every=2, stall=3.0)
+    logs = ""
     try:
-        args = ["--level", "0", "--tile-size", "256", "--dicomweb-timeout", "1"]
-        _, err = tile(proxy.url(url), tmp("faults"), *args)
-        tile(url, tmp("faults-ref"), *args)
-        a, _, _ = tiles_by_position(tmp("faults"))
-        b, _, _ = tiles_by_position(tmp("faults-ref"))
-        expect(a == b and a, f"tiles with faults differ ({len(a)} vs {len(b)})")
-        expect("HTTP 503" in err and "HTTP 429" in err and "trying again" in err,
-               f"retries not logged: {err[-1500:]}")
-        expect(proxy.count > 4, f"{proxy.count} requests")
+        for i, args in enumerate((["--level", "0", "--tile-size", "256"],
+                                  ["--level", "1", "--tile-size", "256"],
+                                  ["--mpp", "0.5", "--tile-size", "192"])):
+            _, err = tile(proxy.url(url), tmp(f"faults{i}"), *args, "--dicomweb-timeout", "1")
+            logs += err
+            tile(url, tmp(f"faults-ref{i}"), *args)
+            a, _, _ = tiles_by_position(tmp(f"faults{i}"))
+            b, _, _ = tiles_by_position(tmp(f"faults-ref{i}"))
+            expect(a == b and a, f"{args}: tiles with faults differ ({len(a)} vs {len(b)})")
+        expect(proxy.faults >= 4, f"{proxy.faults} faults injected in {proxy.count} requests")
+        for what in ("HTTP 503", "HTTP 429", "trying again", "too slow", "Empty reply"):
+            expect(what in logs, f"'{what}' not logged: {logs[-3000:]}")
     finally:
         proxy.shutdown()
         proxy.server_close()
@@ -329,6 +338,31 @@ def check_faults():
         proxy.server_close()
 
 
+def check_resume():
+    """A run killed (SIGKILL) while it fetches resumes like a local one, from another server
+    address of the same series (its id is the series UID): the same tiles as an uninterrupted
+    run."""
+    url, directory = SERVER["series"]["real" if "real" in SERVER["series"] else "ycc"]
+    size = str(frame_size(directory))
+    proxy = Proxy(delay=0.4)
+    try:
+        args = ["--level", "0", "--tile-size", size, "--commit-every", "16"]
+        p = subprocess.Popen([MLTOOL, "tile", proxy.url(url), "-o", tmp("killed"), *args, "-q",
+                              "--threads", "2"],
+                             stderr=subprocess.DEVNULL)
+        time.sleep(1.2)
+        p.kill()
+        expect(p.wait() == -9, f"the run to kill ended first (exit {p.returncode})")
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    tile(url, tmp("killed"), *args)
+    tile(url, tmp("unkilled"), *args)
+    a, rec, _ = tiles_by_position(tmp("killed"))
+    b, _, _ = tiles_by_position(tmp("unkilled"))
+    expect(a == b and a and rec["path"] == url, f"resumed: {len(a)} tiles vs {len(b)}, {rec['path']}")
+
+
 def check_bad_url():
     """A URL that is not a series URL, and a series the server does not have, are named."""
     code, _, err = run([MLTOOL, "info", f"http://127.0.0.1:{SERVER['port']}/dicom-web/studies/1.2"])
@@ -339,7 +373,7 @@ def check_bad_url():
 
 
 CHECKS = [check_tile_passthrough, check_tile_decoded, check_info, check_extract,
-          check_reference_client, check_token, check_faults, check_bad_url]
+          check_reference_client, check_token, check_faults, check_resume, check_bad_url]
 
 if __name__ == "__main__":
     run_checks("dicomweb", CHECKS, sys.argv[2:], fixtures=fixtures, teardown=teardown)

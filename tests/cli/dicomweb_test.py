@@ -90,7 +90,8 @@ def same_tiles(url, directory, args, name):
     summary, _ = tile(url, tmp(f"web-{name}"), *args)
     local, local_rec, local_meta = tiles_by_position(tmp(f"local-{name}"))
     web, web_rec, web_meta = tiles_by_position(tmp(f"web-{name}"))
-    expect(len(local) > 0 and sorted(local) == sorted(web), f"{name}: tiles {len(local)} vs {len(web)}")
+    expect(len(local) > 0 and sorted(local) == sorted(web),
+           f"{name}: tiles {len(local)} vs {len(web)}")
     diff = [k for k in local if local[k] != web[k]]
     expect(not diff, f"{name}: {len(diff)} of {len(local)} tiles differ, e.g. {diff[:3]}")
     expect(web_rec["path"] == url and web_rec["id"] == url.rsplit("/", 1)[1] and
@@ -101,7 +102,8 @@ def same_tiles(url, directory, args, name):
     lid, wid = local_rec["id"], web_rec["id"]
     for kind in ("tiles", "mask"):
         if f"{kind}/{lid}" in local_meta:
-            expect(local_meta[f"{kind}/{lid}"] == web_meta[f"{kind}/{wid}"], f"{name}: {kind} record")
+            expect(local_meta[f"{kind}/{lid}"] == web_meta[f"{kind}/{wid}"],
+                   f"{name}: {kind} record")
     return local_rec, web_rec, summary
 
 
@@ -144,7 +146,8 @@ def check_info():
         code, out, err = run([MLTOOL, "info", "-", "--json"], stdin=url + "\n")
         expect(code == 0, f"info {url}: {err[-1000:]}")
         web = json.loads(out)
-        expect(local["levels"] == web["levels"], f"{name}: levels {local['levels']} vs {web['levels']}")
+        expect(local["levels"] == web["levels"],
+               f"{name}: levels {local['levels']} vs {web['levels']}")
         expect(local["metadata_mpp"]["mpp"] == web["metadata_mpp"]["mpp"] and
                web["metadata_mpp"]["source"] == "DICOM PixelSpacing",
                f"{name}: metadata_mpp {local['metadata_mpp']} vs {web['metadata_mpp']}")
@@ -202,12 +205,13 @@ class Proxy(http.server.ThreadingHTTPServer):
     """A reverse proxy on 127.0.0.1 in front of Orthanc: with `token`, it answers 401 unless
     the request carries it; `faults`: every `every`-th request gets the next of 503, 429, a
     dropped connection and a stall of `stall` seconds; `always`: requests whose path holds it
-    get 503; every request waits `delay` seconds."""
+    get 503; every request waits `delay` seconds; `single`: a list of frame numbers gets 400
+    (a server that takes one frame a request)."""
     daemon_threads = True
 
-    def __init__(self, token=None, every=0, stall=3.0, always=None, delay=0.0):
+    def __init__(self, token=None, every=0, stall=3.0, always=None, delay=0.0, single=False):
         self.token, self.every, self.stall, self.always = token, every, stall, always
-        self.delay = delay
+        self.delay, self.single = delay, single
         self.count, self.faults, self.lock, self.seen = 0, 0, threading.Lock(), []
         super().__init__(("127.0.0.1", 0), ProxyHandler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
@@ -240,6 +244,8 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             return self.reply(401, b"unauthorized")
         if p.always and p.always in self.path:
             return self.reply(503, b"unavailable")
+        if p.single and "/frames/" in self.path and "," in self.path:
+            return self.reply(400, b"one frame a request")
         if p.every and n % p.every == 0:
             with p.lock:
                 fault = p.faults % 4
@@ -338,6 +344,24 @@ def check_faults():
         proxy.server_close()
 
 
+def check_one_frame_a_request():
+    """A server that answers a list of frame numbers with 400 is asked one frame a request:
+    the same tiles."""
+    url, _ = SERVER["series"]["ycc"]
+    proxy = Proxy(single=True)
+    try:
+        for i, args in enumerate((["--level", "0", "--tile-size", "256"],
+                                  ["--mpp", "0.5", "--tile-size", "192"])):
+            tile(proxy.url(url), tmp(f"single{i}"), *args)
+            tile(url, tmp(f"single-ref{i}"), *args)
+            a, _, _ = tiles_by_position(tmp(f"single{i}"))
+            b, _, _ = tiles_by_position(tmp(f"single-ref{i}"))
+            expect(a == b and a, f"{args}: tiles one frame a request differ")
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
 def check_resume():
     """A run killed (SIGKILL) while it fetches resumes like a local one, from another server
     address of the same series (its id is the series UID): the same tiles as an uninterrupted
@@ -360,7 +384,8 @@ def check_resume():
     tile(url, tmp("unkilled"), *args)
     a, rec, _ = tiles_by_position(tmp("killed"))
     b, _, _ = tiles_by_position(tmp("unkilled"))
-    expect(a == b and a and rec["path"] == url, f"resumed: {len(a)} tiles vs {len(b)}, {rec['path']}")
+    expect(a == b and a and rec["path"] == url,
+           f"resumed: {len(a)} tiles vs {len(b)}, {rec['path']}")
 
 
 def check_bad_url():
@@ -373,7 +398,8 @@ def check_bad_url():
 
 
 CHECKS = [check_tile_passthrough, check_tile_decoded, check_info, check_extract,
-          check_reference_client, check_token, check_faults, check_resume, check_bad_url]
+          check_reference_client, check_token, check_faults, check_one_frame_a_request,
+          check_resume, check_bad_url]
 
 if __name__ == "__main__":
     run_checks("dicomweb", CHECKS, sys.argv[2:], fixtures=fixtures, teardown=teardown)

@@ -6,6 +6,7 @@
 // level's JPEG frames through as tiles, fetched ahead in batches on the client's connections.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -69,7 +70,8 @@ class DicomwebSeries {
   mutable std::size_t cache_bytes_ = 0;
   // Frames fetched ahead of the region reads that will want them (compressed), by key.
   mutable std::unordered_map<std::uint64_t, io::DicomwebFrame> ahead_;
-  mutable bool single_frames_ = false;  // the server answered a list of frame numbers with 400
+  // The server answered a list of frame numbers with 400: one frame a request from then on.
+  mutable std::atomic<bool> single_frames_{false};
 };
 
 /// A DICOMweb level's JPEG frames as tiles (--passthrough auto): what DicomJpegFrames is for a

@@ -9,7 +9,8 @@ headers), and both runs pass the frames through:
     mltool tile URL    -o STORE --level 0 --tile-size 256 --threads $(nproc)   (DICOMweb)
 
 the URL with the default --dicomweb-connections. Best wall time of REPEATS each; the stores'
-tiles are checked equal; prints a markdown table with the ratio and the machine.
+tiles are checked equal; prints a markdown table with the ratio, the peak RSS of each run
+(/usr/bin/time -v, where installed) and the machine.
 
     dicomweb_bench.py MLTOOL [--size 16384] [--repeats 3] [--out DIR]
 
@@ -71,11 +72,19 @@ def write_series(out, size):
 
 
 def tile(mltool, slide, store, threads):
+    """(wall seconds, peak RSS MiB or None) of one tile run (RSS by /usr/bin/time -v)."""
     shutil.rmtree(store, ignore_errors=True)
+    timed = ["/usr/bin/time", "-v", "-o", store + ".time"] if os.path.exists("/usr/bin/time") else []
     t0 = time.perf_counter()
-    subprocess.run([mltool, "tile", slide, "-o", store, "--level", "0", "--tile-size", str(TILE),
-                    "--threads", str(threads), "-q"], check=True)
-    return time.perf_counter() - t0
+    subprocess.run([*timed, mltool, "tile", slide, "-o", store, "--level", "0", "--tile-size",
+                    str(TILE), "--threads", str(threads), "-q"], check=True)
+    wall = time.perf_counter() - t0
+    rss = None
+    if timed:
+        for line in open(store + ".time"):
+            if "Maximum resident set size" in line:
+                rss = int(line.rsplit(":", 1)[1]) / 1024
+    return wall, rss
 
 
 def machine():
@@ -104,8 +113,9 @@ def main():
             times = {}
             for label, slide in (("local files", os.path.join(d, "series")), ("DICOMweb", url)):
                 tile(args.mltool, slide, os.path.join(d, "warm"), threads)  # caches warm
-                times[label] = min(tile(args.mltool, slide, os.path.join(d, label), threads)
-                                   for _ in range(args.repeats))
+                runs = [tile(args.mltool, slide, os.path.join(d, label), threads)
+                        for _ in range(args.repeats)]
+                times[label] = min(runs)
             a = read_tile_store(os.path.join(d, "local files"))[1]
             b = read_tile_store(os.path.join(d, "DICOMweb"))[1]
             same = sorted(v for v in a.values()) == sorted(v for v in b.values())
@@ -115,10 +125,11 @@ def main():
     lines = [f"machine: {machine()}; {threads} threads; Orthanc 1.10 + DICOMweb plugin 1.7 "
              f"on 127.0.0.1; {args.size} x {args.size} series, {n} frames at level 0; best of "
              f"{args.repeats}; tiles equal: {same}", "",
-             "| input | tiles | wall s | tiles/s |", "|---|---:|---:|---:|"]
-    for label, t in times.items():
-        lines.append(f"| {label} | {n} | {t:.2f} | {n / t:.0f} |")
-    ratio = times["local files"] / times["DICOMweb"]
+             "| input | tiles | wall s | tiles/s | peak RSS MiB |", "|---|---:|---:|---:|---:|"]
+    for label, (t, rss) in times.items():
+        lines.append(f"| {label} | {n} | {t:.2f} | {n / t:.0f} | "
+                     f"{'' if rss is None else f'{rss:.0f}'} |")
+    ratio = times["local files"][0] / times["DICOMweb"][0]
     lines += ["", f"DICOMweb rate / local rate: {ratio:.2f}x"]
     text = "\n".join(lines)
     print(text)

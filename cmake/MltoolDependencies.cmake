@@ -47,6 +47,8 @@ if(MLTOOL_WITH_SLIDE)
   # libtiff reads a level's JPEG tiles as they are stored (tile --passthrough); 4.5 for
   # TIFFOpenExt's per-handle message handlers.
   pkg_check_modules(TIFF REQUIRED IMPORTED_TARGET libtiff-4>=4.5)
+  # Slides over DICOMweb (io/dicomweb.cpp): Debian's libcurl4-openssl-dev.
+  pkg_check_modules(CURL REQUIRED IMPORTED_TARGET libcurl)
 endif()
 
 # CUDA: compiled when nvcc exists, whether or not this machine has a GPU. sm_90 SASS plus

@@ -30,6 +30,8 @@ packages=(
   fonts-dejavu-core  # the font of the QC captions (vips_text) and the charts; named, not left to chance
   librsvg2-2  # libvips' svgload, which renders the charts' SVG to PNG (a libvips42 dependency today)
   chromium  # headless, for the tests that load report.html in a real browser
+  libcurl4-openssl-dev  # slides over DICOMweb (HTTP, TLS with the system CA store)
+  orthanc orthanc-dicomweb  # the DICOMweb server tests/cli/dicomweb_test.py serves slides from
 )
 missing=()
 for p in "${packages[@]}"; do

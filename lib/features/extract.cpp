@@ -618,7 +618,7 @@ struct Tiles {
 Tiles open_tiles(const ExtractJob& job) {
   Tiles t{
       std::make_unique<io::TileStore>(io::TileStore::open(job.store, false)), nullptr, 0, {}, {}};
-  t.pixels = std::make_unique<slide::TilePixels>(*t.store);
+  t.pixels = std::make_unique<slide::TilePixels>(*t.store, job.tile.dicomweb);
   t.tile = t.pixels->tile_size();
   t.keys = t.store->complete_tile_keys();
   if (t.keys.empty()) throw InputError(at_file(job.store, "holds no complete slide with tiles"));

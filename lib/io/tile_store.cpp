@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "mltool/io/dicomweb.hpp"
 #include "mltool/io/manifest.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
@@ -103,6 +104,7 @@ std::string_view slide_of_key(std::string_view key) {
 bool before_in_key_order(const std::string& a, const std::string& b) { return a + "/" < b + "/"; }
 
 std::string slide_id_for(const std::string& path) {
+  if (is_dicomweb_url(path)) return parse_dicomweb_url(path).series;  // stable across servers
   std::string name = path;
   while (name.size() > 1 && name.back() == '/') name.pop_back();
   if (const auto slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);

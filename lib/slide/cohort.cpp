@@ -132,7 +132,8 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
       report.slides.push_back(std::move(r));
     } catch (const Error& e) {
       report.slides.push_back(failed_report(path, e));
-      if (!job.keep_going) {
+      // A refused DICOMweb token fails every slide of that server alike: stop at once.
+      if (!job.keep_going || dynamic_cast<const io::DicomwebAuthError*>(&e)) {
         write_index(job, report.slides);  // the slides so far, and the one that stopped the run
         throw;
       }

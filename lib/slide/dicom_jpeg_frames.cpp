@@ -45,41 +45,6 @@ std::vector<std::string> series_candidates(const std::string& first) {
   return others;
 }
 
-// Why `h`'s frames cannot pass through as tiles of `tile` pixels ("" if they can); `colour`
-// is how they code colour.
-std::string unfit(const io::DicomHeader& h, std::int64_t tile, io::JpegColour& colour) {
-  const std::string file = fs::path(h.path).filename().string();
-  if (h.transfer_syntax != io::kDicomJpegBaseline)
-    return "the level's DICOM instance " + file + " is not JPEG baseline (" +
-           syntax_name(h.transfer_syntax) + ")";
-  if (!h.encapsulated) return "the level's DICOM instance " + file + " has no encapsulated frames";
-  if (h.organization != "TILED_FULL")
-    return "the level's DICOM frames are " +
-           (h.organization.empty() ? std::string("TILED_SPARSE (no DimensionOrganizationType)")
-                                   : h.organization) +
-           ", not TILED_FULL";
-  if (h.focal_planes != 1 || h.optical_paths != 1)
-    return "the level has " + std::to_string(h.focal_planes) + " focal planes and " +
-           std::to_string(h.optical_paths) + " optical paths, not one";
-  if (h.columns != tile || h.rows != tile)
-    return "the level's DICOM frames are " + std::to_string(h.columns) + "x" +
-           std::to_string(h.rows) + ", not the tile size " + std::to_string(tile);
-  const std::int64_t grid =
-      ((h.total_columns + tile - 1) / tile) * ((h.total_rows + tile - 1) / tile);
-  if (h.frames != grid)
-    return "the level's DICOM instance has " + std::to_string(h.frames) +
-           " frames, not one per tile of its " + std::to_string(grid) + "-tile grid";
-  if (h.samples != 3 || h.bits_allocated != 8 || h.planar != 0)
-    return "the level's DICOM frames are not 8-bit, three-component, interleaved";
-  if (h.photometric == "YBR_FULL_422")
-    colour = io::JpegColour::ycbcr;
-  else if (h.photometric == "RGB")
-    colour = io::JpegColour::rgb;
-  else
-    return "the level's DICOM frames are " + h.photometric + ", not YBR_FULL_422 or RGB";
-  return "";
-}
-
 // The header of the series' instance of `level`, or nothing (`why` says why).
 std::optional<io::DicomHeader> level_instance(const Slide& slide, const Level& level,
                                               std::string& why) {
@@ -114,13 +79,49 @@ std::optional<io::DicomHeader> level_instance(const Slide& slide, const Level& l
 
 }  // namespace
 
+// Why `h`'s frames cannot pass through as tiles of `tile` pixels ("" if they can); `colour`
+// is how they code colour.
+std::string dicom_frames_unfit(const io::DicomHeader& h, std::int64_t tile,
+                               io::JpegColour& colour) {
+  const std::string file = fs::path(h.path).filename().string();
+  if (h.transfer_syntax != io::kDicomJpegBaseline)
+    return "the level's DICOM instance " + file + " is not JPEG baseline (" +
+           syntax_name(h.transfer_syntax) + ")";
+  if (!h.encapsulated) return "the level's DICOM instance " + file + " has no encapsulated frames";
+  if (h.organization != "TILED_FULL")
+    return "the level's DICOM frames are " +
+           (h.organization.empty() ? std::string("TILED_SPARSE (no DimensionOrganizationType)")
+                                   : h.organization) +
+           ", not TILED_FULL";
+  if (h.focal_planes != 1 || h.optical_paths != 1)
+    return "the level has " + std::to_string(h.focal_planes) + " focal planes and " +
+           std::to_string(h.optical_paths) + " optical paths, not one";
+  if (h.columns != tile || h.rows != tile)
+    return "the level's DICOM frames are " + std::to_string(h.columns) + "x" +
+           std::to_string(h.rows) + ", not the tile size " + std::to_string(tile);
+  const std::int64_t grid =
+      ((h.total_columns + tile - 1) / tile) * ((h.total_rows + tile - 1) / tile);
+  if (h.frames != grid)
+    return "the level's DICOM instance has " + std::to_string(h.frames) +
+           " frames, not one per tile of its " + std::to_string(grid) + "-tile grid";
+  if (h.samples != 3 || h.bits_allocated != 8 || h.planar != 0)
+    return "the level's DICOM frames are not 8-bit, three-component, interleaved";
+  if (h.photometric == "YBR_FULL_422")
+    colour = io::JpegColour::ycbcr;
+  else if (h.photometric == "RGB")
+    colour = io::JpegColour::rgb;
+  else
+    return "the level's DICOM frames are " + h.photometric + ", not YBR_FULL_422 or RGB";
+  return "";
+}
+
 std::unique_ptr<DicomJpegFrames> DicomJpegFrames::open(const Slide& slide, int level, int tile_size,
                                                        std::string& why) {
   const Level& want = slide.geometry().levels[level];
   const auto header = level_instance(slide, want, why);
   if (!header) return nullptr;
   io::JpegColour colour = io::JpegColour::ycbcr;
-  why = unfit(*header, tile_size, colour);
+  why = dicom_frames_unfit(*header, tile_size, colour);
   if (!why.empty()) return nullptr;
   std::unique_ptr<DicomJpegFrames> out(new DicomJpegFrames(want, tile_size, colour));
   try {

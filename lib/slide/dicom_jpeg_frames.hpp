@@ -17,6 +17,10 @@
 
 namespace mltool::slide {
 
+/// Why the frames of instance `h` cannot pass through as tiles of `tile` pixels ("" if they
+/// can: then `colour` is how they code colour). Local series and DICOMweb ones alike.
+std::string dicom_frames_unfit(const io::DicomHeader& h, std::int64_t tile, io::JpegColour& colour);
+
 class DicomJpegFrames : public OwnJpegTiles {
  public:
   /// The instance of `slide`'s series (the .dcm files beside the one OpenSlide opened, with its

@@ -8,6 +8,7 @@
 
 #include "flat_image.hpp"
 #include "mltool/io/tile_store.hpp"
+#include "mltool/slide/dicomweb_options.hpp"
 #include "mltool/util/error.hpp"
 
 namespace mltool::slide {
@@ -18,6 +19,10 @@ const util::Options<InfoJob>& info_options() {
                    "Tissue regions of the finest level the µm/px estimate reads (768 px each)")
           .at_least(1)
           .at_most(64),
+      dicomweb_connections_option(&InfoJob::dicomweb),
+      dicomweb_token_file_option(&InfoJob::dicomweb),
+      dicomweb_insecure_option(&InfoJob::dicomweb),
+      dicomweb_timeout_option(&InfoJob::dicomweb),
   };
   return table;
 }
@@ -70,6 +75,7 @@ MetadataMpp flat_metadata(const Slide& slide) {
 
 MetadataMpp metadata_mpp(const Slide& slide) {
   if (slide.flat_info()) return flat_metadata(slide);
+  if (slide.dicomweb()) return from_value(slide_mpp(slide.geometry()), "DICOM PixelSpacing");
   // OpenSlide 4 derives openslide.mpp-x from a generic TIFF's resolution tags, placeholders
   // included (72 dpi reads as 352.8 µm/px): name the placeholder for what it is.
   const auto resolution = property_number(slide.property("tiff.XResolution"));
@@ -118,7 +124,7 @@ SlideInfo describe_slide(const std::string& path, const InfoJob& job) {
   SlideInfo info;
   info.path = path;
   info.id = io::slide_id_for(path);
-  const Slide slide = Slide::open(path);
+  const Slide slide = Slide::open(path, job.dicomweb);
   info.vendor = slide.vendor();
   info.format = format_of(slide);
   info.file = slide.file();

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "dicomweb_slide.hpp"
 #include "flat_image.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
@@ -24,6 +25,7 @@ struct Slide::Handle {
   std::optional<flat::Info> flat;              // a flat image,
   std::unique_ptr<flat::RandomAccess> pixels;  // read by random access when asked
   std::once_flag pixels_once;
+  std::unique_ptr<DicomwebSeries> web;  // or a DICOMweb series
   ~Handle() {
     if (osr) openslide_close(osr);
   }
@@ -94,7 +96,16 @@ std::string dicom_file_in(const std::string& dir) {
 
 std::string openslide_version() { return std::string("OpenSlide ") + openslide_get_version(); }
 
-Slide Slide::open(const std::string& path) {
+Slide Slide::open(const std::string& path, const io::DicomwebOptions& web) {
+  if (io::is_dicomweb_url(path)) {
+    Slide s;
+    s.path_ = s.file_ = path;
+    s.vendor_ = "dicomweb";
+    s.handle_ = std::make_unique<Handle>();
+    s.handle_->web = std::make_unique<DicomwebSeries>(path, web);
+    s.geometry_ = s.handle_->web->geometry();
+    return s;
+  }
   if (::access(path.c_str(), R_OK) != 0)
     throw InputError(sys_message(path, "cannot open slide", errno));
   Slide s;
@@ -148,11 +159,19 @@ void Slide::read_pyramid() {
 
 const flat::Info* Slide::flat_info() const { return handle_->flat ? &*handle_->flat : nullptr; }
 
+const DicomwebSeries* Slide::dicomweb() const { return handle_->web.get(); }
+
 Slide::Slide(Slide&&) noexcept = default;
 Slide& Slide::operator=(Slide&&) noexcept = default;
 Slide::~Slide() = default;
 
 std::optional<std::string> Slide::property(const std::string& name) const {
+  if (handle_->web) {
+    const auto& all = handle_->web->properties();
+    const auto it = all.find(name);
+    if (it == all.end()) return std::nullopt;
+    return it->second;
+  }
   if (handle_->flat) {
     const auto it = handle_->flat->properties.find(name);
     if (it == handle_->flat->properties.end()) return std::nullopt;
@@ -177,6 +196,7 @@ std::vector<AssociatedImage> Slide::associated_images() const {
 
 void Slide::read_rgb(std::int64_t x, std::int64_t y, int level, std::int64_t w, std::int64_t h,
                      std::uint8_t* rgb) const {
+  if (handle_->web) return handle_->web->read_rgb(x, y, level, w, h, rgb);
   if (handle_->flat) {
     std::call_once(handle_->pixels_once, [&] {
       handle_->pixels = std::make_unique<flat::RandomAccess>(file_, *handle_->flat);

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "dicom_jpeg_frames.hpp"
+#include "dicomweb_slide.hpp"
 #include "mltool/util/error.hpp"
 #include "tiff_jpeg_tiles.hpp"
 
@@ -16,6 +17,8 @@ std::unique_ptr<OwnJpegTiles> OwnJpegTiles::open(const Slide& slide, int level, 
   if (slide.vendor() == "generic-tiff" || slide.vendor() == "aperio")
     return TiffJpegTiles::open(slide, level, tile_size, why);
   if (slide.vendor() == "dicom") return DicomJpegFrames::open(slide, level, tile_size, why);
+  if (const DicomwebSeries* series = slide.dicomweb())
+    return DicomwebFrames::open(*series, level, tile_size, why);
   why = "the slide is " + slide.vendor() +
         ", not a TIFF pyramid (generic-tiff, aperio) or a DICOM WSI series";
   return nullptr;
@@ -30,6 +33,12 @@ OwnJpegTiles::OwnJpegTiles(const Level& level, int tile_size, io::JpegColour col
       across_((level.width + tile_size - 1) / tile_size) {}
 
 std::optional<std::string> OwnJpegTiles::jpeg_at(std::int64_t x, std::int64_t y) const {
+  const auto index = index_at(x, y);
+  if (!index) return std::nullopt;
+  return tile(*index);
+}
+
+std::optional<std::size_t> OwnJpegTiles::index_at(std::int64_t x, std::int64_t y) const {
   // Level pixels as OpenSlide's read_region takes them (x / downsample, as a double); a
   // fraction would make it resample.
   const double lx = static_cast<double>(x) / downsample_;
@@ -39,7 +48,7 @@ std::optional<std::string> OwnJpegTiles::jpeg_at(std::int64_t x, std::int64_t y)
   if (px < 0 || py < 0 || px % tile_ != 0 || py % tile_ != 0 || px + tile_ > width_ ||
       py + tile_ > height_)
     return std::nullopt;
-  return tile(static_cast<std::size_t>((py / tile_) * across_ + px / tile_));
+  return static_cast<std::size_t>((py / tile_) * across_ + px / tile_);
 }
 
 std::string OwnJpegTiles::read_at(int fd, const std::string& path, std::uint64_t offset,

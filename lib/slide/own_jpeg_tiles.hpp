@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "mltool/io/jpeg_tiff.hpp"
 #include "mltool/slide/openslide.hpp"
@@ -43,11 +45,19 @@ class OwnJpegTiles {
   /// come from (docs/formats.md#tile-store)}.
   virtual nlohmann::json record(std::int64_t passed) const = 0;
 
+  /// The level-0 positions of the tiles jpeg_at will be asked for, in about that order: a
+  /// source that fetches over a network (DicomwebFrames) fetches them ahead. Optional.
+  virtual void will_read(const std::vector<std::pair<std::int64_t, std::int64_t>>& positions) {
+    (void)positions;
+  }
+
  protected:
   OwnJpegTiles(const Level& level, int tile_size, io::JpegColour colour);
   /// The standalone JPEG of tile `index` (row-major over the level's tile grid), or nothing
   /// for a tile the file does not hold.
   virtual std::optional<std::string> tile(std::size_t index) const = 0;
+  /// The index of the whole tile at level-0 (x, y), as jpeg_at finds it, or nothing.
+  std::optional<std::size_t> index_at(std::int64_t x, std::int64_t y) const;
   /// `size` bytes of open file `fd` (`path`) at `offset`, for `what` (named in errors).
   static std::string read_at(int fd, const std::string& path, std::uint64_t offset,
                              std::uint64_t size, const std::string& what);

@@ -20,11 +20,12 @@ using detail::vips_message;
 class OpenSlideReader final : public RegionReader {
  public:
   OpenSlideReader(const Slide& slide, int level) : slide_(slide), level_(level) {}
+  // Slide::read_rgb: OpenSlide's, or a DICOMweb series' frames decoded (dicomweb_slide.hpp).
   void read_rgb(std::int64_t x, std::int64_t y, std::int64_t w, std::int64_t h,
                 std::uint8_t* rgb) override {
     slide_.read_rgb(x, y, level_, w, h, rgb);
   }
-  const char* name() const override { return "openslide"; }
+  const char* name() const override { return slide_.dicomweb() ? "dicomweb" : "openslide"; }
 
  private:
   const Slide& slide_;

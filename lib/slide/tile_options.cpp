@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "mltool/slide/cohort.hpp"
+#include "mltool/slide/dicomweb_options.hpp"
 #include "mltool/util/common_options.hpp"
 #include "mltool/util/shard.hpp"
 
@@ -131,6 +132,10 @@ const util::Options<TileJob>& tile_options() {
       util::choice("--reader", &J::reader, kReaderChoices,
                    "Tile decoder: auto (libvips' TIFF decoder for plain TIFF pyramids, checked "
                    "against OpenSlide; OpenSlide otherwise) or openslide"),
+      dicomweb_connections_option(&J::dicomweb),
+      dicomweb_token_file_option(&J::dicomweb),
+      dicomweb_insecure_option(&J::dicomweb),
+      dicomweb_timeout_option(&J::dicomweb),
   };
   return table;
 }

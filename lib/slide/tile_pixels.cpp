@@ -72,7 +72,7 @@ struct OpenSlideTiles {
 // open (tiles are read in key order, slide after slide).
 class TilePixels::Slides {
  public:
-  explicit Slides(const io::TileStore& store) : store_(store) {}
+  Slides(const io::TileStore& store, const io::DicomwebOptions& web) : store_(store), web_(web) {}
 
   std::shared_ptr<const OpenSlideTiles> get(const std::string& id) {
     std::lock_guard lock(mutex_);
@@ -105,11 +105,11 @@ class TilePixels::Slides {
     const auto tiles = store_.record("tiles", id);
     if (!record || !tiles) throw FormatError(where + ": no slides or tiles record");
     const std::string path = record->value("path", "");
-    if (!util::exists(path))
+    if (!io::is_dicomweb_url(path) && !util::exists(path))
       throw InputError(where + ": its slide file " + path +
                        " is not there; a coordinates store (no pixels) reads its tiles from the "
                        "slide files it was made from: put the file back at that path");
-    Slide slide = Slide::open(path);
+    Slide slide = Slide::open(path, web_);
     const std::string hash = slide.property("openslide.quickhash-1").value_or("");
     if (hash != record->value("quickhash", ""))
       throw InputError(where + ": " + path +
@@ -140,19 +140,20 @@ class TilePixels::Slides {
   }
 
   const io::TileStore& store_;
+  io::DicomwebOptions web_;
   std::mutex mutex_;
   std::list<std::pair<std::string, std::shared_ptr<const OpenSlideTiles>>> open_;
   std::map<std::string, std::exception_ptr> failed_;
 };
 
-TilePixels::TilePixels(const io::TileStore& store) : store_(store) {
+TilePixels::TilePixels(const io::TileStore& store, const io::DicomwebOptions& web) : store_(store) {
   const auto settings = store.settings();
   if (!settings)
     throw InputError(at_file(store.path(),
                              "not a tile store, or no slide is complete in it (no "
                              "meta 'store' record)"));
   tile_ = settings->tile_size;
-  if (!settings->pixels) slides_ = std::make_unique<Slides>(store);
+  if (!settings->pixels) slides_ = std::make_unique<Slides>(store, web);
 }
 
 TilePixels::~TilePixels() = default;

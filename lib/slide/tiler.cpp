@@ -231,7 +231,8 @@ bool already_tiled(const io::TileStore& store, const std::string& path, const Id
   if (!existing) return false;
   const std::string other_hash = existing->value("quickhash", "");
   const std::string other_path = existing->value("path", "");
-  if (other_hash != who.quickhash || (who.quickhash.empty() && other_path != who.abs_path))
+  const bool web = io::is_dicomweb_url(who.abs_path) && io::is_dicomweb_url(other_path);
+  if (other_hash != who.quickhash || (who.quickhash.empty() && other_path != who.abs_path && !web))
     throw InputError(at_file(path, "slide id '" + who.id + "' is already used in " + store.path() +
                                        " by " + other_path +
                                        ", a different slide (OpenSlide quickhash differs); "
@@ -293,6 +294,14 @@ Selection select_tiles(const Slide& slide, const ReadPlan& plan, const TileGrid&
                           (t.y + grid.size_level0) / thumb.dy);
     if (f >= s.min_tissue - 1e-9) out.kept.push_back({t.row, t.col, t.x, t.y, f});
   }
+  return out;
+}
+
+// The level-0 positions of `kept`, in order (OwnJpegTiles::will_read).
+std::vector<std::pair<std::int64_t, std::int64_t>> positions(const std::vector<KeptTile>& kept) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  out.reserve(kept.size());
+  for (const auto& k : kept) out.emplace_back(k.x, k.y);
   return out;
 }
 
@@ -438,9 +447,10 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
   report.path = path;
   report.id = io::slide_id_for(path);
   const std::string& id = report.id;
-  const Slide slide = Slide::open(path);
+  const Slide slide = Slide::open(path, job.dicomweb);
+  // A DICOMweb series is its URL (recorded) and its series UID (the id, the same on any server).
   const Identity who{id, slide.property("openslide.quickhash-1").value_or(""),
-                     util::absolute_path(path)};
+                     slide.dicomweb() ? path : util::absolute_path(path)};
   if (already_tiled(store, path, who, report)) {
     report.seconds = seconds_since(start);
     return report;
@@ -485,13 +495,16 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
     if (s.pixels) {  // a coordinates store keeps the records only (TilePixels reads the slide)
       why_not.clear();
       own = passthrough_source(slide, plan, job, selection.kept, why_not);
+      if (own) own->will_read(positions(selection.kept));
       if (!selection.kept.empty())
         report.passthrough = write_tiles(*reader, plan, job, id, selection.kept, own.get(), batch);
     }
     slide_record["passthrough"] =
         own ? own->record(report.passthrough) : json{{"tiles", 0}, {"reason", why_not}};
     report.reader = reader->name();
-    report.reader_version = report.reader == "openslide" ? openslide_version() : libvips_version();
+    report.reader_version = report.reader == "openslide"  ? openslide_version()
+                            : report.reader == "dicomweb" ? dicomweb_reader_version()
+                                                          : libvips_version();
     slide_record["reader"] = report.reader;
     slide_record["reader_version"] = report.reader_version;
     if (!job.qc_dir.empty()) write_qc(slide, job, plan, grid, selection, report);

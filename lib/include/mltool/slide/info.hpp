@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mltool/io/dicomweb.hpp"
 #include "mltool/slide/geometry.hpp"
 #include "mltool/slide/mpp_estimate.hpp"
 #include "mltool/slide/openslide.hpp"
@@ -22,6 +23,7 @@ namespace mltool::slide {
 /// What `mltool info` does with each slide.
 struct InfoJob {
   int regions = EstimateOptions{}.regions;  ///< tissue regions the estimate reads
+  io::DicomwebOptions dicomweb;             ///< slides given as DICOMweb series URLs
 };
 
 /// The options of `mltool info`, declared once (lib/slide/info.cpp).

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "mltool/io/dicomweb.hpp"
 #include "mltool/slide/geometry.hpp"
 
 namespace mltool::slide {
@@ -17,6 +18,7 @@ namespace mltool::slide {
 namespace flat {
 struct Info;
 }
+class DicomwebSeries;
 
 /// An image stored beside the pyramid (OpenSlide's associated images): "label", "macro",
 /// "thumbnail", ...
@@ -32,8 +34,9 @@ class Slide {
   /// the series beside it. Throws InputError naming the file for a missing or unreadable
   /// file, a format neither reads ("not a slide format OpenSlide 4.0.1 reads, nor a flat
   /// image ..."), a directory without .dcm files, and a recognised file that OpenSlide fails
-  /// to open (its message is quoted).
-  static Slide open(const std::string& path);
+  /// to open (its message is quoted). A DICOMweb series URL (io::is_dicomweb_url) is read
+  /// over HTTP with `web` (vendor "dicomweb"; io/dicomweb.hpp's errors).
+  static Slide open(const std::string& path, const io::DicomwebOptions& web = {});
 
   Slide(Slide&&) noexcept;
   Slide& operator=(Slide&&) noexcept;
@@ -47,6 +50,8 @@ class Slide {
   const std::string& file() const { return file_; }
   /// A flat image's header (one level, read by libvips), or null for an OpenSlide pyramid.
   const flat::Info* flat_info() const;
+  /// The DICOMweb series of a slide given as its URL, or null.
+  const DicomwebSeries* dicomweb() const;
   /// Levels and µm/px. The µm/px is openslide.mpp-x/-y or, where OpenSlide gives none
   /// (OpenSlide 3.4 on generic TIFF), the TIFF resolution tags as OpenSlide 4 reads them.
   const SlideGeometry& geometry() const { return geometry_; }
@@ -76,6 +81,9 @@ class Slide {
 
 /// "OpenSlide 4.0.1": the OpenSlide this process reads slides with.
 std::string openslide_version();
+
+/// "libcurl 7.88.1": what reads DICOMweb slides (their frames are decoded by libjpeg-turbo).
+std::string dicomweb_reader_version();
 
 /// A property's value as a finite number, or nothing (absent, not a number, out of range).
 std::optional<double> property_number(const std::optional<std::string>& text);

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "mltool/io/dicomweb.hpp"
 #include "mltool/io/tile_pixels.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/util/error.hpp"
@@ -22,8 +23,9 @@ namespace mltool::slide {
 class TilePixels : public io::TilePixelReader {
  public:
   /// Reads the tiles of `store`, which must outlive this. InputError if it has no settings
-  /// (not a tile store, or no slide finished in it).
-  explicit TilePixels(const io::TileStore& store);
+  /// (not a tile store, or no slide finished in it). Slides recorded as DICOMweb series URLs
+  /// are fetched with `web`.
+  explicit TilePixels(const io::TileStore& store, const io::DicomwebOptions& web = {});
   ~TilePixels() override;
   TilePixels(const TilePixels&) = delete;
   TilePixels& operator=(const TilePixels&) = delete;

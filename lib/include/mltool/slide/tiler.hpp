@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "mltool/io/dicomweb.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/slide/mpp_estimate.hpp"
 #include "mltool/slide/region_reader.hpp"
@@ -78,6 +79,8 @@ struct TileJob {
   bool mpp_from_content = false;
   /// Metadata against the tissue's estimate (--check-mpp).
   CheckMpp check_mpp = CheckMpp::off;
+  /// How slides given as DICOMweb series URLs are fetched (--dicomweb-*).
+  io::DicomwebOptions dicomweb;
 };
 
 /// What happened to one slide.

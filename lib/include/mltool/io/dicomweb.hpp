@@ -1,0 +1,103 @@
+// A slide served over DICOMweb: a series URL, http[s]://HOST[:PORT]/PATH/studies/STUDY/
+// series/SERIES, its instances' metadata from WADO-RS (.../series/SERIES/metadata) and their
+// frames from WADO-RS frame retrieval (.../instances/SOP/frames/1,2,3: several frames in one
+// multipart/related response, in the transfer syntax the server stores them). HTTP through
+// libcurl: each of `connections` handles keeps its connection open between requests, and
+// speaks HTTP/2 where a TLS server offers it. Timeouts, 429 and 5xx are retried with
+// exponential backoff (a bounded number of times, each logged); 401 and 403 end the run at
+// once (DicomwebAuthError). The bearer token is read from a file or the environment, never
+// from the command line, and appears in no message.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "mltool/util/error.hpp"
+
+namespace mltool::io {
+
+/// How a run talks to DICOMweb servers (tile's --dicomweb-* options).
+struct DicomwebOptions {
+  int connections = 4;     ///< concurrent requests (and open connections) per slide
+  std::string token_file;  ///< a file holding the bearer token ("": MLTOOL_DICOMWEB_TOKEN, if set)
+  bool insecure = false;   ///< skip TLS certificate and host verification
+  int timeout = 60;        ///< seconds a request may go without receiving a byte
+  int retries = 5;         ///< further tries of a request that timed out or got 429 or 5xx
+};
+
+/// The environment variable that holds a bearer token when no token file is given.
+inline constexpr const char* kDicomwebTokenVariable = "MLTOOL_DICOMWEB_TOKEN";
+
+/// A parsed series URL.
+struct DicomwebSeriesUrl {
+  std::string url;     ///< as given, without a trailing '/'
+  std::string base;    ///< the service root: what comes before /studies/
+  std::string study;   ///< StudyInstanceUID
+  std::string series;  ///< SeriesInstanceUID
+};
+
+/// Whether `path` is meant as a URL (starts with http:// or https://).
+bool is_dicomweb_url(const std::string& path);
+
+/// Parses a series URL. UsageError naming `url` and the expected form when it is not one.
+DicomwebSeriesUrl parse_dicomweb_url(const std::string& url);
+
+/// A 401 or 403 answer: the token is missing or wrong. Stops a run even under --keep-going.
+class DicomwebAuthError : public InputError {
+ public:
+  explicit DicomwebAuthError(const std::string& m) : InputError(m) {}
+};
+
+/// A request that failed for good: its URL, the HTTP status (0: no answer), what happened.
+class DicomwebError : public InputError {
+ public:
+  DicomwebError(const std::string& m, long status) : InputError(m), status_(status) {}
+  long status() const { return status_; }
+
+ private:
+  long status_;
+};
+
+/// A frame as the server sent it: its bytes and the transfer syntax it named.
+struct DicomwebFrame {
+  std::string bytes;
+  std::string transfer_syntax;  ///< from the part's Content-Type, or the response's; "" if none
+};
+
+/// One series' client. Thread-safe: requests from several threads run side by side, at most
+/// `connections` at a time.
+class DicomwebClient {
+ public:
+  /// Reads the token (UsageError naming the file when it cannot be read or is empty).
+  DicomwebClient(DicomwebSeriesUrl url, const DicomwebOptions& options);
+  ~DicomwebClient();
+  DicomwebClient(const DicomwebClient&) = delete;
+  DicomwebClient& operator=(const DicomwebClient&) = delete;
+
+  const DicomwebSeriesUrl& url() const { return url_; }
+  int connections() const;
+
+  /// The series' metadata: a JSON array with one DICOM JSON dataset per instance.
+  nlohmann::json metadata() const;
+
+  /// Frames `numbers` (1-based) of instance `sop`, in that order, in one request.
+  /// DicomwebError naming the URL and the status when the request fails for good, or the
+  /// answer does not hold one part per frame.
+  std::vector<DicomwebFrame> frames(const std::string& sop,
+                                    const std::vector<std::int64_t>& numbers) const;
+
+ private:
+  struct Pool;
+  DicomwebSeriesUrl url_;
+  std::unique_ptr<Pool> pool_;
+};
+
+/// The parts of a multipart/related body whose Content-Type is `content_type` (which names
+/// the boundary). FormatError naming `url` when there is no boundary or a part is malformed.
+std::vector<DicomwebFrame> split_multipart(const std::string& body, const std::string& content_type,
+                                           const std::string& url);
+
+}  // namespace mltool::io

@@ -1,0 +1,195 @@
+// The DICOMweb client (mltool/io/dicomweb.hpp): libcurl easy handles in a pool, one request per
+// handle at a time, so a handle's open connection serves its next request.
+#include "mltool/io/dicomweb.hpp"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "mltool/util/file.hpp"
+#include "mltool/util/log.hpp"
+
+namespace mltool::io {
+namespace {
+
+// The bearer token: --dicomweb-token-file's first line, else MLTOOL_DICOMWEB_TOKEN, else "".
+std::string read_token(const DicomwebOptions& options) {
+  std::string token;
+  if (!options.token_file.empty()) {
+    try {
+      token = util::read_file(options.token_file);
+    } catch (const Error& e) {
+      throw UsageError(std::string("--dicomweb-token-file: ") + e.what());
+    }
+    token = token.substr(0, token.find_first_of("\r\n"));
+    if (token.empty())
+      throw UsageError("--dicomweb-token-file: " + options.token_file + " holds no token");
+  } else if (const char* env = std::getenv(kDicomwebTokenVariable)) {
+    token = env;
+  }
+  return token;
+}
+
+std::size_t append_body(char* data, std::size_t size, std::size_t n, void* out) {
+  static_cast<std::string*>(out)->append(data, size * n);
+  return size * n;
+}
+
+// Whether a request that got `code` / `status` may succeed if tried again.
+bool transient(CURLcode code, long status) {
+  if (code != CURLE_OK)
+    return code == CURLE_OPERATION_TIMEDOUT || code == CURLE_COULDNT_CONNECT ||
+           code == CURLE_RECV_ERROR || code == CURLE_SEND_ERROR || code == CURLE_GOT_NOTHING ||
+           code == CURLE_PARTIAL_FILE || code == CURLE_HTTP2 || code == CURLE_HTTP2_STREAM;
+  return status == 429 || status >= 500;
+}
+
+struct Answer {
+  CURLcode code = CURLE_OK;
+  long status = 0;
+  std::string body, content_type, error;
+};
+
+}  // namespace
+
+// The handles, and the token and settings every request carries.
+struct DicomwebClient::Pool {
+  DicomwebOptions options;
+  std::string authorization;  // "Authorization: Bearer ...", or ""
+  std::mutex mutex;
+  std::condition_variable returned;
+  std::vector<CURL*> idle;
+  std::vector<CURL*> all;
+
+  ~Pool() {
+    for (CURL* h : all) curl_easy_cleanup(h);
+  }
+
+  CURL* take() {
+    std::unique_lock lock(mutex);
+    returned.wait(lock, [&] { return !idle.empty(); });
+    CURL* h = idle.back();
+    idle.pop_back();
+    return h;
+  }
+  void give(CURL* h) {
+    {
+      std::lock_guard lock(mutex);
+      idle.push_back(h);
+    }
+    returned.notify_one();
+  }
+
+  Answer once(const std::string& url, const std::string& accept);
+  Answer get(const std::string& url, const std::string& accept);
+};
+
+Answer DicomwebClient::Pool::once(const std::string& url, const std::string& accept) {
+  CURL* h = take();
+  Answer a;
+  char error[CURL_ERROR_SIZE] = "";
+  curl_slist* headers = curl_slist_append(nullptr, ("Accept: " + accept).c_str());
+  if (!authorization.empty()) headers = curl_slist_append(headers, authorization.c_str());
+  curl_easy_reset(h);  // keeps the connection cache
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, append_body);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &a.body);
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS);
+  curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "");  // whatever the server compresses with
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, static_cast<long>(options.timeout));
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);  // a stalled answer times out
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(options.timeout));
+  curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, options.insecure ? 0L : 1L);
+  curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, options.insecure ? 0L : 2L);
+  a.code = curl_easy_perform(h);
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &a.status);
+  const char* type = nullptr;
+  if (curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &type) == CURLE_OK && type) a.content_type = type;
+  a.error = error[0] ? error : curl_easy_strerror(a.code);
+  curl_slist_free_all(headers);
+  give(h);
+  return a;
+}
+
+// `url` tried until it answers or fails for good: timeouts, dropped connections, 429 and 5xx
+// again after 0.25, 0.5, 1, ... seconds (at most 8), options.retries times.
+Answer DicomwebClient::Pool::get(const std::string& url, const std::string& accept) {
+  for (int attempt = 0;; ++attempt) {
+    Answer a = once(url, accept);
+    if (a.code == CURLE_OK && (a.status == 401 || a.status == 403))
+      throw DicomwebAuthError(
+          url + ": HTTP " + std::to_string(a.status) +
+          (authorization.empty() ? " (no token was sent)" : " (the token was refused)") +
+          ": give a valid bearer token with --dicomweb-token-file FILE or "
+          "the environment variable " +
+          kDicomwebTokenVariable);
+    if (a.code == CURLE_OK && a.status >= 200 && a.status < 300) return a;
+    const std::string what = a.code == CURLE_OK ? "HTTP " + std::to_string(a.status) : a.error;
+    if (!transient(a.code, a.status) || attempt >= options.retries)
+      throw DicomwebError(
+          url + ": " + what +
+              (attempt > 0 ? " (after " + std::to_string(attempt + 1) + " tries)" : std::string()),
+          a.code == CURLE_OK ? a.status : 0);
+    const double wait = std::min(8.0, 0.25 * (1 << std::min(attempt, 5)));
+    log::warn(url + ": " + what + "; trying again in " + std::to_string(wait).substr(0, 4) +
+              " s (" + std::to_string(attempt + 1) + " of " + std::to_string(options.retries) +
+              " retries)");
+    std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+  }
+}
+
+DicomwebClient::DicomwebClient(DicomwebSeriesUrl url, const DicomwebOptions& options)
+    : url_(std::move(url)), pool_(std::make_unique<Pool>()) {
+  static std::once_flag global;
+  std::call_once(global, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  if (options.connections < 1) throw UsageError("--dicomweb-connections must be at least 1");
+  pool_->options = options;
+  const std::string token = read_token(options);
+  if (!token.empty()) pool_->authorization = "Authorization: Bearer " + token;
+  for (int i = 0; i < options.connections; ++i) {
+    CURL* h = curl_easy_init();
+    if (!h) throw ResourceError("libcurl: cannot make a handle");
+    pool_->all.push_back(h);
+    pool_->idle.push_back(h);
+  }
+}
+
+DicomwebClient::~DicomwebClient() = default;
+
+int DicomwebClient::connections() const { return static_cast<int>(pool_->all.size()); }
+
+nlohmann::json DicomwebClient::metadata() const {
+  const std::string url = url_.url + "/metadata";
+  const Answer a = pool_->get(url, "application/dicom+json");
+  auto doc = nlohmann::json::parse(a.body, nullptr, false);
+  if (doc.is_discarded() || !doc.is_array() || doc.empty())
+    throw FormatError(url + ": the answer is not a JSON array of instances' metadata");
+  return doc;
+}
+
+std::vector<DicomwebFrame> DicomwebClient::frames(const std::string& sop,
+                                                  const std::vector<std::int64_t>& numbers) const {
+  std::string url = url_.url + "/instances/" + sop + "/frames/";
+  for (std::size_t i = 0; i < numbers.size(); ++i)
+    url += (i ? "," : "") + std::to_string(numbers[i]);
+  // The frames as stored (transfer-syntax=*): JPEG baseline frames come back as they are, never
+  // decoded and encoded again by the server.
+  const Answer a =
+      pool_->get(url, "multipart/related; type=\"application/octet-stream\"; transfer-syntax=*");
+  auto parts = split_multipart(a.body, a.content_type, url);
+  if (parts.size() != numbers.size())
+    throw DicomwebError(url + ": the answer holds " + std::to_string(parts.size()) +
+                            " frames, not " + std::to_string(numbers.size()),
+                        a.status);
+  return parts;
+}
+
+}  // namespace mltool::io

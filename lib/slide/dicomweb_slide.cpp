@@ -1,0 +1,299 @@
+#include "dicomweb_slide.hpp"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "dicom_jpeg_frames.hpp"
+#include "mltool/io/image_codec.hpp"
+#include "mltool/io/jpeg_tiff.hpp"
+#include "mltool/util/error.hpp"
+
+namespace mltool::slide {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::size_t kCacheBytes = std::size_t{64} << 20;  // decoded frames kept for regions
+constexpr std::size_t kAheadFrames = 1024;  // compressed frames fetched ahead of region reads
+constexpr const char* kUncompressed = "1.2.840.10008.1.2.1";
+constexpr const char* kImplicitUncompressed = "1.2.840.10008.1.2";
+
+// Element `tag`'s values in a DICOM JSON dataset (PS3.18 F.2), or null.
+const json* values(const json& dataset, const char* tag) {
+  const auto it = dataset.find(tag);
+  if (it == dataset.end() || !it->is_object()) return nullptr;
+  const auto v = it->find("Value");
+  return v != it->end() && v->is_array() && !v->empty() ? &*v : nullptr;
+}
+
+std::string text(const json& dataset, const char* tag) {
+  const json* v = values(dataset, tag);
+  return v && (*v)[0].is_string() ? (*v)[0].get<std::string>() : std::string();
+}
+
+std::int64_t integer(const json& dataset, const char* tag, std::int64_t absent) {
+  const json* v = values(dataset, tag);
+  if (!v) return absent;
+  if ((*v)[0].is_number()) return (*v)[0].get<std::int64_t>();
+  if ((*v)[0].is_string()) return std::stoll((*v)[0].get<std::string>());  // IS as text
+  return absent;
+}
+
+double number(const json& value) {
+  return value.is_string() ? std::stod(value.get<std::string>()) : value.get<double>();
+}
+
+// An instance's metadata as the header read_dicom_header gives for a local file: the fields
+// that say how its frames are laid out. `path` names the instance in messages.
+io::DicomHeader header_of(const json& dataset) {
+  io::DicomHeader h;
+  h.sop_class = text(dataset, "00080016");
+  h.sop_instance = text(dataset, "00080018");
+  h.path = "instance " + h.sop_instance;
+  h.series_instance = text(dataset, "0020000E");
+  if (const json* v = values(dataset, "00080008"))
+    for (const auto& part : *v)
+      h.image_type.push_back(part.is_string() ? part.get<std::string>() : "");
+  h.transfer_syntax = text(dataset, "00083002");  // AvailableTransferSyntaxUID, where given
+  h.encapsulated = !h.transfer_syntax.empty() && h.transfer_syntax != kUncompressed &&
+                   h.transfer_syntax != kImplicitUncompressed;
+  h.dataset_read = true;
+  h.photometric = text(dataset, "00280004");
+  h.organization = text(dataset, "00209311");
+  h.concatenation = text(dataset, "00209161");
+  h.samples = static_cast<int>(integer(dataset, "00280002", 0));
+  h.bits_allocated = static_cast<int>(integer(dataset, "00280100", 0));
+  h.planar = static_cast<int>(integer(dataset, "00280006", 0));
+  h.rows = integer(dataset, "00280010", 0);
+  h.columns = integer(dataset, "00280011", 0);
+  h.frames = integer(dataset, "00280008", 1);
+  h.total_columns = integer(dataset, "00480006", 0);
+  h.total_rows = integer(dataset, "00480007", 0);
+  h.focal_planes = integer(dataset, "00480303", 1);
+  h.optical_paths = integer(dataset, "00480302", 1);
+  return h;
+}
+
+// PixelSpacing (mm: row spacing, column spacing) of an instance: its shared functional
+// groups' pixel measures, else a top-level element.
+std::optional<std::pair<double, double>> pixel_spacing(const json& dataset) {
+  const json* found = nullptr;
+  if (const json* shared = values(dataset, "52009229"))
+    if (const json* measures = values((*shared)[0], "00289110"))
+      found = values((*measures)[0], "00280030");
+  if (!found) found = values(dataset, "00280030");
+  if (!found || found->size() != 2) return std::nullopt;
+  return std::pair{number((*found)[0]), number((*found)[1])};
+}
+
+}  // namespace
+
+std::string dicomweb_reader_version() {
+  return std::string("libcurl ") + curl_version_info(CURLVERSION_NOW)->version;
+}
+
+struct DicomwebSeries::Decoded {
+  std::int64_t width = 0, height = 0;
+  std::vector<std::uint8_t> rgb;
+};
+
+DicomwebSeries::DicomwebSeries(const std::string& url, const io::DicomwebOptions& options)
+    : client_(io::parse_dicomweb_url(url), options) {
+  const json metadata = client_.metadata();
+  std::vector<std::pair<io::DicomHeader, const json*>> volumes;
+  for (const json& dataset : metadata) {
+    if (!dataset.is_object()) continue;
+    io::DicomHeader h = header_of(dataset);
+    if (h.image_type.size() < 3 || h.image_type[2] != "VOLUME") continue;
+    if (h.total_columns <= 0 || h.total_rows <= 0 || h.columns <= 0 || h.rows <= 0)
+      throw InputError(url + ": VOLUME instance " + h.sop_instance +
+                       " has no TotalPixelMatrixColumns/Rows or frame size in its metadata");
+    volumes.emplace_back(std::move(h), &dataset);
+  }
+  if (volumes.empty())
+    throw InputError(url +
+                     ": the series has no VOLUME instance (ImageType ...\\VOLUME): not a "
+                     "whole-slide image series");
+  // Largest first; one instance per size (OpenSlide's DICOM levels).
+  std::stable_sort(volumes.begin(), volumes.end(), [](const auto& a, const auto& b) {
+    return a.first.total_columns > b.first.total_columns;
+  });
+  const json* first = volumes.front().second;
+  for (auto& [h, dataset] : volumes) {
+    if (!levels_.empty() && levels_.back().total_columns == h.total_columns) continue;
+    levels_.push_back(h);
+  }
+  const auto& l0 = levels_.front();
+  for (const auto& h : levels_) {
+    // As OpenSlide computes a level's downsample from its size.
+    const double ds = (static_cast<double>(l0.total_rows) / h.total_rows +
+                       static_cast<double>(l0.total_columns) / h.total_columns) /
+                      2.0;
+    geometry_.levels.push_back({h.total_columns, h.total_rows, ds});
+  }
+  if (const auto spacing = pixel_spacing(*first);
+      spacing && spacing->first > 0 && spacing->second > 0) {
+    geometry_.mpp_x = spacing->second * 1000.0;
+    geometry_.mpp_y = spacing->first * 1000.0;
+  }
+  const auto& u = client_.url();
+  properties_ = {{"dicomweb.url", u.url},
+                 {"dicomweb.study", u.study},
+                 {"dicomweb.series", u.series},
+                 {"dicomweb.instance", l0.sop_instance}};
+}
+
+std::vector<io::DicomwebFrame> DicomwebSeries::fetch(
+    int level, const std::vector<std::size_t>& indices) const {
+  const std::string& sop = this->level(level).sop_instance;
+  std::vector<io::DicomwebFrame> out;
+  for (std::size_t at = 0; at < indices.size();) {
+    const std::size_t n = single_frames_ ? 1 : std::min(kDicomwebBatch, indices.size() - at);
+    std::vector<std::int64_t> numbers;
+    for (std::size_t k = 0; k < n; ++k)
+      numbers.push_back(static_cast<std::int64_t>(indices[at + k]) + 1);
+    try {
+      for (auto& f : client_.frames(sop, numbers)) out.push_back(std::move(f));
+    } catch (const io::DicomwebError& e) {
+      // A server that takes one frame number per request answers a list with 400.
+      if (n == 1 || e.status() != 400) throw;
+      single_frames_ = true;
+      continue;
+    }
+    at += n;
+  }
+  return out;
+}
+
+// Frames `indices` of `level`: those fetched ahead already, the rest in requests that also fetch
+// the frames after the last of them (regions are read in raster order: a thumbnail's small
+// regions would otherwise cost one request per frame).
+std::vector<io::DicomwebFrame> DicomwebSeries::fetch_ahead(
+    int level, const std::vector<std::size_t>& indices) const {
+  const auto key = [level](std::size_t i) { return (static_cast<std::uint64_t>(level) << 40) | i; };
+  std::vector<io::DicomwebFrame> out(indices.size());
+  std::vector<std::size_t> want, slot;
+  {
+    std::lock_guard lock(cache_mutex_);
+    for (std::size_t k = 0; k < indices.size(); ++k)
+      if (auto it = ahead_.find(key(indices[k])); it != ahead_.end()) {
+        out[k] = std::move(it->second);
+        ahead_.erase(it);
+      } else {
+        want.push_back(indices[k]), slot.push_back(k);
+      }
+    if (want.empty()) return out;
+    const auto frames = static_cast<std::size_t>(this->level(level).frames);
+    for (std::size_t i = want.back() + 1; i < frames && want.size() < kDicomwebBatch; ++i)
+      if (!ahead_.count(key(i)) && ahead_.size() + want.size() < kAheadFrames) want.push_back(i);
+  }
+  auto got = fetch(level, want);
+  std::lock_guard lock(cache_mutex_);
+  for (std::size_t k = 0; k < want.size(); ++k)
+    if (k < slot.size())
+      out[slot[k]] = std::move(got[k]);
+    else
+      ahead_[key(want[k])] = std::move(got[k]);
+  return out;
+}
+
+std::vector<std::shared_ptr<const DicomwebSeries::Decoded>> DicomwebSeries::decode_missing(
+    int level, const std::vector<std::size_t>& indices) const {
+  const auto frames = fetch_ahead(level, indices);
+  std::vector<std::shared_ptr<const Decoded>> out;
+  for (std::size_t k = 0; k < frames.size(); ++k) {
+    auto d = decode(level, indices[k], frames[k]);
+    out.push_back(d);
+    std::lock_guard lock(cache_mutex_);
+    cache_bytes_ += d->rgb.size();
+    cache_.emplace_front((static_cast<std::uint64_t>(level) << 40) | indices[k], std::move(d));
+    while (cache_bytes_ > kCacheBytes && cache_.size() > 1) {
+      cache_bytes_ -= cache_.back().second->rgb.size();
+      cache_.pop_back();
+    }
+  }
+  return out;
+}
+
+std::shared_ptr<const DicomwebSeries::Decoded> DicomwebSeries::decode(
+    int level, std::size_t index, const io::DicomwebFrame& f) const {
+  const io::DicomHeader& h = this->level(level);
+  const io::JpegColour colour =
+      h.photometric == "RGB" ? io::JpegColour::rgb : io::JpegColour::ycbcr;
+  const std::string what =
+      client_.url().url + ": instance " + h.sop_instance + " frame " + std::to_string(index + 1);
+  auto d = std::make_shared<Decoded>();
+  const bool raw = f.transfer_syntax == kUncompressed || f.transfer_syntax == kImplicitUncompressed;
+  const auto size = static_cast<std::size_t>(h.rows * h.columns * 3);
+  if (raw && h.samples == 3 && h.bits_allocated == 8 && h.planar == 0 && h.photometric == "RGB" &&
+      f.bytes.size() >= size) {
+    d->width = h.columns, d->height = h.rows;
+    d->rgb.assign(f.bytes.begin(), f.bytes.begin() + static_cast<std::ptrdiff_t>(size));
+  } else if (f.bytes.size() > 2 && static_cast<unsigned char>(f.bytes[0]) == 0xff &&
+             static_cast<unsigned char>(f.bytes[1]) == 0xd8) {
+    io::RgbImage image;
+    const std::string jpeg = io::colour_marked_jpeg(f.bytes, colour, what);
+    io::decode_image(jpeg.data(), jpeg.size(), image, what);
+    d->width = image.width, d->height = image.height, d->rgb = std::move(image.pixels);
+  } else {
+    throw FormatError(what + ": transfer syntax " +
+                      (f.transfer_syntax.empty() ? "not named" : f.transfer_syntax) +
+                      "; mltool reads DICOMweb frames that are JPEG or uncompressed RGB");
+  }
+  return d;
+}
+
+std::shared_ptr<const DicomwebSeries::Decoded> DicomwebSeries::decoded(int level,
+                                                                       std::size_t index) const {
+  const std::uint64_t key = (static_cast<std::uint64_t>(level) << 40) | index;
+  std::lock_guard lock(cache_mutex_);
+  for (auto it = cache_.begin(); it != cache_.end(); ++it)
+    if (it->first == key) {
+      cache_.splice(cache_.begin(), cache_, it);
+      return cache_.front().second;
+    }
+  return nullptr;
+}
+
+void DicomwebSeries::read_rgb(std::int64_t x, std::int64_t y, int level, std::int64_t w,
+                              std::int64_t h, std::uint8_t* rgb) const {
+  const io::DicomHeader& inst = this->level(level);
+  const double ds = geometry_.levels[static_cast<std::size_t>(level)].downsample;
+  const auto lx = static_cast<std::int64_t>(static_cast<double>(x) / ds);
+  const auto ly = static_cast<std::int64_t>(static_cast<double>(y) / ds);
+  std::memset(rgb, 255, static_cast<std::size_t>(w * h * 3));
+  const std::int64_t across = (inst.total_columns + inst.columns - 1) / inst.columns;
+  const std::int64_t down = (inst.total_rows + inst.rows - 1) / inst.rows;
+  const std::int64_t c0 = std::max<std::int64_t>(0, lx / inst.columns);
+  const std::int64_t r0 = std::max<std::int64_t>(0, ly / inst.rows);
+  const std::int64_t c1 = std::min(across - 1, (lx + w - 1) / inst.columns);
+  const std::int64_t r1 = std::min(down - 1, (ly + h - 1) / inst.rows);
+  std::vector<std::size_t> need;
+  for (std::int64_t r = r0; r <= r1; ++r)
+    for (std::int64_t c = c0; c <= c1; ++c)
+      need.push_back(static_cast<std::size_t>(r * across + c));
+  std::vector<std::shared_ptr<const Decoded>> got(need.size());
+  std::vector<std::size_t> missing;
+  for (std::size_t k = 0; k < need.size(); ++k)
+    if (!(got[k] = decoded(level, need[k]))) missing.push_back(need[k]);
+  if (!missing.empty()) {
+    const auto fetched = decode_missing(level, missing);
+    for (std::size_t k = 0, m = 0; k < need.size(); ++k)
+      if (!got[k]) got[k] = fetched[m++];
+  }
+  for (std::size_t k = 0; k < need.size(); ++k) {
+    const Decoded& f = *got[k];
+    const std::int64_t fx = static_cast<std::int64_t>(need[k] % across) * inst.columns;
+    const std::int64_t fy = static_cast<std::int64_t>(need[k] / across) * inst.rows;
+    const std::int64_t x0 = std::max(lx, fx), x1 = std::min(lx + w, fx + f.width);
+    for (std::int64_t row = std::max(ly, fy); row < std::min(ly + h, fy + f.height); ++row)
+      if (x1 > x0)
+        std::memcpy(rgb + ((row - ly) * w + (x0 - lx)) * 3,
+                    f.rgb.data() + ((row - fy) * f.width + (x0 - fx)) * 3,
+                    static_cast<std::size_t>(x1 - x0) * 3);
+  }
+}
+
+}  // namespace mltool::slide

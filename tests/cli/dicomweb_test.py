@@ -1,0 +1,405 @@
+#!/usr/bin/env python3
+"""Slides over DICOMweb against the same series read from local files, on a real DICOMweb
+server this test starts on 127.0.0.1: Orthanc with its DICOMweb plugin (Debian's orthanc and
+orthanc-dicomweb, installed with apt-get when root; exit 77, skipped, when they are missing
+and cannot be). Orthanc is loaded through its REST API with the real slide of ../shared/slides
+converted to DICOM WSI by wsidicomizer (scripts/fixtures/real_slides.py, as tile_real_test.py
+does) and a pydicom-written series (scripts/fixtures/dicom_series.py, YBR_FULL_422).
+
+- `tile` and `extract SLIDE` over DICOMweb equal the local series byte for byte (tiles passed
+  through, tiles decoded and resampled, features); `info` reads the same levels and µm/px;
+- the reference client dicomweb-client (PyPI) fetches the frames pydicom reads from the files,
+  and the frames mltool stores;
+- a token-protected server (a reverse proxy here in front of Orthanc): the token works from
+  --dicomweb-token-file and from MLTOOL_DICOMWEB_TOKEN, a wrong or missing one stops the run
+  with a message naming both, and the token appears in no output or record;
+- faults (the proxy answers 503 and 429, drops connections and stalls past --dicomweb-timeout on
+  a share of requests): the run retries and gives the same bytes; frames that always fail fail
+  the slide (--keep-going: exit 4) naming the URL and the HTTP status;
+- a run killed while it fetches resumes (from another address of the server) to the same tiles.
+
+    dicomweb_test.py MLTOOL [CHECK ...]
+"""
+import http.client
+import http.server
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from cli_common import expect, run, run_checks, run_json, tmp  # noqa: E402
+from orthanc_server import Orthanc, available  # noqa: E402
+from store_refs import own_dicom_jpeg, read_tile_store  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts", "fixtures"))
+SHARED_SLIDE = os.path.join(ROOT, "..", "shared", "slides", "CMU-1-Small-Region.svs")
+TOKEN = "s3cret-token-4711"
+
+MLTOOL = sys.argv[1]
+SERVER = {}  # "orthanc": the process, "port"; "series": name → (url, local directory)
+
+
+def fixtures():
+    why = available()
+    if why:
+        print(f"skipped: {why}")
+        sys.exit(77)
+    series = {}
+    import dicom_series  # pydicom, numpy, Pillow
+    dicom_series.write(tmp("ycc"))
+    series["ycc"] = tmp("ycc")
+    if os.path.exists(SHARED_SLIDE):  # the real slide, as wsidicomizer converts it
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "fixtures", "real_slides.py"),
+                        "--dicom", SHARED_SLIDE, tmp("real")], check=True, capture_output=True)
+        series["real"] = tmp("real")
+    orthanc = SERVER["orthanc"] = Orthanc(tmp("orthanc"))
+    SERVER["port"] = orthanc.port
+    SERVER["series"] = {name: (orthanc.upload(d), d) for name, d in series.items()}
+    return f"Orthanc on port {SERVER['port']}, series {', '.join(series)}"
+
+
+def teardown():
+    if "orthanc" in SERVER:
+        SERVER["orthanc"].stop()
+
+
+def tiles_by_position(store):
+    """{ROW_COL: bytes} of a store's one slide, its slides record, and every record."""
+    meta, tiles = read_tile_store(store)
+    slides = [v for k, v in meta.items() if k.startswith("slides/")]
+    expect(len(slides) == 1, f"{store}: {len(slides)} slides")
+    return {k.split("/", 1)[1]: v for k, v in tiles.items()}, slides[0], meta
+
+
+def tile(slide, store, *args, env=None):
+    code, summary, err = run_json([MLTOOL, "tile", slide, "-o", store, "--threads", "2", "--json",
+                                   *args], env=env)
+    expect(code == 0, f"tile {slide} exits 0 (got {code}): {err[-2000:]}")
+    return summary, err
+
+
+def same_tiles(url, directory, args, name):
+    tile(directory, tmp(f"local-{name}"), *args)
+    summary, _ = tile(url, tmp(f"web-{name}"), *args)
+    local, local_rec, local_meta = tiles_by_position(tmp(f"local-{name}"))
+    web, web_rec, web_meta = tiles_by_position(tmp(f"web-{name}"))
+    expect(len(local) > 0 and sorted(local) == sorted(web),
+           f"{name}: tiles {len(local)} vs {len(web)}")
+    diff = [k for k in local if local[k] != web[k]]
+    expect(not diff, f"{name}: {len(diff)} of {len(local)} tiles differ, e.g. {diff[:3]}")
+    expect(web_rec["path"] == url and web_rec["id"] == url.rsplit("/", 1)[1] and
+           web_rec["vendor"] == "dicomweb", f"{name}: record {web_rec['path']} {web_rec['id']}")
+    for field in ("levels", "level", "mpp", "grid", "read_size", "thumbnail"):
+        expect(local_rec[field] == web_rec[field],
+               f"{name}: {field} {local_rec[field]} vs {web_rec[field]}")
+    lid, wid = local_rec["id"], web_rec["id"]
+    for kind in ("tiles", "mask"):
+        if f"{kind}/{lid}" in local_meta:
+            expect(local_meta[f"{kind}/{lid}"] == web_meta[f"{kind}/{wid}"],
+                   f"{name}: {kind} record")
+    return local_rec, web_rec, summary
+
+
+def frame_size(directory):
+    """The frame size of the series' level 0 (its largest VOLUME instance)."""
+    import pydicom
+    sets = [pydicom.dcmread(os.path.join(directory, n), stop_before_pixels=True)
+            for n in sorted(os.listdir(directory))]
+    volumes = [ds for ds in sets if ds.ImageType[2] == "VOLUME"]
+    return int(max(volumes, key=lambda ds: ds.TotalPixelMatrixColumns).Columns)
+
+
+def check_tile_passthrough():
+    """--level 0 at the frames' own size: every kept tile is the frame passed through, the same
+    bytes as from the local files."""
+    for name, (url, directory) in SERVER["series"].items():
+        args = ["--level", "0", "--tile-size", str(frame_size(directory))]
+        local_rec, web_rec, summary = same_tiles(url, directory, args, f"pass-{name}")
+        p = web_rec["passthrough"]
+        expect(p["tiles"] > 0 and p["tiles"] == local_rec["passthrough"]["tiles"],
+               f"{name}: passthrough {p} vs {local_rec['passthrough']}")
+        expect(summary["slides"][0]["reader"] == "dicomweb", f"{name}: {summary['slides'][0]}")
+
+
+def check_tile_decoded():
+    """Tiles read as regions (resampled to --mpp 0.5, and at a tile size across frames): the
+    frames decoded give the pixels OpenSlide gives from the files."""
+    for name, (url, directory) in SERVER["series"].items():
+        same_tiles(url, directory, ["--mpp", "0.5", "--tile-size", "192"], f"mpp-{name}")
+        same_tiles(url, directory, ["--level", "0", "--tile-size", "300", "--passthrough", "never"],
+                   f"l0-{name}")
+
+
+def check_info():
+    """info reads the same levels and µm/px over DICOMweb as from the files; a URL given on
+    stdin is read too."""
+    for name, (url, directory) in SERVER["series"].items():
+        code, local, err = run_json([MLTOOL, "info", directory, "--json"])
+        expect(code == 0, f"info {directory}: {err[-1000:]}")
+        code, out, err = run([MLTOOL, "info", "-", "--json"], stdin=url + "\n")
+        expect(code == 0, f"info {url}: {err[-1000:]}")
+        web = json.loads(out)
+        expect(local["levels"] == web["levels"],
+               f"{name}: levels {local['levels']} vs {web['levels']}")
+        expect(local["metadata_mpp"]["mpp"] == web["metadata_mpp"]["mpp"] and
+               web["metadata_mpp"]["source"] == "DICOM PixelSpacing",
+               f"{name}: metadata_mpp {local['metadata_mpp']} vs {web['metadata_mpp']}")
+        expect(web["vendor"] == "dicomweb" and web["id"] == url.rsplit("/", 1)[1], f"{web}")
+
+
+def check_extract():
+    """extract SLIDE over DICOMweb: the same features as from the local files."""
+    name = "real" if "real" in SERVER["series"] else "ycc"
+    url, directory = SERVER["series"][name]
+    outs = []
+    for i, slide in enumerate((directory, url)):
+        out = tmp(f"extract-{i}")
+        code, _, err = run([MLTOOL, "extract", slide, "-o", out, "--model", "builtin:color-texture",
+                            "--mpp", "0.5", "--tile-size", "224", "--threads", "2", "-q"])
+        expect(code == 0, f"extract {slide} exits 0 (got {code}): {err[-2000:]}")
+        outs.append(np.load(os.path.join(out, "features.npy")))
+    expect(outs[0].shape == outs[1].shape and outs[0].shape[0] > 0 and
+           np.array_equal(outs[0], outs[1]), f"features {outs[0].shape} vs {outs[1].shape}")
+
+
+def check_reference_client():
+    """dicomweb-client fetches from Orthanc the frames pydicom reads from the files, and a
+    YBR_FULL_422 frame is the tile mltool stored, byte for byte."""
+    from dicomweb_client.api import DICOMwebClient
+    url, directory = SERVER["series"]["ycc"]
+    base, rest = url.split("/studies/")
+    study, series = rest.split("/series/")
+    client = DICOMwebClient(base)
+    instances = client.search_for_instances(study, series)
+    store = tmp("web-pass-ycc")
+    web, _, _ = tiles_by_position(store) if os.path.exists(store) else ({}, None, None)
+    checked = 0
+    for inst in instances:
+        sop = inst["00080018"]["Value"][0]
+        meta = client.retrieve_instance_metadata(study, series, sop)
+        size = (meta["00480006"]["Value"][0], meta["00480007"]["Value"][0])
+        numbers = [1, 26, 39] if size[0] == 2600 else [1, 8, 14]  # level 0: tissue frames
+        frames = client.retrieve_instance_frames(study, series, sop, frame_numbers=numbers,
+                                                 media_types=(("application/octet-stream", "*"),))
+        for number, frame in zip(numbers, frames):
+            across = -(-size[0] // 256)
+            col, row = (number - 1) % across, (number - 1) // across
+            want, raw, _ = own_dicom_jpeg(directory, size, col, row)
+            expect(frame == raw, f"frame {number} of {sop}: {len(frame)} bytes vs {len(raw)}")
+            key = f"{row:06d}_{col:06d}"
+            if size[0] == 2600 and web and key in web:
+                expect(web[key] == want, f"stored tile {key} is not the frame")
+                checked += 1
+    expect(len(instances) == 2, f"{len(instances)} instances")
+    expect(checked > 0 or not web, "no stored tile was among the frames compared")
+
+
+class Proxy(http.server.ThreadingHTTPServer):
+    """A reverse proxy on 127.0.0.1 in front of Orthanc: with `token`, it answers 401 unless
+    the request carries it; `faults`: every `every`-th request gets the next of 503, 429, a
+    dropped connection and a stall of `stall` seconds; `always`: requests whose path holds it
+    get 503; every request waits `delay` seconds; `single`: a list of frame numbers gets 400
+    (a server that takes one frame a request)."""
+    daemon_threads = True
+
+    def __init__(self, token=None, every=0, stall=3.0, always=None, delay=0.0, single=False):
+        self.token, self.every, self.stall, self.always = token, every, stall, always
+        self.delay, self.single = delay, single
+        self.count, self.faults, self.lock, self.seen = 0, 0, threading.Lock(), []
+        super().__init__(("127.0.0.1", 0), ProxyHandler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def url(self, series_url):
+        return series_url.replace(f":{SERVER['port']}/", f":{self.server_address[1]}/")
+
+
+class ProxyHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status, body=b"", headers=()):
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        p = self.server
+        with p.lock:
+            p.count += 1
+            n = p.count
+            p.seen.append(self.headers.get("Authorization", ""))
+        if p.token and self.headers.get("Authorization") != f"Bearer {p.token}":
+            return self.reply(401, b"unauthorized")
+        if p.always and p.always in self.path:
+            return self.reply(503, b"unavailable")
+        if p.single and "/frames/" in self.path and "," in self.path:
+            return self.reply(400, b"one frame a request")
+        if p.every and n % p.every == 0:
+            with p.lock:
+                fault = p.faults % 4
+                p.faults += 1
+            if fault == 0:
+                return self.reply(503, b"busy")
+            if fault == 1:
+                return self.reply(429, b"slow down", [("Retry-After", "0")])
+            if fault == 2:
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            time.sleep(p.stall)
+        time.sleep(p.delay)
+        conn = http.client.HTTPConnection("127.0.0.1", SERVER["port"], timeout=60)
+        conn.request("GET", self.path, headers={"Accept": self.headers.get("Accept", "*/*")})
+        r = conn.getresponse()
+        body = r.read()
+        conn.close()
+        try:
+            self.reply(r.status, body, [("Content-Type", r.getheader("Content-Type", ""))])
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up on a stalled answer
+
+
+def check_token():
+    """A token-protected server: the token from a file and from MLTOOL_DICOMWEB_TOKEN works; a
+    missing or wrong one stops the run at once (even with --keep-going) naming the options; the
+    token is in no output or record."""
+    url, directory = SERVER["series"]["ycc"]
+    proxy = Proxy(token=TOKEN)
+    try:
+        purl = proxy.url(url)
+        args = ["--level", "0", "--tile-size", "256"]
+        with open(tmp("token"), "w") as f:
+            f.write(TOKEN + "\n")
+        summary, err = tile(purl, tmp("tok-file"), "--dicomweb-token-file", tmp("token"), *args)
+        summary2, err2 = tile(purl, tmp("tok-env"), *args, env={"MLTOOL_DICOMWEB_TOKEN": TOKEN})
+        a, _, _ = tiles_by_position(tmp("tok-file"))
+        b, _, _ = tiles_by_position(tmp("tok-env"))
+        local, _, _ = tiles_by_position(tmp("local-pass-ycc")) if os.path.exists(
+            tmp("local-pass-ycc")) else (a, None, None)
+        expect(a == b == local and a, "tiles through the token proxy differ")
+        for store in ("tok-file", "tok-env"):
+            for root, _, files in os.walk(tmp(store)):
+                for fn in files:
+                    with open(os.path.join(root, fn), "rb") as f:
+                        expect(TOKEN.encode() not in f.read(), f"the token is in {store}/{fn}")
+        expect(TOKEN not in json.dumps(summary) + err + json.dumps(summary2) + err2,
+               "the token is in the output")
+        for env, extra in (({}, []), ({"MLTOOL_DICOMWEB_TOKEN": "wrong"}, ["--keep-going"])):
+            code, out, err = run([MLTOOL, "tile", purl, directory, "-o", tmp("tok-bad"), *args,
+                                  *extra], env=env)
+            expect(code == 2 and "401" in err and "--dicomweb-token-file" in err and
+                   "MLTOOL_DICOMWEB_TOKEN" in err, f"bad token: exit {code}: {err[-1500:]}")
+            expect("wrong" not in err and TOKEN not in err, "a token is in the message")
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+def check_faults():
+    """503, 429, dropped connections and stalled answers on a share of requests: retried (and
+    logged), the same tiles as without faults; frames that always fail fail the slide naming the
+    URL and the status."""
+    url, directory = SERVER["series"]["ycc"]
+    proxy = Proxy(every=2, stall=3.0)
+    logs = ""
+    try:
+        for i, args in enumerate((["--level", "0", "--tile-size", "256"],
+                                  ["--level", "1", "--tile-size", "256"],
+                                  ["--mpp", "0.5", "--tile-size", "192"])):
+            _, err = tile(proxy.url(url), tmp(f"faults{i}"), *args, "--dicomweb-timeout", "1")
+            logs += err
+            tile(url, tmp(f"faults-ref{i}"), *args)
+            a, _, _ = tiles_by_position(tmp(f"faults{i}"))
+            b, _, _ = tiles_by_position(tmp(f"faults-ref{i}"))
+            expect(a == b and a, f"{args}: tiles with faults differ ({len(a)} vs {len(b)})")
+        expect(proxy.faults >= 4, f"{proxy.faults} faults injected in {proxy.count} requests")
+        for what in ("HTTP 503", "HTTP 429", "trying again", "too slow", "Empty reply"):
+            expect(what in logs, f"'{what}' not logged: {logs[-3000:]}")
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    proxy = Proxy(always="/frames/")
+    try:
+        code, out, err = run([MLTOOL, "tile", proxy.url(url), directory, "-o", tmp("fail"),
+                              "--level", "0", "--tile-size", "256", "--keep-going", "--json",
+                              "--dicomweb-timeout", "1"])
+        expect(code == 4, f"always failing frames: exit {code} (not 4): {err[-1500:]}")
+        failed = [s for s in json.loads(out)["slides"] if s["status"] == "failed"]
+        expect(len(failed) == 1 and "HTTP 503" in failed[0]["error"] and
+               proxy.url(url) in failed[0]["error"], f"{failed}")
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+def check_one_frame_a_request():
+    """A server that answers a list of frame numbers with 400 is asked one frame a request:
+    the same tiles."""
+    url, _ = SERVER["series"]["ycc"]
+    proxy = Proxy(single=True)
+    try:
+        for i, args in enumerate((["--level", "0", "--tile-size", "256"],
+                                  ["--mpp", "0.5", "--tile-size", "192"])):
+            tile(proxy.url(url), tmp(f"single{i}"), *args)
+            tile(url, tmp(f"single-ref{i}"), *args)
+            a, _, _ = tiles_by_position(tmp(f"single{i}"))
+            b, _, _ = tiles_by_position(tmp(f"single-ref{i}"))
+            expect(a == b and a, f"{args}: tiles one frame a request differ")
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+def check_resume():
+    """A run killed (SIGKILL) while it fetches resumes like a local one, from another server
+    address of the same series (its id is the series UID): the same tiles as an uninterrupted
+    run."""
+    url, directory = SERVER["series"]["real" if "real" in SERVER["series"] else "ycc"]
+    size = str(frame_size(directory))
+    proxy = Proxy(delay=0.4)
+    try:
+        args = ["--level", "0", "--tile-size", size, "--commit-every", "16"]
+        p = subprocess.Popen([MLTOOL, "tile", proxy.url(url), "-o", tmp("killed"), *args, "-q",
+                              "--threads", "2"],
+                             stderr=subprocess.DEVNULL)
+        time.sleep(1.2)
+        p.kill()
+        expect(p.wait() == -9, f"the run to kill ended first (exit {p.returncode})")
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    tile(url, tmp("killed"), *args)
+    tile(url, tmp("unkilled"), *args)
+    a, rec, _ = tiles_by_position(tmp("killed"))
+    b, _, _ = tiles_by_position(tmp("unkilled"))
+    expect(a == b and a and rec["path"] == url,
+           f"resumed: {len(a)} tiles vs {len(b)}, {rec['path']}")
+
+
+def check_bad_url():
+    """A URL that is not a series URL, and a series the server does not have, are named."""
+    code, _, err = run([MLTOOL, "info", f"http://127.0.0.1:{SERVER['port']}/dicom-web/studies/1.2"])
+    expect(code == 1 and "not a DICOMweb series URL" in err, f"exit {code}: {err[-500:]}")
+    missing = f"http://127.0.0.1:{SERVER['port']}/dicom-web/studies/1.2/series/3.4"
+    code, out, err = run([MLTOOL, "info", missing])  # info reports a slide's error on stdout
+    expect(code == 2 and missing + "/metadata: HTTP 404" in out, f"exit {code}: {out}{err[-500:]}")
+
+
+CHECKS = [check_tile_passthrough, check_tile_decoded, check_info, check_extract,
+          check_reference_client, check_token, check_faults, check_one_frame_a_request,
+          check_resume, check_bad_url]
+
+if __name__ == "__main__":
+    run_checks("dicomweb", CHECKS, sys.argv[2:], fixtures=fixtures, teardown=teardown)

@@ -161,8 +161,8 @@ void write_attention(const std::string& path, const std::vector<std::string>& ke
   out.commit();
 }
 
-// Regression and survival tile models: each tile's prediction or risk, scaled to the slide's
-// range in the PNG.
+// Tile models of a task without probabilities (Task::label_names; regression, survival): each
+// tile's prediction or risk, scaled to the slide's range in the PNG.
 HeatmapScores outcome_scores(const SlideScores& s, const Task& task, HeatmapScores h) {
   const auto scores = std::make_shared<std::vector<double>>(task.scores(s.logits));
   const auto [lo, hi] = std::minmax_element(scores->begin(), scores->end());
@@ -176,8 +176,9 @@ HeatmapScores outcome_scores(const SlideScores& s, const Task& task, HeatmapScor
   return h;
 }
 
-// What slide's heatmaps show: each tile's probabilities, --label's in the PNG (tile and image
-// models), or its attention, divided by the slide's largest in the PNG (bag models).
+// What slide's heatmaps show: each tile's probabilities (Task::probabilities), --label's in the
+// PNG (tile and image models), or its attention, divided by the slide's largest in the PNG (bag
+// models).
 HeatmapScores heatmap_scores(const PredictJob& job, const SlideScores& s,
                              const std::vector<std::string>& labels, const Task& task) {
   HeatmapScores h;
@@ -193,7 +194,7 @@ HeatmapScores heatmap_scores(const PredictJob& job, const SlideScores& s,
   }
   if (labels.empty()) return outcome_scores(s, task, h);
   const auto label = static_cast<std::int64_t>(label_index(job, labels));
-  const auto probs = torch::softmax(s.logits, 1).contiguous();
+  const auto probs = task.probabilities(s.logits);
   const auto k = static_cast<std::int64_t>(labels.size());
   h.measure = [probs, k, &labels](std::size_t i, json& m) {
     const float* p = probs.data_ptr<float>() + static_cast<std::int64_t>(i) * k;
@@ -340,8 +341,8 @@ PredictReport predict(const PredictJob& job) {
   const std::string unit = run.at("dataset").value("unit", "tile");
   if (unit != "tile" && unit != "bag" && unit != "image")
     throw UsageError(at_file(job.run + "/run.json", "a model of unit '" + unit + "'"));
-  const auto labels = run.at("dataset").at("labels").get<std::vector<std::string>>();
   const auto task = run_task(run);
+  const auto labels = task->label_names();
   if (!labels.empty()) label_index(job, labels);  // a bad --label stops before anything is written
   const PredictInput in = open_predict_input(run, unit, job);
   const torch::Device device = util::resolve_devices(job.device).front();

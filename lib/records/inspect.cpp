@@ -59,7 +59,7 @@ std::string histogram_text(const std::vector<std::uint64_t>& h) { return json(h)
 // or the mean target to rounding).
 void check_outcome_stats(const std::string& path, const std::string& at, const json& split,
                          const GroupReport& group, PackTask task) {
-  if (task == PackTask::classification || !split.contains("outcome_stats")) return;
+  if (!has_outcome_stats(task) || !split.contains("outcome_stats")) return;
   const json& stats = split.at("outcome_stats");
   const auto disagree = [&](const std::string& field, const std::string& found) {
     return FormatError(at_file(path, at + "/outcome_stats/" + field + ": " +
@@ -241,8 +241,7 @@ InspectReport finish(const detail::ScanSpec& spec, detail::ScanResult&& scan,
   for (std::size_t g = 0; g < report.groups.size(); ++g) {
     report.groups[g].decile_labels = std::move(scan.decile_labels[g]);
     summarize(report.groups[g], scan.schedules[g], report.labels.size());
-    if (spec.task != PackTask::classification)
-      summarize_outcome(report.groups[g], moments[g], spec.task);
+    if (has_outcome_stats(spec.task)) summarize_outcome(report.groups[g], moments[g], spec.task);
     report.records += report.groups[g].records;
     report.bytes += report.groups[g].bytes;
   }
@@ -276,10 +275,12 @@ InspectReport inspect_dataset(const InspectOptions& o) {
     groups.push_back(name);
   }
   spec.groups = groups.size();
-  auto labels = doc.at("labels").at("names").get<std::vector<std::string>>();
-  spec.label_ids = labels.size();
   spec.task =
       doc.contains("task") ? parse_task(doc["task"].get<std::string>()) : PackTask::classification;
+  auto labels = has_label_map(spec.task)
+                    ? doc.at("labels").at("names").get<std::vector<std::string>>()
+                    : std::vector<std::string>{};
+  spec.label_ids = labels.size();
   if (o.deep) {
     spec.record_features = parse_record_features(doc.at("record_features"));
     check_feature_store(path, doc.at("features"), spec);

@@ -56,7 +56,7 @@ const char* outcome_figure(PackTask task) {
 // The outcome-p check: a shard whose mean target or event rate sampling noise cannot explain.
 std::optional<Violation> outcome_violation(const InspectReport& report, const GroupReport& g,
                                            const Thresholds& limits) {
-  if (report.task == PackTask::classification || !limits.outcome_p || g.outcome_shard < 0 ||
+  if (!has_outcome_stats(report.task) || !limits.outcome_p || g.outcome_shard < 0 ||
       !(g.outcome_p < *limits.outcome_p))
     return std::nullopt;
   const ShardReport& s = g.shards[static_cast<std::size_t>(g.outcome_shard)];
@@ -212,7 +212,7 @@ namespace {
 
 // Regression, survival: "task" and the outcome of each group and shard (docs/inspect.md#json).
 void add_outcomes(const InspectReport& report, json& doc) {
-  if (report.task == PackTask::classification) return;
+  if (!has_outcome_stats(report.task)) return;
   doc["task"] = to_string(report.task);
   const char* figure = report.task == PackTask::regression ? "target_mean" : "event_rate";
   for (std::size_t i = 0; i < report.groups.size(); ++i) {
@@ -236,7 +236,7 @@ void add_outcomes(const InspectReport& report, json& doc) {
 
 // Regression, survival: the group's outcome line and the outcome of each shard.
 std::string outcome_text(const InspectReport& report, const GroupReport& g) {
-  if (report.task == PackTask::classification || g.outcome_records == 0) return "";
+  if (!has_outcome_stats(report.task) || g.outcome_records == 0) return "";
   const std::string figure = outcome_figure(report.task);
   std::string out = "  outcome: " + figure + " " + fixed(g.outcome_mean, 4);
   if (report.task == PackTask::regression) out += " (sd " + fixed(g.outcome_sd, 4) + ")";
@@ -365,7 +365,9 @@ std::string text_heading(const InspectReport& report) {
   out += ", " + std::to_string(report.records) + " records, " + std::to_string(report.bytes) +
          " bytes";
   out += report.deep ? ", every frame, record and index verified\n" : "\n";
-  if (report.task != PackTask::classification)
+  if (!has_label_map(report.task) && !has_outcome_stats(report.task))
+    out += std::string(to_string(report.task)) + " records: no label or outcome figures\n";
+  else if (has_outcome_stats(report.task))
     out += std::string(to_string(report.task)) + " records: no labels; shards compared by " +
            outcome_figure(report.task) + "\n";
   else if (report.labels.empty())

@@ -92,20 +92,28 @@ class ChunkReader {
         ++d;
         next = d + 1 < kDeciles ? schedule_.first_record_in(in_group_, d + 1) : UINT64_MAX;
       }
-      if (spec_.task != PackTask::classification) {
+      if (has_outcome_stats(spec_.task)) {
         read_outcome();
-      } else if (const std::uint32_t label = label_id(); label == kUnlabeled) {
-        ++c_.unlabeled;
-      } else {
-        ++c_.histogram[label];
-        ++c_.deciles[d][label];
-      }
+      } else if (has_label_map(spec_.task)) {
+        count_label(d);
+      }  // multilabel: deep checks its outcome features with the record_features
       if (spec_.deep && !spec_.record_features.empty()) check_record();
     }
   }
 
  private:
   static constexpr std::uint32_t kUnlabeled = UINT32_MAX;
+
+  // The record's label id into the histograms of decile `d`, or counted unlabeled.
+  void count_label(int d) {
+    const std::uint32_t label = label_id();
+    if (label == kUnlabeled) {
+      ++c_.unlabeled;
+      return;
+    }
+    ++c_.histogram[label];
+    ++c_.deciles[d][label];
+  }
 
   // The record of the frame at `offset`, its CRCs checked here (the data CRC under deep); a
   // frame that fails is read again by the reader, which words the problem.
@@ -127,7 +135,7 @@ class ChunkReader {
   // The features read: the label (slot 0) or the outcome's (slots 0, 1), then under deep the
   // other record features.
   static std::vector<std::string> feature_names(const ScanSpec& spec) {
-    std::vector<std::string> names = spec.task == PackTask::classification
+    std::vector<std::string> names = has_label_map(spec.task)
                                          ? std::vector<std::string>{spec.label_feature}
                                          : outcome_features(spec.task);
     if (spec.deep)

@@ -54,6 +54,7 @@ std::string at_line(const Table& t, std::uint64_t line, const std::string& messa
 struct Columns {
   std::size_t key, group, label = 0, target = 0, time = 0, event = 0, bag = 0;
   bool grouped, bagged;
+  std::vector<std::size_t> outcomes;  // multilabel
 };
 
 // A task's outcome column must be named; its option says how.
@@ -64,7 +65,7 @@ void require_column(const std::string& name, const char* option, PackTask task) 
 }
 
 Columns find_columns(const Table& table, const LabelColumns& c, PackTask task) {
-  Columns out{table.column(c.key), 0, 0, 0, 0, 0, 0, !c.group.empty(), !c.bag.empty()};
+  Columns out{table.column(c.key), 0, 0, 0, 0, 0, 0, !c.group.empty(), !c.bag.empty(), {}};
   out.group = out.grouped ? table.column(c.group) : out.key;
   if (out.bagged) out.bag = table.column(c.bag);
   switch (task) {
@@ -82,6 +83,14 @@ Columns find_columns(const Table& table, const LabelColumns& c, PackTask task) {
       require_column(c.event, "--event-column", task);
       out.time = table.column(c.time);
       out.event = table.column(c.event);
+      break;
+    case PackTask::multilabel:
+      if (c.labels.empty()) require_column("", "--label-columns", task);
+      for (const auto& name : c.labels) {
+        if (name == c.key)
+          throw UsageError("the key column " + json_quoted(c.key) + " is not an outcome");
+        out.outcomes.push_back(table.column(name));
+      }
       break;
   }
   return out;
@@ -123,6 +132,19 @@ void read_outcome(const Table& t, const std::vector<std::string>& row, std::uint
     if (!v || !std::isfinite(static_cast<float>(*v)))
       throw bad(c.target, "--target-column", "a target must be a finite number");
     rec.target = static_cast<float>(*v);
+  } else if (task == PackTask::multilabel) {
+    rec.values.clear();
+    for (const std::size_t col : c.outcomes) {
+      if (row[col].find_first_not_of(" \t") == std::string::npos) {
+        rec.values.push_back(NAN);  // missing: masks this outcome of the sample
+        continue;
+      }
+      const auto e = parse_event(row[col]);
+      if (!e)
+        throw bad(col, "--label-columns",
+                  "an outcome must be 1 or 0 (also 1.0/0.0, true/false, yes/no), or empty");
+      rec.values.push_back(*e);
+    }
   } else if (task == PackTask::survival) {
     const auto v = parse_number(row[c.time]);
     if (!v || !std::isfinite(static_cast<float>(*v)) || !(static_cast<float>(*v) > 0))
@@ -138,11 +160,19 @@ void read_outcome(const Table& t, const std::vector<std::string>& row, std::uint
 
 std::string outcome_text(const LabelRecord& r, PackTask task) {
   if (task == PackTask::regression) return "target " + util::number_text(r.target);
+  if (task == PackTask::multilabel) {
+    std::string out;
+    for (const float v : r.values)
+      out += (out.empty() ? "" : ",") + (std::isnan(v) ? "missing" : util::number_text(v));
+    return "outcomes " + out;
+  }
   return "time " + util::number_text(r.time) + ", event " + util::number_text(r.event);
 }
 
 bool same_outcome(const LabelRecord& a, const LabelRecord& b) {
-  return a.target == b.target && a.time == b.time && a.event == b.event;
+  const auto same = [](float x, float y) { return x == y || (std::isnan(x) && std::isnan(y)); };
+  return a.target == b.target && a.time == b.time && a.event == b.event &&
+         std::equal(a.values.begin(), a.values.end(), b.values.begin(), b.values.end(), same);
 }
 
 // Every record with one value of `of` agrees by `same`; else InputError naming both lines.

@@ -4,6 +4,36 @@
 #include <algorithm>
 #include <cmath>
 
+namespace mltool::records {
+namespace {
+
+/// What sets each task's records apart, for pack and inspect.
+struct TaskTraits {
+  PackTask task;
+  bool label_map;
+  bool outcome_stats;
+};
+
+constexpr TaskTraits kTaskTraits[] = {
+    {PackTask::classification, true, false},
+    {PackTask::regression, false, true},
+    {PackTask::survival, false, true},
+    {PackTask::multilabel, false, false},
+};
+
+const TaskTraits& traits_of(PackTask task) {
+  for (const auto& t : kTaskTraits)
+    if (t.task == task) return t;
+  return kTaskTraits[0];
+}
+
+}  // namespace
+
+bool has_label_map(PackTask task) { return traits_of(task).label_map; }
+bool has_outcome_stats(PackTask task) { return traits_of(task).outcome_stats; }
+
+}  // namespace mltool::records
+
 namespace mltool::records::detail {
 
 using nlohmann::json;
@@ -19,6 +49,7 @@ const char* stratify_name(PackTask task) {
   switch (task) {
     case PackTask::regression: return "target_quantile";
     case PackTask::survival: return "event_time_tertile";
+    case PackTask::multilabel: return "first_label";
     case PackTask::classification: break;
   }
   return "label";
@@ -47,6 +78,13 @@ json or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 std::vector<std::uint32_t> strata(PackTask task, const std::vector<Outcome>& outcomes) {
   std::vector<std::uint32_t> out(outcomes.size(), 0);
   if (outcomes.empty() || task == PackTask::classification) return out;
+  if (task == PackTask::multilabel) {
+    for (std::size_t i = 0; i < outcomes.size(); ++i) {
+      const float v = outcomes[i].values.at(0);
+      out[i] = std::isnan(v) ? 2 : static_cast<std::uint32_t>(v);
+    }
+    return out;
+  }
   const bool survival = task == PackTask::survival;
   const std::vector<double> sorted =
       sorted_values(outcomes, survival ? &Outcome::time : &Outcome::target);
@@ -72,7 +110,7 @@ std::vector<std::uint32_t> stratum_classes(PackTask task) {
 
 json outcome_stats(PackTask task, const std::vector<Outcome>& outcomes) {
   const double n = static_cast<double>(outcomes.size());
-  if (task == PackTask::classification) return nullptr;
+  if (!has_outcome_stats(task)) return nullptr;
   if (task == PackTask::survival) {
     double events = 0;
     for (const Outcome& o : outcomes) events += o.event;

@@ -10,14 +10,13 @@
 
 namespace mltool::records::detail {
 
-/// A record's outcome: `target` (regression) or `time` and `event` (survival).
+/// A record's outcome: `target` (regression), `time` and `event` (survival) or `values`
+/// (multilabel: 1, 0 or NaN for a missing outcome, per label column).
 struct Outcome {
   float target = 0;
   float time = 0;
   float event = 0;
-  bool operator==(const Outcome& o) const {
-    return target == o.target && time == o.time && event == o.event;
-  }
+  std::vector<float> values;
 };
 
 /// numpy.quantile(values, q) with its default (linear) method: h = (n − 1)·q, the value at
@@ -25,13 +24,15 @@ struct Outcome {
 double quantile(const std::vector<double>& sorted, double q);
 
 /// How records are stratified for splits and folds: "label" (classification),
-/// "target_quantile" (regression), "event_time_tertile" (survival).
+/// "target_quantile" (regression), "event_time_tertile" (survival), "first_label"
+/// (multilabel).
 const char* stratify_name(PackTask task);
 
 /// The stratum of each of `outcomes` (one per record), for regression and survival:
 /// - regression: the target's quartile bin, #{c in (q25, q50, q75) : target > c} (0..3),
 ///   the quantiles taken over all the records' targets;
-/// - survival: 3·event + the time's tertile bin, #{c in (q1/3, q2/3) : time > c} (0..5).
+/// - survival: 3·event + the time's tertile bin, #{c in (q1/3, q2/3) : time > c} (0..5);
+/// - multilabel: the first label column's value, 0 or 1, and 2 where it is missing.
 std::vector<std::uint32_t> strata(PackTask task, const std::vector<Outcome>& outcomes);
 
 /// The coarse class of each stratum (assign_splits' label_class): survival the event

@@ -93,6 +93,7 @@ void set_outcome(PackTask task, const detail::PackPlan& plan, const detail::Plan
   record.target = o.target;
   record.time = o.time;
   record.event = o.event;
+  record.values = o.values;
 }
 
 // Writes the records plan.records[members[m]] for m in `order` as one committed shard.
@@ -162,6 +163,8 @@ void check_task_options(const PackJob& job) {
          "--task regression");
   refuse(job.task != PackTask::survival && !c.time.empty(), "--time-column", "--task survival");
   refuse(job.task != PackTask::survival && !c.event.empty(), "--event-column", "--task survival");
+  refuse(job.task != PackTask::multilabel && !c.labels.empty(), "--label-columns",
+         "--task multilabel");
   if (!c.bag.empty() && job.unit != PackUnit::bag)
     throw UsageError("--bag-by makes bags: it needs --unit bag");
 }
@@ -273,6 +276,7 @@ json outcome_columns(const PackJob& job) {
   if (job.task == PackTask::regression) return {{"target_column", job.columns.target}};
   if (job.task == PackTask::survival)
     return {{"time_column", job.columns.time}, {"event_column", job.columns.event}};
+  if (job.task == PackTask::multilabel) return {{"label_columns", job.columns.labels}};
   return nullptr;
 }
 
@@ -316,7 +320,7 @@ json dataset_manifest(const Packing& p, const json& splits, const std::string& m
         {"label_column", classification ? json(job.columns.label) : json(nullptr)},
         {"group_column", nullable(job.columns.group)},
         {"bag_column", nullable(job.columns.bag)},
-        {"names", p.plan.labels.names()}}},
+        {"names", job.task == PackTask::multilabel ? job.columns.labels : p.plan.labels.names()}}},
       {"task", to_string(job.task)},
       {"outcome", outcome_columns(job)},
       {"folds", folds_doc(p)},

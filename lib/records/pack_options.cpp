@@ -1,6 +1,8 @@
 // The options of `mltool pack`, declared once: apps/cmd_pack.cpp binds this table to the
 // command line and pack_dataset checks a job against it; docs/pack.md's synopsis is checked
 // against it (tests/cli/options_docs_test.py).
+#include <algorithm>
+
 #include "mltool/records/pack.hpp"
 #include "mltool/util/common_options.hpp"
 
@@ -19,14 +21,17 @@ PackUnit parse_unit(const std::string& text) {
 
 const util::EnumNames<PackTask> kPackTasks = {{PackTask::classification, "classification"},
                                               {PackTask::regression, "regression"},
-                                              {PackTask::survival, "survival"}};
+                                              {PackTask::survival, "survival"},
+                                              {PackTask::multilabel, "multilabel"}};
 
 const char* to_string(PackTask task) { return util::name_of(kPackTasks, task); }
 
 PackTask parse_task(const std::string& text) {
   for (const auto& [task, name] : kPackTasks)
     if (text == name) return task;
-  throw UsageError("task \"" + text + "\": expected classification, regression or survival");
+  throw UsageError("task \"" + text +
+                   "\": expected classification, regression, survival or "
+                   "multilabel");
 }
 
 namespace {
@@ -52,8 +57,8 @@ const util::Options<PackJob>& pack_options() {
              "Records: tile (one per tile and label), bag (one per slide and label) or image "
              "(tile records with the tile-store key)"),
       choice("--task", &J::task, kPackTasks,
-             "What records carry: a label (classification), a float target (regression) or a "
-             "time and an event (survival)"),
+             "What records carry: a label (classification), a float target (regression), a "
+             "time and an event (survival) or several binary outcomes (multilabel)"),
       custom<J>(
           "--split", "TEXT",
           "Splits and their fractions (with --folds: held-out splits only, summing below 1)",
@@ -68,6 +73,26 @@ const util::Options<PackJob>& pack_options() {
       option_at<J>(
           "--label-column", [](J& j) -> std::string& { return j.columns.label; },
           "Column of labels (classification only)"),
+      custom<J>(
+          "--label-columns", "TEXT",
+          "Multilabel: the columns of the binary outcomes, comma-separated (an empty cell masks "
+          "that outcome of the sample)",
+          [](J& j, const std::string& text) {
+            j.columns.labels.clear();
+            std::size_t start = 0;
+            while (start <= text.size()) {
+              const auto comma = std::min(text.find(',', start), text.size());
+              const std::string name = text.substr(start, comma - start);
+              if (name.empty()) throw UsageError("--label-columns: an empty column name");
+              j.columns.labels.push_back(name);
+              start = comma + 1;
+            }
+          },
+          [](const J& j) {
+            std::string out;
+            for (const auto& c : j.columns.labels) out += (out.empty() ? "" : ",") + c;
+            return nlohmann::json(out);
+          }),
       option_at<J>(
           "--target-column", [](J& j) -> std::string& { return j.columns.target; },
           "Regression: column of the target (a finite number)"),

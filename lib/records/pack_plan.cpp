@@ -1,6 +1,7 @@
 #include "pack_plan.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <iterator>
@@ -84,7 +85,7 @@ class OutcomeIds {
   OutcomeIds(PackTask task, PackPlan& plan) : task_(task), plan_(plan) {}
   std::uint32_t id(const LabelRecord& rec) {
     if (task_ == PackTask::classification) return plan_.labels.id(rec.label);
-    const Outcome o{rec.target, rec.time, rec.event};
+    const Outcome o{rec.target, rec.time, rec.event, rec.values};
     const auto [it, added] =
         ids_.try_emplace(key(o), static_cast<std::uint32_t>(plan_.outcomes.size()));
     if (added) plan_.outcomes.push_back(o);
@@ -94,12 +95,24 @@ class OutcomeIds {
     if (task_ == PackTask::classification) return "label " + in_quotes(plan_.labels.name(id));
     const Outcome& o = plan_.outcomes[id];
     if (task_ == PackTask::regression) return "target " + util::number_text(o.target);
+    if (task_ == PackTask::multilabel) {
+      std::string out;
+      for (const float v : o.values)
+        out += (out.empty() ? "" : ",") + (std::isnan(v) ? "missing" : util::number_text(v));
+      return "outcomes " + out;
+    }
     return "time " + util::number_text(o.time) + ", event " + util::number_text(o.event);
   }
 
  private:
   static std::string key(const Outcome& o) {
-    return std::string(reinterpret_cast<const char*>(&o), sizeof o);
+    std::string out;
+    const auto add = [&out](float v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+    add(o.target);
+    add(o.time);
+    add(o.event);
+    for (const float v : o.values) add(std::isnan(v) ? NAN : v);  // one NaN spelling
+    return out;
   }
   PackTask task_;
   PackPlan& plan_;

@@ -15,6 +15,8 @@ constexpr const char* kY = "y";
 constexpr const char* kTarget = "target";
 constexpr const char* kTime = "time";
 constexpr const char* kEvent = "event";
+constexpr const char* kLabels = "labels";
+constexpr const char* kLabelMask = "label_mask";
 
 /// What sets one unit's records apart.
 struct UnitLayout {
@@ -45,6 +47,29 @@ float one_float(const io::Example& example, const char* name) {
   return example.floats(name)[0];
 }
 
+// A multilabel record's values into `out`: one per label, NaN where the mask says missing.
+void decode_labels(const io::Example& example, const RecordLimits& limits, Record& out) {
+  const std::string& where = example.where();
+  if (example.kind(kLabels) != io::FeatureKind::float_list ||
+      example.kind(kLabelMask) != io::FeatureKind::int64_list)
+    throw FormatError(where + ": features '" + kLabels + "' (floats) and '" + kLabelMask +
+                      "' (int64s) are a multilabel record's outcome");
+  const auto& values = example.floats(kLabels);
+  const auto& mask = example.int64s(kLabelMask);
+  if (static_cast<std::int64_t>(values.size()) != limits.labels || mask.size() != values.size())
+    throw FormatError(where + ": " + std::to_string(values.size()) + " labels and " +
+                      std::to_string(mask.size()) + " mask values, but " + limits.manifest +
+                      " names " + std::to_string(limits.labels) + " label columns");
+  out.values.clear();
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if ((mask[i] != 0 && mask[i] != 1) || (mask[i] == 1 && values[i] != 0 && values[i] != 1))
+      throw FormatError(where + ": label " + std::to_string(i) + " is " +
+                        std::to_string(values[i]) + " with mask " + std::to_string(mask[i]) +
+                        " (a label is 0 or 1, a mask 0 or 1)");
+    out.values.push_back(mask[i] == 1 ? values[i] : NAN);
+  }
+}
+
 // The outcome of `example` into `out`, checked as RecordCodec::decode documents.
 void decode_outcome(PackTask task, const io::Example& example, const RecordLimits& limits,
                     Record& out) {
@@ -71,6 +96,7 @@ void decode_outcome(PackTask task, const io::Example& example, const RecordLimit
       if (out.event != 0 && out.event != 1)
         throw FormatError(where + ": event " + std::to_string(out.event) + " is neither 0 nor 1");
       return;
+    case PackTask::multilabel: decode_labels(example, limits, out); return;
   }
 }
 
@@ -90,6 +116,10 @@ nlohmann::json RecordCodec::features() const {
     f[kTime] = "float";
     f[kEvent] = "float";
   }
+  if (task_ == PackTask::multilabel) {
+    f[kLabels] = "float_list";
+    f[kLabelMask] = "int64_list";
+  }
   f[l.rows] = l.row_list ? "int64_list" : "int64";
   if (l.key) f[kKey] = "bytes";
   if (coordinates_) {
@@ -105,6 +135,15 @@ void RecordCodec::encode(const Record& record, io::ExampleBuilder& example) cons
   if (task_ == PackTask::regression) example.add_float(kTarget, record.target);
   if (task_ == PackTask::survival)
     example.add_float(kTime, record.time).add_float(kEvent, record.event);
+  if (task_ == PackTask::multilabel) {
+    std::vector<float> values;
+    std::vector<std::int64_t> mask;
+    for (const float v : record.values) {
+      values.push_back(std::isnan(v) ? 0.0f : v);
+      mask.push_back(std::isnan(v) ? 0 : 1);
+    }
+    example.add_floats(kLabels, values).add_int64s(kLabelMask, mask);
+  }
   example.add_bytes(kSlide, record.slide);
   if (l.row_list) {
     example.add_int64s(l.rows, record.rows);
@@ -151,10 +190,20 @@ void RecordCodec::decode(const io::Example& example, const RecordLimits& limits,
   }
 }
 
+void RecordCodec::append_targets(const Record& record, std::vector<float>& out) const {
+  switch (task_) {
+    case PackTask::classification: return;
+    case PackTask::regression: out.push_back(record.target); return;
+    case PackTask::survival: out.insert(out.end(), {record.time, record.event}); return;
+    case PackTask::multilabel: out.insert(out.end(), record.values.begin(), record.values.end());
+  }
+}
+
 std::vector<std::string> outcome_features(PackTask task) {
   switch (task) {
     case PackTask::regression: return {kTarget};
     case PackTask::survival: return {kTime, kEvent};
+    case PackTask::multilabel: return {kLabels, kLabelMask};
     case PackTask::classification: break;
   }
   return {kLabelFeature};
@@ -166,10 +215,11 @@ std::vector<RecordFeature> parse_record_features(const nlohmann::json& record_fe
     const std::string kind = value.get<std::string>();
     bool rows = false;
     for (const auto& l : kUnitLayouts) rows = rows || name == l.rows;
-    const io::FeatureKind k = kind == "bytes"   ? io::FeatureKind::bytes_list
-                              : kind == "float" ? io::FeatureKind::float_list
-                                                : io::FeatureKind::int64_list;
-    out.push_back({name, k, kind == "int64_list", rows});
+    const io::FeatureKind k = kind == "bytes" ? io::FeatureKind::bytes_list
+                              : kind == "float" || kind == "float_list"
+                                  ? io::FeatureKind::float_list
+                                  : io::FeatureKind::int64_list;
+    out.push_back({name, k, kind == "int64_list" || kind == "float_list", rows});
   }
   return out;
 }

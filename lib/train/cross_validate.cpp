@@ -20,6 +20,7 @@
 #include "mltool/util/output_lock.hpp"
 #include "mltool/util/version.hpp"
 #include "report_page.hpp"
+#include "task.hpp"
 
 namespace mltool::train {
 namespace {
@@ -147,7 +148,7 @@ json gather(const TrainJob& job, int folds) {
   const SampleGroups groups = job.bootstrap > 0 ? oof_groups(job, folds) : SampleGroups{};
   const json intervals = metric_intervals(task, oof, groups, job.bootstrap, job.seed);
   if (!intervals.is_null()) cv["intervals"] = intervals;
-  cv["pictures"] = draw_cv_pictures(job.output, task.at("kind").get<std::string>(), oof, medians);
+  cv["pictures"] = draw_cv_pictures(job.output, run_task(runs.front())->cv_picture(), oof, medians);
   cv["pictures"].update(
       draw_classification_charts(job.output, task, oof, groups, job.bootstrap, job.seed));
   io::write_manifest(util::join_path(job.output, "cv.json"), cv, "cv");

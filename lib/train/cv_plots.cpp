@@ -176,11 +176,14 @@ json draw_scatter(const std::string& output, const OutOfFold& oof) {
 
 }  // namespace
 
-json draw_cv_pictures(const std::string& output, const std::string& kind, const OutOfFold& oof,
+json draw_cv_pictures(const std::string& output, CvPicture picture, const OutOfFold& oof,
                       const std::vector<double>& train_medians) {
   if (oof.rows.empty()) return json::object();
-  if (kind == "survival") return {{"km", draw_km(output, oof, train_medians)}};
-  if (kind == "regression") return {{"scatter", draw_scatter(output, oof)}};
+  switch (picture) {
+    case CvPicture::km: return {{"km", draw_km(output, oof, train_medians)}};
+    case CvPicture::scatter: return {{"scatter", draw_scatter(output, oof)}};
+    case CvPicture::none: break;
+  }
   return json::object();
 }
 

@@ -68,12 +68,8 @@ SplitSamples read_split(const DatasetInfo& d, const std::string& split) {
     while (reader.next(bytes)) {
       ++count;
       codec.decode(io::parse_example(bytes, reader.where()), limits, record);
-      s.labels.push_back(d.task == records::PackTask::classification ? record.label : 0);
-      if (d.task == records::PackTask::regression) s.targets.push_back(record.target);
-      if (d.task == records::PackTask::survival) {
-        s.targets.push_back(record.time);
-        s.targets.push_back(record.event);
-      }
+      s.labels.push_back(record.label);  // 0 unless the task's outcome is a label
+      codec.append_targets(record, s.targets);
       s.rows.insert(s.rows.end(), record.rows.begin(), record.rows.end());
       if (bag) {
         s.offsets.push_back(static_cast<std::int64_t>(s.rows.size()));

@@ -17,7 +17,8 @@ namespace mltool::train {
 struct SplitSamples {
   std::string name;
   std::vector<std::int64_t> labels;  ///< one per sample: the label id (0 unless classification)
-  /// Regression: the target of each sample; survival: time and event of each, interleaved.
+  /// Regression: the target of each sample; survival: time and event of each, interleaved;
+  /// multilabel: each sample's value per label (1, 0, NaN where masked), back to back.
   std::vector<float> targets;
   std::vector<std::int64_t>
       rows;  ///< tile, image: one row per sample; bag: the bags' rows back to back
@@ -42,7 +43,8 @@ struct DatasetInfo {
   io::DType dtype = io::DType::float32;
   std::uint64_t matrix_bytes = 0;
   std::string matrix_sha256;
-  std::vector<std::string> labels;  ///< names[id] (classification; empty otherwise)
+  /// names[id] (classification), the label columns (multilabel); empty otherwise.
+  std::vector<std::string> labels;
   records::PackTask task = records::PackTask::classification;
   std::vector<std::string> fold_splits;  ///< pack --folds: fold-0, ..., fold-{K-1}; else empty
   std::string tile_store;                ///< dataset.json's tile_store, or ""

@@ -128,9 +128,36 @@ std::vector<Named> classification_statistics(const json& task, const OutOfFold& 
   return out;
 }
 
+// Multilabel: the mean over the labels of each label's ROC AUC over the samples where it is
+// observed (labels whose AUC is undefined in a resample left out).
+std::vector<Named> multilabel_statistics(const json& task, const OutOfFold& t) {
+  std::vector<std::vector<std::int64_t>> truth;  // -1 where missing
+  std::vector<std::vector<double>> prob;
+  for (const auto& name : task.at("labels").get<std::vector<std::string>>()) {
+    const std::size_t c = column_index(t, "label_" + name);
+    truth.emplace_back();
+    for (const auto& row : t.rows) truth.back().push_back(row[c].empty() ? -1 : row[c] == "1");
+    prob.push_back(numbers(t, "prob_" + name));
+  }
+  return {{"val_auc_mean", [=](const std::vector<std::size_t>& idx) {
+             double sum = 0;
+             int defined = 0;
+             for (std::size_t l = 0; l < truth.size(); ++l) {
+               std::vector<std::int64_t> y;
+               std::vector<double> p;
+               for (const auto i : idx)
+                 if (truth[l][i] >= 0) y.push_back(truth[l][i]), p.push_back(prob[l][i]);
+               const double auc = binary_auc(y, p);
+               if (std::isfinite(auc)) sum += auc, ++defined;
+             }
+             return defined ? sum / defined : std::nan("");
+           }}};
+}
+
 std::vector<Named> statistics_of(const json& task, const OutOfFold& t) {
   const std::string kind = task.value("kind", "classification");
   if (kind == "classification") return classification_statistics(task, t);
+  if (kind == "multilabel") return multilabel_statistics(task, t);
   if (kind == "regression") {
     const auto y = numbers(t, "target"), p = numbers(t, "prediction");
     return {{"val_r2", [=](const std::vector<std::size_t>& idx) {

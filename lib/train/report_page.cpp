@@ -135,13 +135,14 @@ std::string task_text(const json& task) {
 }
 
 // Per slide of predictions.csv: its samples, and the majority call with its share
-// (classification: a non-numeric prediction column) or the mean of the score column.
+// (classification: a non-numeric prediction column) or the mean of the score column
+// (prediction, risk, else the first after slide: multilabel's first probability).
 std::string slide_rows(const std::string& dir, const io::Table& t) {
   const std::size_t slide = t.column("slide");
-  const auto it = std::find(t.columns.begin(), t.columns.end(), "prediction");
-  const bool has_prediction = it != t.columns.end();
+  auto it = std::find(t.columns.begin(), t.columns.end(), "prediction");
+  if (it == t.columns.end()) it = std::find(t.columns.begin(), t.columns.end(), "risk");
   const std::size_t score =
-      has_prediction ? static_cast<std::size_t>(it - t.columns.begin()) : t.column("risk");
+      it != t.columns.end() ? static_cast<std::size_t>(it - t.columns.begin()) : slide + 1;
   std::vector<std::string> order;
   std::map<std::string, std::map<std::string, std::int64_t>> calls;
   std::map<std::string, std::pair<double, std::int64_t>> sums;

@@ -1,4 +1,4 @@
-// make_task (task.hpp).
+// The tasks, each registered once (kTasks), and make_task and run_task (task.hpp).
 #include "task.hpp"
 
 #include <torch/torch.h>
@@ -6,15 +6,34 @@
 #include "mltool/util/error.hpp"
 
 namespace mltool::train {
+namespace {
+
+/// One task: its kind (dataset.json's and run.json's "task"), and its factories from a job
+/// and from run.json.
+struct TaskEntry {
+  records::PackTask kind;
+  std::unique_ptr<Task> (*from_job)(const TrainJob&, const DatasetInfo&, const SplitSamples&);
+  std::unique_ptr<Task> (*from_run)(const nlohmann::json&);
+};
+
+const TaskEntry kTasks[] = {
+    {records::PackTask::classification, tasks::classification, tasks::classification},
+    {records::PackTask::regression, tasks::regression, tasks::regression},
+    {records::PackTask::survival, tasks::survival, tasks::survival},
+    {records::PackTask::multilabel, tasks::multilabel, tasks::multilabel},
+};
+
+const TaskEntry& entry_of(records::PackTask kind) {
+  for (const auto& e : kTasks)
+    if (e.kind == kind) return e;
+  throw UsageError("no task " + std::string(records::to_string(kind)) + " is registered");
+}
+
+}  // namespace
 
 std::unique_ptr<Task> make_task(const TrainJob& job, const DatasetInfo& data,
                                 const SplitSamples& train) {
-  std::unique_ptr<Task> task;
-  switch (data.task) {
-    case records::PackTask::classification: task = tasks::classification(job, data, train); break;
-    case records::PackTask::regression: task = tasks::regression(job, data); break;
-    case records::PackTask::survival: task = tasks::survival(job, data, train); break;
-  }
+  auto task = entry_of(data.task).from_job(job, data, train);
   if (!task->offers(job.monitor))
     throw UsageError("--monitor " + std::string(util::name_of(kMonitors, job.monitor)) +
                      " is not a metric of " + records::to_string(data.task) + " (" +
@@ -27,10 +46,7 @@ std::unique_ptr<Task> run_task(const nlohmann::json& run) {
     return tasks::classification(
         nlohmann::json{{"kind", "classification"}, {"labels", run.at("dataset").at("labels")}});
   const auto& task = run.at("task");
-  const std::string kind = task.at("kind").get<std::string>();
-  if (kind == "regression") return tasks::regression(task);
-  if (kind == "survival") return tasks::survival(task);
-  return tasks::classification(task);
+  return entry_of(records::parse_task(task.at("kind").get<std::string>())).from_run(task);
 }
 
 }  // namespace mltool::train

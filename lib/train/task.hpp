@@ -3,8 +3,11 @@
 // predictions.csv. The loop, the memory modes and the exports call a Task and never branch on
 // which one it is. docs/train.md#tasks. Internal to lib/train.
 //
-// Adding a task: a file in lib/train/tasks/ that defines it, its case in make_task (task.cpp),
-// its losses in kLosses and monitors in kMonitors (train_options.cpp), docs/train.md#tasks.
+// Adding a task: a file in lib/train/tasks/ that defines it and its two factories (declared
+// below), its line in kTasks (task.cpp), its kind in records::PackTask with its record codec
+// (lib/records), any loss or monitor of its own in kLosses and kMonitors (train_options.cpp),
+// docs/train.md#tasks. What differs between tasks elsewhere (predict's heatmaps, the cv
+// pictures, run.json's result) is asked of the Task below, never decided by its kind.
 #pragma once
 
 #include <torch/types.h>
@@ -16,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cv_plots.hpp"
 #include "dataset.hpp"
 #include "mltool/train/step.hpp"
 #include "mltool/train/train_job.hpp"
@@ -63,8 +67,23 @@ class Task : public StepLoss {
   /// prediction; survival: risk, and with nll survival_CUT...).
   virtual std::string output_header() const = 0;
   virtual std::string output_row(const float* out) const = 0;
-  /// The name of scores() in predict's heatmaps ("prob_LABEL" for classification is its own).
+  /// The name of scores() in predict's heatmaps (tasks with probabilities() show those).
   virtual std::string score_name() const = 0;
+  /// The names of probabilities()' columns: classification's labels, multilabel's outcomes;
+  /// empty for a task without probabilities. predict's --label picks one for the heatmaps.
+  virtual std::vector<std::string> label_names() const { return {}; }
+  /// Each sample's probability of each of label_names() (CPU float32, N × label_names().size())
+  /// from `outputs` (CPU float32, N × outputs()); only for a task with label_names().
+  virtual torch::Tensor probabilities(const torch::Tensor& outputs) const {
+    (void)outputs;
+    return {};
+  }
+
+  /// Whether run.json's result records train_risk_median, the median of scores() over the
+  /// training split (survival: the cut of the cv pictures' high- and low-risk halves).
+  virtual bool records_train_median() const { return false; }
+  /// The picture of `mltool train --folds all`'s out-of-fold predictions (cv_plots.hpp).
+  virtual CvPicture cv_picture() const { return CvPicture::none; }
 
   /// train's predictions.csv: its columns after "record,sample", and sample i's fields.
   virtual std::string csv_header() const = 0;
@@ -87,15 +106,20 @@ std::unique_ptr<Task> make_task(const TrainJob& job, const DatasetInfo& data,
 std::unique_ptr<Task> run_task(const nlohmann::json& run);
 
 namespace tasks {
+/// Each task from the job, the dataset and the training split (make_task), and from run.json's
+/// "task" (describe(); run_task).
 std::unique_ptr<Task> classification(const TrainJob& job, const DatasetInfo& data,
                                      const SplitSamples& train);
-std::unique_ptr<Task> regression(const TrainJob& job, const DatasetInfo& data);
+std::unique_ptr<Task> regression(const TrainJob& job, const DatasetInfo& data,
+                                 const SplitSamples& train);
 std::unique_ptr<Task> survival(const TrainJob& job, const DatasetInfo& data,
                                const SplitSamples& train);
-/// The same, from run.json's "task" (describe()).
+std::unique_ptr<Task> multilabel(const TrainJob& job, const DatasetInfo& data,
+                                 const SplitSamples& train);
 std::unique_ptr<Task> classification(const nlohmann::json& task);
 std::unique_ptr<Task> regression(const nlohmann::json& task);
 std::unique_ptr<Task> survival(const nlohmann::json& task);
+std::unique_ptr<Task> multilabel(const nlohmann::json& task);
 }  // namespace tasks
 
 }  // namespace mltool::train

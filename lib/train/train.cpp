@@ -593,7 +593,7 @@ void finish_run(const TrainJob& job, const Plan& p, Loop& loop, const LoopState&
     report.validation = eval.metrics;
     result["validation"] = report.validation;
     summarize_predictions(job, p, run, result);
-    if (p.data.task == records::PackTask::survival)
+    if (p.task->records_train_median())
       result["train_risk_median"] = median_train_risk(job, p, loop);
     result.update(p.task->training_notes());
   }

@@ -30,11 +30,13 @@ const util::EnumNames<Monitor> kMonitors = {
     {Monitor::val_pearson, "val_pearson"},
     {Monitor::val_spearman, "val_spearman"},
     {Monitor::val_c_index, "val_c_index"},
-    {Monitor::val_ibs, "val_ibs"}};
+    {Monitor::val_ibs, "val_ibs"},
+    {Monitor::val_auc_mean, "val_auc_mean"}};
 const util::EnumNames<Loss> kLosses = {
     {Loss::auto_choice, "auto"}, {Loss::cross_entropy, "cross_entropy"},
     {Loss::mse, "mse"},          {Loss::huber, "huber"},
-    {Loss::cox, "cox"},          {Loss::nll, "nll"}};
+    {Loss::cox, "cox"},          {Loss::nll, "nll"},
+    {Loss::bce, "bce"}};
 
 bool lower_is_better(Monitor m) {
   return m == Monitor::val_loss || m == Monitor::val_mae || m == Monitor::val_rmse ||
@@ -51,8 +53,8 @@ util::Options<TrainJob> task_options() {
   using util::choice, util::flag, util::option;
   return {
       choice("--loss", &J::loss, kLosses,
-             "auto (the task's default: cross_entropy, mse, cox), cross_entropy, mse, huber, "
-             "cox or nll (docs/train.md#tasks)")
+             "auto (the task's default: cross_entropy, mse, cox, bce), cross_entropy, mse, "
+             "huber, cox, nll or bce (docs/train.md#tasks)")
           .in("options")
           .absent_means("cross_entropy")
           .fixed_on_resume(),

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -266,6 +267,33 @@ LabelColumns survival_columns(std::string group = "") {
   c.event = "status";
   c.group = std::move(group);
   return c;
+}
+
+TEST(LabelsOutcome, MultilabelMissingCellsMaskOneOutcome) {
+  LabelColumns c;
+  c.labels = {"KRAS", "BRAF"};
+  const Labels l =
+      select_labels(csv("key,KRAS,BRAF\ns1,1,\ns2,0,yes\ns3,,0\n"), c, PackTask::multilabel);
+  ASSERT_EQ(l.records.size(), 3u);  // an empty cell keeps the row
+  EXPECT_EQ(l.records[0].values[0], 1.0f);
+  EXPECT_TRUE(std::isnan(l.records[0].values[1]));
+  EXPECT_EQ(l.records[1].values[1], 1.0f);
+  EXPECT_TRUE(std::isnan(l.records[2].values[0]));
+  EXPECT_EQ(error_of<InputError>(
+                [&] { select_labels(csv("key,KRAS,BRAF\ns1,1,2\n"), c, PackTask::multilabel); }),
+            "labels.csv: line 2: column \"BRAF\" holds \"2\": an outcome must be 1 or 0 (also "
+            "1.0/0.0, true/false, yes/no), or empty (the column of --label-columns)");
+  EXPECT_EQ(
+      error_of<InputError>(
+          [&] { select_labels(csv("key,KRAS,BRAF\ns1,1,\ns1,1,0\n"), c, PackTask::multilabel); }),
+      "labels.csv: line 3: key \"s1\" has outcomes 1,0, but line 2 gave it outcomes 1,missing");
+  EXPECT_EQ(
+      select_labels(csv("key,KRAS,BRAF\ns1,1,\ns1,1,\n"), c, PackTask::multilabel).records.size(),
+      2u);  // the same outcomes, a missing one included: a repeat
+  EXPECT_NE(error_of<UsageError>([] {
+              select_labels(csv("key,KRAS\ns1,1\n"), LabelColumns{}, PackTask::multilabel);
+            }).find("--task multilabel needs --label-columns"),
+            std::string::npos);
 }
 
 TEST(LabelsOutcome, RegressionTargetsAreFiniteNumbers) {

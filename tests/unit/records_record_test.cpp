@@ -1,6 +1,7 @@
 // records::RecordCodec: the record layout of each unit, as pack writes it and train reads it.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -151,6 +152,48 @@ TEST(RecordCodec, OutcomesOfEachTask) {
       EXPECT_EQ(f.kind, io::FeatureKind::float_list);
     }
   }
+}
+
+TEST(RecordCodec, MultilabelValuesAndMask) {
+  const RecordCodec codec(PackUnit::bag, false, PackTask::multilabel);
+  EXPECT_EQ(codec.features(), json({{"indices", "int64_list"},
+                                    {"label_mask", "int64_list"},
+                                    {"labels", "float_list"},
+                                    {"slide", "bytes"}}));
+  Record r, out;
+  r.slide = "P1";
+  r.rows = {2, 3};
+  r.values = {1, NAN, 0};
+  io::ExampleBuilder by_hand;
+  by_hand.add_floats("labels", {1, 0, 0}).add_int64s("label_mask", {1, 0, 1});
+  by_hand.add_bytes("slide", "P1").add_int64s("indices", {2, 3});
+  io::ExampleBuilder encoded_here;
+  codec.encode(r, encoded_here);
+  EXPECT_EQ(encoded_here.serialize(), by_hand.serialize());
+  codec.decode(encoded(codec, r), kLimits, out);
+  ASSERT_EQ(out.values.size(), 3u);
+  EXPECT_EQ(out.values[0], 1.0f);
+  EXPECT_TRUE(std::isnan(out.values[1]));  // masked: training leaves it out
+  EXPECT_EQ(out.values[2], 0.0f);
+  std::vector<float> targets;
+  codec.append_targets(out, targets);
+  EXPECT_EQ(targets.size(), 3u);
+  // Another number of labels than dataset.json names, a label that is not 0 or 1.
+  const RecordLimits two{2, 100, "ds/dataset.json"};
+  EXPECT_EQ(error_of<FormatError>([&] { codec.decode(encoded(codec, r), two, out); }),
+            "s.tfrecord: record 0 (byte 0): 3 labels and 3 mask values, but ds/dataset.json "
+            "names 2 label columns");
+  r.values = {1, 0.5f, 0};
+  EXPECT_NE(error_of<FormatError>([&] {
+              codec.decode(encoded(codec, r), kLimits, out);
+            }).find("label 1 is 0.500000 with mask 1"),
+            std::string::npos);
+  const auto parsed = parse_record_features(codec.features());
+  for (const auto& f : parsed)
+    if (f.name == "labels") {
+      EXPECT_EQ(f.kind, io::FeatureKind::float_list);
+      EXPECT_TRUE(f.list);
+    }
 }
 
 TEST(RecordCodec, DecodeRefusesOutcomesOutsideTheirRange) {

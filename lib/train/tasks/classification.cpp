@@ -148,6 +148,10 @@ class Classification : public Task {
     return row;
   }
   std::string score_name() const override { return "prob_" + labels_.back(); }
+  std::vector<std::string> label_names() const override { return labels_; }
+  torch::Tensor probabilities(const torch::Tensor& outputs) const override {
+    return torch::softmax(outputs, 1).contiguous();
+  }
 
   std::string csv_header() const override {
     std::string out = "label,prediction";

@@ -66,6 +66,7 @@ class Regression : public Task {
   std::string output_header() const override { return "prediction"; }
   std::string output_row(const float* out) const override { return exact_float(out[0]); }
   std::string score_name() const override { return "prediction"; }
+  CvPicture cv_picture() const override { return CvPicture::scatter; }
 
   std::string csv_header() const override { return "target,prediction"; }
   std::string csv_row(const SplitSamples& s, std::size_t i, const float* out) const override {
@@ -89,7 +90,9 @@ std::unique_ptr<Task> regression(const json& task) {
   return std::make_unique<Regression>(task.at("loss") == "huber", task.value("huber_delta", 1.0));
 }
 
-std::unique_ptr<Task> regression(const TrainJob& job, const DatasetInfo& data) {
+std::unique_ptr<Task> regression(const TrainJob& job, const DatasetInfo& data,
+                                 const SplitSamples& train) {
+  (void)train;
   return std::make_unique<Regression>(job, data);
 }
 

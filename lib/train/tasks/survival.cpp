@@ -148,6 +148,8 @@ class Survival : public Task {
     return r;
   }
   std::string score_name() const override { return "risk"; }
+  bool records_train_median() const override { return true; }
+  CvPicture cv_picture() const override { return CvPicture::km; }
 
   std::string csv_header() const override { return "time,event," + output_header(); }
   std::string csv_row(const SplitSamples& s, std::size_t i, const float* out) const override {

@@ -17,9 +17,16 @@
 namespace mltool::records {
 
 /// What a record's outcome is (docs/pack.md#tasks): a label id (classification), one float
-/// (regression: `target`), or a time and an event (survival: `time` > 0, `event` 1 observed or
-/// 0 censored).
-enum class PackTask { classification, regression, survival };
+/// (regression: `target`), a time and an event (survival: `time` > 0, `event` 1 observed or
+/// 0 censored), or several binary outcomes, any of them missing (multilabel).
+enum class PackTask { classification, regression, survival, multilabel };
+
+/// Whether records carry an id of the label map (dataset.json's labels.names, the label
+/// histograms): classification.
+bool has_label_map(PackTask task);
+/// Whether a split's records have outcome statistics (dataset.json's outcome_stats, inspect's
+/// outcome balance of shards): regression (the target), survival (the event).
+bool has_outcome_stats(PackTask task);
 
 /// Which columns hold what. An empty `group` means no group column: every key is its
 /// own group. `label` is read for classification only, `target` for regression, `time` and
@@ -33,6 +40,7 @@ struct LabelColumns {
   std::string time;
   std::string event;
   std::string bag;
+  std::vector<std::string> labels;  ///< multilabel: the columns of the outcomes, in order
 };
 
 /// One row of a labels table.
@@ -45,6 +53,8 @@ struct LabelRecord {
   float time = 0;          ///< survival: finite, > 0
   float event = 0;         ///< survival: 1 observed, 0 censored
   std::string bag;         ///< the bag column's value (not empty), or "" without one
+  /// multilabel: per LabelColumns::labels column 1 or 0, NaN where the cell is empty (masked).
+  std::vector<float> values;
 };
 
 /// The records of a labels table, in file order.

@@ -32,6 +32,7 @@ struct Record {
   float target = 0;                ///< regression: the target
   float time = 0;                  ///< survival: time to the event or to censoring (> 0)
   float event = 0;                 ///< survival: 1 the event was observed, 0 censored
+  std::vector<float> values;       ///< multilabel: per label 1 or 0, NaN where masked
   std::string slide;               ///< the slide of the rows
   std::vector<std::int64_t> rows;  ///< rows of features.npy: tile, image one; bag the bag's
   std::string key;                 ///< image: the tile key of the row
@@ -39,8 +40,8 @@ struct Record {
   std::optional<std::pair<std::int64_t, std::int64_t>> xy;
 };
 
-/// What a reader of a dataset accepts: label ids below `labels` (classification), rows below
-/// `rows`, finite targets, times > 0 and events 0 or 1;
+/// What a reader of a dataset accepts: label ids below `labels` (classification; multilabel:
+/// exactly `labels` outcomes), rows below `rows`, finite targets, times > 0 and events 0 or 1;
 /// `manifest` (dataset.json) is named in messages.
 struct RecordLimits {
   std::int64_t labels = 0;
@@ -49,8 +50,9 @@ struct RecordLimits {
 };
 
 /// The records of one unit and task, with or without coordinates (x, y: never in bags). The
-/// outcome is `label` (int64, classification), `target` (float, regression) or `time` and
-/// `event` (floats, survival).
+/// outcome is `label` (int64, classification), `target` (float, regression), `time` and
+/// `event` (floats, survival), or `labels` (float list, 1 or 0 per label) and `label_mask`
+/// (int64 list, 1 observed, 0 missing: the label's value is 0 and means nothing) (multilabel).
 class RecordCodec {
  public:
   explicit RecordCodec(PackUnit unit, bool coordinates = false,
@@ -76,6 +78,11 @@ class RecordCodec {
   /// finite, an event other than 0 or 1, an empty bag, or an image record without one key.
   void decode(const io::Example& example, const RecordLimits& limits, Record& out) const;
 
+  /// Appends the float outcome of a decoded record, as training serves it: the target
+  /// (regression), the time and the event (survival), one value per label with NaN where
+  /// masked (multilabel); nothing for classification (its outcome is `label`).
+  void append_targets(const Record& record, std::vector<float>& out) const;
+
  private:
   PackUnit unit_;
   bool coordinates_;
@@ -83,7 +90,8 @@ class RecordCodec {
 };
 
 /// The features holding a task's outcome, in record order: {"label"} (classification),
-/// {"target"} (regression), {"time", "event"} (survival). inspect reads them by these names.
+/// {"target"} (regression), {"time", "event"} (survival), {"labels", "label_mask"}
+/// (multilabel). inspect reads them by these names.
 std::vector<std::string> outcome_features(PackTask task);
 
 /// A feature of dataset.json's record_features, as `inspect --deep` checks every record.

@@ -32,12 +32,13 @@ enum class Monitor {
   val_pearson,
   val_spearman,
   val_c_index,
-  val_ibs
+  val_ibs,
+  val_auc_mean
 };
 /// Whether a smaller value of `monitor` is better.
 bool lower_is_better(Monitor monitor);
-/// The loss (docs/train.md#tasks); auto: the task's default (cross_entropy, mse, cox).
-enum class Loss { auto_choice, cross_entropy, mse, huber, cox, nll };
+/// The loss (docs/train.md#tasks); auto: the task's default (cross_entropy, mse, cox, bce).
+enum class Loss { auto_choice, cross_entropy, mse, huber, cox, nll, bce };
 /// The samples past an epoch's last full batch: a smaller last step, or left out.
 enum class LastBatch { keep, drop };
 

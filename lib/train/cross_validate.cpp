@@ -146,11 +146,12 @@ json gather(const TrainJob& job, int folds) {
              {"sd", sd}};
   const OutOfFold oof = write_oof(job.output, folds);
   const SampleGroups groups = job.bootstrap > 0 ? oof_groups(job, folds) : SampleGroups{};
-  const json intervals = metric_intervals(task, oof, groups, job.bootstrap, job.seed);
-  if (!intervals.is_null()) cv["intervals"] = intervals;
-  cv["pictures"] = draw_cv_pictures(job.output, run_task(runs.front())->cv_picture(), oof, medians);
-  cv["pictures"].update(
-      draw_classification_charts(job.output, task, oof, groups, job.bootstrap, job.seed));
+  const auto fold_task = run_task(runs.front());
+  if (job.bootstrap > 0)
+    cv["intervals"] =
+        metric_intervals(fold_task->statistics(oof), oof, groups, job.bootstrap, job.seed);
+  cv["pictures"] = draw_cv_pictures(job.output, fold_task->cv_picture(), oof, medians);
+  cv["pictures"].update(fold_task->draw_charts(job.output, oof, groups, job.bootstrap, job.seed));
   io::write_manifest(util::join_path(job.output, "cv.json"), cv, "cv");
   write_cv_report(job.output, cv);
   return cv;

@@ -80,11 +80,6 @@ std::vector<T> pick(const std::vector<T>& v, const std::vector<std::size_t>& idx
   return out;
 }
 
-struct Named {
-  std::string name;
-  Statistic statistic;
-};
-
 // Label ids of a column of label names.
 std::vector<std::int64_t> label_ids(const OutOfFold& t, const std::string& column,
                                     const std::vector<std::string>& names) {
@@ -112,12 +107,15 @@ double balanced_accuracy(const std::vector<std::int64_t>& y, const std::vector<s
   return present ? sum / present : std::nan("");
 }
 
-std::vector<Named> classification_statistics(const json& task, const OutOfFold& t) {
+}  // namespace
+
+std::vector<NamedStatistic> classification_statistics(const json& task, const OutOfFold& t) {
   const ClassPredictions c = class_predictions(task, t);
   const auto& y = c.label;
-  std::vector<Named> out{{"val_balanced_accuracy", [=](const std::vector<std::size_t>& idx) {
-                            return balanced_accuracy(c.label, c.predicted, c.names.size(), idx);
-                          }}};
+  std::vector<NamedStatistic> out{
+      {"val_balanced_accuracy", [=](const std::vector<std::size_t>& idx) {
+         return balanced_accuracy(c.label, c.predicted, c.names.size(), idx);
+       }}};
   if (c.names.size() != 2) return out;
   out.push_back({"val_auc", [=](const std::vector<std::size_t>& idx) {
                    return binary_auc(pick(y, idx), pick(c.score, idx));
@@ -130,7 +128,7 @@ std::vector<Named> classification_statistics(const json& task, const OutOfFold& 
 
 // Multilabel: the mean over the labels of each label's ROC AUC over the samples where it is
 // observed (labels whose AUC is undefined in a resample left out).
-std::vector<Named> multilabel_statistics(const json& task, const OutOfFold& t) {
+std::vector<NamedStatistic> multilabel_statistics(const json& task, const OutOfFold& t) {
   std::vector<std::vector<std::int64_t>> truth;  // -1 where missing
   std::vector<std::vector<double>> prob;
   for (const auto& name : task.at("labels").get<std::vector<std::string>>()) {
@@ -154,21 +152,21 @@ std::vector<Named> multilabel_statistics(const json& task, const OutOfFold& t) {
            }}};
 }
 
-std::vector<Named> statistics_of(const json& task, const OutOfFold& t) {
-  const std::string kind = task.value("kind", "classification");
-  if (kind == "classification") return classification_statistics(task, t);
-  if (kind == "multilabel") return multilabel_statistics(task, t);
-  if (kind == "regression") {
-    const auto y = numbers(t, "target"), p = numbers(t, "prediction");
-    return {{"val_r2", [=](const std::vector<std::size_t>& idx) {
-               return regression_metrics(pick(y, idx), pick(p, idx)).r2;
-             }}};
-  }
+std::vector<NamedStatistic> regression_statistics(const OutOfFold& t) {
+  const auto y = numbers(t, "target"), p = numbers(t, "prediction");
+  return {{"val_r2", [=](const std::vector<std::size_t>& idx) {
+             return regression_metrics(pick(y, idx), pick(p, idx)).r2;
+           }}};
+}
+
+std::vector<NamedStatistic> survival_statistics(const OutOfFold& t) {
   const auto time = numbers(t, "time"), event = numbers(t, "event"), risk = numbers(t, "risk");
   return {{"val_c_index", [=](const std::vector<std::size_t>& idx) {
              return concordance_index(pick(time, idx), pick(event, idx), pick(risk, idx));
            }}};
 }
+
+namespace {
 
 json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(); }
 
@@ -233,13 +231,12 @@ SampleGroups sample_groups(const DatasetInfo& data, const SplitSamples& s) {
   return out;
 }
 
-json metric_intervals(const json& task, const OutOfFold& table, const SampleGroups& groups,
-                      int resamples, std::uint64_t seed) {
+json metric_intervals(const std::vector<NamedStatistic>& named, const OutOfFold& table,
+                      const SampleGroups& groups, int resamples, std::uint64_t seed) {
   if (resamples <= 0) return nullptr;
   if (groups.of.size() != table.rows.size())
     throw FormatError("predictions hold " + std::to_string(table.rows.size()) + " samples, " +
                       std::to_string(groups.of.size()) + " expected");
-  const auto named = statistics_of(task, table);
   std::vector<Statistic> statistics;
   for (const auto& n : named) statistics.push_back(n.statistic);
   const auto intervals =

@@ -11,6 +11,7 @@
 
 #include "cv_plots.hpp"
 #include "dataset.hpp"
+#include "mltool/train/bootstrap.hpp"
 
 namespace mltool::train {
 
@@ -36,14 +37,31 @@ struct ClassPredictions {
 };
 ClassPredictions class_predictions(const nlohmann::json& task, const OutOfFold& table);
 
-/// The metrics with intervals of predictions `table` (predictions.csv's columns, or
-/// oof_predictions.csv's) of a `task` (run.json's "task"): classification AUROC
-/// (val_auc) and AUPRC (val_auprc) with two labels, balanced accuracy; regression R²;
-/// survival the C-index. {"level", "resamples", "seed", "unit", "groups", "metrics": {NAME:
-/// {"estimate", "low", "high", "resamples"}}}; null when `resamples` is 0. `seed` is the
-/// run's --seed; the resamples are drawn from bootstrap_seed(seed).
-nlohmann::json metric_intervals(const nlohmann::json& task, const OutOfFold& table,
-                                const SampleGroups& groups, int resamples, std::uint64_t seed);
+/// A metric `--bootstrap` puts an interval on: its name and how to compute it over any subset
+/// of a predictions table's rows.
+struct NamedStatistic {
+  std::string name;
+  Statistic statistic;
+};
+
+/// Each task's statistics (Task::statistics, run.json's "task" as `task`) of predictions
+/// `table` (predictions.csv's columns, or oof_predictions.csv's): classification AUROC
+/// (val_auc) and AUPRC (val_auprc) with two labels, balanced accuracy; multilabel the mean
+/// AUROC (val_auc_mean); regression R² (val_r2); survival the C-index (val_c_index).
+std::vector<NamedStatistic> classification_statistics(const nlohmann::json& task,
+                                                      const OutOfFold& table);
+std::vector<NamedStatistic> multilabel_statistics(const nlohmann::json& task,
+                                                  const OutOfFold& table);
+std::vector<NamedStatistic> regression_statistics(const OutOfFold& table);
+std::vector<NamedStatistic> survival_statistics(const OutOfFold& table);
+
+/// The intervals of `statistics` of predictions `table` (Task::statistics(table)):
+/// {"level", "resamples", "seed", "unit", "groups", "metrics": {NAME: {"estimate", "low",
+/// "high", "resamples"}}}; null when `resamples` is 0. `seed` is the run's --seed; the
+/// resamples are drawn from bootstrap_seed(seed).
+nlohmann::json metric_intervals(const std::vector<NamedStatistic>& statistics,
+                                const OutOfFold& table, const SampleGroups& groups, int resamples,
+                                std::uint64_t seed);
 
 /// The bootstrap's generator seed for a run seeded `seed`: fixed, so a rerun gives the same
 /// interval, and apart from the seeds of the weights and the sampler.

@@ -13,6 +13,7 @@
 #include "mltool/io/chart.hpp"
 #include "mltool/io/table.hpp"
 #include "mltool/util/file.hpp"
+#include "task.hpp"
 
 namespace mltool::train {
 namespace {
@@ -206,9 +207,8 @@ std::map<std::string, std::string> known_labels(const json& run) {
 // Classification: the metrics with 95% intervals (1000 resamples of the slides) where the
 // run's labels table names every sample's label (by its key, else its slide); "" otherwise.
 std::string known_label_metrics(const io::Table& t, const json& run) {
-  const json task = run.value(
-      "task", json{{"kind", "classification"}, {"labels", run.at("dataset").at("labels")}});
-  if (task.value("kind", "classification") != "classification" || t.rows.empty()) return "";
+  const auto task = run_task(run);
+  if (!task->scores_known_labels() || t.rows.empty()) return "";
   const auto labels = known_labels(run);
   if (labels.empty()) return "";
   OutOfFold table{{"label"}, {}};
@@ -230,7 +230,7 @@ std::string known_label_metrics(const io::Table& t, const json& run) {
   const std::uint64_t seed = run.value("options", json::object()).value("seed", std::uint64_t{0});
   json intervals;
   try {
-    intervals = metric_intervals(task, table, groups, 1000, seed);
+    intervals = metric_intervals(task->statistics(table), table, groups, 1000, seed);
   } catch (const std::exception&) {
     return "";  // a label the run does not know: no metrics
   }

@@ -6,8 +6,9 @@
 // Adding a task: a file in lib/train/tasks/ that defines it and its two factories (declared
 // below), its line in kTasks (task.cpp), its kind in records::PackTask with its record codec
 // (lib/records), any loss or monitor of its own in kLosses and kMonitors (train_options.cpp),
-// docs/train.md#tasks. What differs between tasks elsewhere (predict's heatmaps, the cv
-// pictures, run.json's result) is asked of the Task below, never decided by its kind.
+// docs/train.md#tasks. What differs between tasks elsewhere (predict's heatmaps and report
+// page, the cv pictures and charts, the bootstrap intervals, run.json's result) is asked of
+// the Task below, never decided by its kind.
 #pragma once
 
 #include <torch/types.h>
@@ -21,6 +22,7 @@
 
 #include "cv_plots.hpp"
 #include "dataset.hpp"
+#include "intervals.hpp"
 #include "mltool/train/step.hpp"
 #include "mltool/train/train_job.hpp"
 
@@ -84,6 +86,21 @@ class Task : public StepLoss {
   virtual bool records_train_median() const { return false; }
   /// The picture of `mltool train --folds all`'s out-of-fold predictions (cv_plots.hpp).
   virtual CvPicture cv_picture() const { return CvPicture::none; }
+
+  /// The metrics `--bootstrap` puts 95% intervals on, computed from the predictions table this
+  /// task writes (train's predictions.csv, cross-validation's oof_predictions.csv).
+  virtual std::vector<NamedStatistic> statistics(const OutOfFold& table) const = 0;
+  /// train's and cross-validation's charts of that table, drawn into `dir` (classification:
+  /// confusion, ROC, PR, calibration; class_plots.hpp); {} for a task that draws none.
+  virtual nlohmann::json draw_charts(const std::string& dir, const OutOfFold& table,
+                                     const SampleGroups& groups, int resamples,
+                                     std::uint64_t seed) const {
+    (void)dir, (void)table, (void)groups, (void)resamples, (void)seed;
+    return nlohmann::json::object();
+  }
+  /// Whether predict's report page scores the predictions against the labels a run's labels
+  /// table knows (classification).
+  virtual bool scores_known_labels() const { return false; }
 
   /// train's predictions.csv: its columns after "record,sample", and sample i's fields.
   virtual std::string csv_header() const = 0;

@@ -562,14 +562,13 @@ double median_train_risk(const TrainJob& job, const Plan& p, Loop& loop) {
 // The final predictions' 95% intervals and charts (run.json's result.intervals and
 // result.charts), from the predictions.csv just written.
 void summarize_predictions(const TrainJob& job, const Plan& p, const RunDir& run, json& result) {
-  const json task = p.task->describe();
   auto table = io::read_table(run.path("predictions.csv"));
   const OutOfFold predictions{std::move(table.columns), std::move(table.rows)};
   const SampleGroups groups = job.bootstrap > 0 ? sample_groups(p.data, p.val) : SampleGroups{};
-  const json intervals = metric_intervals(task, predictions, groups, job.bootstrap, job.seed);
-  if (!intervals.is_null()) result["intervals"] = intervals;
-  const json charts =
-      draw_classification_charts(run.dir(), task, predictions, groups, job.bootstrap, job.seed);
+  if (job.bootstrap > 0)
+    result["intervals"] = metric_intervals(p.task->statistics(predictions), predictions, groups,
+                                           job.bootstrap, job.seed);
+  const json charts = p.task->draw_charts(run.dir(), predictions, groups, job.bootstrap, job.seed);
   if (!charts.empty()) result["charts"] = charts;
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "../class_plots.hpp"
 #include "../export.hpp"
 #include "../task.hpp"
 #include "mltool/train/bootstrap.hpp"
@@ -152,6 +153,16 @@ class Classification : public Task {
   torch::Tensor probabilities(const torch::Tensor& outputs) const override {
     return torch::softmax(outputs, 1).contiguous();
   }
+
+  std::vector<NamedStatistic> statistics(const OutOfFold& table) const override {
+    return classification_statistics(describe(), table);
+  }
+  nlohmann::json draw_charts(const std::string& dir, const OutOfFold& table,
+                             const SampleGroups& groups, int resamples,
+                             std::uint64_t seed) const override {
+    return draw_classification_charts(dir, describe(), table, groups, resamples, seed);
+  }
+  bool scores_known_labels() const override { return true; }
 
   std::string csv_header() const override {
     std::string out = "label,prediction";

@@ -105,6 +105,10 @@ class Multilabel : public Task {
   }
   std::string score_name() const override { return "prob_" + labels_.front(); }
 
+  std::vector<NamedStatistic> statistics(const OutOfFold& table) const override {
+    return multilabel_statistics(describe(), table);
+  }
+
   std::string csv_header() const override {
     std::string out;
     for (const auto& name : labels_) out += (out.empty() ? "" : ",") + csv_field("label_" + name);

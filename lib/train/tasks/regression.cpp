@@ -68,6 +68,9 @@ class Regression : public Task {
   std::string score_name() const override { return "prediction"; }
   CvPicture cv_picture() const override { return CvPicture::scatter; }
 
+  std::vector<NamedStatistic> statistics(const OutOfFold& table) const override {
+    return regression_statistics(table);
+  }
   std::string csv_header() const override { return "target,prediction"; }
   std::string csv_row(const SplitSamples& s, std::size_t i, const float* out) const override {
     return exact_float(s.targets[i]) + "," + exact_float(out[0]);

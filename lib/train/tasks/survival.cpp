@@ -151,6 +151,9 @@ class Survival : public Task {
   bool records_train_median() const override { return true; }
   CvPicture cv_picture() const override { return CvPicture::km; }
 
+  std::vector<NamedStatistic> statistics(const OutOfFold& table) const override {
+    return survival_statistics(table);
+  }
   std::string csv_header() const override { return "time,event," + output_header(); }
   std::string csv_row(const SplitSamples& s, std::size_t i, const float* out) const override {
     return exact_float(s.targets[2 * i]) + "," + exact_float(s.targets[2 * i + 1]) + "," +

@@ -5,7 +5,9 @@ returns the normalised pixels themselves, compared tile by tile with torchstain'
 normalize() after fit() on the same reference PNG (mean absolute difference <= 1 of 255, 99th
 percentile <= 3). Tiles with too little stain pass through unchanged and are counted; the
 method, the reference's SHA-256 and the fitted target are in features.json; a resume with
-another reference is refused naming --overwrite; slides as inputs give the store's rows.
+another reference is refused naming --overwrite, and one with the same resumes to an
+uninterrupted run's bytes; slides as inputs give the store's rows; the reference may be a PNG,
+TIFF or JPEG.
 Where the SVS is absent every check prints that it is skipped.
 
     stain_test.py MLTOOL [TEST...]     # TEST: names of the check_* functions, without check_
@@ -181,6 +183,32 @@ def check_slides_as_inputs():
     expect(a.shape == b.shape and np.array_equal(a, b), "slide and store give the same rows")
 
 
+def check_reference_formats():
+    """The reference as a TIFF (the PNG's pixels: the same target) or a JPEG (the target
+    torchstain fits on Pillow's decoding of it); features.json names each file's SHA-256."""
+    if skipped():
+        return
+    pixels_png = np.asarray(Image.open(tmp("ref_other.png")).convert("RGB"))
+    Image.fromarray(pixels_png).save(tmp("ref_other.tif"))
+    Image.fromarray(pixels_png).save(tmp("ref_other.jpg"), quality=95)
+    targets = {}
+    for ext in ("png", "tif", "jpg"):
+        ref = tmp(f"ref_other.{ext}")
+        out = tmp(f"fmt_{ext}")
+        code, _, err = extract([tmp("st")], out, "--stain-norm", "macenko", "--stain-reference",
+                               ref)
+        expect(code == 0, f"reference .{ext}: exit {code}: {err[-1000:]}")
+        with open(os.path.join(out, "features.json")) as f:
+            stain = json.load(f)["model"]["stain_reference"]
+        expect(stain["sha256"] == hashlib.sha256(open(ref, "rb").read()).hexdigest(),
+               f".{ext}: sha256 {stain['sha256']}")
+        targets[ext] = stain["target"]
+    expect(targets["tif"] == targets["png"], f"TIFF and PNG of the same pixels: {targets}")
+    fitted, _ = torchstain_reference("macenko", tmp("ref_other.jpg"))
+    expect(np.allclose(targets["jpg"]["stain_matrix"], fitted.HERef.tolist(), rtol=1e-4,
+                       atol=1e-5), f"JPEG: {targets['jpg']}, torchstain {fitted.HERef.tolist()}")
+
+
 def check_resume_other_reference():
     """A partial run resumed with another reference image is refused, naming --overwrite."""
     if skipped():
@@ -237,8 +265,8 @@ def check_refusals():
                f"{args}: refused naming {words} (got {code}): {err[-500:]}")
 
 
-CHECKS = [check_macenko, check_reinhard, check_slides_as_inputs, check_resume_other_reference,
-          check_refusals]
+CHECKS = [check_macenko, check_reinhard, check_slides_as_inputs, check_reference_formats,
+          check_resume_other_reference, check_refusals]
 
 
 def main():

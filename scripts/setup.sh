@@ -6,7 +6,9 @@
 #   MLTOOL_BUILD_DIR=build-x scripts/setup.sh
 #
 # Caches live outside the clone so a fresh clone on the same machine rebuilds fast:
-#   ~/.cache/mltool/venv-<hash>  the Python venv (torch), linked as .venv
+#   ~/.cache/mltool/venv-<hash>  the Python venv (torch), linked as .venv; keyed by
+#                                scripts/requirements.txt; scripts/requirements-extra.txt's
+#                                test references are added to it (marker .extra-<hash>)
 #   ~/.cache/ccache              compiled objects (ccache)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +57,15 @@ if [ ! -f "$venv/.complete" ]; then
   "$venv/bin/pip" install -q --upgrade pip
   "$venv/bin/pip" install -q -r scripts/requirements.txt
   touch "$venv/.complete"
+fi
+# Test references that need not key the venv (scripts/requirements-extra.txt): installed into
+# it when the marker of this file's hash is missing, so a second run costs nothing and
+# changing the list never rebuilds the venv (nor, through torch's path, the build).
+extra_hash=$(sha256sum scripts/requirements-extra.txt | cut -c1-16)
+if [ ! -f "$venv/.extra-$extra_hash" ]; then
+  log "installing scripts/requirements-extra.txt into $venv"
+  "$venv/bin/pip" install -q -r scripts/requirements-extra.txt
+  touch "$venv/.extra-$extra_hash"
 fi
 if [ ! -e .venv ] || { [ -L .venv ] && [ "$(readlink .venv)" != "$venv" ]; }; then
   rm -f .venv

@@ -25,6 +25,7 @@
 #include "mltool/features/chunked_writer.hpp"
 #include "mltool/features/extractor.hpp"
 #include "mltool/features/shard.hpp"
+#include "mltool/features/stain.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/image_codec.hpp"
 #include "mltool/io/manifest.hpp"
@@ -53,6 +54,7 @@ struct HostBatch {
   std::int64_t size = 0;
   torch::Tensor pixels;  // pool buffer, batch × T × T × 3 uint8
   std::vector<std::uint8_t> invalid;
+  std::vector<std::uint8_t> unstained;  // --stain-norm left the tile as it was (set on the device)
 };
 
 struct Result {
@@ -60,6 +62,7 @@ struct Result {
   std::int64_t size = 0;
   torch::Tensor features;  // CPU float32 size × D
   std::vector<std::uint8_t> invalid;
+  std::vector<std::uint8_t> unstained;
   std::optional<util::BatchSplit> split;  // computed in pieces after an out-of-memory error
 };
 
@@ -328,6 +331,7 @@ struct PipelineInputs {
   std::int64_t dims = 0;                           // the model's features per row
   std::uint64_t first = 0;                         // rows committed by an earlier run
   std::vector<torch::Device> devices;              // one device thread each
+  const StainNormalizer* stain = nullptr;          // --stain-norm, or null
 };
 
 // The three stages and what they share: a reader fills pool buffers with decoded batches,
@@ -341,6 +345,7 @@ struct Pipeline {
         plan(*in.plan),
         tile(in.tile),
         dims(in.dims),
+        stain(in.stain),
         first(in.first),
         batch(static_cast<std::uint64_t>(in.job->batch)),
         first_row(in.first < in.plan->rows ? in.plan->store_row(in.first) : in.keys->size()),
@@ -373,6 +378,7 @@ struct Pipeline {
   const ShardPlan& plan;
   const int tile;
   const std::int64_t dims;
+  const StainNormalizer* stain;
   const std::uint64_t first;  // rows committed by an earlier run
   const std::uint64_t batch;
   // The store row of the first row to write; the batch's rows before it, and rows of other
@@ -391,6 +397,7 @@ struct Pipeline {
   // The writer's: when the first batch's rows were written, and how many.
   Clock::time_point first_done;
   std::uint64_t first_rows = 0;
+  std::uint64_t stain_unchanged = 0;  // rows written as they were (--stain-norm)
 };
 
 // The out-of-memory size rule where the batches before this run's first left it: the splits
@@ -482,6 +489,7 @@ void run_device(Pipeline& p, Extractor& model, bool profiled) {
       r.size = pending->batch.size;
       r.features = pending->features.to(torch::kCPU).contiguous();  // waits for that forward
       r.invalid = std::move(pending->batch.invalid);
+      r.unstained = std::move(pending->batch.unstained);
       r.split = pending->split;
       p.pool.push(pending->batch.pixels);
       p.results.put(pending->batch.index, std::move(r));
@@ -518,6 +526,7 @@ void run_device(Pipeline& p, Extractor& model, bool profiled) {
         copied->block(compute);
         input.record_stream(compute);
       }
+      if (p.stain) input = p.stain->apply(input, hb->unstained);  // before the preprocessing
       std::optional<util::BatchSplit> split;
       auto features = p.splitter->forward(
           input, p.batch_ids[hb->index], [&](const torch::Tensor& x) { return model.forward(x); },
@@ -561,6 +570,7 @@ std::uint64_t write_rows(Pipeline& p, ChunkedFeatureWriter& writer, Clock::time_
         const bool invalid = r->invalid[i] != 0;
         writer.append(p.keys[r->first_row + i], invalid ? nan_row.data() : rows + i * p.dims,
                       invalid);
+        if (!invalid && !r->unstained.empty() && r->unstained[i]) ++p.stain_unchanged;
         ++written;
       }
       if (p.first_rows == 0 && written > 0) {
@@ -630,6 +640,24 @@ Tiles open_tiles(const ExtractJob& job) {
   return t;
 }
 
+// --stain-norm fitted on --stain-reference, or nothing.
+std::optional<StainNormalizer> load_stain(const ExtractJob& job) {
+  if (job.stain_norm == StainNorm::none) return std::nullopt;
+  StainNormalizer stain = StainNormalizer::from_file(job.stain_norm, job.stain_reference);
+  log::info(std::string("--stain-norm ") + util::name_of(kStainNorms, job.stain_norm) +
+            " fitted on " + job.stain_reference + " (sha256 " + stain.sha256() + ")");
+  return stain;
+}
+
+// What the stain normalisation was, in the model object of features.json and the resume
+// fingerprint: a resume with another method, reference image or fit is refused, naming the
+// option.
+void record_stain(const StainNormalizer& stain, json& model) {
+  model["stain_norm"] = util::name_of(kStainNorms, stain.method());
+  model["stain_reference"] = {
+      {"sha256", stain.sha256()}, {"fit", "tile"}, {"target", stain.target_json()}};
+}
+
 }  // namespace
 
 ExtractReport extract_features(const ExtractJob& request) {
@@ -654,6 +682,7 @@ ExtractReport extract_features(const ExtractJob& request) {
              : 0;
   const auto replicas = load_replicas(job, resolved.settings, devices, tiles.tile);
   const std::int64_t dims = replicas.front()->dims();
+  const std::optional<StainNormalizer> stain = load_stain(job);
 
   ExtractReport report;
   report.output = job.output;
@@ -661,6 +690,7 @@ ExtractReport extract_features(const ExtractJob& request) {
   report.tiled = std::move(tiled);
   report.dims = dims;
   report.model = replicas.front()->describe();
+  if (stain) record_stain(*stain, report.model);
   for (const auto& d : devices) report.devices.push_back(d.str());
   report.math_threads = math_threads;
   report.shard = plan.shard.whole() ? "" : plan.shard.text();
@@ -692,6 +722,7 @@ ExtractReport extract_features(const ExtractJob& request) {
   inputs.dims = dims;
   inputs.first = first;
   inputs.devices = devices;
+  inputs.stain = stain ? &*stain : nullptr;
   Pipeline pipeline(inputs);
   start_splitter(pipeline, writer);
   Clock::time_point run_start;
@@ -704,6 +735,10 @@ ExtractReport extract_features(const ExtractJob& request) {
   report.input_wait_seconds = pipeline.wait_seconds;
   report.max_input_wait_seconds = pipeline.max_wait_seconds;
   report.invalid = writer.finish(job.dtype, report.model, recorded);
+  report.stain_unchanged = pipeline.stain_unchanged;
+  if (stain)
+    log::info(std::to_string(pipeline.stain_unchanged) + " of " + std::to_string(written) +
+              " tiles had too little stain to normalise and were left as they were");
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const auto end = Clock::now();
   const double run_seconds = std::chrono::duration<double>(end - run_start).count();

@@ -49,6 +49,9 @@ util::Option<ExtractJob> noted(util::Option<ExtractJob> o) {
 
 }  // namespace
 
+const util::EnumNames<StainNorm> kStainNorms = {
+    {StainNorm::none, "none"}, {StainNorm::macenko, "macenko"}, {StainNorm::reinhard, "reinhard"}};
+
 // The shortest text of each float that reads back as it: "0.485,0.456,0.406".
 std::string rgb_text(const std::array<float, 3>& t) {
   std::string out;
@@ -111,6 +114,23 @@ const util::Options<ExtractJob>& extract_options() {
            "Keep a model output of more than two dimensions or over 16384 values a tile "
            "(flattened); refused otherwise as unpooled tokens"),
       util::no_oom_retry_option(&J::no_oom_retry),
+      choice("--stain-norm", &J::stain_norm, kStainNorms,
+             "Stain normalisation of each tile before the model's preprocessing, as torchstain "
+             "computes it from the tile alone: macenko, reinhard, or none; needs "
+             "--stain-reference. Tiles with too little stain pass through unchanged")
+          .check(
+              [](const J& j) {
+                return j.stain_norm == StainNorm::none || !j.stain_reference.empty();
+              },
+              "given with --stain-reference"),
+      option("--stain-reference", &J::stain_reference,
+             "The image (PNG, JPEG or TIFF) of the target stain that --stain-norm fits on; its "
+             "SHA-256 and the fitted target are recorded in features.json")
+          .check(
+              [](const J& j) {
+                return j.stain_reference.empty() || j.stain_norm != StainNorm::none;
+              },
+              "given with --stain-norm macenko or reinhard"),
   };
   return table;
 }
@@ -123,6 +143,7 @@ nlohmann::json to_json(const ExtractReport& r) {
           {"dims", r.dims},
           {"resumed_from", r.resumed_from},
           {"invalid", r.invalid},
+          {"stain_unchanged", r.stain_unchanged},
           {"devices", r.devices},
           {"math_threads", r.math_threads},
           {"shard", r.shard.empty() ? nlohmann::json() : nlohmann::json(r.shard)},

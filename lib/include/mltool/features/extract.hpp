@@ -30,6 +30,9 @@ enum class Amp { none, f16, bf16 };
 extern const util::EnumNames<Amp> kAmps;
 /// The stored feature types, by their option names: f32, f16.
 extern const util::EnumNames<io::DType> kFeatureDTypes;
+/// Stain normalisation of the decoded tiles (features/stain.hpp).
+enum class StainNorm { none, macenko, reinhard };
+extern const util::EnumNames<StainNorm> kStainNorms;
 
 /// The options of `mltool extract`, declared once (lib/features/extract_options.cpp): the
 /// command line, check_options and the names a resume refusal gives come from it.
@@ -61,6 +64,11 @@ struct ExtractJob {
   std::string shard;
   std::size_t shards = 0;            ///< --shards N for --shard auto; 0: not given
   bool allow_wide_features = false;  ///< keep outputs wider than 16,384 values or of > 2 dims
+  /// Stain normalisation of each decoded tile before the model's preprocessing, fitted on the
+  /// image stain_reference (both or neither given); each tile's stain is estimated from it
+  /// alone, as torchstain does.
+  StainNorm stain_norm = StainNorm::none;
+  std::string stain_reference;
   /// An out-of-memory error ends the run instead of splitting the batch (docs/memory-modes.md).
   bool no_oom_retry = false;
   /// How slides given as inputs are tiled: `mltool tile`'s options (slide::tile_options),
@@ -78,7 +86,10 @@ struct ExtractReport {
   std::int64_t dims = 0;
   std::uint64_t resumed_from = 0;  ///< rows found committed by an earlier run
   std::uint64_t invalid = 0;       ///< rows of the store whose tile failed to decode (--keep-going)
-  bool skipped = false;            ///< the store was complete already, with these settings
+  /// Rows this run wrote whose tile had too little stain to normalise (--stain-norm): left as
+  /// they were.
+  std::uint64_t stain_unchanged = 0;
+  bool skipped = false;  ///< the store was complete already, with these settings
   double seconds = 0;
   double tiles_per_second = 0;  ///< tiles extracted by this run / seconds
   /// From the command's start to the first batch's rows written: loading the model, tiling

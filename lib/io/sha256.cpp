@@ -1,4 +1,4 @@
-#include "mltool/records/sha256.hpp"
+#include "mltool/io/sha256.hpp"
 
 #include <cpuid.h>
 #include <immintrin.h>
@@ -8,7 +8,7 @@
 
 #include "mltool/util/error.hpp"
 
-namespace mltool::records {
+namespace mltool::io {
 namespace {
 
 constexpr std::uint32_t kRound[64] = {
@@ -186,4 +186,4 @@ std::string sha256_hex(std::string_view data) {
   return h.hex();
 }
 
-}  // namespace mltool::records
+}  // namespace mltool::io

@@ -1,0 +1,59 @@
+// Stain normalisation of decoded tiles (`mltool extract --stain-norm`), a LibTorch header:
+// include only from torch translation units. The pixels equal torchstain's (PyPI,
+// torchstain.normalizers, torch backend) tile by tile: the same float32 operations in the
+// same order, its constants (Macenko: Io 240, alpha 1, beta 0.15) and its nearest-rank
+// percentile. Runs on the batch's device; one tile at a time, as the reference library
+// estimates each tile's stain from that tile alone (--stain-fit tile).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mltool/features/extract.hpp"
+
+namespace mltool::features {
+
+/// A tile is normalised only where at least this fraction of its pixels has an optical
+/// density of at least beta (0.15) in every channel: below it (background, a bare edge) there
+/// is too little stain to estimate from, and the tile passes through unchanged.
+inline constexpr double kMinStainedFraction = 0.05;
+
+/// One method fitted on a reference image: Macenko's stain matrix (3×2, haematoxylin first)
+/// and 99th-percentile concentrations (2), or Reinhard's LAB means and standard deviations
+/// (3 each, torchstain's scaling: L in 0..100, a and b centred on 0). CPU float32.
+class StainNormalizer {
+ public:
+  /// Fits `method` (not none) on `reference`: uint8 H×W×3 on the CPU. UsageError naming
+  /// `what` if it has too little stain to fit on.
+  StainNormalizer(StainNorm method, const torch::Tensor& reference, const std::string& what);
+
+  /// Reads the image at `path` (PNG, JPEG or TIFF, through slide::Slide) and fits on it,
+  /// noting the file's SHA-256. InputError for a file that cannot be read.
+  static StainNormalizer from_file(StainNorm method, const std::string& path);
+
+  /// uint8 N×H×W×3 on any device → the normalised tiles, same shape, device and type. A tile
+  /// with too little stain (kMinStainedFraction), or whose estimate is not finite, is left as
+  /// it is and flagged in `unchanged` (resized to N).
+  torch::Tensor apply(const torch::Tensor& nhwc, std::vector<std::uint8_t>& unchanged) const;
+
+  /// The fitted target: {"stain_matrix": [[..],[..],[..]], "max_concentrations": [..]} or
+  /// {"lab_means": [..], "lab_stds": [..]}.
+  nlohmann::json target_json() const;
+  StainNorm method() const { return method_; }
+  const std::string& sha256() const { return sha256_; }
+
+ private:
+  torch::Tensor macenko(const torch::Tensor& hwc) const;   // undefined: too little stain
+  torch::Tensor reinhard(const torch::Tensor& hwc) const;  // undefined: too little stain
+  StainNorm method_;
+  torch::Tensor a_;  // Macenko: HERef 3×2; Reinhard: target means (3)
+  torch::Tensor b_;  // Macenko: maxCRef (2); Reinhard: target stds (3)
+  std::string sha256_;
+};
+
+}  // namespace mltool::features

@@ -1,0 +1,276 @@
+"""mltool extract --stain-norm macenko|reinhard --stain-reference IMAGE (issue 39) against
+torchstain (PyPI, torch backend; scripts/requirements-extra.txt) on tiles of the real
+CMU-1-Small-Region.svs in ../shared/slides: a TorchScript identity model with no mean/std
+returns the normalised pixels themselves, compared tile by tile with torchstain's
+normalize() after fit() on the same reference PNG (mean absolute difference <= 1 of 255, 99th
+percentile <= 3). Tiles with too little stain pass through unchanged and are counted; the
+method, the reference's SHA-256 and the fitted target are in features.json; a resume with
+another reference is refused naming --overwrite, and one with the same resumes to an
+uninterrupted run's bytes; slides as inputs give the store's rows; the reference may be a PNG,
+TIFF or JPEG.
+Where the SVS is absent every check prints that it is skipped.
+
+    stain_test.py MLTOOL [TEST...]     # TEST: names of the check_* functions, without check_
+"""
+import glob
+import hashlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import openslide
+import torch
+from PIL import Image
+
+from cli_common import Failure, expect, rename_shim, run, run_checks, run_json, tmp
+from store_refs import read_tile_store
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REAL_SVS = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "slides",
+                                         "CMU-1-Small-Region.svs"))
+SID = "CMU-1-Small-Region"
+TILE = 256
+TILE_ARGS = ["--mpp", "0.499", "--tile-size", str(TILE), "--tissue", "none"]
+# The model sees the decoded (normalised) tile as x / 255 with no resize, mean or std.
+RAW = ["--input-size", str(TILE), "--mean", "0,0,0", "--std", "1,1,1", "--allow-wide-features",
+       "--batch", "16"]
+MIN_STAINED = 0.05  # features/stain.hpp kMinStainedFraction
+
+mltool = os.path.abspath(sys.argv[1])
+only = set(sys.argv[2:])
+have_svs = os.path.isfile(REAL_SVS)
+TILES = {}  # key -> uint8 H×W×3, the store's tiles
+
+
+class Identity(torch.nn.Module):
+    def forward(self, x):
+        return x * 255.0
+
+
+def make_fixtures():
+    if not have_svs:
+        return f"skipped: {REAL_SVS} is absent (see ../shared/slides/README.md)"
+    torch.jit.script(Identity()).save(tmp("identity.pt"))
+    code, _, err = run([mltool, "tile", REAL_SVS, "-o", tmp("st"), "--format", "png", "-q",
+                        *TILE_ARGS])
+    expect(code == 0, f"tile: exit {code}: {err}")
+    _, tiles = read_tile_store(tmp("st"))
+    for k, v in tiles.items():
+        TILES[k] = np.asarray(Image.open(io.BytesIO(v)).convert("RGB"))
+    # References: a region of stained tissue, tinted (so the target differs from the slide's
+    # own stain), and another region untinted.
+    with openslide.OpenSlide(REAL_SVS) as s:
+        a = np.asarray(s.read_region((800, 1200), 0, (512, 512)).convert("RGB")).astype(float)
+        b = np.asarray(s.read_region((1400, 1800), 0, (384, 384)).convert("RGB"))
+    tinted = np.clip(a * np.array([0.85, 0.75, 1.0]), 0, 255).astype(np.uint8)
+    Image.fromarray(tinted).save(tmp("ref_tinted.png"))
+    Image.fromarray(b).save(tmp("ref_other.png"))
+    return f"{len(TILES)} tiles of {TILE} px from {os.path.basename(REAL_SVS)}"
+
+
+def skipped():
+    if not have_svs:
+        print(f"  skipped: {REAL_SVS} is absent")
+    return not have_svs
+
+
+def extract(inputs, out, *args):
+    return run_json([mltool, "extract", *inputs, "-o", out, "--threads", "2",
+                     "--model", tmp("identity.pt"), *RAW, *args, "--json"])
+
+
+def pixels(out):
+    """The stored rows as uint8 tiles N×H×W×3, their keys and features.json."""
+    X = np.load(os.path.join(out, "features.npy"))
+    keys = open(os.path.join(out, "keys.txt")).read().split("\n")[:-1]
+    with open(os.path.join(out, "features.json")) as f:
+        meta = json.load(f)
+    u8 = np.rint(X.reshape(-1, 3, TILE, TILE).transpose(0, 2, 3, 1))
+    expect(u8.min() >= 0 and u8.max() <= 255 and np.isfinite(X).all(),
+           f"{out}: rows are pixels in 0..255")
+    return u8.astype(np.uint8), keys, meta
+
+
+def enough_stain(u8):
+    od = -np.log((u8.reshape(-1, 3).astype(np.float32) + 1) / 240)
+    return (od >= 0.15).all(axis=1).mean() >= MIN_STAINED
+
+
+def chw(u8):
+    return torch.from_numpy(np.ascontiguousarray(u8.transpose(2, 0, 1)))
+
+
+def torchstain_reference(method, ref_png):
+    import torchstain
+    n = torchstain.normalizers.MacenkoNormalizer(backend="torch") if method == "macenko" \
+        else torchstain.normalizers.ReinhardNormalizer(backend="torch")
+    n.fit(chw(np.asarray(Image.open(ref_png).convert("RGB"))))
+
+    def normalize(u8):
+        if method == "macenko":
+            out, _, _ = n.normalize(I=chw(u8), stains=False)
+        else:
+            out = n.normalize(I=chw(u8))
+        return out.numpy().astype(np.uint8)
+    return n, normalize
+
+
+def compare(method, ref_png):
+    out = tmp(f"f_{method}")
+    code, summary, err = extract([tmp("st")], out, "--stain-norm", method, "--stain-reference",
+                                 ref_png)
+    expect(code == 0, f"extract --stain-norm {method}: exit {code}: {err[-2000:]}")
+    got, keys, meta = pixels(out)
+    fitted, normalize = torchstain_reference(method, ref_png)
+    diffs, unchanged = [], []
+    for row, k in enumerate(keys):
+        tile = TILES[k]
+        if not enough_stain(tile):
+            unchanged.append(k)
+            expect(np.array_equal(got[row], tile), f"{method}: {k} (background) is unchanged")
+            continue
+        diffs.append(np.abs(got[row].astype(np.int16) - normalize(tile).astype(np.int16)).ravel())
+    d = np.concatenate(diffs)
+    mean, p99 = d.mean(), np.percentile(d, 99)
+    print(f"  {method}: {len(diffs)} tiles normalised, {len(unchanged)} unchanged; against "
+          f"torchstain: mean |diff| {mean:.6f}, p99 {p99:.0f}, max {d.max()} (of 255), "
+          f"{np.count_nonzero(d)} of {d.size} values differ")
+    expect(mean <= 1 and p99 <= 3, f"{method}: mean |diff| {mean:.3f} <= 1, p99 {p99} <= 3")
+    expect(len(diffs) > 10 and unchanged, f"{method}: stained and background tiles both seen")
+    expect(summary["stain_unchanged"] == len(unchanged),
+           f"{method}: stain_unchanged {summary['stain_unchanged']}, want {len(unchanged)}")
+    model = meta["model"]
+    sha = hashlib.sha256(open(ref_png, "rb").read()).hexdigest()
+    expect(model.get("stain_norm") == method and model["stain_reference"]["sha256"] == sha
+           and model["stain_reference"]["fit"] == "tile", f"features.json model: {model}")
+    target = model["stain_reference"]["target"]
+    if method == "macenko":
+        want = {"stain_matrix": fitted.HERef.tolist(),
+                "max_concentrations": fitted.maxCRef.tolist()}
+    else:
+        want = {"lab_means": fitted.target_means.tolist(), "lab_stds": fitted.target_stds.tolist()}
+    for name, value in want.items():
+        expect(np.allclose(np.array(target[name]), np.array(value), rtol=1e-5, atol=1e-6),
+               f"{method}: target {name} {target[name]}, torchstain's {value}")
+    return out
+
+
+def check_macenko():
+    if not skipped():
+        compare("macenko", tmp("ref_tinted.png"))
+
+
+def check_reinhard():
+    if not skipped():
+        compare("reinhard", tmp("ref_tinted.png"))
+
+
+def check_slides_as_inputs():
+    """The slide itself as input, tiled on the fly: the store's rows, bit for bit."""
+    if skipped():
+        return
+    args = ["--stain-norm", "macenko", "--stain-reference", tmp("ref_other.png")]
+    code, _, err = extract([tmp("st")], tmp("s_store"), *args)
+    expect(code == 0, f"extract of the store: exit {code}: {err[-2000:]}")
+    code, _, err = extract([REAL_SVS], tmp("s_slide"), *args, *TILE_ARGS)
+    expect(code == 0, f"extract of the slide: exit {code}: {err[-2000:]}")
+    a = np.load(tmp("s_store", "features.npy"))
+    b = np.load(tmp("s_slide", "features.npy"))
+    expect(a.shape == b.shape and np.array_equal(a, b), "slide and store give the same rows")
+
+
+def check_reference_formats():
+    """The reference as a TIFF (the PNG's pixels: the same target) or a JPEG (the target
+    torchstain fits on Pillow's decoding of it); features.json names each file's SHA-256."""
+    if skipped():
+        return
+    pixels_png = np.asarray(Image.open(tmp("ref_other.png")).convert("RGB"))
+    Image.fromarray(pixels_png).save(tmp("ref_other.tif"))
+    Image.fromarray(pixels_png).save(tmp("ref_other.jpg"), quality=95)
+    targets = {}
+    for ext in ("png", "tif", "jpg"):
+        ref = tmp(f"ref_other.{ext}")
+        out = tmp(f"fmt_{ext}")
+        code, _, err = extract([tmp("st")], out, "--stain-norm", "macenko", "--stain-reference",
+                               ref)
+        expect(code == 0, f"reference .{ext}: exit {code}: {err[-1000:]}")
+        with open(os.path.join(out, "features.json")) as f:
+            stain = json.load(f)["model"]["stain_reference"]
+        expect(stain["sha256"] == hashlib.sha256(open(ref, "rb").read()).hexdigest(),
+               f".{ext}: sha256 {stain['sha256']}")
+        targets[ext] = stain["target"]
+    expect(targets["tif"] == targets["png"], f"TIFF and PNG of the same pixels: {targets}")
+    fitted, _ = torchstain_reference("macenko", tmp("ref_other.jpg"))
+    expect(np.allclose(targets["jpg"]["stain_matrix"], fitted.HERef.tolist(), rtol=1e-4,
+                       atol=1e-5), f"JPEG: {targets['jpg']}, torchstain {fitted.HERef.tolist()}")
+
+
+def check_resume_other_reference():
+    """A partial run resumed with another reference image is refused, naming --overwrite."""
+    if skipped():
+        return
+    out = tmp("r")
+    args = ["--stain-norm", "reinhard", "--stain-reference", tmp("ref_tinted.png"),
+            "--chunk-rows", "16"]
+    e = dict(os.environ, LD_PRELOAD=rename_shim(), KILL_RENAME_MATCH=".json", KILL_AT_RENAME="3")
+    p = subprocess.run([mltool, "extract", tmp("st"), "-o", out, "--threads", "2", "--model",
+                        tmp("identity.pt"), *RAW, *args], env=e, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
+    expect(p.returncode == -signal.SIGKILL, f"killed run: {p.returncode}: {p.stderr[-1000:]}")
+    expect(glob.glob(os.path.join(out, ".extract-partial", "chunk-*.json")), "a chunk committed")
+    other = args.copy()
+    other[3] = tmp("ref_other.png")
+    code, _, err = extract([tmp("st")], out, *other)
+    expect(code == 1 and "--stain-reference" in err and "--overwrite" in err,
+           f"resume with another reference: exit 1 naming --stain-reference and --overwrite "
+           f"(got {code}): {err[-1000:]}")
+    code, _, err = extract([tmp("st")], out, "--stain-norm", "macenko", *args[2:])
+    expect(code == 1 and "--stain-norm" in err and "--overwrite" in err,
+           f"resume with another method: exit 1 (got {code}): {err[-1000:]}")
+    code, summary, err = extract([tmp("st")], out, *args)
+    expect(code == 0 and summary["resumed_from"] == 16,
+           f"the same reference resumes (got {code}): {err[-1000:]}")
+    whole = tmp("r_whole")
+    code, _, err = extract([tmp("st")], whole, *args)
+    expect(code == 0, f"uninterrupted run: exit {code}: {err[-1000:]}")
+    for name in ("features.npy", "keys.txt"):
+        expect(open(os.path.join(out, name), "rb").read() ==
+               open(os.path.join(whole, name), "rb").read(),
+               f"the resumed store's {name} equals an uninterrupted run's byte for byte")
+    code, _, err = extract([tmp("st")], out, *other, "--overwrite")
+    expect(code == 0, f"--overwrite with another reference starts over (got {code}): {err[-500:]}")
+
+
+def check_refusals():
+    """Each option needs the other; a reference without stain is refused, naming it."""
+    if skipped():
+        return
+    white = tmp("white.png")
+    Image.fromarray(np.full((64, 64, 3), 250, np.uint8)).save(white)
+    for args, words in ((["--stain-norm", "macenko"], ["--stain-norm", "--stain-reference"]),
+                        (["--stain-reference", tmp("ref_other.png")], ["--stain-reference"]),
+                        (["--stain-norm", "reinhard", "--stain-reference", white],
+                         [white, "too little stain"]),
+                        (["--stain-norm", "reinhard", "--stain-reference", tmp("absent.png")],
+                         [tmp("absent.png")]),
+                        (["--stain-norm", "vahadane", "--stain-reference", white],
+                         ["--stain-norm"])):
+        out = tmp("refused")
+        code, _, err = extract([tmp("st")], out, *args)
+        expect(code in (1, 2) and all(w in err for w in words),
+               f"{args}: refused naming {words} (got {code}): {err[-500:]}")
+
+
+CHECKS = [check_macenko, check_reinhard, check_slides_as_inputs, check_reference_formats,
+          check_resume_other_reference, check_refusals]
+
+
+def main():
+    run_checks("mltool extract --stain-norm", CHECKS, only, make_fixtures)
+
+
+main()

@@ -10,8 +10,8 @@
 #include "../train/export.hpp"
 #include "../train/report_page.hpp"
 #include "../train/task.hpp"
+#include "mltool/io/sha256.hpp"
 #include "mltool/io/tile_store.hpp"
-#include "mltool/records/sha256.hpp"
 #include "mltool/train/safetensors.hpp"
 #include "mltool/util/device.hpp"
 #include "mltool/util/error.hpp"
@@ -212,7 +212,7 @@ json fingerprint(const PredictJob& job, const PredictInput& in, const torch::Dev
                  int math_threads) {
   json f = {{"run", util::absolute_path(job.run)},
             {"weights", util::name_of(kWeights, job.weights)},
-            {"weights_sha256", records::sha256_hex(util::read_file(weights_file(job)))},
+            {"weights_sha256", io::sha256_hex(util::read_file(weights_file(job)))},
             {"input", in.identity},
             {"batch", job.batch},
             {"slides", job.slides},

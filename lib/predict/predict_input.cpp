@@ -7,9 +7,9 @@
 #include "../train/dataset.hpp"
 #include "mltool/features/encoder_card.hpp"
 #include "mltool/io/feature_store.hpp"
+#include "mltool/io/sha256.hpp"
 #include "mltool/io/table.hpp"
 #include "mltool/io/tile_store.hpp"
-#include "mltool/records/sha256.hpp"
 #include "mltool/slide/tile_pixels.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
@@ -161,7 +161,7 @@ PredictInput feature_input(const json& run, const std::string& unit, const Predi
     in.tiles = std::make_shared<const io::TileStore>(io::TileStore::open(in.tile_store, false));
   in.identity = {
       {"features", util::absolute_path(job.input)},
-      {"manifest_sha256", records::sha256_hex(util::read_file(job.input + "/features.json"))}};
+      {"manifest_sha256", io::sha256_hex(util::read_file(job.input + "/features.json"))}};
   in.source = feature_source(std::move(store));
   return in;
 }

@@ -10,9 +10,9 @@
 #include "mltool/io/example.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/manifest.hpp"
+#include "mltool/io/sha256.hpp"
 #include "mltool/io/tfrecord.hpp"
 #include "mltool/records/record.hpp"
-#include "mltool/records/sha256.hpp"
 #include "mltool/records/shards.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
@@ -68,7 +68,7 @@ class PartialDir {
 
 std::string sha256_of(const io::FeatureStore& store) {
   const auto map = store.mapping();
-  Sha256 h;
+  io::Sha256 h;
   constexpr std::size_t kChunk = 64 << 20;  // streamed, so pages can be dropped behind us
   for (std::size_t at = 0; at < map->size(); at += kChunk) {
     h.update(map->data() + at, std::min(kChunk, map->size() - at));

@@ -2,10 +2,10 @@
 
 #include "mltool/io/example.hpp"
 #include "mltool/io/manifest.hpp"
+#include "mltool/io/sha256.hpp"
 #include "mltool/io/tfrecord.hpp"
 #include "mltool/records/pack.hpp"
 #include "mltool/records/record.hpp"
-#include "mltool/records/sha256.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 
@@ -20,7 +20,7 @@ DatasetInfo read_dataset_info(const std::string& dir) {
   if (!util::exists(d.manifest_path))
     throw InputError(
         at_file(dir, "not a dataset: dataset.json is missing (mltool pack writes it last)"));
-  d.manifest_sha256 = records::sha256_hex(util::read_file(d.manifest_path));
+  d.manifest_sha256 = io::sha256_hex(util::read_file(d.manifest_path));
   d.manifest = io::read_manifest(d.manifest_path, "dataset");
   const auto& f = d.manifest.at("features");
   d.unit = records::parse_unit(d.manifest.at("unit").get<std::string>());

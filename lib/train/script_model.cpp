@@ -7,7 +7,7 @@
 
 #include <torch/csrc/jit/runtime/jit_exception.h>
 
-#include "mltool/records/sha256.hpp"
+#include "mltool/io/sha256.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 
@@ -228,7 +228,7 @@ bool is_script_file(const std::string& path) {
 ScriptModel load_script_model(const std::string& path) {
   ScriptModel m;
   m.path = path;
-  m.sha256 = records::sha256_hex(util::read_file(path));
+  m.sha256 = io::sha256_hex(util::read_file(path));
   try {
     m.module = std::make_shared<torch::jit::Module>(torch::jit::load(path, torch::kCPU));
   } catch (const c10::Error& e) {

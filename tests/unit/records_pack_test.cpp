@@ -14,11 +14,11 @@
 #include "mltool/io/example.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/manifest.hpp"
+#include "mltool/io/sha256.hpp"
 #include "mltool/io/tfrecord.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/records/pack.hpp"
 #include "mltool/records/record.hpp"
-#include "mltool/records/sha256.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "support/errors.hpp"
@@ -27,6 +27,8 @@
 namespace mltool::records {
 namespace {
 
+using io::Sha256;
+using io::sha256_hex;
 using mltool::testing::contains;
 using mltool::testing::error_of;
 using mltool::testing::TempDir;

@@ -112,15 +112,15 @@ int run_train(TrainOptions& o, const CommonOptions& common) {
   if (o.job->all_folds) return run_folds(*o.job, common, bar);
   const auto r =
       train::train_model(*o.job, [bar](const train::TrainProgress& p) { show_progress(p, bar); });
-  if (r.status == "stopped")
+  if (r.status == train::RunStatus::stopped)
     log::info(r.output + ": stopped after " + std::to_string(r.steps) +
               " steps (--max-steps); continue with --resume");
   else
-    log::info(r.output + ": " + r.status + " after " + std::to_string(r.epochs_done) + " epochs, " +
-              std::to_string(r.steps) + " steps on " + r.device + " (" + r.feed + " feed), " +
-              format_fixed(r.seconds, 2) + " s, " + format_fixed(r.samples_per_second) +
-              " samples/s; best " + r.monitor + " " + format_fixed(r.best_value, 4) + " at epoch " +
-              std::to_string(r.best_epoch));
+    log::info(r.output + ": " + train::to_string(r.status) + " after " +
+              std::to_string(r.epochs_done) + " epochs, " + std::to_string(r.steps) + " steps on " +
+              r.device + " (" + r.feed + " feed), " + format_fixed(r.seconds, 2) + " s, " +
+              format_fixed(r.samples_per_second) + " samples/s; best " + r.monitor + " " +
+              format_fixed(r.best_value, 4) + " at epoch " + std::to_string(r.best_epoch));
   if (common.json) std::cout << train::to_json(r).dump(2) << "\n";
   return exit_code::ok;
 }

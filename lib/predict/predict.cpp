@@ -12,6 +12,7 @@
 #include "../train/task.hpp"
 #include "mltool/io/sha256.hpp"
 #include "mltool/io/tile_store.hpp"
+#include "mltool/train/run_status.hpp"
 #include "mltool/train/safetensors.hpp"
 #include "mltool/util/device.hpp"
 #include "mltool/util/error.hpp"
@@ -51,9 +52,9 @@ json read_finished_run(const std::string& dir) {
   } catch (const json::exception& e) {
     throw FormatError(at_file(path, std::string("not JSON: ") + e.what()));
   }
-  const std::string status = run.value("status", "");
-  if (status != "complete" && status != "early_stopped")
-    throw InputError(at_file(path, "the run's status is '" + status +
+  const train::RunStatus status = train::run_status(run, path);
+  if (!train::finished(status))
+    throw InputError(at_file(path, std::string("the run's status is '") + to_string(status) +
                                        "': only a finished run (complete or early_stopped) "
                                        "has weights to predict with"));
   return run;

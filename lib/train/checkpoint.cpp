@@ -46,7 +46,7 @@ json LoopState::to_json() const {
           {"best_epoch", best_epoch},
           {"bad_epochs", bad_epochs},
           {"metrics_bytes", metrics_bytes},
-          {"status", status},
+          {"status", status == RunStatus::running ? "" : to_string(status)},  // "": training
           {"oom_micro_batches", oom_micro_batches},
           {"oom_sections", oom_sections}};
 }
@@ -67,7 +67,9 @@ LoopState LoopState::from_json(const json& doc, const std::string& where) {
     s.best_epoch = doc.at("best_epoch").get<int>();
     s.bad_epochs = doc.at("bad_epochs").get<int>();
     s.metrics_bytes = doc.at("metrics_bytes").get<std::uint64_t>();
-    s.status = doc.at("status").get<std::string>();
+    const auto status = doc.at("status").get<std::string>();
+    s.status = status.empty() ? RunStatus::running
+                              : util::parse_enum(kRunStatuses, status, "checkpoint status");
     s.oom_micro_batches = doc.value("oom_micro_batches", std::int64_t{0});  // absent before 0.x
     s.oom_sections = doc.value("oom_sections", std::int64_t{0});
     return s;

@@ -27,9 +27,8 @@ namespace {
 
 using json = nlohmann::json;
 
-bool finished(const json& run) {
-  const auto status = run.value("status", "");
-  return status == "complete" || status == "early_stopped";
+bool finished_run(const json& run) {
+  return run.is_object() && run.contains("status") && train::finished(run_status(run, "run.json"));
 }
 
 // Fold I's run.json, or null when it has none.
@@ -110,7 +109,7 @@ json gather(const TrainJob& job, int folds) {
   std::string missing;
   for (int f = 0; f < folds; ++f) {
     runs.push_back(fold_run(job.output, f));
-    if (runs.back().is_null() || !finished(runs.back()))
+    if (runs.back().is_null() || !finished_run(runs.back()))
       missing += (missing.empty() ? "" : ", ") + std::to_string(f) + " (" +
                  (runs.back().is_null() ? "absent" : runs.back().value("status", "?")) + ")";
   }
@@ -180,7 +179,7 @@ CrossValidationReport cross_validate(
   if (writer) lock.emplace(util::join_path(job.output, "cv.json"), "mltool train --folds all");
   for (int f = 0; f < folds && !job.gather_only; ++f) {
     const json run = fold_run(job.output, f);
-    if (!job.overwrite && !run.is_null() && finished(run)) {
+    if (!job.overwrite && !run.is_null() && finished_run(run)) {
       ++r.skipped;
       continue;
     }

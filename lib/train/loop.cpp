@@ -401,9 +401,9 @@ void end_epoch(Training& t, int epoch) {
   state.epoch_loss = 0;
   state.epoch_count = 0;
   if (job.patience > 0 && state.bad_epochs >= job.patience && state.epoch < job.epochs)
-    state.status = "early_stopped";
+    state.status = RunStatus::early_stopped;
   else if (state.epoch >= job.epochs)
-    state.status = "complete";
+    state.status = RunStatus::complete;
   json line = {
       {"event", "epoch"}, {"epoch", epoch + 1}, {"step", state.step}, {"train_loss", train_loss}};
   line.update(metrics);
@@ -429,7 +429,7 @@ void end_epoch(Training& t, int epoch) {
 LoopState run_loop(Loop& loop, LoopState state) {
   Training t(loop, state);
   t.book.on_bad = [&loop](std::int64_t step, double value) { stop_on_bad_loss(loop, step, value); };
-  while (state.status.empty() && state.epoch < loop.job.epochs) {
+  while (state.status == RunStatus::running && state.epoch < loop.job.epochs) {
     const int epoch = state.epoch;
     if (!run_steps(t, epoch)) return state;  // job.max_steps: last.pt holds the position
     end_epoch(t, epoch);

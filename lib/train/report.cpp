@@ -7,7 +7,7 @@ nlohmann::json to_json(const TrainReport& r) {
   using json = nlohmann::json;
   return {{"command", "train"},
           {"output", r.output},
-          {"status", r.status},
+          {"status", to_string(r.status)},
           {"unit", r.unit},
           {"device", r.device},
           {"feed", r.feed},

@@ -442,7 +442,7 @@ json run_manifest(const TrainJob& job, const Plan& p, const Feeds& feeds, const 
           {"runtime", runtime},
           {"steps_per_epoch", loop.steps_per_epoch},
           {"total_steps", loop.total_steps},
-          {"status", "running"},
+          {"status", to_string(RunStatus::running)},
           {"result", nullptr}};
 }
 
@@ -523,7 +523,7 @@ TrainReport make_report(const TrainJob& job, const Plan& p, const Feeds& feeds, 
                         const LoopState& state, const GradientReducer* reducer) {
   TrainReport r;
   r.output = job.output;
-  r.status = state.status.empty() ? "stopped" : state.status;
+  r.status = state.status == RunStatus::running ? RunStatus::stopped : state.status;
   r.device = p.device.str();
   r.feed = util::name_of(kFeeds, feeds.kind);
   r.unit = records::to_string(p.data.unit);
@@ -582,7 +582,7 @@ void finish_run(const TrainJob& job, const Plan& p, Loop& loop, const LoopState&
                  {"best_epoch", state.best_epoch},
                  {"best_value", state.best ? json(*state.best) : json()},
                  {"validation", nullptr}};
-  if (report.status != "stopped" && run.writes()) {
+  if (report.status != RunStatus::stopped && run.writes()) {
     export_safetensors(loop.model, run.path("model.safetensors"), run.export_metadata);
     export_state_dict(loop.model, run.path("model.pt"));
     if (p.script) save_script(*p.script->module, run.path("model.script.pt"));
@@ -597,12 +597,12 @@ void finish_run(const TrainJob& job, const Plan& p, Loop& loop, const LoopState&
     result.update(p.task->training_notes());
   }
   json end = {{"event", "end"},
-              {"status", report.status},
+              {"status", to_string(report.status)},
               {"step", state.step},
               {"best_epoch", state.best_epoch}};
   if (!report.validation.is_null()) end.update(report.validation);
   run.log(end);
-  manifest["status"] = report.status;
+  manifest["status"] = to_string(report.status);
   manifest["result"] = result;
   run.write_manifest(manifest);
   if (run.writes()) write_run_report(run.dir(), manifest);
@@ -679,7 +679,8 @@ TrainReport train_model(const TrainJob& job,
   try {
     state = run_loop(loop, state);
   } catch (const Error& e) {
-    manifest["status"] = e.kind() == ErrorKind::stopped ? "interrupted" : "failed";
+    manifest["status"] =
+        to_string(e.kind() == ErrorKind::stopped ? RunStatus::interrupted : RunStatus::failed);
     manifest["result"] = {{"steps", state.step}, {"error", e.what()}};
     run.dir->write_manifest(manifest);
     throw;

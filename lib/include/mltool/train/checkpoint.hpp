@@ -14,6 +14,8 @@
 #include <optional>
 #include <string>
 
+#include "mltool/train/run_status.hpp"
+
 namespace mltool::train {
 
 /// Everything of the loop besides model, optimizer and RNGs that a resumed run needs.
@@ -29,7 +31,7 @@ struct LoopState {
   int best_epoch = 0;
   int bad_epochs = 0;               ///< epochs since the last improvement
   std::uint64_t metrics_bytes = 0;  ///< length of metrics.jsonl when saved (resume truncates to it)
-  std::string status;               ///< "" while training; complete, early_stopped when done
+  RunStatus status = RunStatus::running;  ///< running while training; complete, early_stopped
   /// Set by an out-of-memory error (docs/memory-modes.md#out-of-memory): the micro-batches the
   /// steps run in from then on, and the sections (one a block) it fell back to; 0: the job's.
   std::int64_t oom_micro_batches = 0;

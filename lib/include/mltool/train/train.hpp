@@ -24,17 +24,18 @@
 #include <vector>
 
 #include "mltool/train/progress.hpp"
+#include "mltool/train/run_status.hpp"
 #include "mltool/train/train_job.hpp"
 
 namespace mltool::train {
 
 struct TrainReport {
   std::string output;
-  std::string status;               ///< complete, early_stopped, stopped (--max-steps)
-  std::string device;               ///< e.g. "cpu", "cuda:0"
-  std::string feed;                 ///< the feed used: pinned, host or sync
-  std::string unit;                 ///< tile, bag, image
-  std::vector<std::string> blocks;  ///< the model's block names, in order
+  RunStatus status = RunStatus::running;  ///< complete, early_stopped, stopped (--max-steps)
+  std::string device;                     ///< e.g. "cpu", "cuda:0"
+  std::string feed;                       ///< the feed used: pinned, host or sync
+  std::string unit;                       ///< tile, bag, image
+  std::vector<std::string> blocks;        ///< the model's block names, in order
   std::int64_t parameters = 0;
   std::int64_t steps = 0;         ///< steps done in all
   std::int64_t resumed_from = 0;  ///< the step a --resume continued from (0: a new run)

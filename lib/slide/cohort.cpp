@@ -29,10 +29,10 @@ std::string fixed1(double v) {
 std::string percent(double f) { return std::to_string(static_cast<int>(f * 100 + 0.5)) + "%"; }
 
 void log_slide(const SlideReport& r, const CohortJob& job) {
-  if (r.status == "skipped") {
+  if (r.status == SlideStatus::skipped) {
     log::info(r.id + ": already complete in " + job.store + " (" + std::to_string(r.tiles) +
               " tiles), skipped");
-  } else if (r.status == "empty") {
+  } else if (r.status == SlideStatus::empty) {
     log::warn(r.id + ": no tiles: no tile of " + std::to_string(r.grid_tiles) +
               " has tissue fraction >= " + nlohmann::json(job.tile.settings.min_tissue).dump() +
               " (" + r.path + ")");
@@ -66,7 +66,7 @@ void write_index(const CohortJob& job, const std::vector<SlideReport>& slides) {
 SlideReport failed_report(const std::string& path, const Error& e) {
   SlideReport r;
   r.path = path;
-  r.status = "failed";
+  r.status = SlideStatus::failed;
   r.error = e.what();
   try {
     r.id = io::slide_id_for(path);
@@ -128,7 +128,7 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
       SlideReport r = tile_slide(store, path, job.tile);
       log_slide(r, job);
       report.tiles += r.tiles;
-      report.empty += r.status == "empty";
+      report.empty += r.status == SlideStatus::empty;
       report.slides.push_back(std::move(r));
     } catch (const Error& e) {
       report.slides.push_back(failed_report(path, e));

@@ -48,7 +48,7 @@ body{font-family:sans-serif;margin:16px;background:#f4f4f4;color:#222}
 
 // One slide's card: its picture, id, status and counts.
 std::string card(const std::string& dir, const SlideReport& r) {
-  const bool failed = r.status == "failed";
+  const bool failed = r.status == SlideStatus::failed;
   const bool empty = !failed && r.tiles == 0;
   const std::string png = r.id + ".png";
   std::string out = "<div class=\"card" +
@@ -62,7 +62,7 @@ std::string card(const std::string& dir, const SlideReport& r) {
   else
     out += "<div class=\"none\">no QC picture</div>\n";
   out += "<div><b>" + io::xml_text(r.id.empty() ? r.path : r.id) + "</b> <span class=\"status\">" +
-         io::xml_text(r.status) + (empty ? " — NO TILES" : "") + "</span></div>\n";
+         io::xml_text(to_string(r.status)) + (empty ? " — NO TILES" : "") + "</span></div>\n";
   if (failed) return out + "<div class=\"error\">" + io::xml_text(r.error) + "</div>\n</div>\n";
   out += "<div class=\"counts\">tiles " + std::to_string(r.tiles) + " / " +
          std::to_string(r.grid_tiles) + " grid";
@@ -82,10 +82,10 @@ std::string summary(const std::vector<SlideReport>& slides) {
   int tiled = 0, empty = 0, skipped = 0, failed = 0;
   std::int64_t tiles = 0;
   for (const auto& r : slides) {
-    tiled += r.status == "tiled";
-    empty += r.status == "empty";
-    skipped += r.status == "skipped";
-    failed += r.status == "failed";
+    tiled += r.status == SlideStatus::tiled;
+    empty += r.status == SlideStatus::empty;
+    skipped += r.status == SlideStatus::skipped;
+    failed += r.status == SlideStatus::failed;
     tiles += r.tiles;
   }
   return std::to_string(slides.size()) + " slides: " + std::to_string(tiled) + " tiled, " +

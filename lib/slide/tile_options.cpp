@@ -188,11 +188,11 @@ const util::Options<CohortJob>& cohort_options() {
 namespace {
 
 nlohmann::json slide_json(const SlideReport& r) {
-  if (r.status == "failed")
-    return {{"path", r.path}, {"id", r.id}, {"status", r.status}, {"error", r.error}};
+  if (r.status == SlideStatus::failed)
+    return {{"path", r.path}, {"id", r.id}, {"status", to_string(r.status)}, {"error", r.error}};
   return {{"path", r.path},
           {"id", r.id},
-          {"status", r.status},
+          {"status", to_string(r.status)},
           {"tiles", r.tiles},
           {"grid_tiles", r.grid_tiles},
           {"passthrough", r.passthrough},

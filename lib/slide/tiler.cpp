@@ -239,7 +239,7 @@ bool already_tiled(const io::TileStore& store, const std::string& path, const Id
                                        "rename one of the files"));
   const auto done = store.record("done", who.id);
   if (!done) return false;
-  report.status = "skipped";
+  report.status = SlideStatus::skipped;
   report.tiles = done->value("tiles", std::int64_t{0});
   report.grid_tiles = existing->at("grid").value("cols", std::int64_t{0}) *
                       existing->at("grid").value("rows", std::int64_t{0});
@@ -432,6 +432,16 @@ void write_qc(const Slide& slide, const TileJob& job, const ReadPlan& plan, cons
 
 }  // namespace
 
+const char* to_string(SlideStatus status) {
+  switch (status) {
+    case SlideStatus::tiled: return "tiled";
+    case SlideStatus::empty: return "empty";
+    case SlideStatus::skipped: return "skipped";
+    case SlideStatus::failed: return "failed";
+  }
+  return "?";
+}
+
 void validate(const TileJob& job) {
   util::check_options(tile_options(), job);
   util::check_options(tile_store_options(), job);
@@ -523,7 +533,7 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
     }
     throw;
   }
-  report.status = selection.kept.empty() ? "empty" : "tiled";
+  report.status = selection.kept.empty() ? SlideStatus::empty : SlideStatus::tiled;
   return report;
 }
 

@@ -23,6 +23,7 @@ using mltool::slide::qc_picture;
 using mltool::slide::QcCaption;
 using mltool::slide::QcOverlay;
 using mltool::slide::SlideReport;
+using mltool::slide::SlideStatus;
 
 namespace {
 
@@ -170,12 +171,13 @@ TEST(QcIndex, ListsEverySlideMarksEmptyAndFailedAndEscapes) {
   mltool::testing::TempDir dir;
   mltool::util::write_file_atomic(dir / "a b.png", "not read");
   std::vector<SlideReport> slides(4);
-  slides[0].id = "a b", slides[0].status = "tiled", slides[0].tiles = 12;
+  slides[0].id = "a b", slides[0].status = SlideStatus::tiled, slides[0].tiles = 12;
   slides[0].grid_tiles = 40, slides[0].tissue_fraction = 0.25, slides[0].mpp = 0.5;
   slides[0].mpp_source = "override";
-  slides[1].id = "W", slides[1].status = "empty", slides[1].grid_tiles = 12;
-  slides[2].id = "x<&>", slides[2].status = "failed", slides[2].error = "x<&>.svs: broken";
-  slides[3].id = "old", slides[3].status = "skipped", slides[3].tiles = 3;
+  slides[1].id = "W", slides[1].status = SlideStatus::empty, slides[1].grid_tiles = 12;
+  slides[2].id = "x<&>", slides[2].status = SlideStatus::failed,
+  slides[2].error = "x<&>.svs: broken";
+  slides[3].id = "old", slides[3].status = SlideStatus::skipped, slides[3].tiles = 3;
   mltool::slide::write_qc_index(dir / "index.html", slides);
   const std::string html = read(dir / "index.html");
   EXPECT_TRUE(has(html, "<img src=\"a%20b.png\"")) << html;

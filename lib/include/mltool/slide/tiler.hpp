@@ -83,13 +83,19 @@ struct TileJob {
   io::DicomwebOptions dicomweb;
 };
 
+/// What happened to one slide: tiled; empty (complete with zero tiles); skipped (already
+/// complete in the store); failed (only in tile_slides' reports under keep_going; see
+/// SlideReport::error).
+enum class SlideStatus { tiled, empty, skipped, failed };
+
+/// The status's name in reports, the --json summary and qc/index.html.
+const char* to_string(SlideStatus status);
+
 /// What happened to one slide.
 struct SlideReport {
   std::string path;
   std::string id;
-  /// "tiled", "empty" (complete with zero tiles), "skipped" (already complete in the store),
-  /// or "failed" (only in tile_slides' reports under keep_going; see `error`)
-  std::string status;
+  SlideStatus status = SlideStatus::tiled;
   std::int64_t tiles = 0;                 ///< tiles kept and written
   std::int64_t grid_tiles = 0;            ///< tiles of the full grid
   std::int64_t passthrough = 0;           ///< tiles stored as the slide's own JPEG bytes

@@ -22,6 +22,7 @@
 #include "mltool/util/version.hpp"
 #include "outcome.hpp"
 #include "pack_plan.hpp"
+#include "task_spec.hpp"
 
 namespace mltool::records {
 
@@ -156,15 +157,12 @@ void check_task_options(const PackJob& job) {
   const auto refuse = [&](bool given, const char* option, const char* belongs) {
     if (given) throw UsageError(std::string(option) + " is for " + belongs + ", not " + task);
   };
-  const bool classification = job.task == PackTask::classification;
-  refuse(!classification && c.label != LabelColumns{}.label, "--label-column",
-         "--task classification");
-  refuse(job.task != PackTask::regression && !c.target.empty(), "--target-column",
-         "--task regression");
-  refuse(job.task != PackTask::survival && !c.time.empty(), "--time-column", "--task survival");
-  refuse(job.task != PackTask::survival && !c.event.empty(), "--event-column", "--task survival");
-  refuse(job.task != PackTask::multilabel && !c.labels.empty(), "--label-columns",
-         "--task multilabel");
+  for (const detail::PackTaskSpec& spec : detail::kPackTaskSpecs) {
+    if (spec.task == job.task) continue;
+    const std::string belongs = std::string("--task ") + to_string(spec.task);
+    for (const detail::TaskOption& o : spec.options)
+      refuse(o.name && o.given(c), o.name, belongs.c_str());
+  }
   if (!c.bag.empty() && job.unit != PackUnit::bag)
     throw UsageError("--bag-by makes bags: it needs --unit bag");
 }
@@ -273,11 +271,7 @@ json nullable(const std::string& s) { return s.empty() ? json(nullptr) : json(s)
 
 // dataset.json's "outcome": the columns of a regression or survival outcome.
 json outcome_columns(const PackJob& job) {
-  if (job.task == PackTask::regression) return {{"target_column", job.columns.target}};
-  if (job.task == PackTask::survival)
-    return {{"time_column", job.columns.time}, {"event_column", job.columns.event}};
-  if (job.task == PackTask::multilabel) return {{"label_columns", job.columns.labels}};
-  return nullptr;
+  return detail::spec_of(job.task).outcome_columns(job.columns);
 }
 
 // dataset.json's "folds", or null without --folds.

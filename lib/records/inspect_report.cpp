@@ -238,7 +238,8 @@ std::string outcome_text(const InspectReport& report, const GroupReport& g) {
   if (!has_outcome_stats(report.task) || g.outcome_records == 0) return "";
   const std::string figure = outcome_figure(report.task);
   std::string out = "  outcome: " + figure + " " + fixed(g.outcome_mean, 4);
-  if (detail::spec_of(report.task).figure_sd) out += " (sd " + fixed(g.outcome_sd, 4) + ")";
+  if (detail::spec_of(report.task).figure_kind == detail::OutcomeFigure::mean)
+    out += " (sd " + fixed(g.outcome_sd, 4) + ")";
   out += " over " + std::to_string(g.outcome_records) + " records; the shards' " + figure +
          "s differ from it with p " + general(g.outcome_p) +
          " under a random assignment of records to shards (Bonferroni)\n";

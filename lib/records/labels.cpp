@@ -13,6 +13,7 @@
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/options.hpp"
+#include "task_spec.hpp"
 
 namespace mltool::records {
 namespace {
@@ -159,14 +160,7 @@ void read_outcome(const Table& t, const std::vector<std::string>& row, std::uint
 }
 
 std::string outcome_text(const LabelRecord& r, PackTask task) {
-  if (task == PackTask::regression) return "target " + util::number_text(r.target);
-  if (task == PackTask::multilabel) {
-    std::string out;
-    for (const float v : r.values)
-      out += (out.empty() ? "" : ",") + (std::isnan(v) ? "missing" : util::number_text(v));
-    return "outcomes " + out;
-  }
-  return "time " + util::number_text(r.time) + ", event " + util::number_text(r.event);
+  return detail::spec_of(task).describe({r.target, r.time, r.event, r.values});
 }
 
 bool same_outcome(const LabelRecord& a, const LabelRecord& b) {
@@ -208,7 +202,7 @@ void check_consistency(const Labels& out, const LabelColumns& columns, PackTask 
         [](const LabelRecord& r, bool then = false) {
           return std::string(then ? "put it in bag " : "is in bag ") + json_quoted(r.bag);
         });
-  if (task == PackTask::classification) return;
+  if (has_label_map(task)) return;
   const auto has = [task](const LabelRecord& r, bool then = false) {
     return (then ? "gave it " : "has ") + outcome_text(r, task);
   };
@@ -243,7 +237,7 @@ Labels select_labels(Table&& table, const LabelColumns& columns, PackTask task) 
     // group column).
     rec.group = row[c.group];
     if (c.bagged) rec.bag = std::move(row[c.bag]);
-    if (task == PackTask::classification) rec.label = std::move(row[c.label]);
+    if (has_label_map(task)) rec.label = std::move(row[c.label]);
     rec.key = std::move(row[c.key]);
     out.records.push_back(std::move(rec));
   }

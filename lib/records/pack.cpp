@@ -86,7 +86,7 @@ struct WrittenShard {
 // The outcome of planned record `r` into `record`.
 void set_outcome(PackTask task, const detail::PackPlan& plan, const detail::PlannedRecord& r,
                  Record& record) {
-  if (task == PackTask::classification) {
+  if (has_label_map(task)) {
     record.label = r.label;
     return;
   }
@@ -178,7 +178,7 @@ void check_job(const PackJob& job) {
 std::vector<std::uint32_t> record_strata(const detail::PackPlan& plan, PackTask task) {
   std::vector<std::uint32_t> out;
   out.reserve(plan.records.size());
-  if (task == PackTask::classification) {
+  if (has_label_map(task)) {
     for (const auto& r : plan.records) out.push_back(r.label);
     return out;
   }
@@ -228,8 +228,7 @@ json write_split(const Packing& p, const std::string& dir, std::uint32_t s, Pack
     if (p.assignment.record_split[i] != s) continue;
     members.push_back(i);
     member_labels.push_back(p.strata[i]);
-    if (job.task != PackTask::classification)
-      outcomes.push_back(p.plan.outcomes[p.plan.records[i].label]);
+    if (!has_label_map(job.task)) outcomes.push_back(p.plan.outcomes[p.plan.records[i].label]);
   }
   const auto shard_of = assign_shards(member_labels, job.shards, job.seed);
   const auto shards = shard_members(shard_of, job.shards, job.seed);
@@ -290,7 +289,7 @@ json folds_doc(const Packing& p) {
 json dataset_manifest(const Packing& p, const json& splits, const std::string& matrix_sha256,
                       const PackReport& report) {
   const PackJob& job = p.job;
-  const bool classification = job.task == PackTask::classification;
+  const bool classification = has_label_map(job.task);
   const io::FeatureStore& store = p.store;
   json group_split = json::object();
   for (std::size_t g = 0; g < p.assignment.groups.size(); ++g) {
@@ -314,7 +313,8 @@ json dataset_manifest(const Packing& p, const json& splits, const std::string& m
         {"label_column", classification ? json(job.columns.label) : json(nullptr)},
         {"group_column", nullable(job.columns.group)},
         {"bag_column", nullable(job.columns.bag)},
-        {"names", job.task == PackTask::multilabel ? job.columns.labels : p.plan.labels.names()}}},
+        {"names",
+         detail::spec_of(job.task).names_columns ? job.columns.labels : p.plan.labels.names()}}},
       {"task", to_string(job.task)},
       {"outcome", outcome_columns(job)},
       {"folds", folds_doc(p)},

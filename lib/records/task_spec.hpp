@@ -6,8 +6,10 @@
 #include <array>
 #include <cstddef>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "mltool/records/labels.hpp"
+#include "outcome.hpp"
 
 namespace mltool::records::detail {
 
@@ -17,6 +19,10 @@ struct TaskOption {
   bool (*given)(const LabelColumns&);
 };
 
+/// What inspect compares a task's shards by: nothing, a mean (regression's target: its sd, a
+/// shift of the mean) or a rate (survival's events: a hypergeometric draw).
+enum class OutcomeFigure { none, mean, rate };
+
 /// One pack task: its options, its outcome and how inspect reports it.
 struct PackTaskSpec {
   PackTask task;
@@ -24,10 +30,13 @@ struct PackTaskSpec {
   bool outcome_stats;                 ///< dataset.json and inspect summarize its outcomes
   const char* figure;                 ///< inspect's shard figure ("target mean"); or nullptr
   const char* figure_key;             ///< the same in inspect's JSON ("target_mean")
-  bool figure_sd;                     ///< inspect's text gives the figure's sd too
+  OutcomeFigure figure_kind;          ///< how inspect compares shards by the figure
   const char* stratify;               ///< dataset.json's "stratify" (see stratify_name)
   std::array<TaskOption, 2> options;  ///< the options only this task takes, in order
   nlohmann::json (*outcome_columns)(const LabelColumns&);  ///< dataset.json's "outcome"
+  /// How messages name an outcome ("target 2.5"); classification names its label instead.
+  std::string (*describe)(const Outcome&);
+  bool names_columns;  ///< dataset.json's labels "names" are its --label-columns, not labels
 };
 
 inline constexpr std::size_t kPackTaskCount = 4;

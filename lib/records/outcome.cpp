@@ -66,11 +66,7 @@ std::vector<std::uint32_t> strata(PackTask task, const std::vector<Outcome>& out
   return out;
 }
 
-std::vector<std::uint32_t> stratum_classes(PackTask task) {
-  if (task == PackTask::survival) return {0, 0, 0, 1, 1, 1};
-  if (task == PackTask::regression) return {0, 0, 1, 1};
-  return {};
-}
+std::vector<std::uint32_t> stratum_classes(PackTask task) { return spec_of(task).stratum_classes; }
 
 json outcome_stats(PackTask task, const std::vector<Outcome>& outcomes) {
   const double n = static_cast<double>(outcomes.size());

@@ -42,25 +42,25 @@ std::string multilabel_text(const Outcome& o) {
 // ---- The table: one row per task ----------------------------------------------------------
 // Fields, in PackTaskSpec's order: task; label map, outcome stats; inspect's figure, its JSON
 // key, its kind, stratify; the task's own options; dataset.json's "outcome", how messages name
-// an outcome, whether dataset.json's label names are the --label-columns.
+// an outcome, whether dataset.json's label names are the --label-columns, each stratum's class.
 // clang-format off
 const std::array<PackTaskSpec, kPackTaskCount> kPackTaskSpecs = {{
     {PackTask::classification,
      true, false, nullptr, nullptr, OutcomeFigure::none, "label",
      {{{"--label-column", label_given}, {nullptr, nullptr}}},
-     no_columns, no_text, false},
+     no_columns, no_text, false, {}},
     {PackTask::regression,
      false, true, "target mean", "target_mean", OutcomeFigure::mean, "target_quantile",
      {{{"--target-column", target_given}, {nullptr, nullptr}}},
-     target_columns, target_text, false},
+     target_columns, target_text, false, {0, 0, 1, 1}},
     {PackTask::survival,
      false, true, "event rate", "event_rate", OutcomeFigure::rate, "event_time_tertile",
      {{{"--time-column", time_given}, {"--event-column", event_given}}},
-     survival_columns, survival_text, false},
+     survival_columns, survival_text, false, {0, 0, 0, 1, 1, 1}},
     {PackTask::multilabel,
      false, false, nullptr, nullptr, OutcomeFigure::none, "first_label",
      {{{"--label-columns", labels_given}, {nullptr, nullptr}}},
-     multilabel_columns, multilabel_text, true},
+     multilabel_columns, multilabel_text, true, {}},
 }};
 // clang-format on
 

@@ -5,8 +5,10 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "mltool/records/labels.hpp"
 #include "outcome.hpp"
@@ -37,6 +39,7 @@ struct PackTaskSpec {
   /// How messages name an outcome ("target 2.5"); classification names its label instead.
   std::string (*describe)(const Outcome&);
   bool names_columns;  ///< dataset.json's labels "names" are its --label-columns, not labels
+  std::vector<std::uint32_t> stratum_classes;  ///< see outcome.hpp's stratum_classes
 };
 
 inline constexpr std::size_t kPackTaskCount = 4;

@@ -56,6 +56,7 @@ struct Columns {
   std::size_t key, group, label = 0, target = 0, time = 0, event = 0, bag = 0;
   bool grouped, bagged;
   std::vector<std::size_t> outcomes;  // multilabel
+  std::vector<std::size_t> filled;    // the outcome columns a row must fill
 };
 
 // A task's outcome column must be named; its option says how.
@@ -66,7 +67,7 @@ void require_column(const std::string& name, const char* option, PackTask task) 
 }
 
 Columns find_columns(const Table& table, const LabelColumns& c, PackTask task) {
-  Columns out{table.column(c.key), 0, 0, 0, 0, 0, 0, !c.group.empty(), !c.bag.empty(), {}};
+  Columns out{table.column(c.key), 0, 0, 0, 0, 0, 0, !c.group.empty(), !c.bag.empty(), {}, {}};
   out.group = out.grouped ? table.column(c.group) : out.key;
   if (out.bagged) out.bag = table.column(c.bag);
   switch (task) {
@@ -74,16 +75,19 @@ Columns find_columns(const Table& table, const LabelColumns& c, PackTask task) {
       if (c.key == c.label)
         throw UsageError("the key and label columns must differ, both are " + json_quoted(c.key));
       out.label = table.column(c.label);
+      out.filled = {out.label};
       break;
     case PackTask::regression:
       require_column(c.target, "--target-column", task);
       out.target = table.column(c.target);
+      out.filled = {out.target};
       break;
     case PackTask::survival:
       require_column(c.time, "--time-column", task);
       require_column(c.event, "--event-column", task);
       out.time = table.column(c.time);
       out.event = table.column(c.event);
+      out.filled = {out.time, out.event};
       break;
     case PackTask::multilabel:
       if (c.labels.empty()) require_column("", "--label-columns", task);
@@ -97,13 +101,11 @@ Columns find_columns(const Table& table, const LabelColumns& c, PackTask task) {
   return out;
 }
 
-// The columns a row must fill, by task.
-std::vector<std::size_t> needed(const Columns& c, PackTask task) {
+// The columns a row must fill: its key, group, bag and the task's outcome columns.
+std::vector<std::size_t> needed(const Columns& c) {
   std::vector<std::size_t> out = {c.key, c.group};
   if (c.bagged) out.push_back(c.bag);
-  if (task == PackTask::classification) out.push_back(c.label);
-  if (task == PackTask::regression) out.push_back(c.target);
-  if (task == PackTask::survival) out.insert(out.end(), {c.time, c.event});
+  out.insert(out.end(), c.filled.begin(), c.filled.end());
   return out;
 }
 
@@ -216,7 +218,7 @@ void check_consistency(const Labels& out, const LabelColumns& columns, PackTask 
 Labels select_labels(Table&& table, const LabelColumns& columns, PackTask task) {
   const Columns c = find_columns(table, columns, task);
   if (table.rows.empty()) throw InputError(at_file(table.path, "no rows after the header"));
-  const std::vector<std::size_t> filled = needed(c, task);
+  const std::vector<std::size_t> filled = needed(c);
   Labels out;
   out.path = table.path;
   out.records.reserve(table.rows.size());

@@ -13,6 +13,7 @@
 #include "mltool/records/pack.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
+#include "task_spec.hpp"
 
 namespace mltool::records {
 namespace {
@@ -70,7 +71,7 @@ void check_outcome_stats(const std::string& path, const std::string& at, const j
     throw disagree("count", std::to_string(group.outcome_records) + " records");
   if (group.outcome_records == 0) return;
   const double n = static_cast<double>(group.outcome_records);
-  if (task == PackTask::survival) {
+  if (detail::spec_of(task).figure_kind == detail::OutcomeFigure::rate) {
     const auto events = static_cast<std::uint64_t>(std::llround(group.outcome_mean * n));
     if (stats.at("events").get<std::uint64_t>() != events)
       throw disagree("events", std::to_string(events) + " events");
@@ -189,7 +190,8 @@ void summarize_outcome(GroupReport& g, const std::vector<const detail::Moments*>
   g.outcome_records = all.count;
   if (all.count == 0) return;
   g.outcome_mean = all.mean;
-  if (task == PackTask::regression && all.count > 1)
+  const detail::OutcomeFigure kind = detail::spec_of(task).figure_kind;
+  if (kind == detail::OutcomeFigure::mean && all.count > 1)
     g.outcome_sd = std::sqrt(all.m2 / static_cast<double>(all.count - 1));
   const double variance = all.m2 / static_cast<double>(all.count);
   double smallest = 1;
@@ -200,7 +202,7 @@ void summarize_outcome(GroupReport& g, const std::vector<const detail::Moments*>
     s.outcome_records = m.count;
     if (m.count == 0) continue;
     s.outcome_mean = m.mean;
-    s.outcome_p = task == PackTask::survival
+    s.outcome_p = kind == detail::OutcomeFigure::rate
                       ? hypergeometric_p(all.count, static_cast<std::uint64_t>(all.sum), m.count,
                                          static_cast<std::uint64_t>(m.sum))
                       : mean_shift_p(all.count, all.mean, variance, m.count, m.mean);

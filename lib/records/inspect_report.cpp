@@ -6,6 +6,7 @@
 
 #include "mltool/records/inspect.hpp"
 #include "mltool/util/error.hpp"
+#include "task_spec.hpp"
 
 namespace mltool::records {
 namespace {
@@ -49,9 +50,7 @@ constexpr Named kChecks[] = {
     {"outcome-p", &Thresholds::outcome_p}};
 
 // What a regression or survival dataset's shards are compared by.
-const char* outcome_figure(PackTask task) {
-  return task == PackTask::regression ? "target mean" : "event rate";
-}
+const char* outcome_figure(PackTask task) { return detail::spec_of(task).figure; }
 
 // The outcome-p check: a shard whose mean target or event rate sampling noise cannot explain.
 std::optional<Violation> outcome_violation(const InspectReport& report, const GroupReport& g,
@@ -214,7 +213,7 @@ namespace {
 void add_outcomes(const InspectReport& report, json& doc) {
   if (!has_outcome_stats(report.task)) return;
   doc["task"] = to_string(report.task);
-  const char* figure = report.task == PackTask::regression ? "target_mean" : "event_rate";
+  const char* figure = detail::spec_of(report.task).figure_key;
   for (std::size_t i = 0; i < report.groups.size(); ++i) {
     const GroupReport& g = report.groups[i];
     json& group = doc["groups"][i];
@@ -239,7 +238,8 @@ std::string outcome_text(const InspectReport& report, const GroupReport& g) {
   if (!has_outcome_stats(report.task) || g.outcome_records == 0) return "";
   const std::string figure = outcome_figure(report.task);
   std::string out = "  outcome: " + figure + " " + fixed(g.outcome_mean, 4);
-  if (report.task == PackTask::regression) out += " (sd " + fixed(g.outcome_sd, 4) + ")";
+  if (detail::spec_of(report.task).figure_kind == detail::OutcomeFigure::mean)
+    out += " (sd " + fixed(g.outcome_sd, 4) + ")";
   out += " over " + std::to_string(g.outcome_records) + " records; the shards' " + figure +
          "s differ from it with p " + general(g.outcome_p) +
          " under a random assignment of records to shards (Bonferroni)\n";

@@ -13,6 +13,7 @@
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/options.hpp"
+#include "task_spec.hpp"
 
 namespace mltool::records {
 namespace {
@@ -55,6 +56,7 @@ struct Columns {
   std::size_t key, group, label = 0, target = 0, time = 0, event = 0, bag = 0;
   bool grouped, bagged;
   std::vector<std::size_t> outcomes;  // multilabel
+  std::vector<std::size_t> filled;    // the outcome columns a row must fill
 };
 
 // A task's outcome column must be named; its option says how.
@@ -65,7 +67,7 @@ void require_column(const std::string& name, const char* option, PackTask task) 
 }
 
 Columns find_columns(const Table& table, const LabelColumns& c, PackTask task) {
-  Columns out{table.column(c.key), 0, 0, 0, 0, 0, 0, !c.group.empty(), !c.bag.empty(), {}};
+  Columns out{table.column(c.key), 0, 0, 0, 0, 0, 0, !c.group.empty(), !c.bag.empty(), {}, {}};
   out.group = out.grouped ? table.column(c.group) : out.key;
   if (out.bagged) out.bag = table.column(c.bag);
   switch (task) {
@@ -73,16 +75,19 @@ Columns find_columns(const Table& table, const LabelColumns& c, PackTask task) {
       if (c.key == c.label)
         throw UsageError("the key and label columns must differ, both are " + json_quoted(c.key));
       out.label = table.column(c.label);
+      out.filled = {out.label};
       break;
     case PackTask::regression:
       require_column(c.target, "--target-column", task);
       out.target = table.column(c.target);
+      out.filled = {out.target};
       break;
     case PackTask::survival:
       require_column(c.time, "--time-column", task);
       require_column(c.event, "--event-column", task);
       out.time = table.column(c.time);
       out.event = table.column(c.event);
+      out.filled = {out.time, out.event};
       break;
     case PackTask::multilabel:
       if (c.labels.empty()) require_column("", "--label-columns", task);
@@ -96,13 +101,11 @@ Columns find_columns(const Table& table, const LabelColumns& c, PackTask task) {
   return out;
 }
 
-// The columns a row must fill, by task.
-std::vector<std::size_t> needed(const Columns& c, PackTask task) {
+// The columns a row must fill: its key, group, bag and the task's outcome columns.
+std::vector<std::size_t> needed(const Columns& c) {
   std::vector<std::size_t> out = {c.key, c.group};
   if (c.bagged) out.push_back(c.bag);
-  if (task == PackTask::classification) out.push_back(c.label);
-  if (task == PackTask::regression) out.push_back(c.target);
-  if (task == PackTask::survival) out.insert(out.end(), {c.time, c.event});
+  out.insert(out.end(), c.filled.begin(), c.filled.end());
   return out;
 }
 
@@ -159,14 +162,7 @@ void read_outcome(const Table& t, const std::vector<std::string>& row, std::uint
 }
 
 std::string outcome_text(const LabelRecord& r, PackTask task) {
-  if (task == PackTask::regression) return "target " + util::number_text(r.target);
-  if (task == PackTask::multilabel) {
-    std::string out;
-    for (const float v : r.values)
-      out += (out.empty() ? "" : ",") + (std::isnan(v) ? "missing" : util::number_text(v));
-    return "outcomes " + out;
-  }
-  return "time " + util::number_text(r.time) + ", event " + util::number_text(r.event);
+  return detail::spec_of(task).describe({r.target, r.time, r.event, r.values});
 }
 
 bool same_outcome(const LabelRecord& a, const LabelRecord& b) {
@@ -208,7 +204,7 @@ void check_consistency(const Labels& out, const LabelColumns& columns, PackTask 
         [](const LabelRecord& r, bool then = false) {
           return std::string(then ? "put it in bag " : "is in bag ") + json_quoted(r.bag);
         });
-  if (task == PackTask::classification) return;
+  if (has_label_map(task)) return;
   const auto has = [task](const LabelRecord& r, bool then = false) {
     return (then ? "gave it " : "has ") + outcome_text(r, task);
   };
@@ -222,7 +218,7 @@ void check_consistency(const Labels& out, const LabelColumns& columns, PackTask 
 Labels select_labels(Table&& table, const LabelColumns& columns, PackTask task) {
   const Columns c = find_columns(table, columns, task);
   if (table.rows.empty()) throw InputError(at_file(table.path, "no rows after the header"));
-  const std::vector<std::size_t> filled = needed(c, task);
+  const std::vector<std::size_t> filled = needed(c);
   Labels out;
   out.path = table.path;
   out.records.reserve(table.rows.size());
@@ -243,7 +239,7 @@ Labels select_labels(Table&& table, const LabelColumns& columns, PackTask task) 
     // group column).
     rec.group = row[c.group];
     if (c.bagged) rec.bag = std::move(row[c.bag]);
-    if (task == PackTask::classification) rec.label = std::move(row[c.label]);
+    if (has_label_map(task)) rec.label = std::move(row[c.label]);
     rec.key = std::move(row[c.key]);
     out.records.push_back(std::move(rec));
   }

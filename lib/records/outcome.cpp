@@ -4,35 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace mltool::records {
-namespace {
-
-/// What sets each task's records apart, for pack and inspect.
-struct TaskTraits {
-  PackTask task;
-  bool label_map;
-  bool outcome_stats;
-};
-
-constexpr TaskTraits kTaskTraits[] = {
-    {PackTask::classification, true, false},
-    {PackTask::regression, false, true},
-    {PackTask::survival, false, true},
-    {PackTask::multilabel, false, false},
-};
-
-const TaskTraits& traits_of(PackTask task) {
-  for (const auto& t : kTaskTraits)
-    if (t.task == task) return t;
-  return kTaskTraits[0];
-}
-
-}  // namespace
-
-bool has_label_map(PackTask task) { return traits_of(task).label_map; }
-bool has_outcome_stats(PackTask task) { return traits_of(task).outcome_stats; }
-
-}  // namespace mltool::records
+#include "task_spec.hpp"
 
 namespace mltool::records::detail {
 
@@ -45,15 +17,7 @@ double quantile(const std::vector<double>& sorted, double q) {
   return sorted[lo] + (h - static_cast<double>(lo)) * (sorted[lo + 1] - sorted[lo]);
 }
 
-const char* stratify_name(PackTask task) {
-  switch (task) {
-    case PackTask::regression: return "target_quantile";
-    case PackTask::survival: return "event_time_tertile";
-    case PackTask::multilabel: return "first_label";
-    case PackTask::classification: break;
-  }
-  return "label";
-}
+const char* stratify_name(PackTask task) { return spec_of(task).stratify; }
 
 namespace {
 
@@ -102,11 +66,7 @@ std::vector<std::uint32_t> strata(PackTask task, const std::vector<Outcome>& out
   return out;
 }
 
-std::vector<std::uint32_t> stratum_classes(PackTask task) {
-  if (task == PackTask::survival) return {0, 0, 0, 1, 1, 1};
-  if (task == PackTask::regression) return {0, 0, 1, 1};
-  return {};
-}
+std::vector<std::uint32_t> stratum_classes(PackTask task) { return spec_of(task).stratum_classes; }
 
 json outcome_stats(PackTask task, const std::vector<Outcome>& outcomes) {
   const double n = static_cast<double>(outcomes.size());

@@ -22,6 +22,7 @@
 #include "mltool/util/version.hpp"
 #include "outcome.hpp"
 #include "pack_plan.hpp"
+#include "task_spec.hpp"
 
 namespace mltool::records {
 
@@ -85,7 +86,7 @@ struct WrittenShard {
 // The outcome of planned record `r` into `record`.
 void set_outcome(PackTask task, const detail::PackPlan& plan, const detail::PlannedRecord& r,
                  Record& record) {
-  if (task == PackTask::classification) {
+  if (has_label_map(task)) {
     record.label = r.label;
     return;
   }
@@ -156,15 +157,12 @@ void check_task_options(const PackJob& job) {
   const auto refuse = [&](bool given, const char* option, const char* belongs) {
     if (given) throw UsageError(std::string(option) + " is for " + belongs + ", not " + task);
   };
-  const bool classification = job.task == PackTask::classification;
-  refuse(!classification && c.label != LabelColumns{}.label, "--label-column",
-         "--task classification");
-  refuse(job.task != PackTask::regression && !c.target.empty(), "--target-column",
-         "--task regression");
-  refuse(job.task != PackTask::survival && !c.time.empty(), "--time-column", "--task survival");
-  refuse(job.task != PackTask::survival && !c.event.empty(), "--event-column", "--task survival");
-  refuse(job.task != PackTask::multilabel && !c.labels.empty(), "--label-columns",
-         "--task multilabel");
+  for (const detail::PackTaskSpec& spec : detail::kPackTaskSpecs) {
+    if (spec.task == job.task) continue;
+    const std::string belongs = std::string("--task ") + to_string(spec.task);
+    for (const detail::TaskOption& o : spec.options)
+      refuse(o.name && o.given(c), o.name, belongs.c_str());
+  }
   if (!c.bag.empty() && job.unit != PackUnit::bag)
     throw UsageError("--bag-by makes bags: it needs --unit bag");
 }
@@ -180,7 +178,7 @@ void check_job(const PackJob& job) {
 std::vector<std::uint32_t> record_strata(const detail::PackPlan& plan, PackTask task) {
   std::vector<std::uint32_t> out;
   out.reserve(plan.records.size());
-  if (task == PackTask::classification) {
+  if (has_label_map(task)) {
     for (const auto& r : plan.records) out.push_back(r.label);
     return out;
   }
@@ -230,8 +228,7 @@ json write_split(const Packing& p, const std::string& dir, std::uint32_t s, Pack
     if (p.assignment.record_split[i] != s) continue;
     members.push_back(i);
     member_labels.push_back(p.strata[i]);
-    if (job.task != PackTask::classification)
-      outcomes.push_back(p.plan.outcomes[p.plan.records[i].label]);
+    if (!has_label_map(job.task)) outcomes.push_back(p.plan.outcomes[p.plan.records[i].label]);
   }
   const auto shard_of = assign_shards(member_labels, job.shards, job.seed);
   const auto shards = shard_members(shard_of, job.shards, job.seed);
@@ -273,11 +270,7 @@ json nullable(const std::string& s) { return s.empty() ? json(nullptr) : json(s)
 
 // dataset.json's "outcome": the columns of a regression or survival outcome.
 json outcome_columns(const PackJob& job) {
-  if (job.task == PackTask::regression) return {{"target_column", job.columns.target}};
-  if (job.task == PackTask::survival)
-    return {{"time_column", job.columns.time}, {"event_column", job.columns.event}};
-  if (job.task == PackTask::multilabel) return {{"label_columns", job.columns.labels}};
-  return nullptr;
+  return detail::spec_of(job.task).outcome_columns(job.columns);
 }
 
 // dataset.json's "folds", or null without --folds.
@@ -296,7 +289,7 @@ json folds_doc(const Packing& p) {
 json dataset_manifest(const Packing& p, const json& splits, const std::string& matrix_sha256,
                       const PackReport& report) {
   const PackJob& job = p.job;
-  const bool classification = job.task == PackTask::classification;
+  const bool classification = has_label_map(job.task);
   const io::FeatureStore& store = p.store;
   json group_split = json::object();
   for (std::size_t g = 0; g < p.assignment.groups.size(); ++g) {
@@ -320,7 +313,8 @@ json dataset_manifest(const Packing& p, const json& splits, const std::string& m
         {"label_column", classification ? json(job.columns.label) : json(nullptr)},
         {"group_column", nullable(job.columns.group)},
         {"bag_column", nullable(job.columns.bag)},
-        {"names", job.task == PackTask::multilabel ? job.columns.labels : p.plan.labels.names()}}},
+        {"names",
+         detail::spec_of(job.task).names_columns ? job.columns.labels : p.plan.labels.names()}}},
       {"task", to_string(job.task)},
       {"outcome", outcome_columns(job)},
       {"folds", folds_doc(p)},

@@ -17,6 +17,7 @@
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
 #include "mltool/util/options.hpp"
+#include "task_spec.hpp"
 
 namespace mltool::records::detail {
 namespace {
@@ -82,9 +83,9 @@ class SlideRows {
 // alike.
 class OutcomeIds {
  public:
-  OutcomeIds(PackTask task, PackPlan& plan) : task_(task), plan_(plan) {}
+  OutcomeIds(PackTask task, PackPlan& plan) : spec_(spec_of(task)), plan_(plan) {}
   std::uint32_t id(const LabelRecord& rec) {
-    if (task_ == PackTask::classification) return plan_.labels.id(rec.label);
+    if (spec_.label_map) return plan_.labels.id(rec.label);
     const Outcome o{rec.target, rec.time, rec.event, rec.values};
     const auto [it, added] =
         ids_.try_emplace(key(o), static_cast<std::uint32_t>(plan_.outcomes.size()));
@@ -92,16 +93,8 @@ class OutcomeIds {
     return it->second;
   }
   std::string describe(std::uint32_t id) const {
-    if (task_ == PackTask::classification) return "label " + in_quotes(plan_.labels.name(id));
-    const Outcome& o = plan_.outcomes[id];
-    if (task_ == PackTask::regression) return "target " + util::number_text(o.target);
-    if (task_ == PackTask::multilabel) {
-      std::string out;
-      for (const float v : o.values)
-        out += (out.empty() ? "" : ",") + (std::isnan(v) ? "missing" : util::number_text(v));
-      return "outcomes " + out;
-    }
-    return "time " + util::number_text(o.time) + ", event " + util::number_text(o.event);
+    if (spec_.label_map) return "label " + in_quotes(plan_.labels.name(id));
+    return spec_.describe(plan_.outcomes[id]);
   }
 
  private:
@@ -114,7 +107,7 @@ class OutcomeIds {
     for (const float v : o.values) add(std::isnan(v) ? NAN : v);  // one NaN spelling
     return out;
   }
-  PackTask task_;
+  const PackTaskSpec& spec_;
   PackPlan& plan_;
   std::unordered_map<std::string, std::uint32_t> ids_;
 };
@@ -171,7 +164,7 @@ void check_bag(Matches& m, const Labels& labels, const LabelRecord& rec, const s
     throw InputError(at_file(labels.path, at + " is in group " + in_quotes(rec.group) + then +
                                               " put it in another group; a bag must lie in "
                                               "one group (--group-by)"));
-  if (task != PackTask::classification && first.label != now.label)
+  if (!has_label_map(task) && first.label != now.label)
     throw InputError(at_file(labels.path, at + " has " + ids.describe(now.label) + then +
                                               " gave it " + ids.describe(first.label) +
                                               "; a bag has one outcome"));
@@ -294,7 +287,7 @@ void plan_pairs(const io::FeatureStore& store, Matches& m, Interner& slides, Pac
 PackPlan plan_records(const io::FeatureStore& store, const Labels& labels, const PackJob& job,
                       PackReport& report) {
   PackPlan plan;
-  if (job.task == PackTask::classification) plan.labels = label_map(labels);
+  if (has_label_map(job.task)) plan.labels = label_map(labels);
   Interner slides, groups;
   OutcomeIds ids(job.task, plan);
   Matches matches = match_labels(store, labels, job, ids, groups, report);

@@ -2,9 +2,11 @@
 # Runs set-up (packages, venv, build) and then the test suite through ctest.
 #   scripts/test.sh              # labels unit + cli + slurm (slurm: the cluster recipes on a
 #                                # one-node Slurm, which the test installs with apt-get as root,
-#                                # else skips); about 7 min on 2 cores once built
-#   scripts/test.sh -L giant     # the ViT-H/ViT-g encoder presets, 2 tiles each (about 17 min
-#                                # on 2 cores: CI runs them too, through .ci/run)
+#                                # else skips); about 10 min on 2 cores once built
+#   scripts/test.sh -L encoders  # the encoder presets against timm/transformers/open_clip on
+#                                # the real slide (about 10 min on 2 cores)
+#   scripts/test.sh -L giant     # the ViT-H/ViT-g encoder presets, 2 tiles each (about 15 min
+#                                # on 2 cores); CI runs both, through .ci/run
 #   scripts/test.sh -L gpu       # any ctest arguments replace the default label selection
 set -euo pipefail
 cd "$(dirname "$0")/.."

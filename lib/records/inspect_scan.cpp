@@ -16,6 +16,7 @@
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/parallel.hpp"
+#include "task_spec.hpp"
 
 namespace mltool::records::detail {
 namespace {
@@ -157,18 +158,16 @@ class ChunkReader {
     return scanner_.floats(slot)[0];
   }
 
-  // Regression: the target, finite; survival: the time, > 0, and the event, 0 or 1.
+  // The outcome's floats (regression: the target; survival: the time, the event), checked as
+  // the codec checks them; inspect's figure is made of one of them.
   void read_outcome() {
-    const float v = one_float(0);
-    if (spec_.task == PackTask::regression) {
-      if (!std::isfinite(v)) fail("target " + std::to_string(v) + " is not finite");
-      c_.outcome.add(v);
-      return;
-    }
-    if (!(std::isfinite(v) && v > 0)) fail("time " + std::to_string(v) + " is not a number > 0");
-    const float event = one_float(1);
-    if (event != 0 && event != 1) fail("event " + std::to_string(event) + " is neither 0 nor 1");
-    c_.outcome.add(event);
+    const PackTaskSpec& task = spec_of(spec_.task);
+    std::vector<float>& values = outcome_values_;
+    values.clear();
+    for (std::size_t slot = 0; slot < task.codec.features.size(); ++slot)
+      values.push_back(one_float(slot));
+    if (const auto why = task.codec.invalid(values)) fail(*why);
+    c_.outcome.add(values[task.figure_value]);
   }
 
   [[noreturn]] void fail(const std::string& what) const {
@@ -274,6 +273,7 @@ class ChunkReader {
   std::vector<Expected> expected_ = expectations(spec_, names_);
   std::uint64_t record_ = 0;
   std::uint64_t offset_ = 0;
+  std::vector<float> outcome_values_;  // read_outcome's, kept to spare an allocation a record
 };
 
 // The key of LabelIds as a label name, and whether it was an int64.

@@ -53,112 +53,27 @@ std::string at_line(const Table& t, std::uint64_t line, const std::string& messa
 
 // The columns a task reads, as indexes into the table.
 struct Columns {
-  std::size_t key, group, label = 0, target = 0, time = 0, event = 0, bag = 0;
+  std::size_t key, group, bag = 0;
   bool grouped, bagged;
-  std::vector<std::size_t> outcomes;  // multilabel
-  std::vector<std::size_t> filled;    // the outcome columns a row must fill
+  std::vector<std::size_t> outcome;  // the task's, in its order (PackTaskSpec::find_columns)
 };
 
-// A task's outcome column must be named; its option says how.
-void require_column(const std::string& name, const char* option, PackTask task) {
-  if (name.empty())
-    throw UsageError(std::string("--task ") + to_string(task) + " needs " + option +
-                     " (the column of the outcome)");
-}
-
 Columns find_columns(const Table& table, const LabelColumns& c, PackTask task) {
-  Columns out{table.column(c.key), 0, 0, 0, 0, 0, 0, !c.group.empty(), !c.bag.empty(), {}, {}};
+  Columns out{table.column(c.key), 0, 0, !c.group.empty(), !c.bag.empty(), {}};
   out.group = out.grouped ? table.column(c.group) : out.key;
   if (out.bagged) out.bag = table.column(c.bag);
-  switch (task) {
-    case PackTask::classification:
-      if (c.key == c.label)
-        throw UsageError("the key and label columns must differ, both are " + json_quoted(c.key));
-      out.label = table.column(c.label);
-      out.filled = {out.label};
-      break;
-    case PackTask::regression:
-      require_column(c.target, "--target-column", task);
-      out.target = table.column(c.target);
-      out.filled = {out.target};
-      break;
-    case PackTask::survival:
-      require_column(c.time, "--time-column", task);
-      require_column(c.event, "--event-column", task);
-      out.time = table.column(c.time);
-      out.event = table.column(c.event);
-      out.filled = {out.time, out.event};
-      break;
-    case PackTask::multilabel:
-      if (c.labels.empty()) require_column("", "--label-columns", task);
-      for (const auto& name : c.labels) {
-        if (name == c.key)
-          throw UsageError("the key column " + json_quoted(c.key) + " is not an outcome");
-        out.outcomes.push_back(table.column(name));
-      }
-      break;
-  }
+  out.outcome = detail::spec_of(task).find_columns(table, c);
   return out;
 }
 
-// The columns a row must fill: its key, group, bag and the task's outcome columns.
-std::vector<std::size_t> needed(const Columns& c) {
+// The columns a row must fill: its key, group, bag and the task's outcome columns (where an
+// empty cell is no outcome; multilabel's masks it).
+std::vector<std::size_t> needed(const Columns& c, PackTask task) {
   std::vector<std::size_t> out = {c.key, c.group};
   if (c.bagged) out.push_back(c.bag);
-  out.insert(out.end(), c.filled.begin(), c.filled.end());
+  if (detail::spec_of(task).cells_required)
+    out.insert(out.end(), c.outcome.begin(), c.outcome.end());
   return out;
-}
-
-// `text` as a number (blanks around it ignored), or nullopt.
-std::optional<double> parse_number(std::string_view text) {
-  const auto first = text.find_first_not_of(" \t");
-  if (first == std::string_view::npos) return std::nullopt;
-  const auto last = text.find_last_not_of(" \t");
-  const std::string s(text.substr(first, last - first + 1));
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (end != s.c_str() + s.size()) return std::nullopt;
-  return v;
-}
-
-// A row's outcome into `rec`, checked; the message names the column and the option choosing it.
-void read_outcome(const Table& t, const std::vector<std::string>& row, std::uint64_t line,
-                  const Columns& c, PackTask task, LabelRecord& rec) {
-  const auto bad = [&](std::size_t col, const char* option, const std::string& must) {
-    return InputError(at_line(t, line,
-                              "column " + json_quoted(t.columns[col]) + " holds " +
-                                  json_quoted(row[col]) + ": " + must + " (the column of " +
-                                  option + ")"));
-  };
-  if (task == PackTask::regression) {
-    const auto v = parse_number(row[c.target]);
-    if (!v || !std::isfinite(static_cast<float>(*v)))
-      throw bad(c.target, "--target-column", "a target must be a finite number");
-    rec.target = static_cast<float>(*v);
-  } else if (task == PackTask::multilabel) {
-    rec.values.clear();
-    for (const std::size_t col : c.outcomes) {
-      if (row[col].find_first_not_of(" \t") == std::string::npos) {
-        rec.values.push_back(NAN);  // missing: masks this outcome of the sample
-        continue;
-      }
-      const auto e = parse_event(row[col]);
-      if (!e)
-        throw bad(col, "--label-columns",
-                  "an outcome must be 1 or 0 (also 1.0/0.0, true/false, yes/no), or empty");
-      rec.values.push_back(*e);
-    }
-  } else if (task == PackTask::survival) {
-    const auto v = parse_number(row[c.time]);
-    if (!v || !std::isfinite(static_cast<float>(*v)) || !(static_cast<float>(*v) > 0))
-      throw bad(c.time, "--time-column", "a time must be a finite number > 0");
-    rec.time = static_cast<float>(*v);
-    const auto e = parse_event(row[c.event]);
-    if (!e)
-      throw bad(c.event, "--event-column",
-                "an event must be 1 or 0 (also 1.0/0.0, true/false, yes/no, dead/alive)");
-    rec.event = *e;
-  }
 }
 
 std::string outcome_text(const LabelRecord& r, PackTask task) {
@@ -218,7 +133,8 @@ void check_consistency(const Labels& out, const LabelColumns& columns, PackTask 
 Labels select_labels(Table&& table, const LabelColumns& columns, PackTask task) {
   const Columns c = find_columns(table, columns, task);
   if (table.rows.empty()) throw InputError(at_file(table.path, "no rows after the header"));
-  const std::vector<std::size_t> filled = needed(c);
+  const std::vector<std::size_t> filled = needed(c, task);
+  const auto read_outcome = detail::spec_of(task).read_outcome;
   Labels out;
   out.path = table.path;
   out.records.reserve(table.rows.size());
@@ -234,12 +150,11 @@ Labels select_labels(Table&& table, const LabelColumns& columns, PackTask task) 
           at_line(table, line, "key " + json_quoted(row[c.key]) + " contains a line break"));
     LabelRecord rec;
     rec.line = line;
-    read_outcome(table, row, line, c, task, rec);
+    read_outcome({table, row, line, c.outcome}, rec);
     // The table's strings move into the records (the group is the key's copy without a
     // group column).
     rec.group = row[c.group];
     if (c.bagged) rec.bag = std::move(row[c.bag]);
-    if (has_label_map(task)) rec.label = std::move(row[c.label]);
     rec.key = std::move(row[c.key]);
     out.records.push_back(std::move(rec));
   }
@@ -258,7 +173,7 @@ std::optional<float> parse_event(std::string_view text) {
   for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   if (s == "true" || s == "yes" || s == "dead") return 1.0f;
   if (s == "false" || s == "no" || s == "alive") return 0.0f;
-  const auto v = parse_number(s);
+  const auto v = detail::parse_number(s);
   if (v && (*v == 0 || *v == 1)) return static_cast<float>(*v);
   return std::nullopt;
 }

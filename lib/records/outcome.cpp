@@ -1,4 +1,5 @@
-// Strata and statistics of regression and survival outcomes (see outcome.hpp).
+// Strata and statistics of outcomes (see outcome.hpp): what every task shares; each task's
+// rule is its row's (lib/records/tasks/).
 #include "outcome.hpp"
 
 #include <algorithm>
@@ -17,11 +18,6 @@ double quantile(const std::vector<double>& sorted, double q) {
   return sorted[lo] + (h - static_cast<double>(lo)) * (sorted[lo + 1] - sorted[lo]);
 }
 
-const char* stratify_name(PackTask task) { return spec_of(task).stratify; }
-
-namespace {
-
-// The bin of `v` among cut points `cuts` (ascending): how many it exceeds.
 std::uint32_t bin_of(double v, const std::vector<double>& cuts) {
   return static_cast<std::uint32_t>(
       std::count_if(cuts.begin(), cuts.end(), [v](double c) { return v > c; }));
@@ -37,69 +33,19 @@ std::vector<double> sorted_values(const std::vector<Outcome>& outcomes, float Ou
 
 json or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
-}  // namespace
+const char* stratify_name(PackTask task) { return spec_of(task).stratify; }
 
 std::vector<std::uint32_t> strata(PackTask task, const std::vector<Outcome>& outcomes) {
-  std::vector<std::uint32_t> out(outcomes.size(), 0);
-  if (outcomes.empty() || task == PackTask::classification) return out;
-  if (task == PackTask::multilabel) {
-    for (std::size_t i = 0; i < outcomes.size(); ++i) {
-      const float v = outcomes[i].values.at(0);
-      out[i] = std::isnan(v) ? 2 : static_cast<std::uint32_t>(v);
-    }
-    return out;
-  }
-  const bool survival = task == PackTask::survival;
-  const std::vector<double> sorted =
-      sorted_values(outcomes, survival ? &Outcome::time : &Outcome::target);
-  std::vector<double> cuts;
-  if (survival) {
-    cuts = {quantile(sorted, 1.0 / 3), quantile(sorted, 2.0 / 3)};
-  } else {
-    cuts = {quantile(sorted, 0.25), quantile(sorted, 0.5), quantile(sorted, 0.75)};
-  }
-  for (std::size_t i = 0; i < outcomes.size(); ++i) {
-    const Outcome& o = outcomes[i];
-    out[i] = survival ? 3 * static_cast<std::uint32_t>(o.event) + bin_of(o.time, cuts)
-                      : bin_of(o.target, cuts);
-  }
-  return out;
+  const auto rule = spec_of(task).strata;
+  if (outcomes.empty() || rule == nullptr) return std::vector<std::uint32_t>(outcomes.size(), 0);
+  return rule(outcomes);
 }
 
 std::vector<std::uint32_t> stratum_classes(PackTask task) { return spec_of(task).stratum_classes; }
 
 json outcome_stats(PackTask task, const std::vector<Outcome>& outcomes) {
-  const double n = static_cast<double>(outcomes.size());
-  if (!has_outcome_stats(task)) return nullptr;
-  if (task == PackTask::survival) {
-    double events = 0;
-    for (const Outcome& o : outcomes) events += o.event;
-    json q = {{"q25", nullptr}, {"q50", nullptr}, {"q75", nullptr}};
-    if (!outcomes.empty()) {
-      const auto times = sorted_values(outcomes, &Outcome::time);
-      q = {{"q25", quantile(times, 0.25)},
-           {"q50", quantile(times, 0.5)},
-           {"q75", quantile(times, 0.75)}};
-    }
-    return {{"count", outcomes.size()},
-            {"events", static_cast<std::uint64_t>(events)},
-            {"event_rate", or_null(events / n)},
-            {"time_quantiles", q}};
-  }
-  double sum = 0, lo = INFINITY, hi = -INFINITY;
-  for (const Outcome& o : outcomes) {
-    sum += o.target;
-    lo = std::min(lo, static_cast<double>(o.target));
-    hi = std::max(hi, static_cast<double>(o.target));
-  }
-  const double mean = sum / n;
-  double squares = 0;  // two passes: no cancellation for targets far from 0
-  for (const Outcome& o : outcomes) squares += (o.target - mean) * (o.target - mean);
-  return {{"count", outcomes.size()},
-          {"mean", or_null(mean)},
-          {"sd", or_null(n > 1 ? std::sqrt(squares / (n - 1)) : NAN)},
-          {"min", or_null(lo)},
-          {"max", or_null(hi)}};
+  const auto stats = spec_of(task).outcome_stats;
+  return stats == nullptr ? json(nullptr) : stats(outcomes);
 }
 
 }  // namespace mltool::records::detail

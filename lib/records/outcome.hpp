@@ -1,5 +1,5 @@
-// Internal to lib/records: the outcomes of regression and survival records (docs/pack.md#tasks)
-// as pack plans, stratifies and summarizes them.
+// Internal to lib/records: the outcomes of records (docs/pack.md#tasks) as pack plans,
+// stratifies and summarizes them; each task's own rule is in its file of lib/records/tasks/.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,13 @@ struct Outcome {
 /// numpy.quantile(values, q) with its default (linear) method: h = (n − 1)·q, the value at
 /// floor(h) plus (h − floor(h)) times the step to the next. `sorted` ascending, not empty.
 double quantile(const std::vector<double>& sorted, double q);
+
+/// The bin of `v` among cut points `cuts` (ascending): how many it exceeds.
+std::uint32_t bin_of(double v, const std::vector<double>& cuts);
+/// One field of every outcome, ascending.
+std::vector<double> sorted_values(const std::vector<Outcome>& outcomes, float Outcome::*field);
+/// `v`, or null where it is not finite (a figure undefined for the count).
+nlohmann::json or_null(double v);
 
 /// How records are stratified for splits and folds: "label" (classification),
 /// "target_quantile" (regression), "event_time_tertile" (survival), "first_label"

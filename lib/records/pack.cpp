@@ -157,10 +157,10 @@ void check_task_options(const PackJob& job) {
   const auto refuse = [&](bool given, const char* option, const char* belongs) {
     if (given) throw UsageError(std::string(option) + " is for " + belongs + ", not " + task);
   };
-  for (const detail::PackTaskSpec& spec : detail::kPackTaskSpecs) {
-    if (spec.task == job.task) continue;
-    const std::string belongs = std::string("--task ") + to_string(spec.task);
-    for (const detail::TaskOption& o : spec.options)
+  for (const detail::PackTaskSpec* spec : detail::kPackTaskSpecs) {
+    if (spec->task == job.task) continue;
+    const std::string belongs = std::string("--task ") + to_string(spec->task);
+    for (const detail::TaskOption& o : spec->options)
       refuse(o.name && o.given(c), o.name, belongs.c_str());
   }
   if (!c.bag.empty() && job.unit != PackUnit::bag)

@@ -1,9 +1,11 @@
-// The record layout of each unit (see record.hpp): the only place that names record features.
+// The record layout of each unit (see record.hpp); the outcome's features are each task's
+// (its codec, lib/records/tasks/).
 #include "mltool/records/record.hpp"
 
 #include <cmath>
 
 #include "mltool/util/error.hpp"
+#include "task_spec.hpp"
 
 namespace mltool::records {
 namespace {
@@ -12,11 +14,6 @@ constexpr const char* kSlide = "slide";
 constexpr const char* kKey = "key";
 constexpr const char* kX = "x";
 constexpr const char* kY = "y";
-constexpr const char* kTarget = "target";
-constexpr const char* kTime = "time";
-constexpr const char* kEvent = "event";
-constexpr const char* kLabels = "labels";
-constexpr const char* kLabelMask = "label_mask";
 
 /// What sets one unit's records apart.
 struct UnitLayout {
@@ -39,67 +36,6 @@ const UnitLayout& layout_of(PackUnit unit) {
   throw UsageError("no record layout for unit " + std::string(to_string(unit)));
 }
 
-// The single value of float feature `name`; FormatError naming the record otherwise.
-float one_float(const io::Example& example, const char* name) {
-  if (example.kind(name) != io::FeatureKind::float_list || example.floats(name).size() != 1)
-    throw FormatError(example.where() + ": feature '" + name + "' must hold one float (" +
-                      io::to_string(example.kind(name)) + " found)");
-  return example.floats(name)[0];
-}
-
-// A multilabel record's values into `out`: one per label, NaN where the mask says missing.
-void decode_labels(const io::Example& example, const RecordLimits& limits, Record& out) {
-  const std::string& where = example.where();
-  if (example.kind(kLabels) != io::FeatureKind::float_list ||
-      example.kind(kLabelMask) != io::FeatureKind::int64_list)
-    throw FormatError(where + ": features '" + kLabels + "' (floats) and '" + kLabelMask +
-                      "' (int64s) are a multilabel record's outcome");
-  const auto& values = example.floats(kLabels);
-  const auto& mask = example.int64s(kLabelMask);
-  if (static_cast<std::int64_t>(values.size()) != limits.labels || mask.size() != values.size())
-    throw FormatError(where + ": " + std::to_string(values.size()) + " labels and " +
-                      std::to_string(mask.size()) + " mask values, but " + limits.manifest +
-                      " names " + std::to_string(limits.labels) + " label columns");
-  out.values.clear();
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if ((mask[i] != 0 && mask[i] != 1) || (mask[i] == 1 && values[i] != 0 && values[i] != 1))
-      throw FormatError(where + ": label " + std::to_string(i) + " is " +
-                        std::to_string(values[i]) + " with mask " + std::to_string(mask[i]) +
-                        " (a label is 0 or 1, a mask 0 or 1)");
-    out.values.push_back(mask[i] == 1 ? values[i] : NAN);
-  }
-}
-
-// The outcome of `example` into `out`, checked as RecordCodec::decode documents.
-void decode_outcome(PackTask task, const io::Example& example, const RecordLimits& limits,
-                    Record& out) {
-  const std::string& where = example.where();
-  switch (task) {
-    case PackTask::classification:
-      out.label = example.int64(kLabelFeature);
-      if (out.label < 0 || out.label >= limits.labels)
-        throw FormatError(where + ": label " + std::to_string(out.label) +
-                          " is not in the label map of " + limits.manifest + " (" +
-                          std::to_string(limits.labels) + " labels)");
-      return;
-    case PackTask::regression:
-      out.target = one_float(example, kTarget);
-      if (!std::isfinite(out.target))
-        throw FormatError(where + ": target " + std::to_string(out.target) + " is not finite");
-      return;
-    case PackTask::survival:
-      out.time = one_float(example, kTime);
-      out.event = one_float(example, kEvent);
-      if (!(std::isfinite(out.time) && out.time > 0))
-        throw FormatError(where + ": time " + std::to_string(out.time) +
-                          " is not a finite number > 0");
-      if (out.event != 0 && out.event != 1)
-        throw FormatError(where + ": event " + std::to_string(out.event) + " is neither 0 nor 1");
-      return;
-    case PackTask::multilabel: decode_labels(example, limits, out); return;
-  }
-}
-
 }  // namespace
 
 RecordCodec::RecordCodec(PackUnit unit, bool coordinates, PackTask task)
@@ -110,16 +46,7 @@ bool RecordCodec::keyed() const { return layout_of(unit_).key; }
 nlohmann::json RecordCodec::features() const {
   const UnitLayout& l = layout_of(unit_);
   nlohmann::json f = {{kSlide, "bytes"}};
-  if (task_ == PackTask::classification) f[kLabelFeature] = "int64";
-  if (task_ == PackTask::regression) f[kTarget] = "float";
-  if (task_ == PackTask::survival) {
-    f[kTime] = "float";
-    f[kEvent] = "float";
-  }
-  if (task_ == PackTask::multilabel) {
-    f[kLabels] = "float_list";
-    f[kLabelMask] = "int64_list";
-  }
+  for (const auto& [name, kind] : detail::spec_of(task_).codec.features) f[name] = kind;
   f[l.rows] = l.row_list ? "int64_list" : "int64";
   if (l.key) f[kKey] = "bytes";
   if (coordinates_) {
@@ -131,19 +58,7 @@ nlohmann::json RecordCodec::features() const {
 
 void RecordCodec::encode(const Record& record, io::ExampleBuilder& example) const {
   const UnitLayout& l = layout_of(unit_);
-  if (task_ == PackTask::classification) example.add_int64(kLabelFeature, record.label);
-  if (task_ == PackTask::regression) example.add_float(kTarget, record.target);
-  if (task_ == PackTask::survival)
-    example.add_float(kTime, record.time).add_float(kEvent, record.event);
-  if (task_ == PackTask::multilabel) {
-    std::vector<float> values;
-    std::vector<std::int64_t> mask;
-    for (const float v : record.values) {
-      values.push_back(std::isnan(v) ? 0.0f : v);
-      mask.push_back(std::isnan(v) ? 0 : 1);
-    }
-    example.add_floats(kLabels, values).add_int64s(kLabelMask, mask);
-  }
+  detail::spec_of(task_).codec.encode(record, example);
   example.add_bytes(kSlide, record.slide);
   if (l.row_list) {
     example.add_int64s(l.rows, record.rows);
@@ -161,7 +76,7 @@ void RecordCodec::decode(const io::Example& example, const RecordLimits& limits,
                          Record& out) const {
   const UnitLayout& l = layout_of(unit_);
   const std::string& where = example.where();
-  decode_outcome(task_, example, limits, out);
+  detail::spec_of(task_).codec.decode(example, limits, out);
   const auto check_row = [&](std::int64_t row) {
     if (row < 0 || row >= limits.rows)
       throw FormatError(where + ": row " + std::to_string(row) +
@@ -191,22 +106,13 @@ void RecordCodec::decode(const io::Example& example, const RecordLimits& limits,
 }
 
 void RecordCodec::append_targets(const Record& record, std::vector<float>& out) const {
-  switch (task_) {
-    case PackTask::classification: return;
-    case PackTask::regression: out.push_back(record.target); return;
-    case PackTask::survival: out.insert(out.end(), {record.time, record.event}); return;
-    case PackTask::multilabel: out.insert(out.end(), record.values.begin(), record.values.end());
-  }
+  detail::spec_of(task_).codec.append_targets(record, out);
 }
 
 std::vector<std::string> outcome_features(PackTask task) {
-  switch (task) {
-    case PackTask::regression: return {kTarget};
-    case PackTask::survival: return {kTime, kEvent};
-    case PackTask::multilabel: return {kLabels, kLabelMask};
-    case PackTask::classification: break;
-  }
-  return {kLabelFeature};
+  std::vector<std::string> out;
+  for (const auto& [name, kind] : detail::spec_of(task).codec.features) out.emplace_back(name);
+  return out;
 }
 
 std::vector<RecordFeature> parse_record_features(const nlohmann::json& record_features) {

@@ -149,7 +149,7 @@ GeojsonSlideReport export_slide(const TileStore& store, const std::string& id,
     GeojsonSlideReport r;
     r.id = id;
     r.file = file;
-    r.status = "skipped";
+    r.skipped = true;
     const auto tiles = store.record("tiles", id);
     r.tiles = tiles && tiles->is_object()
                   ? static_cast<std::int64_t>(tiles->value("row", json::array()).size())
@@ -160,7 +160,7 @@ GeojsonSlideReport export_slide(const TileStore& store, const std::string& id,
 }
 
 void log_slide(const GeojsonSlideReport& r) {
-  if (r.status == "skipped") {
+  if (r.skipped) {
     log::debug(r.id + ": " + r.file + " is there already; skipped");
     return;
   }
@@ -189,7 +189,6 @@ GeojsonSlideReport write_slide_geojson(const TileStore& store, const std::string
   r.tiles =
       write_tiles(out, id, *tiles, slide->at("size_level0").get<double>(), type, where, extra);
   out.commit();
-  r.status = "written";
   return r;
 }
 
@@ -231,7 +230,7 @@ GeojsonExportReport export_geojson(const GeojsonExportJob& job) {
     log_slide(report.slides[i]);
   });
   for (const auto& r : report.slides) {
-    if (r.status == "skipped") {
+    if (r.skipped) {
       ++report.skipped;
       continue;
     }
@@ -252,7 +251,7 @@ json to_json(const GeojsonExportReport& r) {
     slides.push_back(
         {{"id", s.id},
          {"file", s.file},
-         {"status", s.status},
+         {"status", s.skipped ? "skipped" : "written"},
          {"tiles", s.tiles},
          {"outline_polygons", s.outline_polygons ? json(*s.outline_polygons) : json(nullptr)}});
   return {{"command", "export geojson"},

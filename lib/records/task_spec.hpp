@@ -65,12 +65,12 @@ struct OutcomeCodec {
 /// statistics, and how inspect reports it.
 struct PackTaskSpec {
   PackTask task;
-  bool label_map;             ///< its records carry a label mapped to an id
-  const char* figure;         ///< inspect's shard figure ("target mean"); or nullptr
-  const char* figure_key;     ///< the same in inspect's JSON ("target_mean")
-  OutcomeFigure figure_kind;  ///< how inspect compares shards by the figure
-  std::size_t figure_value;   ///< which of the outcome's floats the figure is made of
-  const char* stratify;       ///< dataset.json's "stratify" (see stratify_name)
+  bool label_map;                     ///< its records carry a label mapped to an id
+  const char* figure;                 ///< inspect's shard figure ("target mean"); or nullptr
+  const char* figure_key;             ///< the same in inspect's JSON ("target_mean")
+  OutcomeFigure figure_kind;          ///< how inspect compares shards by the figure
+  std::size_t figure_value;           ///< which of the outcome's floats the figure is made of
+  const char* stratify;               ///< dataset.json's "stratify" (see stratify_name)
   std::array<TaskOption, 2> options;  ///< the options only this task takes, in order
   /// The table's columns of the outcome, in the order read_outcome takes them; UsageError when
   /// an option naming them is missing, InputError (table.column) when a column is.

@@ -192,7 +192,7 @@ void check_spec_against_data(const TrainJob& job, const Plan& p) {
                                               records::to_string(p.spec.unit()) + " records, but " +
                                               data.manifest_path + " was packed with --unit " +
                                               records::to_string(data.unit)));
-  const bool labels = data.task == records::PackTask::classification;
+  const bool labels = records::has_label_map(data.task);  // the classes are its labels
   require<InputError>(
       !p.spec.classes || *p.spec.classes == p.classes,
       at_file(job.spec,

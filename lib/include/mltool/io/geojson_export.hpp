@@ -39,7 +39,7 @@ const util::Options<GeojsonExportJob>& geojson_export_options();
 struct GeojsonSlideReport {
   std::string id;
   std::string file;
-  std::string status;  ///< "written" or "skipped" (the file was there)
+  bool skipped = false;  ///< the file was there (status "skipped" in --json), else "written"
   std::int64_t tiles = 0;
   /// Tissue outline polygons, or nothing when the store has no mask for the slide.
   std::optional<std::int64_t> outline_polygons;

@@ -1,8 +1,9 @@
 // The record layout of mltool datasets, one home for all three of its users: `mltool pack`
 // writes records with encode(), training reads them with decode(), and `mltool inspect --deep`
 // checks them against dataset.json's record_features as parse_record_features() reads them.
-// The feature names ("label", "slide", "index", ...) and their kinds appear only in
-// lib/records/record.cpp; docs/formats.md#dataset specifies them.
+// The unit's feature names ("slide", "index", ...) and their kinds appear only in
+// lib/records/record.cpp, the outcome's ("label", "target", ...) only in its task's file of
+// lib/records/tasks/ (its codec); docs/formats.md#dataset specifies them.
 //
 // Adding a unit, as far as records go: its enumerator in PackUnit and name in kPackUnits
 // (pack.hpp, pack_options.cpp), its row of the unit table in record.cpp (rows as one "index" or

@@ -6,7 +6,9 @@
 #   scripts/test.sh -L encoders  # the encoder presets against timm/transformers/open_clip on
 #                                # the real slide (about 10 min on 2 cores)
 #   scripts/test.sh -L giant     # the ViT-H/ViT-g encoder presets, 2 tiles each (about 15 min
-#                                # on 2 cores); CI runs both, through .ci/run
+#                                # on 2 cores)
+#   scripts/test.sh -L smoke     # the gpu tests' CPU halves (about 4 min); CI runs these three
+#                                # labels after the default ones, through .ci/run
 #   scripts/test.sh -L gpu       # any ctest arguments replace the default label selection
 set -euo pipefail
 cd "$(dirname "$0")/.."

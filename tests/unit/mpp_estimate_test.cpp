@@ -117,6 +117,20 @@ TEST(MppEstimate, GlassHasNoNuclei) {
   EXPECT_EQ(s.tissue_fraction, 0);
 }
 
+TEST(MppEstimate, NoiseOnStromaIsNoWholeNucleus) {
+  // Otsu splits any histogram; noise on uniform stroma is no visible step of hematoxylin.
+  Image im{256, 256, std::vector<std::uint8_t>(256 * 256 * 3)};
+  std::mt19937 rng(3);
+  std::normal_distribution<double> noise(0, 4);
+  for (int y = 0; y < im.height; ++y)
+    for (int x = 0; x < im.width; ++x)
+      for (int c = 0; c < 3; ++c)
+        im.rgb[3 * (y * im.width + x) + c] =
+            static_cast<std::uint8_t>(std::clamp(kPink[c] + noise(rng), 0.0, 255.0));
+  const NucleusSample s = measure_nuclei(im.rgb.data(), im.width, im.height);
+  EXPECT_TRUE(s.nucleus_diameters_px.empty()) << s.nucleus_diameters_px.size();
+}
+
 TEST(MppEstimate, EstimateIsTheRulerOverTheDeblurredCore) {
   const double d = 10;  // px, measured
   const MppEstimate e = estimate_from_samples({sample_of(d, 100), sample_of(d, 100)}, 1.0);

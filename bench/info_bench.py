@@ -4,7 +4,9 @@ known µm/px with none in their metadata (scripts/fixtures/mpp_slides.py): the r
 slide of ../shared/slides resampled to 0.2-2 µm/px (lossless, and JPEG quality 90), and
 generated H&E-like slides. Prints the markdown tables of docs/info.md and
 docs/benchmarks.md: per slide the truth, the estimate, its error, its interval and whether it
-covers the truth, and the wall-clock seconds of `mltool info` for the slide (best of 3).
+covers the truth, the whole nuclei it measured, the nuclear cores' own estimate (the ruler
+it replaced, for comparison) and the wall-clock seconds of `mltool info` for the slide
+(best of 3).
 
     info_bench.py MLTOOL [OUTDIR]
 """
@@ -47,19 +49,23 @@ def measure(mltool, path):
 def main():
     mltool = os.path.abspath(sys.argv[1])
     out = sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp(prefix="info_bench_")
-    print("| slide | truth µm/px | estimate | error | interval | covers | uncertain | nuclei | s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| slide | truth µm/px | estimate | error | interval | covers | uncertain | nuclei "
+          "| cores' estimate (error) | s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for s in slides(out):
         doc, seconds = measure(mltool, s["path"])
         e = doc["estimated_mpp"]
         if e["mpp"] is None:
-            print(f"| {s['kind']} | {s['mpp']} | none | | | no | {e['why']} | 0 | {seconds:.2f} |")
+            print(f"| {s['kind']} | {s['mpp']} | none | | | no | {e['why']} | 0 | | {seconds:.2f} |")
             continue
         err = 100 * (e["mpp"] / s["mpp"] - 1)
         covers = "yes" if e["low"] <= s["mpp"] <= e["high"] else "**no**"
         unc = e["why"] if e["uncertain"] else ""
+        cores = e["from_cores"]
+        cores = f"{cores:.3f} ({100 * (cores / s['mpp'] - 1):+.0f}%)" if cores else "(used)"
         print(f"| {s['kind']} | {s['mpp']:g} | {e['mpp']:.3f} | {err:+.1f}% | "
-              f"{e['low']:.3f}–{e['high']:.3f} | {covers} | {unc} | {e['nuclei']} | {seconds:.2f} |")
+              f"{e['low']:.3f}–{e['high']:.3f} | {covers} | {unc} | {e['whole_nuclei']} | "
+              f"{cores} | {seconds:.2f} |")
 
 
 if __name__ == "__main__":

@@ -160,6 +160,64 @@ double median_core(const std::vector<const NucleusSample*>& samples) {
   return weighted_quantile(std::move(values), 0.5);
 }
 
+// Whole round nuclei are at most this elongated (the cores allow kMaxElongation), and at
+// most this many times the typical core across (wider: touching nuclei merged).
+constexpr double kMaxNucleusElongation = 1.5;
+constexpr double kMaxNucleusOverCore = 4;
+// Nuclei are a visible step of hematoxylin: the means of Otsu's two classes differ by at
+// least this optical density, or the region has none (noise on uniform stroma gives about
+// 0.04; the real and generated slides of docs/info.md 0.8-1.5).
+constexpr double kMinNucleusContrast = 0.2;
+
+// The hematoxylin column of the inverse of Ruifrok and Johnston's stain matrix (H, E and
+// their cross product, each normalised): a pixel's H concentration is its RGB optical
+// densities dotted with it.
+std::array<double, 3> hematoxylin_column() {
+  const std::array<double, 3> h0 = {0.65, 0.70, 0.29}, e0 = {0.07, 0.99, 0.11};
+  const auto unit = [](std::array<double, 3> v) {
+    const double n = std::sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]);
+    for (auto& x : v) x /= n;
+    return v;
+  };
+  const auto h = unit(h0), e = unit(e0);
+  const auto r =
+      unit({h[1] * e[2] - h[2] * e[1], h[2] * e[0] - h[0] * e[2], h[0] * e[1] - h[1] * e[0]});
+  // Rows h, e, r; the first column of the inverse is (e × r) / det.
+  const std::array<double, 3> c = {e[1] * r[2] - e[2] * r[1], e[2] * r[0] - e[0] * r[2],
+                                   e[0] * r[1] - e[1] * r[0]};
+  const double det = h[0] * c[0] + h[1] * c[1] + h[2] * c[2];
+  return {c[0] / det, c[1] / det, c[2] / det};
+}
+
+// Whole round nuclei: hematoxylin above Otsu's threshold among the stained pixels.
+void measure_whole_nuclei(const std::uint8_t* rgb, const std::vector<std::uint8_t>& is_stained,
+                          int width, int height, NucleusSample& out) {
+  static const std::array<double, 3> column = hematoxylin_column();
+  std::array<std::array<double, 256>, 3> od_part{};
+  for (int c = 0; c < 3; ++c)
+    for (int v = 0; v < 256; ++v) od_part[c][v] = -std::log((v + 1) / 256.0) * column[c];
+  const std::size_t n = is_stained.size();
+  std::vector<std::uint8_t> bins(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint8_t* p = rgb + 3 * i;
+    bins[i] = od_bin(od_part[0][p[0]] + od_part[1][p[1]] + od_part[2][p[2]]);
+  }
+  const int t = otsu_bins(bins, is_stained, -1);
+  double sum[2] = {0, 0}, count[2] = {0, 0};
+  for (std::size_t i = 0; i < n; ++i)
+    if (is_stained[i]) sum[bins[i] > t] += bins[i], count[bins[i] > t] += 1;
+  if (count[0] == 0 || count[1] == 0 ||
+      (sum[1] / count[1] - sum[0] / count[0]) * kMaxOd / 256 < kMinNucleusContrast)
+    return;
+  std::vector<std::uint8_t> nucleus(n);
+  for (std::size_t i = 0; i < n; ++i) nucleus[i] = is_stained[i] && bins[i] > t;
+  for_each_component(nucleus, width, height, [&](const Moments& m) {
+    if (m.n < kMinCoreArea || m.elongation() > kMaxNucleusElongation) return;
+    out.nucleus_diameters_px.push_back(2 * std::sqrt(m.n / M_PI));
+    out.nucleus_areas_px.push_back(m.n);
+  });
+}
+
 }  // namespace
 
 NucleusSample measure_nuclei(const std::uint8_t* rgb, int width, int height) {
@@ -187,10 +245,14 @@ NucleusSample measure_nuclei(const std::uint8_t* rgb, int width, int height) {
     out.diameters_px.push_back(2 * std::sqrt(m.n / M_PI));
     out.areas_px.push_back(m.n);
   });
+  measure_whole_nuclei(rgb, is_stained, width, height, out);
   return out;
 }
 
-MppEstimate estimate_from_samples(const std::vector<NucleusSample>& regions, double downsample) {
+namespace {
+
+// The estimate from the nuclear cores alone (the calibrated ruler).
+MppEstimate core_estimate(const std::vector<NucleusSample>& regions, double downsample) {
   MppEstimate e;
   e.regions = static_cast<int>(regions.size());
   const double detail = median_chroma_detail(regions);
@@ -244,6 +306,71 @@ MppEstimate estimate_from_samples(const std::vector<NucleusSample>& regions, dou
   e.mpp = mpp;
   e.low = std::max(kMinPlausibleMpp, mpp * std::exp(-half));
   e.high = std::min(kMaxPlausibleMpp, mpp * std::exp(half));
+  return e;
+}
+
+// The area-weighted median equivalent diameter of the whole nuclei of `samples` between
+// `lo` and `hi` pixels (0 for none), and how many there were.
+double median_nucleus(const std::vector<const NucleusSample*>& samples, double lo, double hi,
+                      std::int64_t& count) {
+  std::vector<std::pair<double, double>> values;
+  for (const auto* s : samples)
+    for (std::size_t i = 0; i < s->nucleus_diameters_px.size(); ++i)
+      if (s->nucleus_diameters_px[i] >= lo && s->nucleus_diameters_px[i] <= hi)
+        values.emplace_back(s->nucleus_diameters_px[i], s->nucleus_areas_px[i]);
+  count = static_cast<std::int64_t>(values.size());
+  return weighted_quantile(std::move(values), 0.5);
+}
+
+// The standard deviation of `logs` (0 for fewer than 2).
+double spread_of(const std::vector<double>& logs) {
+  if (logs.size() < 2) return 0;
+  const double mean = std::accumulate(logs.begin(), logs.end(), 0.0) / logs.size();
+  double sum = 0;
+  for (double l : logs) sum += (l - mean) * (l - mean);
+  return std::sqrt(sum / (logs.size() - 1));
+}
+
+// The whole-nucleus estimate replacing `e`'s (the cores'), when enough round nuclei are found.
+// The cores give the scale of the speck filter: a whole nucleus is at least as wide as the
+// typical core (deblurred) and at most kMaxNucleusOverCore times it (wider: touching nuclei).
+void nucleus_estimate(const std::vector<NucleusSample>& regions, double downsample,
+                      MppEstimate& e) {
+  const double core = kNucleusCoreUm / (*e.mpp * downsample);  // px of the level read
+  const double lo = core, hi = kMaxNucleusOverCore * core;
+  std::vector<const NucleusSample*> all;
+  std::vector<double> logs;
+  for (const auto& r : regions) {
+    all.push_back(&r);
+    std::int64_t n = 0;
+    const double d = median_nucleus({&r}, lo, hi, n);
+    if (n >= kMinRegionNuclei) logs.push_back(std::log(kNucleusUm / (d * downsample)));
+  }
+  const double d = median_nucleus(all, lo, hi, e.whole_nuclei);
+  if (e.whole_nuclei < kMinNuclei) return;
+  e.nucleus_px = d * downsample;
+  const double mpp = kNucleusUm / e.nucleus_px;
+  e.from_cores = e.mpp;
+  e.from_nuclei = mpp;
+  const double spread = spread_of(logs);
+  double half = std::sqrt(kNucleusSpread * kNucleusSpread +
+                          4 * spread * spread / std::max<std::size_t>(1, logs.size()));
+  // The core estimate's own doubts (too few cores, cores too blurred to deblur) no longer
+  // apply; the whole nuclei's do.
+  e.uncertain = spread > kMaxRegionSpread;
+  e.why =
+      e.uncertain ? "tissue regions disagree (spread " + decimal_text(spread * 100, 0) + "%)" : "";
+  if (e.uncertain) half = std::max(half, 0.4);
+  e.mpp = mpp;
+  e.low = std::max(kMinPlausibleMpp, mpp * std::exp(-half));
+  e.high = std::min(kMaxPlausibleMpp, mpp * std::exp(half));
+}
+
+}  // namespace
+
+MppEstimate estimate_from_samples(const std::vector<NucleusSample>& regions, double downsample) {
+  MppEstimate e = core_estimate(regions, downsample);
+  if (e.mpp) nucleus_estimate(regions, downsample, e);
   return e;
 }
 
@@ -357,11 +484,20 @@ nlohmann::json to_json(const MppEstimate& e) {
   const auto value = [](const std::optional<double>& v) {
     return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
   };
-  return {{"mpp", value(e.mpp)},   {"low", value(e.low)},
-          {"high", value(e.high)}, {"uncertain", e.uncertain},
-          {"why", e.why},          {"regions", e.regions},
-          {"nuclei", e.nuclei},    {"core_px", e.core_px},
-          {"seconds", e.seconds},  {"chroma_subsampled", e.chroma_subsampled}};
+  return {{"mpp", value(e.mpp)},
+          {"low", value(e.low)},
+          {"high", value(e.high)},
+          {"uncertain", e.uncertain},
+          {"why", e.why},
+          {"regions", e.regions},
+          {"nuclei", e.nuclei},
+          {"core_px", e.core_px},
+          {"seconds", e.seconds},
+          {"chroma_subsampled", e.chroma_subsampled},
+          {"whole_nuclei", e.whole_nuclei},
+          {"nucleus_px", e.nucleus_px},
+          {"from_cores", value(e.from_cores)},
+          {"from_nuclei", value(e.from_nuclei)}};
 }
 
 std::string decimal_text(double v, int decimals) {

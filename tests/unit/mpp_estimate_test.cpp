@@ -14,7 +14,9 @@
 
 using mltool::slide::estimate_from_samples;
 using mltool::slide::kCoreBlurPx;
+using mltool::slide::kMinNuclei;
 using mltool::slide::kNucleusCoreUm;
+using mltool::slide::kNucleusUm;
 using mltool::slide::measure_nuclei;
 using mltool::slide::MetadataMpp;
 using mltool::slide::mpp_verdict;
@@ -77,6 +79,14 @@ NucleusSample sample_of(double diameter, int count) {
   return s;
 }
 
+// `count` cores of `core` px and as many whole nuclei of `nucleus` px.
+NucleusSample sample_with(double core, double nucleus, int count) {
+  NucleusSample s = sample_of(core, count);
+  s.nucleus_diameters_px.assign(count, nucleus);
+  s.nucleus_areas_px.assign(count, M_PI * nucleus * nucleus / 4);
+  return s;
+}
+
 }  // namespace
 
 TEST(MppEstimate, MeasuresCoresOfDrawnNuclei) {
@@ -89,6 +99,9 @@ TEST(MppEstimate, MeasuresCoresOfDrawnNuclei) {
     // A digital disc's area is pi r² within a pixel's rounding along its edge.
     EXPECT_NEAR(median(s.diameters_px), core, 0.1 * core) << "core " << core;
     EXPECT_NEAR(s.tissue_fraction, 1.0, 1e-9);
+    // Hematoxylin parts the whole nucleus (core and rim, twice the core across) from stroma.
+    ASSERT_EQ(s.nucleus_diameters_px.size(), 64u) << "core " << core;
+    EXPECT_NEAR(median(s.nucleus_diameters_px), 2 * core, 0.1 * core) << "core " << core;
   }
 }
 
@@ -104,6 +117,20 @@ TEST(MppEstimate, GlassHasNoNuclei) {
   EXPECT_EQ(s.tissue_fraction, 0);
 }
 
+TEST(MppEstimate, NoiseOnStromaIsNoWholeNucleus) {
+  // Otsu splits any histogram; noise on uniform stroma is no visible step of hematoxylin.
+  Image im{256, 256, std::vector<std::uint8_t>(256 * 256 * 3)};
+  std::mt19937 rng(3);
+  std::normal_distribution<double> noise(0, 4);
+  for (int y = 0; y < im.height; ++y)
+    for (int x = 0; x < im.width; ++x)
+      for (int c = 0; c < 3; ++c)
+        im.rgb[3 * (y * im.width + x) + c] =
+            static_cast<std::uint8_t>(std::clamp(kPink[c] + noise(rng), 0.0, 255.0));
+  const NucleusSample s = measure_nuclei(im.rgb.data(), im.width, im.height);
+  EXPECT_TRUE(s.nucleus_diameters_px.empty()) << s.nucleus_diameters_px.size();
+}
+
 TEST(MppEstimate, EstimateIsTheRulerOverTheDeblurredCore) {
   const double d = 10;  // px, measured
   const MppEstimate e = estimate_from_samples({sample_of(d, 100), sample_of(d, 100)}, 1.0);
@@ -117,6 +144,35 @@ TEST(MppEstimate, EstimateIsTheRulerOverTheDeblurredCore) {
   // Regions read at a downsample of 2 are level-0 cores twice as large.
   const MppEstimate half = estimate_from_samples({sample_of(d / 2, 200)}, 2.0);
   EXPECT_LT(*half.mpp, *e.mpp * 1.3);
+}
+
+TEST(MppEstimate, WholeNucleiGiveTheEstimate) {
+  // Cores of 10 px and whole nuclei of 16 px: the whole nuclei's ruler gives the estimate.
+  NucleusSample a = sample_with(10, 16, 100), b = a;
+  // Specks narrower than the deblurred core and merged blobs over 4 cores across are not
+  // nuclei: they change neither the count nor the median.
+  a.nucleus_diameters_px.insert(a.nucleus_diameters_px.end(), 300, 3.0);
+  a.nucleus_areas_px.insert(a.nucleus_areas_px.end(), 300, 7.0);
+  a.nucleus_diameters_px.push_back(60), a.nucleus_areas_px.push_back(2800);
+  const MppEstimate e = estimate_from_samples({a, b}, 1.0);
+  ASSERT_TRUE(e.mpp && e.from_cores && e.from_nuclei);
+  EXPECT_NEAR(*e.mpp, kNucleusUm / 16, 1e-9);
+  EXPECT_EQ(*e.from_nuclei, *e.mpp);
+  EXPECT_NEAR(*e.from_cores, kNucleusCoreUm / std::sqrt(100 - kCoreBlurPx * kCoreBlurPx), 1e-9);
+  EXPECT_EQ(e.whole_nuclei, 200);
+  EXPECT_FALSE(e.uncertain) << e.why;
+  EXPECT_NEAR(*e.high / *e.mpp, std::exp(mltool::slide::kNucleusSpread), 1e-9);
+  // Read at a downsample of 2, the same pixels are a slide of half the µm/px.
+  EXPECT_NEAR(*estimate_from_samples({a, b}, 2.0).mpp, kNucleusUm / 32, 1e-9);
+  // Too few whole nuclei: the cores' estimate stands.
+  const MppEstimate few = estimate_from_samples({sample_with(10, 16, kMinNuclei - 1)}, 1.0);
+  EXPECT_FALSE(few.from_nuclei);
+  EXPECT_NEAR(*few.mpp, kNucleusCoreUm / std::sqrt(100 - kCoreBlurPx * kCoreBlurPx), 1e-9);
+  // Regions whose whole nuclei disagree: uncertain.
+  const MppEstimate apart = estimate_from_samples(
+      {sample_with(10, 12, 100), sample_with(10, 30, 100), sample_with(10, 18, 100)}, 1.0);
+  EXPECT_TRUE(apart.uncertain);
+  EXPECT_NE(apart.why.find("disagree"), std::string::npos) << apart.why;
 }
 
 TEST(MppEstimate, FewNucleiOrDisagreeingRegionsAreUncertain) {

@@ -9,10 +9,20 @@
 // 2) and at least 3 px are nuclei. Their area-weighted median equivalent diameter, in
 // pixels, less the blur the measurement adds (kCoreBlurPx, more where colour is stored at
 // half resolution: kSubsampledBlurPx), against kNucleusCoreUm (what it measures in µm on a
-// scanner-calibrated slide), is the estimate. The interval is the spread between regions plus
-// the ruler's own uncertainty (kRulerSpread); too few nuclei, nuclei too few pixels across
-// to measure, or regions that disagree make the estimate `uncertain`. docs/info.md has the
-// measured error, and where the accuracy goal is not met.
+// scanner-calibrated slide), is the cores' estimate. Its interval is the spread between regions
+// plus the ruler's own uncertainty (kRulerSpread); too few nuclei, nuclei too few pixels across to
+// measure, or regions that disagree make the estimate `uncertain`.
+//
+// The estimate given is from a second ruler, whole nuclei, which depends less on how chromatin
+// looks than the cores (calibrated on one slide) do: hematoxylin's optical density (colour
+// deconvolution with Ruifrok and Johnston's H&E vectors) above Otsu's threshold, cut into
+// 8-connected components; the round ones (axis ratio at most 1.5) at least as wide as the
+// typical deblurred core and at most 4 times it (the cores' scale filters out specks and
+// merged nuclei) are nuclei, and their area-weighted median equivalent diameter is taken as
+// kNucleusUm (a lymphocyte's nucleus, the literature's size, not fitted). Its interval is
+// kNucleusSpread plus the spread between regions. The cores' estimate stands alone where
+// fewer than kMinNuclei whole nuclei are found. docs/info.md has the measured error, and
+// where the accuracy goal is not met.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +51,12 @@ inline constexpr double kCoreBlurPx = 2.25;
 /// kMaxSubsampledChromaDetail): red, the ruler's channel, is blurred by the chroma
 /// upsampling too (fitted on the same slide stored as 4:2:0 JPEG at 0.2-2 µm/px).
 inline constexpr double kSubsampledBlurPx = 3.45;
+/// The area-weighted median equivalent diameter of a whole round nucleus in H&E, in µm: a
+/// lymphocyte's nucleus (about 7 µm), the size the literature gives, not fitted to a slide.
+inline constexpr double kNucleusUm = 7.0;
+/// The whole-nucleus ruler's relative uncertainty, in natural-log units: lymphocyte nuclei
+/// are 6-8 µm (±15%), and tissues mix other nuclei in.
+inline constexpr double kNucleusSpread = 0.2;
 /// Regions whose median chroma_detail is below this hold 4:2:0-coded colour.
 inline constexpr double kMaxSubsampledChromaDetail = 0.06;
 /// Fewer nuclei than this over all regions: uncertain.
@@ -50,6 +66,9 @@ inline constexpr int kMinNuclei = 60;
 struct NucleusSample {
   std::vector<double> diameters_px;  ///< equivalent diameter 2 * sqrt(area / pi) of each
   std::vector<double> areas_px;      ///< area of each, in pixels
+  /// Whole round nuclei (hematoxylin above Otsu's threshold): equivalent diameters and areas.
+  std::vector<double> nucleus_diameters_px;
+  std::vector<double> nucleus_areas_px;
   /// Pixel-scale detail of chroma (red - luminance) over that of luminance: see
   /// kMaxSubsampledChromaDetail.
   double chroma_detail = 0;
@@ -64,12 +83,16 @@ struct MppEstimate {
   std::optional<double> mpp;  ///< µm per level-0 pixel; none when no nucleus was found
   std::optional<double> low;  ///< the interval's ends
   std::optional<double> high;
-  bool uncertain = true;           ///< the estimate is a guess: `why` says why
-  std::string why;                 ///< for an uncertain estimate: too few nuclei, ...
-  int regions = 0;                 ///< tissue regions read
-  std::int64_t nuclei = 0;         ///< nuclear cores measured
-  double core_px = 0;              ///< their area-weighted median diameter at level 0, in pixels
-  bool chroma_subsampled = false;  ///< colour at half resolution: kSubsampledBlurPx applies
+  bool uncertain = true;              ///< the estimate is a guess: `why` says why
+  std::string why;                    ///< for an uncertain estimate: too few nuclei, ...
+  int regions = 0;                    ///< tissue regions read
+  std::int64_t nuclei = 0;            ///< nuclear cores measured
+  double core_px = 0;                 ///< their area-weighted median diameter at level 0, in pixels
+  std::int64_t whole_nuclei = 0;      ///< whole round nuclei measured
+  double nucleus_px = 0;              ///< their area-weighted median diameter at level 0, in pixels
+  std::optional<double> from_cores;   ///< the cores' estimate, where whole nuclei gave `mpp`
+  std::optional<double> from_nuclei;  ///< the whole nuclei's estimate (then `mpp`)
+  bool chroma_subsampled = false;     ///< colour at half resolution: kSubsampledBlurPx applies
   std::optional<double> tissue_fraction;  ///< share of the slide that is tissue (thumbnail)
   double seconds = 0;
 };
@@ -90,7 +113,7 @@ struct EstimateOptions {
 MppEstimate estimate_mpp(const Slide& slide, const EstimateOptions& options = {});
 
 /// {"mpp", "low", "high", "uncertain", "why", "regions", "nuclei", "core_px", "seconds",
-/// "chroma_subsampled"}: in
+/// "chroma_subsampled", "whole_nuclei", "nucleus_px", "from_cores", "from_nuclei"}: in
 /// `mltool info --json`, tile's summary and the tile store's slide record.
 nlohmann::json to_json(const MppEstimate& estimate);
 

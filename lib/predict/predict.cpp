@@ -318,6 +318,16 @@ bool predict_slide(const PredictJob& job, const PredictInput& in, std::size_t s,
   return resumed;
 }
 
+// The unit the run's model was trained on (run.json's dataset), parsed once.
+records::PackUnit run_unit(const json& run, const std::string& run_dir) {
+  const std::string name = run.at("dataset").value("unit", "tile");
+  try {
+    return records::parse_unit(name);
+  } catch (const UsageError&) {
+    throw UsageError(at_file(run_dir + "/run.json", "a model of unit '" + name + "'"));
+  }
+}
+
 }  // namespace
 
 json to_json(const PredictReport& r) {
@@ -339,16 +349,14 @@ PredictReport predict(const PredictJob& job) {
   const auto start = Clock::now();
   util::count_cpu_memory();
   const json run = read_finished_run(job.run);
-  const std::string unit = run.at("dataset").value("unit", "tile");
-  if (unit != "tile" && unit != "bag" && unit != "image")
-    throw UsageError(at_file(job.run + "/run.json", "a model of unit '" + unit + "'"));
+  const records::PackUnit unit = run_unit(run, job.run);
   const auto task = run_task(run);
   const auto labels = task->label_names();
   if (!labels.empty()) label_index(job, labels);  // a bad --label stops before anything is written
   const PredictInput in = open_predict_input(run, unit, job);
   const torch::Device device = util::resolve_devices(job.device).front();
   const int threads = device.is_cpu() ? math_threads(job) : 0;
-  const Predictor predictor(run, job, device);
+  const Predictor predictor(run, unit, job, device);
   util::make_directories(util::parent_directory(util::absolute_path(job.output)));
   const util::OutputLock lock(job.output, "mltool predict");
   util::make_directories(job.output);
@@ -378,7 +386,7 @@ PredictReport predict(const PredictJob& job) {
                     *task);
   write_predict_report(job.output, job.run, run);
   r.output = job.output;
-  r.unit = unit;
+  r.unit = records::to_string(unit);
   r.device = device.str();
   r.weights = util::name_of(kWeights, job.weights);
   r.samples = static_cast<std::int64_t>(c.samples.size());

@@ -145,9 +145,10 @@ void group_slides(PredictInput& in, const PredictJob& job) {
   in.grouped = true;
 }
 
-PredictInput feature_input(const json& run, const std::string& unit, const PredictJob& job) {
+PredictInput feature_input(const json& run, records::PackUnit unit, const PredictJob& job) {
   if (io::TileStore::is_store(job.input))
-    throw InputError(at_file(job.input, "a tile store, but a " + unit +
+    throw InputError(at_file(job.input, "a tile store, but a " +
+                                            std::string(records::to_string(unit)) +
                                             " model predicts on features: extract them with the "
                                             "extractor the run was trained on (mltool extract), "
                                             "then predict on the feature store"));
@@ -220,17 +221,18 @@ PredictInput image_input(const json& run, const PredictJob& job) {
 
 }  // namespace
 
-PredictInput open_predict_input(const json& run, const std::string& unit, const PredictJob& job) {
+PredictInput open_predict_input(const json& run, records::PackUnit unit, const PredictJob& job) {
   if (!util::exists(job.input)) throw InputError(at_file(job.input, "no such file or directory"));
-  PredictInput in = unit == "image" ? image_input(run, job) : feature_input(run, unit, job);
+  PredictInput in =
+      unit == records::PackUnit::image ? image_input(run, job) : feature_input(run, unit, job);
   group_by_slide(in);
   if (!job.slides.empty()) keep_slides(in, job);
   if (job.group_table.empty() != job.group_column.empty())
     throw UsageError("--group-table and --group-column go together");
   const std::string bag_column = run.at("dataset").value("bag_column", "");
   if (!job.group_table.empty()) {
-    if (unit != "bag")
-      throw UsageError("--group-table: " + job.run + " is a " + unit +
+    if (unit != records::PackUnit::bag)
+      throw UsageError("--group-table: " + job.run + " is a " + records::to_string(unit) +
                        " model; groups are bags of bag models");
     group_slides(in, job);
   } else if (!bag_column.empty()) {

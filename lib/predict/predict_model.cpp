@@ -63,14 +63,14 @@ std::string weights_file(const PredictJob& job) {
   return job.run + "/" + (job.weights == Weights::best ? "best.safetensors" : "model.safetensors");
 }
 
-Predictor::Predictor(const json& run, const PredictJob& job, const torch::Device& device)
+Predictor::Predictor(const json& run, records::PackUnit unit, const PredictJob& job,
+                     const torch::Device& device)
     : device_(device),
       batch_(job.batch),
       retry_(!job.no_oom_retry),
       name_("the model of " + job.run),
-      threads_(util::thread_count(job.threads)) {
-  const std::string unit = run.at("dataset").value("unit", "tile");
-  bag_ = unit == "bag";
+      threads_(util::thread_count(job.threads)),
+      bag_(unit == records::PackUnit::bag) {
   const auto& m = run.at("model");
   const auto classes = m.at("classes").get<std::int64_t>();
   if (run.at("spec").value("family", "") == "torchscript") {

@@ -14,6 +14,7 @@
 
 #include "../train/feed.hpp"
 #include "mltool/predict/predict.hpp"
+#include "mltool/records/pack.hpp"
 #include "mltool/train/models.hpp"
 
 namespace mltool::io {
@@ -43,7 +44,7 @@ struct PredictInput {
 
 /// The input of a run of `unit` (tile, bag: a feature store; image: a tile store) checked
 /// against what the run was trained on (InputError naming the file otherwise).
-PredictInput open_predict_input(const nlohmann::json& run, const std::string& unit,
+PredictInput open_predict_input(const nlohmann::json& run, records::PackUnit unit,
                                 const PredictJob& job);
 
 /// The weights file `job.weights` names in the run directory.
@@ -63,7 +64,8 @@ struct SlideScores {
 /// A finished run's model with the chosen weights, in eval mode on its device.
 class Predictor {
  public:
-  Predictor(const nlohmann::json& run, const PredictJob& job, const torch::Device& device);
+  Predictor(const nlohmann::json& run, records::PackUnit unit, const PredictJob& job,
+            const torch::Device& device);
   /// Scores the slide made of `rows` of `source`, `batch` rows per forward pass (tiles and
   /// images; a bag is one pass), decoding on `threads` threads. A batch that runs out of memory
   /// is split (util::BatchSplitter; each slide starts at --batch again); `first_batch` is the

@@ -7,6 +7,7 @@ Two kinds of script use them:
   `run_checks` runs the fixtures and each check_* function in a temporary directory (`tmp`
   names files in it), reporting each Failure and going on to the next check.
 """
+import csv
 import json
 import os
 import signal
@@ -64,6 +65,29 @@ def run_json(args, stdin=None, env=None):
                    f"the --json summary of a run that exited {code}: {doc}")
             doc = None
     return code, doc, err
+
+
+# Job-array variables a scheduler may have set around the test, emptied so that a command
+# run by a test never takes itself for one task of an array.
+ARRAY_UNSET = {"SLURM_ARRAY_TASK_ID": "", "JOB_COMPLETION_INDEX": ""}
+
+
+def command_json(mltool, command, *args, env=None):
+    """mltool COMMAND ARGS --json -q outside any job array; (code, summary or None, stderr)."""
+    return run_json([mltool, command, *args, "--json", "-q"], env=dict(ARRAY_UNSET, **(env or {})))
+
+
+def command_ok(mltool, command, *args, env=None):
+    """command_json that must succeed; its summary."""
+    code, summary, err = command_json(mltool, command, *args, env=env)
+    expect(code == 0, f"{command} {' '.join(args)}: exit {code}: {err.strip()}")
+    return summary
+
+
+def csv_rows(path):
+    """The rows of a CSV file with a header, as dicts."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
 
 
 # For tests of results that must not depend on the machine: the math library's other code paths, forced the way a different machine would choose them.

@@ -8,7 +8,6 @@ kind, features of another dimension or extractor, tiles of another size.
 
     predict_test.py MLTOOL [TEST...]   # TEST: check_* names without check_
 """
-import csv
 import json
 import os
 import shutil
@@ -21,8 +20,8 @@ import torch
 
 import train_test as T  # also puts scripts/fixtures on sys.path
 import torch.nn.functional as F
-from cli_common import (expect, rename_shim, run, run_checks, run_with_sigterms,
-                        second_writer_refused, tmp, write_feature_store)
+from cli_common import (command_json, command_ok, csv_rows, expect, rename_shim, run_checks,
+                        run_with_sigterms, second_writer_refused, tmp, write_feature_store)
 
 mltool = os.path.abspath(sys.argv[1])
 only = set(sys.argv[2:])
@@ -38,19 +37,11 @@ def fixtures():
 
 
 def predict(*args):
-    code, out, err = run([mltool, "predict", *args, "-q", "--json"])
-    return code, (json.loads(out) if code == 0 else None), err
+    return command_json(mltool, "predict", *args)
 
 
 def predict_ok(*args):
-    code, summary, err = predict(*args)
-    expect(code == 0, f"predict {' '.join(args)}: exit {code}: {err.strip()}")
-    return summary
-
-
-def rows_of(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
+    return command_ok(mltool, "predict", *args)
 
 
 def weights(run_dir, which):
@@ -67,7 +58,7 @@ def check_mlp():
         out = tmp(f"pred_mlp_{which}")
         s = predict_ok(tmp("run_mlp"), tmp("feat"), "-o", out, "--weights", which, "--batch", "7")
         expect(s["unit"] == "tile" and s["samples"] == len(keys) and s["weights"] == which, f"summary {s}")
-        preds = rows_of(os.path.join(out, "predictions.csv"))
+        preds = csv_rows(os.path.join(out, "predictions.csv"))
         expect([p["sample"] for p in preds] == keys, "samples are not the store's keys in order")
         expect(all(p["slide"] == k.split("/")[0] for p, k in zip(preds, keys)), "slides")
         want = T.mlp_forward(weights(tmp("run_mlp"), file), X, spec)
@@ -84,16 +75,16 @@ def check_slides():
     input lacks is refused."""
     keys = open(tmp("feat", "keys.txt")).read().split()
     s = predict_ok(tmp("run_mlp"), tmp("feat"), "-o", tmp("pred_some"), "--slide", "S03", "--slide", "S01")
-    preds = rows_of(tmp("pred_some", "predictions.csv"))
+    preds = csv_rows(tmp("pred_some", "predictions.csv"))
     want = [k for k in keys if k.split("/")[0] in ("S01", "S03")]
     expect([p["sample"] for p in preds] == want and s["slides"] == 2 and s["tiles"] == 30, f"--slide: {s}")
     # A slide's batches start at its first tile: the same bits whichever slides are predicted.
     predict_ok(tmp("run_mlp"), tmp("feat"), "-o", tmp("pred_every"))
-    every = {p["sample"]: p for p in rows_of(tmp("pred_every", "predictions.csv"))}
+    every = {p["sample"]: p for p in csv_rows(tmp("pred_every", "predictions.csv"))}
     expect(all(p == every[p["sample"]] for p in preds), "a slide's predictions depend on the others predicted")
     p = subprocess.run([mltool, "predict", tmp("run_mlp"), tmp("feat"), "-o", tmp("pred_stdin"), "--slide", "-",
                         "-q"], input="S02\n", capture_output=True, text=True)
-    expect(p.returncode == 0 and len(rows_of(tmp("pred_stdin", "predictions.csv"))) == 15, f"--slide -: {p.stderr}")
+    expect(p.returncode == 0 and len(csv_rows(tmp("pred_stdin", "predictions.csv"))) == 15, f"--slide -: {p.stderr}")
     c, _, err = predict(tmp("run_mlp"), tmp("feat"), "-o", tmp("pred_none"), "--slide", "S99")
     expect(c == 2 and "--slide S99" in err, f"exit {c}: {err.strip()}")
 
@@ -104,10 +95,10 @@ def check_abmil():
     sd = weights(tmp("run_bag"), "model.safetensors")
     X = torch.from_numpy(np.load(tmp("bagfeat", "features.npy")))
     keys = open(tmp("bagfeat", "keys.txt")).read().split()
-    preds = rows_of(os.path.join(out, "predictions.csv"))
+    preds = csv_rows(os.path.join(out, "predictions.csv"))
     slides = list(dict.fromkeys(k.split("/")[0] for k in keys))
     expect([p["sample"] for p in preds] == slides and s["samples"] == 40, f"bag samples, {s}")
-    attention = rows_of(os.path.join(out, "attention.csv"))
+    attention = csv_rows(os.path.join(out, "attention.csv"))
     expect([a["key"] for a in attention] == keys, "attention.csv keys are not the store's")
     for p in preds:
         idx = [i for i, k in enumerate(keys) if k.startswith(p["sample"] + "/")]
@@ -153,7 +144,7 @@ def expect_predict_page(out, preds):
     # The run's labels table names every tile: balanced accuracy as scikit-learn's (the page
     # shows 4 significant digits) with an interval.
     import sklearn.metrics
-    labels = {r["key"]: r["label"] for r in rows_of(tmp("tiles.csv"))}
+    labels = {r["key"]: r["label"] for r in csv_rows(tmp("tiles.csv"))}
     bacc = sklearn.metrics.balanced_accuracy_score([labels[k] for k in preds], [p["prediction"] for p in preds.values()])
     metric = [r for r in page.rows if r and r[0] == "val_balanced_accuracy"]
     expect("Metrics" in page.all_text and len(metric) == 1 and abs(float(metric[0][1]) - bacc) <= 5e-4 * bacc and
@@ -173,7 +164,7 @@ def check_heatmaps():
     out = tmp("pred_heat")
     s = predict_ok(tmp("run_mlp"), tmp("feat"), "-o", out, "--tiles", tmp("tiles.lmdb"))
     expect(s["heatmaps"] == 20, f"summary {s}")
-    preds = {p["sample"]: p for p in rows_of(os.path.join(out, "predictions.csv"))}
+    preds = {p["sample"]: p for p in csv_rows(os.path.join(out, "predictions.csv"))}
     from PIL import Image
     for i in range(20):
         img = np.asarray(Image.open(os.path.join(out, "heatmaps", f"S{i:02d}.png")).convert("RGB"))
@@ -197,7 +188,7 @@ def check_heatmaps():
     tile_store.write_store(tmp("bagtiles.lmdb"), [{"id": "B00", "rows": 20, "cols": 1}], 16, encoding="png")
     s = predict_ok(tmp("run_bag"), tmp("bagfeat"), "-o", tmp("pred_bag_heat"), "--tiles", tmp("bagtiles.lmdb"))
     expect(s["heatmaps"] == 1, f"summary {s}")
-    att = {a["key"]: float(a["attention"]) for a in rows_of(tmp("pred_bag_heat", "attention.csv"))}
+    att = {a["key"]: float(a["attention"]) for a in csv_rows(tmp("pred_bag_heat", "attention.csv"))}
     tiles = geojson_tiles(tmp("pred_bag_heat", "heatmaps", "B00.geojson"))
     expect(set(tiles) == {k for k in att if k.startswith("B00/")}, f"B00 heatmap tiles {sorted(tiles)}")
     expect(all(abs(m["attention"] - att[k]) < 1e-6 for k, m in tiles.items()), "attention in the heatmap")
@@ -299,7 +290,7 @@ def check_image_run(tile_store):
     out = tmp("pred_img")
     s = predict_ok(tmp("run_img"), tmp("newtiles.lmdb"), "-o", out, "--batch", "5", "--weights", "final")
     expect(s["unit"] == "image" and s["samples"] == len(new_keys) and s["heatmaps"] == 6, f"summary {s}")
-    preds = rows_of(os.path.join(out, "predictions.csv"))
+    preds = csv_rows(os.path.join(out, "predictions.csv"))
     expect([p["sample"] for p in preds] == new_keys, "samples are not the tile store's keys in order")
     x = torch.from_numpy(np.stack([tint_pixels(k, 16) for k in new_keys]))
     want = rescnn_forward(weights(tmp("run_img"), "model.safetensors"), x, spec)
@@ -347,7 +338,7 @@ def check_script_tiles():
             module.load_state_dict(weights(tmp("run_smlp"), file))
         with torch.no_grad():
             want = module(X)
-        preds = rows_of(os.path.join(out, "predictions.csv"))
+        preds = csv_rows(os.path.join(out, "predictions.csv"))
         got = torch.tensor([[float(p[f"logit_{n}"]) for n in names] for p in preds])
         expect(torch.allclose(got, want, atol=1e-5, rtol=1e-5),
                f"{which}: logits differ from model.script.pt's by {(got - want).abs().max().item()}")
@@ -371,8 +362,8 @@ def check_script_bags():
         s = predict_ok(tmp(f"run_smil_{name}"), tmp("bagfeat"), "-o", out, "--weights", "final",
                        "--tiles", tmp("bagtiles.lmdb"))
         module = torch.jit.load(tmp(f"run_smil_{name}", "model.script.pt"))
-        preds = rows_of(os.path.join(out, "predictions.csv"))
-        attention = {a["key"]: float(a["attention"]) for a in rows_of(os.path.join(out, "attention.csv"))} \
+        preds = csv_rows(os.path.join(out, "predictions.csv"))
+        attention = {a["key"]: float(a["attention"]) for a in csv_rows(os.path.join(out, "attention.csv"))} \
             if name == "att" else {}
         for p in preds:
             idx = [i for i, k in enumerate(keys) if k.startswith(p["sample"] + "/")]

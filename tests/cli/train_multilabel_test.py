@@ -16,7 +16,7 @@ import numpy as np
 import sklearn.metrics
 from safetensors.numpy import load_file
 
-from cli_common import expect, run, run_checks, run_json, tmp
+from cli_common import command_json, command_ok, csv_rows, expect, run, run_checks, tmp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "fixtures"))
 import outcome_cohort  # noqa: E402
@@ -62,18 +62,11 @@ def pack(out, *args):
 
 
 def train(*args):
-    return run_json([mltool, "train", *args, "--json", "-q"], env=ARRAY_UNSET)
+    return command_json(mltool, "train", *args)
 
 
 def train_ok(*args):
-    code, summary, err = train(*args)
-    expect(code == 0, f"train {' '.join(args)}: exit {code}: {err.strip()}")
-    return summary
-
-
-def rows_of(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
+    return command_ok(mltool, "train", *args)
 
 
 def close(a, b, what):
@@ -110,7 +103,7 @@ def check_cross_validation():
     out = tmp("cv")
     cv = train_ok(tmp("mds"), "--model", tmp("abmil.json"), "--folds", "all", "-o", out, "--epochs", "12",
                   "--batch", "8", "--lr", "0.005", "--monitor", "val_auc_mean")
-    oof = rows_of(os.path.join(out, "oof_predictions.csv"))
+    oof = csv_rows(os.path.join(out, "oof_predictions.csv"))
     expect(sorted(r["sample"] for r in oof) == sorted(OUTCOMES), "oof_predictions.csv must hold every patient once")
     expect(list(oof[0]) == ["sample", "fold", "record", *[f"label_{n}" for n in LABELS], *[f"prob_{n}" for n in LABELS]],
            f"oof columns {list(oof[0])}")
@@ -137,7 +130,7 @@ def check_cross_validation():
 def check_masked_loss():
     """The run's val_loss is the mean binary cross-entropy of the observed outcomes, as torch's
     binary_cross_entropy_with_logits of predictions.csv's probabilities gives it (to 1e-5)."""
-    preds = rows_of(tmp("cv", "fold-1", "predictions.csv"))
+    preds = csv_rows(tmp("cv", "fold-1", "predictions.csv"))
     terms = []
     for r in preds:
         for n in LABELS:
@@ -174,13 +167,13 @@ def check_predict():
     code, _, err = run([mltool, "predict", tmp("cv", "fold-0"), tmp("features"), "-o", out, "--weights", "final",
                         "--device", "cpu", "-q"])
     expect(code == 0, f"predict: exit {code}: {err.strip()}")
-    preds = rows_of(os.path.join(out, "predictions.csv"))
+    preds = csv_rows(os.path.join(out, "predictions.csv"))
     expect(list(preds[0]) == ["sample", "slide", *[f"prob_{n}" for n in LABELS]], f"columns {list(preds[0])}")
     by_slide = {r["slide"]: r for r in preds}
     slides_of = {}
     for r in preds:
         slides_of.setdefault(r["slide"][:4], []).append(r["slide"])
-    trained = rows_of(tmp("cv", "fold-0", "predictions.csv"))
+    trained = csv_rows(tmp("cv", "fold-0", "predictions.csv"))
     compared = 0
     for r in trained:
         if len(slides_of.get(r["sample"], [])) != 1:

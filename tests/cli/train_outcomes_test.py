@@ -8,7 +8,6 @@ whose tile features lean along one direction by a latent z; the hazard is exp(1.
 
     train_outcomes_test.py MLTOOL [TEST...]   # TEST: check_* names without check_
 """
-import csv
 import json
 import os
 import sys
@@ -28,7 +27,7 @@ from torchsurv.loss.cox import neg_partial_log_likelihood
 
 import report_page
 from bootstrap_ref import expect_interval, group_bootstrap
-from cli_common import expect, run, run_checks, run_json, tmp
+from cli_common import command_json, command_ok, csv_rows, expect, run, run_checks, run_json, tmp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "fixtures"))
 import outcome_cohort  # noqa: E402
@@ -63,22 +62,12 @@ def write_json(path, doc):
         json.dump(doc, f)
 
 
-ARRAY_UNSET = {"SLURM_ARRAY_TASK_ID": "", "JOB_COMPLETION_INDEX": ""}
-
-
 def train(*args, env=None):
-    return run_json([mltool, "train", *args, "--json", "-q"], env=dict(ARRAY_UNSET, **(env or {})))
+    return command_json(mltool, "train", *args, env=env)
 
 
 def train_ok(*args):
-    code, summary, err = train(*args)
-    expect(code == 0, f"train {' '.join(args)}: exit {code}: {err.strip()}")
-    return summary
-
-
-def rows_of(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
+    return command_ok(mltool, "train", *args)
 
 
 def bag(pid):
@@ -96,11 +85,11 @@ def check_survival_cross_validation():
     out = tmp("cv_cox")
     cv = train_ok(tmp("sds"), "--model", tmp("abmil.json"), "--folds", "all", "-o", out, "--epochs", "15",
                   "--batch", "8", "--lr", "0.005")
-    oof = rows_of(os.path.join(out, "oof_predictions.csv"))
+    oof = csv_rows(os.path.join(out, "oof_predictions.csv"))
     expect(sorted(r["sample"] for r in oof) == sorted(PEOPLE), "oof_predictions.csv must hold every patient once")
     expect(list(oof[0])[:2] == ["sample", "fold"], f"oof columns {list(oof[0])}")
     for f in range(3):
-        preds = rows_of(os.path.join(out, f"fold-{f}", "predictions.csv"))
+        preds = csv_rows(os.path.join(out, f"fold-{f}", "predictions.csv"))
         t = [PEOPLE[p["sample"]]["time"] for p in preds]
         e = [PEOPLE[p["sample"]]["event"] for p in preds]
         ref = concordance_index(t, [-float(p["risk"]) for p in preds], e)
@@ -151,14 +140,14 @@ def check_survival_cross_validation():
     code, _, err = run([mltool, "predict", os.path.join(out, "fold-0"), tmp("features"), "-o", tmp("pred_cox"),
                         "--weights", "final", "--group-table", tmp("clinical.csv"), "--group-column", "patient"])
     expect(code == 0, f"predict: exit {code}: {err.strip()}")
-    predicted = {r["sample"]: float(r["risk"]) for r in rows_of(tmp("pred_cox", "predictions.csv"))}
+    predicted = {r["sample"]: float(r["risk"]) for r in csv_rows(tmp("pred_cox", "predictions.csv"))}
     expect(sorted(predicted) == sorted(PEOPLE), "predict --group-table: one row per patient")
-    for r in rows_of(os.path.join(out, "fold-0", "predictions.csv")):
+    for r in csv_rows(os.path.join(out, "fold-0", "predictions.csv")):
         a, b = predicted[r["sample"]], float(r["risk"])
         expect(abs(a - b) <= 1e-5 * max(1.0, abs(b)), f"{r['sample']}: predict {a}, train {b}")
     code, _, err = run([mltool, "predict", os.path.join(out, "fold-0"), tmp("features"), "-o", tmp("pred_slides")])
     expect(code == 0 and "--group-table CSV --group-column patient" in err, f"exit {code}: {err.strip()}")
-    expect(len(rows_of(tmp("pred_slides", "predictions.csv"))) == 185, "without the table: one bag per slide")
+    expect(len(csv_rows(tmp("pred_slides", "predictions.csv"))) == 185, "without the table: one bag per slide")
 
 
 def check_gather_names_unfinished_folds():
@@ -191,7 +180,7 @@ def one_step(name, outputs, *args):
              "--optimizer", "sgd", "--momentum", "0", "--weight-decay", "0", "--lr", "1", "--schedule",
              "constant", "--device", "cpu", *args)
     after = torch.jit.load(os.path.join(out, "model.script.pt"))
-    val = [r["sample"] for r in rows_of(os.path.join(out, "predictions.csv"))]
+    val = [r["sample"] for r in csv_rows(os.path.join(out, "predictions.csv"))]
     return before, after, val, out
 
 
@@ -254,7 +243,7 @@ def check_nll_gradient_and_brier():
     nll_reference(logits, interval, e_train).backward()
     expect_gradient(before, after, {k: p.grad for k, p in ref.named_parameters()}, "nll")
 
-    preds = rows_of(os.path.join(out, "predictions.csv"))
+    preds = csv_rows(os.path.join(out, "predictions.csv"))
     # The records hold float32 times: mltool's are those, exactly.
     t = np.array([p["time"] for p in preds], dtype=np.float32).astype(np.float64)
     e = np.array([float(p["event"]) == 1 for p in preds])
@@ -281,7 +270,7 @@ def check_regression_cross_validation():
     cv = train_ok(tmp("rds"), "--model", tmp("abmil.json"), "--folds", "all", "-o", out, "--epochs", "20",
                   "--batch", "8", "--lr", "0.005", "--monitor", "val_r2")
     for f in range(3):
-        preds = rows_of(os.path.join(out, f"fold-{f}", "predictions.csv"))
+        preds = csv_rows(os.path.join(out, f"fold-{f}", "predictions.csv"))
         # The values as mltool holds them: float32. predictions.csv writes them with %.9g, which
         # float32 reads back exactly but double does not where zeros were dropped ("1.87" is
         # not float32(1.87)); compared in double, such a target moved the MAE by 1e-9.
@@ -295,7 +284,7 @@ def check_regression_cross_validation():
         got = cv["per_fold"][f]["validation"]
         for k, r in ref.items():
             expect(abs(got[k] - r) <= 1e-9, f"fold {f}: {k} {got[k]} vs {r}")
-    oof = rows_of(os.path.join(out, "oof_predictions.csv"))
+    oof = csv_rows(os.path.join(out, "oof_predictions.csv"))
     r2 = sklearn.metrics.r2_score([float(r["target"]) for r in oof], [float(r["prediction"]) for r in oof])
     expect(r2 >= 0.8, f"out-of-fold R² {r2:.3f} < 0.8")
     expect(cv["pictures"]["scatter"]["file"] == "scatter.png" and

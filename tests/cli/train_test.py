@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 import report_page
 from bootstrap_ref import expect_interval, group_bootstrap
-from cli_common import (MATH_PATHS, expect, run, run_checks, run_json, run_with_sigterms,
-                        second_writer_refused, tmp, write_feature_store)
+from cli_common import (MATH_PATHS, command_json, command_ok, expect, run, run_checks, run_json,
+                        run_with_sigterms, second_writer_refused, tmp, write_feature_store)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
@@ -96,13 +96,11 @@ def fixtures():
 
 def train(*args):
     """mltool train ARGS --json -q; (code, summary or None, stderr)."""
-    return run_json([mltool, "train", *args, "--json", "-q"])
+    return command_json(mltool, "train", *args)
 
 
 def train_ok(*args):
-    code, summary, err = train(*args)
-    expect(code == 0, f"train {' '.join(args)}: exit {code}: {err.strip()}")
-    return summary
+    return command_ok(mltool, "train", *args)
 
 
 def metrics(run_dir, timing=False):

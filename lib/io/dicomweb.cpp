@@ -132,7 +132,11 @@ Answer DicomwebClient::Pool::get(const std::string& url, const std::string& acce
           "the environment variable " +
           kDicomwebTokenVariable);
     if (a.code == CURLE_OK && a.status >= 200 && a.status < 300) return a;
-    const std::string what = a.code == CURLE_OK ? "HTTP " + std::to_string(a.status) : a.error;
+    std::string what = a.code == CURLE_OK ? "HTTP " + std::to_string(a.status) : a.error;
+    if (a.code == CURLE_PEER_FAILED_VERIFICATION)
+      what +=
+          " (the server's TLS certificate is not trusted: add its CA to the system store, or "
+          "give --dicomweb-insecure to skip verification)";
     if (!transient(a.code, a.status) || attempt >= options.retries)
       throw DicomwebError(
           url + ": " + what +

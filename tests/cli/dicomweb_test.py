@@ -18,7 +18,9 @@ does) and a pydicom-written series (scripts/fixtures/dicom_series.py, YBR_FULL_4
   the slide (--keep-going: exit 4) naming the URL and the HTTP status;
 - a run killed while it fetches resumes (from another address of the server) to the same tiles;
 - TLS with a self-signed certificate (openssl, a TLS reverse proxy): verification refuses it
-  naming --dicomweb-insecure, and --dicomweb-insecure reads the same tiles;
+  naming --dicomweb-insecure, and --dicomweb-insecure reads the same tiles; a TLS proxy that
+  speaks HTTP/2 only (the h2 library, PyPI: scripts/requirements-extra.txt) is answered over
+  HTTP/2, as libcurl reports it (mltool -v), with the same tiles;
 - a level of many frames is fetched in fewer, larger requests (Orthanc's plugin parses the whole
   instance for each), with the same tiles.
 
@@ -403,16 +405,23 @@ def check_resume():
            f"resumed: {len(a)} tiles vs {len(b)}, {rec['path']}")
 
 
+def self_signed():
+    """A certificate for 127.0.0.1 and its key, made by openssl: (certificate, key) files."""
+    cert, key = tmp("tls-cert.pem"), tmp("tls-key.pem")
+    if not os.path.exists(cert):
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", key, "-out", cert], check=True, capture_output=True)
+    return cert, key
+
+
 def check_tls():
     """A server whose certificate is self-signed (made here by openssl): the run stops naming
     the URL, the certificate problem and --dicomweb-insecure; with --dicomweb-insecure it reads
-    the same tiles as over plain HTTP. The token goes over TLS as over HTTP."""
+    the same tiles as over plain HTTP (HTTP/1.1: this proxy offers nothing else). The token
+    goes over TLS as over HTTP."""
     url, directory = SERVER["series"]["ycc"]
-    cert, key = tmp("tls-cert.pem"), tmp("tls-key.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", key, "-out", cert], check=True, capture_output=True)
-    proxy = Proxy(token=TOKEN, tls=(cert, key))
+    proxy = Proxy(token=TOKEN, tls=self_signed())
     try:
         secure = proxy.url(url)
         expect(secure.startswith("https://127.0.0.1:"), secure)
@@ -421,7 +430,8 @@ def check_tls():
         code, _, err = run([MLTOOL, "tile", secure, "-o", tmp("tls-refused"), *args], env=env)
         expect(code != 0 and secure + "/metadata" in err and "certificate" in err and
                "--dicomweb-insecure" in err, f"exit {code}: {err[-1500:]}")
-        tile(secure, tmp("tls"), *args, "--dicomweb-insecure", env=env)
+        _, err = tile(secure, tmp("tls"), *args, "--dicomweb-insecure", "-v", env=env)
+        expect("answered over HTTP/1.1" in err, f"protocol: {err[-1500:]}")
         tile(url, tmp("tls-ref"), *args)
         a, rec, _ = tiles_by_position(tmp("tls"))
         b, _, _ = tiles_by_position(tmp("tls-ref"))
@@ -429,6 +439,115 @@ def check_tls():
     finally:
         proxy.shutdown()
         proxy.server_close()
+
+
+class H2Proxy:
+    """A TLS reverse proxy on 127.0.0.1 in front of Orthanc that offers HTTP/2 only (ALPN h2;
+    the h2 library's state machine): each stream's GET goes to Orthanc over HTTP/1.1 and its
+    answer back on the stream, within the client's flow-control window. `protocols`: what each
+    connection negotiated."""
+
+    def __init__(self, cert, key):
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(cert, key)
+        self.context.set_alpn_protocols(["h2"])
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.protocols = []
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def url(self, series_url):
+        return series_url.replace(f"http://127.0.0.1:{SERVER['port']}/",
+                                  f"https://127.0.0.1:{self.sock.getsockname()[1]}/")
+
+    def close(self):
+        self.sock.close()
+
+    def serve(self):
+        while True:
+            try:
+                raw, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.connection, args=(raw,), daemon=True).start()
+
+    def connection(self, raw):
+        import h2.config
+        import h2.connection
+        import h2.events
+        try:
+            conn = self.context.wrap_socket(raw, server_side=True)
+        except OSError:
+            raw.close()
+            return
+        self.protocols.append(conn.selected_alpn_protocol())
+        h2c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False,
+                                                                   header_encoding="utf-8"))
+        h2c.initiate_connection()
+        requests, ended = {}, []
+
+        def receive():
+            data = conn.recv(1 << 16)
+            if not data:
+                raise ConnectionError("closed")
+            for event in h2c.receive_data(data):
+                if isinstance(event, h2.events.RequestReceived):
+                    requests[event.stream_id] = dict(event.headers)
+                elif isinstance(event, h2.events.StreamEnded):
+                    ended.append(event.stream_id)
+            conn.sendall(h2c.data_to_send())
+
+        try:
+            conn.sendall(h2c.data_to_send())
+            while True:
+                receive()
+                while ended:
+                    stream = ended.pop(0)
+                    self.answer(conn, h2c, stream, requests.pop(stream), receive)
+        except (OSError, ConnectionError):
+            pass
+        finally:
+            conn.close()
+
+    def answer(self, conn, h2c, stream, headers, receive):
+        up = http.client.HTTPConnection("127.0.0.1", SERVER["port"], timeout=60)
+        up.request("GET", headers[":path"], headers={"Accept": headers.get("accept", "*/*")})
+        r = up.getresponse()
+        body = r.read()
+        up.close()
+        h2c.send_headers(stream, [(":status", str(r.status)),
+                                  ("content-type", r.getheader("Content-Type", "")),
+                                  ("content-length", str(len(body)))])
+        at = 0
+        while at < len(body):
+            n = min(h2c.local_flow_control_window(stream), h2c.max_outbound_frame_size,
+                    len(body) - at)
+            if n <= 0:  # wait for the client's WINDOW_UPDATE
+                conn.sendall(h2c.data_to_send())
+                receive()
+                continue
+            h2c.send_data(stream, body[at:at + n])
+            at += n
+        h2c.end_stream(stream)
+        conn.sendall(h2c.data_to_send())
+
+
+def check_http2():
+    """Where the server offers HTTP/2 (a TLS proxy offering h2 only), libcurl speaks it: mltool
+    -v reports the answer's protocol as libcurl gives it; the tiles equal those over plain
+    HTTP."""
+    url, directory = SERVER["series"]["ycc"]
+    proxy = H2Proxy(*self_signed())
+    try:
+        args = ["--level", "0", "--tile-size", str(frame_size(directory))]
+        _, err = tile(proxy.url(url), tmp("h2"), *args, "--dicomweb-insecure", "-v")
+        expect("answered over HTTP/2" in err, f"protocol: {err[-1500:]}")
+        expect(proxy.protocols and set(proxy.protocols) == {"h2"}, f"ALPN {proxy.protocols}")
+        tile(url, tmp("h2-ref"), *args)
+        a, _, _ = tiles_by_position(tmp("h2"))
+        b, _, _ = tiles_by_position(tmp("h2-ref"))
+        expect(a == b and a, f"over HTTP/2: {len(a)} tiles vs {len(b)}")
+    finally:
+        proxy.close()
 
 
 def many_frames_series(out, side=5120, frame=64):
@@ -491,7 +610,7 @@ def check_bad_url():
 
 CHECKS = [check_tile_passthrough, check_tile_decoded, check_info, check_extract,
           check_reference_client, check_token, check_faults, check_one_frame_a_request,
-          check_resume, check_tls, check_large_level_batches, check_bad_url]
+          check_resume, check_tls, check_http2, check_large_level_batches, check_bad_url]
 
 if __name__ == "__main__":
     run_checks("dicomweb", CHECKS, sys.argv[2:], fixtures=fixtures, teardown=teardown)

@@ -2,8 +2,8 @@
 """`mltool tile` of a DICOM WSI series over DICOMweb against the same series from local files,
 side by side in one run (issue 41): Orthanc with its DICOMweb plugin on 127.0.0.1
 (tests/cli/orthanc_server.py) serves a generated all-tissue series (SIZE x SIZE at 0.25 µm/px,
-256-px JPEG baseline frames, Q80, levels down to 1/4; scripts/fixtures/dicom_series.py's
-headers), and both runs pass the frames through:
+256-px JPEG baseline frames, Q80, 257 distinct ones repeated; levels down to 1/4;
+scripts/fixtures/dicom_series.py's headers), and both runs pass the frames through:
 
     mltool tile SERIES -o STORE --level 0 --tile-size 256 --threads $(nproc)   (local files)
     mltool tile URL    -o STORE --level 0 --tile-size 256 --threads $(nproc)   (DICOMweb)
@@ -39,12 +39,15 @@ from store_refs import read_tile_store  # noqa: E402
 TILE = 256
 
 
-def frames(size, seed):
-    """`size` x `size` of textured pink tissue as 256-px JPEG frames (row-major)."""
+def frames(size, seed, distinct=257):
+    """`size` x `size` of textured pink tissue as 256-px JPEG frames (row-major): `distinct`
+    frames drawn once, then repeated in a shuffled order (encoding every frame of a 32768²
+    level in Python would take longer than the runs measured; what the runs cost depends on
+    the frames' count and size, not on their being all different)."""
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:TILE, 0:TILE]
-    out = []
-    for i in range((size // TILE) ** 2):
+    drawn = []
+    for i in range(min(distinct, (size // TILE) ** 2)):
         phase = rng.uniform(0, 6.28, 3)
         rgb = np.stack([200 + 40 * np.sin(xx / 7.0 + phase[0]) * np.cos(yy / 11.0),
                         90 + 50 * np.sin((xx + yy) / 13.0 + phase[1]),
@@ -52,8 +55,8 @@ def frames(size, seed):
         rgb += rng.normal(0, 12, rgb.shape)
         buf = io.BytesIO()
         Image.fromarray(rgb.clip(0, 255).astype(np.uint8)).save(buf, "JPEG", quality=80)
-        out.append(buf.getvalue())
-    return out
+        drawn.append(buf.getvalue())
+    return [drawn[i] for i in rng.integers(0, len(drawn), (size // TILE) ** 2)]
 
 
 def write_series(out, size):

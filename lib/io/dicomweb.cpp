@@ -5,6 +5,7 @@
 #include <curl/curl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -52,8 +53,19 @@ bool transient(CURLcode code, long status) {
 struct Answer {
   CURLcode code = CURLE_OK;
   long status = 0;
+  long http_version = 0;  // CURL_HTTP_VERSION_1_1, CURL_HTTP_VERSION_2_0, ...
   std::string body, content_type, error;
 };
+
+std::string http_version_name(long v) {
+  switch (v) {
+    case CURL_HTTP_VERSION_1_0: return "HTTP/1.0";
+    case CURL_HTTP_VERSION_1_1: return "HTTP/1.1";
+    case CURL_HTTP_VERSION_2_0: return "HTTP/2";
+    case CURL_HTTP_VERSION_3: return "HTTP/3";
+    default: return "HTTP (version " + std::to_string(v) + ")";
+  }
+}
 
 }  // namespace
 
@@ -65,6 +77,7 @@ struct DicomwebClient::Pool {
   std::condition_variable returned;
   std::vector<CURL*> idle;
   std::vector<CURL*> all;
+  std::atomic<bool> version_logged{false};  // the protocol of the first answer, at debug level
 
   ~Pool() {
     for (CURL* h : all) curl_easy_cleanup(h);
@@ -111,6 +124,7 @@ Answer DicomwebClient::Pool::once(const std::string& url, const std::string& acc
   curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, options.insecure ? 0L : 2L);
   a.code = curl_easy_perform(h);
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &a.status);
+  curl_easy_getinfo(h, CURLINFO_HTTP_VERSION, &a.http_version);
   const char* type = nullptr;
   if (curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &type) == CURLE_OK && type) a.content_type = type;
   a.error = error[0] ? error : curl_easy_strerror(a.code);
@@ -131,8 +145,16 @@ Answer DicomwebClient::Pool::get(const std::string& url, const std::string& acce
           ": give a valid bearer token with --dicomweb-token-file FILE or "
           "the environment variable " +
           kDicomwebTokenVariable);
-    if (a.code == CURLE_OK && a.status >= 200 && a.status < 300) return a;
-    const std::string what = a.code == CURLE_OK ? "HTTP " + std::to_string(a.status) : a.error;
+    if (a.code == CURLE_OK && a.status >= 200 && a.status < 300) {
+      if (!version_logged.exchange(true))
+        log::debug(url + ": answered over " + http_version_name(a.http_version));
+      return a;
+    }
+    std::string what = a.code == CURLE_OK ? "HTTP " + std::to_string(a.status) : a.error;
+    if (a.code == CURLE_PEER_FAILED_VERIFICATION)
+      what +=
+          " (the server's TLS certificate is not trusted: add its CA to the system store, or "
+          "give --dicomweb-insecure to skip verification)";
     if (!transient(a.code, a.status) || attempt >= options.retries)
       throw DicomwebError(
           url + ": " + what +

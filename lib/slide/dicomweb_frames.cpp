@@ -11,7 +11,8 @@
 namespace mltool::slide {
 namespace {
 
-// Frames fetched but not yet read, at most (per connection: two batches).
+// Frames fetched but not yet read before a fetcher starts another batch (per connection: two
+// batches of the smallest size), whatever batch(level) is.
 std::size_t held_limit(int connections) {
   return 2 * kDicomwebBatch * static_cast<std::size_t>(std::max(1, connections));
 }
@@ -22,7 +23,8 @@ DicomwebFrames::DicomwebFrames(const DicomwebSeries& series, int level, int tile
                                io::JpegColour colour)
     : OwnJpegTiles(series.geometry().levels[static_cast<std::size_t>(level)], tile_size, colour),
       series_(series),
-      level_(level) {}
+      level_(level),
+      batch_(series.batch(level)) {}
 
 std::unique_ptr<DicomwebFrames> DicomwebFrames::open(const DicomwebSeries& series, int level,
                                                      int tile_size, std::string& why) {
@@ -65,10 +67,10 @@ void DicomwebFrames::will_read(
   if (!fetchers_.empty()) return;  // one plan per source
   for (const auto& [x, y] : positions)
     if (const auto index = index_at(x, y); index && !batch_of_.count(*index)) {
-      batch_of_[*index] = order_.size() / kDicomwebBatch;
+      batch_of_[*index] = order_.size() / batch_;
       order_.push_back(*index);
     }
-  done_.assign((order_.size() + kDicomwebBatch - 1) / kDicomwebBatch, 0);
+  done_.assign((order_.size() + batch_ - 1) / batch_, 0);
   const int n = std::min<int>(series_.client().connections(), static_cast<int>(done_.size()));
   for (int i = 0; i < n; ++i) fetchers_.emplace_back([this] { fetch_batches(); });
 }
@@ -83,10 +85,9 @@ void DicomwebFrames::fetch_batches() {
       if (stop_ || next_batch_ >= done_.size()) return;
       b = next_batch_++;
     }
-    const auto first = order_.begin() + static_cast<std::ptrdiff_t>(b * kDicomwebBatch);
+    const auto first = order_.begin() + static_cast<std::ptrdiff_t>(b * batch_);
     const std::vector<std::size_t> indices(
-        first, first + static_cast<std::ptrdiff_t>(
-                           std::min(kDicomwebBatch, order_.size() - b * kDicomwebBatch)));
+        first, first + static_cast<std::ptrdiff_t>(std::min(batch_, order_.size() - b * batch_)));
     std::unordered_map<std::size_t, std::string> got;
     std::exception_ptr error;
     try {

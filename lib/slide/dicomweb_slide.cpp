@@ -145,12 +145,20 @@ DicomwebSeries::DicomwebSeries(const std::string& url, const io::DicomwebOptions
                  {"dicomweb.instance", l0.sop_instance}};
 }
 
+std::size_t DicomwebSeries::batch(int level) const {
+  const auto frames =
+      static_cast<std::size_t>(std::max<std::int64_t>(0, this->level(level).frames));
+  const std::size_t even = (frames + kDicomwebRequestsPerLevel - 1) / kDicomwebRequestsPerLevel;
+  return std::clamp(even, kDicomwebBatch, kDicomwebMaxBatch);
+}
+
 std::vector<io::DicomwebFrame> DicomwebSeries::fetch(
     int level, const std::vector<std::size_t>& indices) const {
   const std::string& sop = this->level(level).sop_instance;
+  const std::size_t most = batch(level);
   std::vector<io::DicomwebFrame> out;
   for (std::size_t at = 0; at < indices.size();) {
-    const std::size_t n = single_frames_ ? 1 : std::min(kDicomwebBatch, indices.size() - at);
+    const std::size_t n = single_frames_ ? 1 : std::min(most, indices.size() - at);
     std::vector<std::int64_t> numbers;
     for (std::size_t k = 0; k < n; ++k)
       numbers.push_back(static_cast<std::int64_t>(indices[at + k]) + 1);
@@ -186,8 +194,9 @@ std::vector<io::DicomwebFrame> DicomwebSeries::fetch_ahead(
       }
     if (want.empty()) return out;
     const auto frames = static_cast<std::size_t>(this->level(level).frames);
-    for (std::size_t i = want.back() + 1; i < frames && want.size() < kDicomwebBatch; ++i)
-      if (!ahead_.count(key(i)) && ahead_.size() + want.size() < kAheadFrames) want.push_back(i);
+    const std::size_t most = batch(level), held = std::max(kAheadFrames, most);
+    for (std::size_t i = want.back() + 1; i < frames && want.size() < most; ++i)
+      if (!ahead_.count(key(i)) && ahead_.size() + want.size() < held) want.push_back(i);
   }
   auto got = fetch(level, want);
   std::lock_guard lock(cache_mutex_);

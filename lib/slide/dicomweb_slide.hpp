@@ -26,8 +26,12 @@
 
 namespace mltool::slide {
 
-/// Frames asked for in one request.
+/// Frames asked for in one request, at least.
 inline constexpr std::size_t kDicomwebBatch = 256;
+/// Frames asked for in one request, at most (about 5 to 10 MB of JPEG frames a request).
+inline constexpr std::size_t kDicomwebMaxBatch = 1024;
+/// Requests a level's frames take, about: a larger level asks more frames per request.
+inline constexpr std::size_t kDicomwebRequestsPerLevel = 16;
 
 class DicomwebSeries {
  public:
@@ -47,7 +51,14 @@ class DicomwebSeries {
   void read_rgb(std::int64_t x, std::int64_t y, int level, std::int64_t w, std::int64_t h,
                 std::uint8_t* rgb) const;
 
-  /// Frames (0-based `indices`) of level `level`, fetched kDicomwebBatch at a time (one by one
+  /// Frames asked for in one request at `level`: kDicomwebBatch, or more for a level of more
+  /// than kDicomwebRequestsPerLevel batches, up to kDicomwebMaxBatch. Orthanc's DICOMweb
+  /// plugin (1.7, Debian 12's) reads and parses the whole instance for every frames request,
+  /// whatever frames it names: a fixed batch would make the server's work grow with the square
+  /// of the level's size (docs/benchmarks.md, "DICOMweb against local files").
+  std::size_t batch(int level) const;
+
+  /// Frames (0-based `indices`) of level `level`, fetched batch(level) at a time (one by one
   /// where the server refuses a list of frame numbers).
   std::vector<io::DicomwebFrame> fetch(int level, const std::vector<std::size_t>& indices) const;
 
@@ -76,7 +87,7 @@ class DicomwebSeries {
 
 /// A DICOMweb level's JPEG frames as tiles (--passthrough auto): what DicomJpegFrames is for a
 /// local series. After will_read, the frames of those tiles are fetched in that order, ahead of
-/// the readers, kDicomwebBatch per request on every connection, holding a bounded number.
+/// the readers, batch(level) per request on every connection, holding a bounded number.
 class DicomwebFrames : public OwnJpegTiles {
  public:
   /// As DicomJpegFrames::open: null, and `why`, when the level's frames cannot pass through.
@@ -96,6 +107,7 @@ class DicomwebFrames : public OwnJpegTiles {
 
   const DicomwebSeries& series_;
   int level_;
+  std::size_t batch_;  // frames a request
   // The prefetch plan: frames in the order they will be read, cut into batches; what has
   // arrived (taken out when read), and the error of a batch that failed.
   std::vector<std::size_t> order_;

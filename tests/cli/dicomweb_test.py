@@ -16,7 +16,13 @@ does) and a pydicom-written series (scripts/fixtures/dicom_series.py, YBR_FULL_4
 - faults (the proxy answers 503 and 429, drops connections and stalls past --dicomweb-timeout on
   a share of requests): the run retries and gives the same bytes; frames that always fail fail
   the slide (--keep-going: exit 4) naming the URL and the HTTP status;
-- a run killed while it fetches resumes (from another address of the server) to the same tiles.
+- a run killed while it fetches resumes (from another address of the server) to the same tiles;
+- TLS with a self-signed certificate (openssl, a TLS reverse proxy): verification refuses it
+  naming --dicomweb-insecure, and --dicomweb-insecure reads the same tiles; a TLS proxy that
+  speaks HTTP/2 only (the h2 library, PyPI: scripts/requirements-extra.txt) is answered over
+  HTTP/2, as libcurl reports it (mltool -v), with the same tiles;
+- a level of many frames is fetched in fewer, larger requests (Orthanc's plugin parses the whole
+  instance for each), with the same tiles.
 
     dicomweb_test.py MLTOOL [CHECK ...]
 """
@@ -25,6 +31,7 @@ import http.server
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -206,18 +213,27 @@ class Proxy(http.server.ThreadingHTTPServer):
     the request carries it; `faults`: every `every`-th request gets the next of 503, 429, a
     dropped connection and a stall of `stall` seconds; `always`: requests whose path holds it
     get 503; every request waits `delay` seconds; `single`: a list of frame numbers gets 400
-    (a server that takes one frame a request)."""
+    (a server that takes one frame a request); `tls`: (certificate, key) files, served as https."""
     daemon_threads = True
 
-    def __init__(self, token=None, every=0, stall=3.0, always=None, delay=0.0, single=False):
+    def __init__(self, token=None, every=0, stall=3.0, always=None, delay=0.0, single=False,
+                 tls=None):
         self.token, self.every, self.stall, self.always = token, every, stall, always
         self.delay, self.single = delay, single
         self.count, self.faults, self.lock, self.seen = 0, 0, threading.Lock(), []
+        self.paths = []
         super().__init__(("127.0.0.1", 0), ProxyHandler)
+        self.scheme = "http"
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.socket = context.wrap_socket(self.socket, server_side=True)
+            self.scheme = "https"
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     def url(self, series_url):
-        return series_url.replace(f":{SERVER['port']}/", f":{self.server_address[1]}/")
+        return series_url.replace(f"http://127.0.0.1:{SERVER['port']}/",
+                                  f"{self.scheme}://127.0.0.1:{self.server_address[1]}/")
 
 
 class ProxyHandler(http.server.BaseHTTPRequestHandler):
@@ -240,6 +256,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             p.count += 1
             n = p.count
             p.seen.append(self.headers.get("Authorization", ""))
+            p.paths.append(self.path)
         if p.token and self.headers.get("Authorization") != f"Bearer {p.token}":
             return self.reply(401, b"unauthorized")
         if p.always and p.always in self.path:
@@ -388,6 +405,200 @@ def check_resume():
            f"resumed: {len(a)} tiles vs {len(b)}, {rec['path']}")
 
 
+def self_signed():
+    """A certificate for 127.0.0.1 and its key, made by openssl: (certificate, key) files."""
+    cert, key = tmp("tls-cert.pem"), tmp("tls-key.pem")
+    if not os.path.exists(cert):
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", key, "-out", cert], check=True, capture_output=True)
+    return cert, key
+
+
+def check_tls():
+    """A server whose certificate is self-signed (made here by openssl): the run stops naming
+    the URL, the certificate problem and --dicomweb-insecure; with --dicomweb-insecure it reads
+    the same tiles as over plain HTTP (HTTP/1.1: this proxy offers nothing else). The token
+    goes over TLS as over HTTP."""
+    url, directory = SERVER["series"]["ycc"]
+    proxy = Proxy(token=TOKEN, tls=self_signed())
+    try:
+        secure = proxy.url(url)
+        expect(secure.startswith("https://127.0.0.1:"), secure)
+        args = ["--level", "0", "--tile-size", str(frame_size(directory))]
+        env = {"MLTOOL_DICOMWEB_TOKEN": TOKEN}
+        code, _, err = run([MLTOOL, "tile", secure, "-o", tmp("tls-refused"), *args], env=env)
+        expect(code != 0 and secure + "/metadata" in err and "certificate" in err and
+               "--dicomweb-insecure" in err, f"exit {code}: {err[-1500:]}")
+        _, err = tile(secure, tmp("tls"), *args, "--dicomweb-insecure", "-v", env=env)
+        expect("answered over HTTP/1.1" in err, f"protocol: {err[-1500:]}")
+        tile(url, tmp("tls-ref"), *args)
+        a, rec, _ = tiles_by_position(tmp("tls"))
+        b, _, _ = tiles_by_position(tmp("tls-ref"))
+        expect(a == b and a and rec["path"] == secure, f"over TLS: {len(a)} tiles vs {len(b)}")
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+class H2Proxy:
+    """A TLS reverse proxy on 127.0.0.1 in front of Orthanc that offers HTTP/2 only (ALPN h2;
+    the h2 library's state machine): each stream's GET goes to Orthanc over HTTP/1.1 and its
+    answer back on the stream, within the client's flow-control window. `protocols`: what each
+    connection negotiated."""
+
+    def __init__(self, cert, key):
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(cert, key)
+        self.context.set_alpn_protocols(["h2"])
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.protocols = []
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def url(self, series_url):
+        return series_url.replace(f"http://127.0.0.1:{SERVER['port']}/",
+                                  f"https://127.0.0.1:{self.sock.getsockname()[1]}/")
+
+    def close(self):
+        self.sock.close()
+
+    def serve(self):
+        while True:
+            try:
+                raw, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.connection, args=(raw,), daemon=True).start()
+
+    def connection(self, raw):
+        import h2.config
+        import h2.connection
+        import h2.events
+        try:
+            conn = self.context.wrap_socket(raw, server_side=True)
+        except OSError:
+            raw.close()
+            return
+        self.protocols.append(conn.selected_alpn_protocol())
+        h2c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False,
+                                                                   header_encoding="utf-8"))
+        h2c.initiate_connection()
+        requests, ended = {}, []
+
+        def receive():
+            data = conn.recv(1 << 16)
+            if not data:
+                raise ConnectionError("closed")
+            for event in h2c.receive_data(data):
+                if isinstance(event, h2.events.RequestReceived):
+                    requests[event.stream_id] = dict(event.headers)
+                elif isinstance(event, h2.events.StreamEnded):
+                    ended.append(event.stream_id)
+            conn.sendall(h2c.data_to_send())
+
+        try:
+            conn.sendall(h2c.data_to_send())
+            while True:
+                receive()
+                while ended:
+                    stream = ended.pop(0)
+                    self.answer(conn, h2c, stream, requests.pop(stream), receive)
+        except (OSError, ConnectionError):
+            pass
+        finally:
+            conn.close()
+
+    def answer(self, conn, h2c, stream, headers, receive):
+        up = http.client.HTTPConnection("127.0.0.1", SERVER["port"], timeout=60)
+        up.request("GET", headers[":path"], headers={"Accept": headers.get("accept", "*/*")})
+        r = up.getresponse()
+        body = r.read()
+        up.close()
+        h2c.send_headers(stream, [(":status", str(r.status)),
+                                  ("content-type", r.getheader("Content-Type", "")),
+                                  ("content-length", str(len(body)))])
+        at = 0
+        while at < len(body):
+            n = min(h2c.local_flow_control_window(stream), h2c.max_outbound_frame_size,
+                    len(body) - at)
+            if n <= 0:  # wait for the client's WINDOW_UPDATE
+                conn.sendall(h2c.data_to_send())
+                receive()
+                continue
+            h2c.send_data(stream, body[at:at + n])
+            at += n
+        h2c.end_stream(stream)
+        conn.sendall(h2c.data_to_send())
+
+
+def check_http2():
+    """Where the server offers HTTP/2 (a TLS proxy offering h2 only), libcurl speaks it: mltool
+    -v reports the answer's protocol as libcurl gives it; the tiles equal those over plain
+    HTTP."""
+    url, directory = SERVER["series"]["ycc"]
+    proxy = H2Proxy(*self_signed())
+    try:
+        args = ["--level", "0", "--tile-size", str(frame_size(directory))]
+        _, err = tile(proxy.url(url), tmp("h2"), *args, "--dicomweb-insecure", "-v")
+        expect("answered over HTTP/2" in err, f"protocol: {err[-1500:]}")
+        expect(proxy.protocols and set(proxy.protocols) == {"h2"}, f"ALPN {proxy.protocols}")
+        tile(url, tmp("h2-ref"), *args)
+        a, _, _ = tiles_by_position(tmp("h2"))
+        b, _, _ = tiles_by_position(tmp("h2-ref"))
+        expect(a == b and a, f"over HTTP/2: {len(a)} tiles vs {len(b)}")
+    finally:
+        proxy.close()
+
+
+def many_frames_series(out, side=5120, frame=64):
+    """A two-level all-tissue series whose level 0 holds (side / frame)² frames: 6400 by default,
+    more than 16 requests of 256 (lib/slide/dicomweb_slide.hpp's kDicomwebRequestsPerLevel)."""
+    import io
+    from PIL import Image
+    from dicom_series import wsi_dataset, wsi_image
+    from pydicom.encaps import encapsulate
+    from pydicom.uid import JPEGBaseline8Bit, generate_uid
+    rng = np.random.default_rng(41)
+    pool = []
+    for _ in range(97):  # distinct frames, repeated: a prime count so rows differ
+        rgb = rng.normal((200, 110, 170), 20, (frame, frame, 3)).clip(0, 255).astype(np.uint8)
+        buf = io.BytesIO()
+        Image.fromarray(rgb).save(buf, "JPEG", quality=80)
+        pool.append(buf.getvalue())
+    os.makedirs(out, exist_ok=True)
+    ids = (generate_uid(), generate_uid(), generate_uid())
+    for level in range(2):
+        n = side >> level
+        count = (n // frame) ** 2
+        ds = wsi_dataset(level, ids, n, n, frame, JPEGBaseline8Bit)
+        wsi_image(ds, count, "YBR_FULL_422", "TILED_FULL", 0.00025 * 2 ** level)
+        ds.PixelData = encapsulate([pool[(i * 7 + level) % len(pool)] for i in range(count)])
+        ds["PixelData"].VR = "OB"
+        ds.save_as(os.path.join(out, f"level-{level}.dcm"), enforce_file_format=True)
+    return count * 4  # level 0's frames
+
+
+def check_large_level_batches():
+    """A level of 6400 frames is asked for in about 16 requests of 400 frames, not 25 of 256
+    (Orthanc's DICOMweb plugin reads and parses the whole instance for every request, so the
+    number of requests, not their size, sets the server's work); the tiles equal the local
+    series'."""
+    directory = tmp("many")
+    frames = many_frames_series(directory)
+    url = SERVER["orthanc"].upload(directory)
+    proxy = Proxy()
+    try:
+        args = ["--level", "0", "--tile-size", "64"]
+        same_tiles(proxy.url(url), directory, args, "many")
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    sizes = [len(p.rsplit("/frames/", 1)[1].split(",")) for p in proxy.paths if "/frames/" in p]
+    expect(max(sizes) == frames // 16, f"largest request {max(sizes)} frames, not {frames // 16}")
+    expect(sum(sizes) >= frames and len(sizes) <= 2 * 16 + 4,
+           f"{len(sizes)} frame requests for {sum(sizes)} frames: {sorted(sizes)[-20:]}")
+
+
 def check_bad_url():
     """A URL that is not a series URL, and a series the server does not have, are named."""
     code, _, err = run([MLTOOL, "info", f"http://127.0.0.1:{SERVER['port']}/dicom-web/studies/1.2"])
@@ -399,7 +610,7 @@ def check_bad_url():
 
 CHECKS = [check_tile_passthrough, check_tile_decoded, check_info, check_extract,
           check_reference_client, check_token, check_faults, check_one_frame_a_request,
-          check_resume, check_bad_url]
+          check_resume, check_tls, check_http2, check_large_level_batches, check_bad_url]
 
 if __name__ == "__main__":
     run_checks("dicomweb", CHECKS, sys.argv[2:], fixtures=fixtures, teardown=teardown)

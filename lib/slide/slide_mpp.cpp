@@ -14,6 +14,8 @@
 #include "mltool/util/log.hpp"
 #include "slide_mpp.hpp"
 
+#include "mltool/util/options.hpp"
+
 namespace mltool::slide {
 namespace {
 
@@ -94,11 +96,11 @@ SlideMpp from_metadata_or_content(const Slide& slide, const std::string& id, con
   if (const auto mpp = slide_mpp(slide.geometry())) {
     if (job.check_mpp != CheckMpp::off)
       check_metadata(slide.path(), *mpp, estimated(), job.check_mpp);
-    return {*mpp, "metadata"};
+    return {*mpp, MppSource::metadata};
   }
   if (job.mpp_from_content) {
     const MppEstimate& e = estimated();
-    if (e.mpp && !e.uncertain) return {*e.mpp, "content"};
+    if (e.mpp && !e.uncertain) return {*e.mpp, MppSource::content};
     log::warn(id + ": no usable µm/px metadata, and the tissue's estimate is " + estimate_text(e) +
               ": not used (--mpp-from-content)");
   }
@@ -106,20 +108,29 @@ SlideMpp from_metadata_or_content(const Slide& slide, const std::string& id, con
     if (const auto power = slide.property("openslide.objective-power"))
       if (const auto m = positive_number(*power);
           m && 10 / *m >= kMinPlausibleMpp && 10 / *m <= kMaxPlausibleMpp)
-        return {10 / *m, "power"};
-  return {std::nullopt, "none"};
+        return {10 / *m, MppSource::power};
+  return {std::nullopt, MppSource::none};
 }
 
 }  // namespace
 
+const char* to_string(MppSource source) {
+  static const util::EnumNames<MppSource> names = {
+      {MppSource::table, "table"},       {MppSource::override, "override"},
+      {MppSource::metadata, "metadata"}, {MppSource::content, "content"},
+      {MppSource::power, "power"},       {MppSource::none, "none"}};
+  return util::name_of(names, source);
+}
+
 SlideMpp resolve_slide_mpp(const Slide& slide, const std::string& id, const TileJob& job,
                            bool estimate_too) {
   std::optional<MppEstimate> estimate;
-  SlideMpp out{std::nullopt, "none"};
+  SlideMpp out{std::nullopt, MppSource::none};
   const auto& rows = job.slide_mpp_table.mpp;
   for (const std::string& key : {slide.path(), util::absolute_path(slide.path()), id})
-    if (const auto it = rows.find(key); it != rows.end() && !out.mpp) out = {it->second, "table"};
-  if (!out.mpp && job.slide_mpp) out = {*job.slide_mpp, "override"};
+    if (const auto it = rows.find(key); it != rows.end() && !out.mpp)
+      out = {it->second, MppSource::table};
+  if (!out.mpp && job.slide_mpp) out = {*job.slide_mpp, MppSource::override};
   if (!out.mpp) out = from_metadata_or_content(slide, id, job, estimate);
   if (estimate_too && !estimate) estimate = estimate_mpp(slide);
   out.estimate = std::move(estimate);

@@ -9,10 +9,16 @@
 
 namespace mltool::slide {
 
+/// Where a slide's µm/px came from, in the order of precedence below.
+enum class MppSource { table, override, metadata, content, power, none };
+
+/// Its name in the store's slide record and the reports ("table", ..., "none").
+const char* to_string(MppSource source);
+
 struct SlideMpp {
   std::optional<double> mpp;  ///< µm per level-0 pixel, or nothing
-  std::string source;         ///< "table", "override", "metadata", "content", "power" or "none"
-  std::optional<MppEstimate> estimate;  ///< the tissue's estimate, where one was made
+  MppSource source = MppSource::none;
+  std::optional<MppEstimate> estimate = std::nullopt;  ///< the tissue's estimate, where made
 };
 
 /// In this order: the slide's row of --slide-mpp-table (by the path as given, its absolute path,

@@ -472,16 +472,16 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
   SlideGeometry geometry = slide.geometry();
   const SlideMpp mpp = resolve_slide_mpp(slide, id, job, !job.qc_dir.empty());
   geometry.mpp_x = geometry.mpp_y = mpp.mpp;
-  if (mpp.source == "power")
+  if (mpp.source == MppSource::power)
     log::warn(id + ": no usable µm/px metadata; " + util::number_text(*mpp.mpp) +
               " µm/px from its objective power (--mpp-from-power)");
-  if (mpp.source == "content")
+  if (mpp.source == MppSource::content)
     log::warn(id + ": no usable µm/px metadata; " + estimate_text(*mpp.estimate) +
               " estimated from its tissue (--mpp-from-content)");
   report.mpp_estimate = mpp.estimate;
   report.metadata_mpp = slide_mpp(slide.geometry());
   ReadPlan plan = plan_read(geometry, s.mpp, s.level, s.tile_size, path);
-  plan.mpp_source = mpp.source;
+  plan.mpp_source = to_string(mpp.source);
   report.mpp_source = plan.mpp_source;
   report.mpp = plan.mpp;
   const TileGrid grid = make_grid(geometry.levels[0], plan, s.tile_size, s.overlap);
@@ -493,7 +493,7 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
   // The estimate is the store's only where the µm/px came from it (--mpp-from-content); one
   // made for the QC pictures or --check-mpp is not, so a slide's record is the same whatever
   // else was asked, and without its timing, which no two runs share.
-  if (mpp.source == "content") {
+  if (mpp.source == MppSource::content) {
     slide_record["mpp_estimate"] = to_json(*mpp.estimate);
     slide_record["mpp_estimate"].erase("seconds");
   }

@@ -176,6 +176,7 @@ class BandReader final : public RegionReader {
     }
   }
   const char* name() const override { return "libvips-flat"; }
+  std::string version() const override { return libvips_version(); }
   bool in_order() const override { return true; }
 
  private:

@@ -26,6 +26,9 @@ class OpenSlideReader final : public RegionReader {
     slide_.read_rgb(x, y, level_, w, h, rgb);
   }
   const char* name() const override { return slide_.dicomweb() ? "dicomweb" : "openslide"; }
+  std::string version() const override {
+    return slide_.dicomweb() ? dicomweb_reader_version() : openslide_version();
+  }
 
  private:
   const Slide& slide_;
@@ -48,6 +51,9 @@ class VipsTiffReader final : public RegionReader {
     decode(x, y, w, h, rgb);
   }
   const char* name() const override { return fallback_ ? "openslide" : "libvips-tiff"; }
+  std::string version() const override {
+    return fallback_ ? openslide_version() : libvips_version();
+  }
 
  private:
   void decode(std::int64_t x, std::int64_t y, std::int64_t w, std::int64_t h, std::uint8_t* rgb) {

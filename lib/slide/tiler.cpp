@@ -512,9 +512,7 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
     slide_record["passthrough"] =
         own ? own->record(report.passthrough) : json{{"tiles", 0}, {"reason", why_not}};
     report.reader = reader->name();
-    report.reader_version = report.reader == "openslide"  ? openslide_version()
-                            : report.reader == "dicomweb" ? dicomweb_reader_version()
-                                                          : libvips_version();
+    report.reader_version = reader->version();
     slide_record["reader"] = report.reader;
     slide_record["reader_version"] = report.reader_version;
     if (!job.qc_dir.empty()) write_qc(slide, job, plan, grid, selection, report);

@@ -25,6 +25,8 @@ class RegionReader {
                         std::uint8_t* rgb) = 0;
   /// "openslide", "libvips-tiff" or "libvips-flat", for logs and the slide record.
   virtual const char* name() const = 0;
+  /// The version of the library behind name(), for the slide record (reader_version).
+  virtual std::string version() const = 0;
   /// True when reads must come in order of y (a flat image decoded once, top to bottom):
   /// callers then issue reads in their tiles' row-major order.
   virtual bool in_order() const { return false; }

@@ -127,11 +127,13 @@ void ChunkedFeatureWriter::note_split(json split, std::uint64_t rows) {
   pending_splits_.push_back(std::move(split));
 }
 
-std::uint64_t ChunkedFeatureWriter::finish(io::DType dtype, const json& model, const json& source) {
+std::uint64_t ChunkedFeatureWriter::finish(io::DType dtype, const json& model, const json& source,
+                                           const json& stain_fits) {
   std::uint64_t invalid = 0;
   commit_chunk();
   io::FeatureStoreWriter out(dir_, dims_, dtype, model, source);
   out.set_split_batches(joined_splits(splits_));
+  out.set_stain_fits(stain_fits);
   std::uint64_t base = 0;
   for (std::uint64_t c = 0; c < chunks_; ++c) {
     const json manifest = read_json(chunk_path(c, ".json"));

@@ -40,6 +40,7 @@
 #include "mltool/util/output_lock.hpp"
 #include "mltool/util/parallel.hpp"
 #include "mltool/util/stop.hpp"
+#include "slide_stain.hpp"
 
 namespace mltool::features {
 namespace {
@@ -186,6 +187,9 @@ void check_resume(const std::string& dir, const json& stored, const json& now) {
   const json model_before = stored.value("model", json::object());
   for (const auto& [field, value] : now.at("model").items()) {
     const json before = model_before.is_object() ? model_before.value(field, json()) : json();
+    if (field == "stain_reference" && before.is_object() && value.is_object() &&
+        before.value("fit", json()) != value.value("fit", json()))
+      refuse(option_value("stain_fit", before.value("fit", json()), value.value("fit", json())));
     if (before != value) refuse(option_value(field, before, value));
   }
   refuse("other settings (" + util::join_path(partial, "config.json") + ")");
@@ -332,6 +336,7 @@ struct PipelineInputs {
   std::uint64_t first = 0;                         // rows committed by an earlier run
   std::vector<torch::Device> devices;              // one device thread each
   const StainNormalizer* stain = nullptr;          // --stain-norm, or null
+  const SlideStains* slide_stains = nullptr;       // --stain-fit slide, or null
 };
 
 // The three stages and what they share: a reader fills pool buffers with decoded batches,
@@ -346,6 +351,7 @@ struct Pipeline {
         tile(in.tile),
         dims(in.dims),
         stain(in.stain),
+        slide_stains(in.slide_stains),
         first(in.first),
         batch(static_cast<std::uint64_t>(in.job->batch)),
         first_row(in.first < in.plan->rows ? in.plan->store_row(in.first) : in.keys->size()),
@@ -379,6 +385,7 @@ struct Pipeline {
   const int tile;
   const std::int64_t dims;
   const StainNormalizer* stain;
+  const SlideStains* slide_stains;
   const std::uint64_t first;  // rows committed by an earlier run
   const std::uint64_t batch;
   // The store row of the first row to write; the batch's rows before it, and rows of other
@@ -463,6 +470,15 @@ void read_batches(Pipeline& p) {
   p.ready.close();
 }
 
+// --stain-norm on a batch: each tile's stain estimated from itself, or its slide's.
+torch::Tensor normalise_stain(const Pipeline& p, HostBatch& hb, const torch::Tensor& input) {
+  if (!p.slide_stains) return p.stain->apply(input, hb.unstained);
+  std::vector<const SourceStain*> sources;
+  for (std::int64_t i = 0; i < hb.size; ++i)
+    sources.push_back(p.slide_stains->of_row(hb.first_row + static_cast<std::uint64_t>(i)));
+  return p.stain->apply(input, sources, hb.unstained);
+}
+
 // One thread per device: copy (side stream) → preprocess + forward → features to host.
 // `profiled`: this thread records --profile (the first device's).
 void run_device(Pipeline& p, Extractor& model, bool profiled) {
@@ -526,7 +542,7 @@ void run_device(Pipeline& p, Extractor& model, bool profiled) {
         copied->block(compute);
         input.record_stream(compute);
       }
-      if (p.stain) input = p.stain->apply(input, hb->unstained);  // before the preprocessing
+      if (p.stain) input = normalise_stain(p, *hb, input);  // before the preprocessing
       std::optional<util::BatchSplit> split;
       auto features = p.splitter->forward(
           input, p.batch_ids[hb->index], [&](const torch::Tensor& x) { return model.forward(x); },
@@ -652,10 +668,28 @@ std::optional<StainNormalizer> load_stain(const ExtractJob& job) {
 // What the stain normalisation was, in the model object of features.json and the resume
 // fingerprint: a resume with another method, reference image or fit is refused, naming the
 // option.
-void record_stain(const StainNormalizer& stain, json& model) {
+void record_stain(const StainNormalizer& stain, StainFit fit, json& model) {
   model["stain_norm"] = util::name_of(kStainNorms, stain.method());
-  model["stain_reference"] = {
-      {"sha256", stain.sha256()}, {"fit", "tile"}, {"target", stain.target_json()}};
+  model["stain_reference"] = {{"sha256", stain.sha256()},
+                              {"fit", util::name_of(kStainFits, fit)},
+                              {"target", stain.target_json()}};
+}
+
+// --stain-fit slide: each of this run's slides' source stain, a partial run's where it
+// recorded them (its config's note), so a resumed run normalises as the interrupted one did.
+std::optional<SlideStains> fit_slide_stains(const ExtractJob& job, const StainNormalizer* stain,
+                                            const Tiles& tiles, const json& stored_note) {
+  if (!stain || job.stain_fit != StainFit::slide) return std::nullopt;
+  const json recorded = stored_note.is_object() ? stored_note.value("stain_fits", json()) : json();
+  const auto start = Clock::now();
+  SlideStains fits(*stain, *tiles.pixels, tiles.keys, tiles.plan, job.threads, recorded,
+                   util::join_path(job.output, ".extract-partial"));
+  log::info("--stain-fit slide: " + std::to_string(tiles.plan.slides.size()) + " slides' stain " +
+            (recorded.is_object() ? "as the partial run recorded it" : "estimated") + " in " +
+            rate_text(std::chrono::duration<double>(Clock::now() - start).count()) + " s; " +
+            std::to_string(fits.unfitted()) +
+            " had no sampled tile with enough stain (their tiles are left as they are)");
+  return fits;
 }
 
 }  // namespace
@@ -690,7 +724,7 @@ ExtractReport extract_features(const ExtractJob& request) {
   report.tiled = std::move(tiled);
   report.dims = dims;
   report.model = replicas.front()->describe();
-  if (stain) record_stain(*stain, report.model);
+  if (stain) record_stain(*stain, job.stain_fit, report.model);
   for (const auto& d : devices) report.devices.push_back(d.str());
   report.math_threads = math_threads;
   report.shard = plan.shard.whole() ? "" : plan.shard.text();
@@ -706,7 +740,10 @@ ExtractReport extract_features(const ExtractJob& request) {
   }
 
   check_resume(job.output, stored, fingerprint);
-  const json note = {{"cpu", cpu_model()}};
+  const std::optional<SlideStains> slide_stains =
+      fit_slide_stains(job, stain ? &*stain : nullptr, tiles, stored_note);
+  json note = {{"cpu", cpu_model()}};
+  if (slide_stains) note["stain_fits"] = slide_stains->to_json();
   if (on_cpu) warn_if_other_cpu(stored_note, note);
   ChunkedFeatureWriter writer(job.output, static_cast<std::uint64_t>(dims), fingerprint,
                               job.chunk_rows, note);
@@ -723,6 +760,7 @@ ExtractReport extract_features(const ExtractJob& request) {
   inputs.first = first;
   inputs.devices = devices;
   inputs.stain = stain ? &*stain : nullptr;
+  inputs.slide_stains = slide_stains ? &*slide_stains : nullptr;
   Pipeline pipeline(inputs);
   start_splitter(pipeline, writer);
   Clock::time_point run_start;
@@ -734,7 +772,8 @@ ExtractReport extract_features(const ExtractJob& request) {
 
   report.input_wait_seconds = pipeline.wait_seconds;
   report.max_input_wait_seconds = pipeline.max_wait_seconds;
-  report.invalid = writer.finish(job.dtype, report.model, recorded);
+  report.invalid = writer.finish(job.dtype, report.model, recorded,
+                                 slide_stains ? slide_stains->to_json() : json());
   report.stain_unchanged = pipeline.stain_unchanged;
   if (stain)
     log::info(std::to_string(pipeline.stain_unchanged) + " of " + std::to_string(written) +

@@ -51,6 +51,7 @@ util::Option<ExtractJob> noted(util::Option<ExtractJob> o) {
 
 const util::EnumNames<StainNorm> kStainNorms = {
     {StainNorm::none, "none"}, {StainNorm::macenko, "macenko"}, {StainNorm::reinhard, "reinhard"}};
+const util::EnumNames<StainFit> kStainFits = {{StainFit::tile, "tile"}, {StainFit::slide, "slide"}};
 
 // The shortest text of each float that reads back as it: "0.485,0.456,0.406".
 std::string rgb_text(const std::array<float, 3>& t) {
@@ -116,7 +117,7 @@ const util::Options<ExtractJob>& extract_options() {
       util::no_oom_retry_option(&J::no_oom_retry),
       choice("--stain-norm", &J::stain_norm, kStainNorms,
              "Stain normalisation of each tile before the model's preprocessing, as torchstain "
-             "computes it from the tile alone: macenko, reinhard, or none; needs "
+             "computes it (see --stain-fit): macenko, reinhard, or none; needs "
              "--stain-reference. Tiles with too little stain pass through unchanged")
           .check(
               [](const J& j) {
@@ -129,6 +130,15 @@ const util::Options<ExtractJob>& extract_options() {
           .check(
               [](const J& j) {
                 return j.stain_reference.empty() || j.stain_norm != StainNorm::none;
+              },
+              "given with --stain-norm macenko or reinhard"),
+      choice("--stain-fit", &J::stain_fit, kStainFits,
+             "Where --stain-norm estimates each tile's own stain: tile (from the tile alone, as "
+             "torchstain) or slide (once per slide, from up to 64 of its tiles with stain, "
+             "recorded per slide in features.json)")
+          .check(
+              [](const J& j) {
+                return j.stain_fit == StainFit::tile || j.stain_norm != StainNorm::none;
               },
               "given with --stain-norm macenko or reinhard"),
   };

@@ -213,8 +213,12 @@ std::uint64_t write_merged(const std::vector<const Input*>& by_index, const std:
                              first.store.manifest().at("model"), merged_source(by_index));
   std::uint32_t crc = 0;
   MergedSplits splits;
+  json stain_fits = json::object();  // --stain-fit slide: each slide's, as its shard recorded it
   for (const Block& b : blocks) {
     const io::FeatureStore& in = b.input->store;
+    const json fits = in.manifest().value("stain_fits", json());
+    if (fits.is_object() && fits.contains(b.slide->id))
+      stain_fits[b.slide->id] = fits.at(b.slide->id);
     const auto* data = static_cast<const unsigned char*>(in.data());
     const auto& invalid = in.invalid_rows();
     for (std::uint64_t r = b.slide->first; r < b.slide->first + b.slide->rows; ++r) {
@@ -235,6 +239,7 @@ std::uint64_t write_merged(const std::vector<const Input*>& by_index, const std:
                                           text(first.shard.value("store_keys_crc32c", json())) +
                                           ")"));
   out.set_split_batches(splits.take());
+  out.set_stain_fits(std::move(stain_fits));
   out.finish();
   std::uint64_t invalid = 0;
   for (const Input* in : by_index) invalid += in->store.invalid_rows().size();

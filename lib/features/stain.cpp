@@ -3,6 +3,8 @@
 // pixels agree with it to within a rounding of the last bit (see docs/extract.md).
 #include "mltool/features/stain.hpp"
 
+#include <c10/util/ParallelGuard.h>
+
 #include <cmath>
 #include <optional>
 
@@ -65,12 +67,21 @@ struct MacenkoFit {
   torch::Tensor max_c;  // 2: their 99th percentiles
 };
 
-// torchstain's __compute_matrices on one tile's optical density.
-MacenkoFit macenko_matrices(const Density& d) {
+// x x' of 3×P `x`: as torch::mm (torchstain's), or, `serial`, as sums of products, which
+// the math library does not split over its threads (under c10::ParallelGuard nothing does).
+torch::Tensor gram(const torch::Tensor& x, bool serial) {
+  if (!serial) return torch::mm(x, x.t());
+  std::vector<torch::Tensor> rows;
+  for (std::int64_t i = 0; i < 3; ++i) rows.push_back((x[i].unsqueeze(0) * x).sum(1));
+  return torch::stack(rows);
+}
+
+// torchstain's __compute_matrices on one tile's optical density (`serial`: on pooled tiles).
+MacenkoFit macenko_matrices(const Density& d, bool serial = false) {
   const torch::Tensor od_hat = d.od.index({d.stained});
   torch::Tensor x = od_hat.t();
   x = x - x.mean(1).unsqueeze(1);
-  const torch::Tensor cov = torch::mm(x, x.t()) / (x.size(1) - 1);
+  const torch::Tensor cov = gram(x, serial) / (x.size(1) - 1);
   const torch::Tensor eigvecs =
       std::get<1>(torch::linalg_eigh(cov))
           .index_select(1, torch::tensor({1, 2}, torch::TensorOptions().device(cov.device())));
@@ -202,26 +213,35 @@ StainNormalizer StainNormalizer::from_file(StainNorm method, const std::string& 
   return out;
 }
 
-torch::Tensor StainNormalizer::macenko(const torch::Tensor& hwc) const {
+torch::Tensor StainNormalizer::macenko(const torch::Tensor& hwc, const SourceStain* source) const {
   const Density d = density(hwc);
   if (!d.enough) return {};
-  const MacenkoFit fit = macenko_matrices(d);
+  torch::Tensor c, max_c;
+  if (source) {
+    c = least_squares(source->a.to(hwc.device()), d.od.t());
+    max_c = source->b.to(hwc.device());
+  } else {
+    MacenkoFit fit = macenko_matrices(d);
+    c = std::move(fit.c);
+    max_c = std::move(fit.max_c);
+  }
   const torch::Tensor he_ref = a_.to(hwc.device()), max_c_ref = b_.to(hwc.device());
-  const torch::Tensor c = fit.c * (max_c_ref / fit.max_c).unsqueeze(-1);
+  c = c * (max_c_ref / max_c).unsqueeze(-1);
   const torch::Tensor norm = torch::exp(-torch::matmul(he_ref, c)) * kIo;
   if (!torch::isfinite(norm).all().item<bool>()) return {};
   return norm.clamp_max(255).t().reshape(hwc.sizes()).to(torch::kInt32).to(torch::kUInt8);
 }
 
-torch::Tensor StainNormalizer::reinhard(const torch::Tensor& hwc) const {
+torch::Tensor StainNormalizer::reinhard(const torch::Tensor& hwc, const SourceStain* source) const {
   if (!density(hwc).enough) return {};
   const torch::Tensor means = a_.to(hwc.device()), stds = b_.to(hwc.device());
   std::vector<torch::Tensor> channels = lab_channels(hwc);
   for (std::size_t i = 0; i < channels.size(); ++i) {
+    const auto k = static_cast<std::int64_t>(i);
     const torch::Tensor& x = channels[i];
-    const torch::Tensor mu = torch::mean(x), sd = torch::std(x);
-    channels[i] =
-        (x - mu) / sd * stds[static_cast<std::int64_t>(i)] + means[static_cast<std::int64_t>(i)];
+    const torch::Tensor mu = source ? source->a[k].to(x.device()) : torch::mean(x);
+    const torch::Tensor sd = source ? source->b[k].to(x.device()) : torch::std(x);
+    channels[i] = (x - mu) / sd * stds[k] + means[k];
   }
   const torch::Tensor lab =
       torch::stack({channels[0] * 2.55, channels[1] + 128, channels[2] + 128}, 0);
@@ -232,6 +252,22 @@ torch::Tensor StainNormalizer::reinhard(const torch::Tensor& hwc) const {
 
 torch::Tensor StainNormalizer::apply(const torch::Tensor& nhwc,
                                      std::vector<std::uint8_t>& unchanged) const {
+  return apply(nhwc, std::vector<const SourceStain*>(static_cast<std::size_t>(nhwc.size(0))),
+               unchanged, /*own=*/true);
+}
+
+torch::Tensor StainNormalizer::apply(const torch::Tensor& nhwc,
+                                     const std::vector<const SourceStain*>& sources,
+                                     std::vector<std::uint8_t>& unchanged) const {
+  if (sources.size() != static_cast<std::size_t>(nhwc.size(0)))
+    throw UsageError("stain normalisation: " + std::to_string(sources.size()) +
+                     " source stains for " + std::to_string(nhwc.size(0)) + " tiles");
+  return apply(nhwc, sources, unchanged, /*own=*/false);
+}
+
+torch::Tensor StainNormalizer::apply(const torch::Tensor& nhwc,
+                                     const std::vector<const SourceStain*>& sources,
+                                     std::vector<std::uint8_t>& unchanged, bool own) const {
   torch::InferenceMode guard;
   const std::int64_t n = nhwc.size(0);
   unchanged.assign(static_cast<std::size_t>(n), 0);
@@ -239,7 +275,10 @@ torch::Tensor StainNormalizer::apply(const torch::Tensor& nhwc,
   std::vector<torch::Tensor> tiles;
   for (std::int64_t i = 0; i < n; ++i) {
     const torch::Tensor tile = nhwc[i];
-    torch::Tensor out = method_ == StainNorm::macenko ? macenko(tile) : reinhard(tile);
+    const SourceStain* source = sources[static_cast<std::size_t>(i)];
+    torch::Tensor out;
+    if (own || source)
+      out = method_ == StainNorm::macenko ? macenko(tile, source) : reinhard(tile, source);
     if (!out.defined()) {
       unchanged[static_cast<std::size_t>(i)] = 1;
       out = tile;
@@ -249,13 +288,65 @@ torch::Tensor StainNormalizer::apply(const torch::Tensor& nhwc,
   return torch::stack(tiles, 0);
 }
 
-nlohmann::json StainNormalizer::target_json() const {
+std::optional<SourceStain> StainNormalizer::fit_source(const torch::Tensor& tiles) const {
+  torch::InferenceMode guard;
+  const c10::ParallelGuard serial(true);  // at::parallel_for runs inline: one order of sums
+  std::vector<torch::Tensor> kept;
+  for (std::int64_t i = 0; i < tiles.size(0); ++i)
+    if (density(tiles[i]).enough) kept.push_back(tiles[i]);
+  if (kept.empty()) return std::nullopt;
+  const torch::Tensor pooled = torch::cat(kept, 0);  // (K·H)×W×3: one image, as torchstain sees
+  SourceStain out;
+  if (method_ == StainNorm::macenko) {
+    const MacenkoFit fit = macenko_matrices(density(pooled), /*serial=*/true);
+    out = {fit.he, fit.max_c};
+  } else {
+    std::vector<torch::Tensor> means, stds;
+    for (const auto& channel : lab_channels(pooled)) {
+      means.push_back(torch::mean(channel));
+      stds.push_back(torch::std(channel));
+    }
+    out = {torch::stack(means), torch::stack(stds)};
+  }
+  if (!torch::isfinite(out.a).all().item<bool>() || !torch::isfinite(out.b).all().item<bool>())
+    return std::nullopt;
+  return out;
+}
+
+nlohmann::json StainNormalizer::stain_json(const SourceStain& stain) const {
   if (method_ == StainNorm::macenko) {
     nlohmann::json matrix = nlohmann::json::array();
-    for (std::int64_t row = 0; row < 3; ++row) matrix.push_back(values(a_[row]));
-    return {{"stain_matrix", matrix}, {"max_concentrations", values(b_)}};
+    for (std::int64_t row = 0; row < 3; ++row) matrix.push_back(values(stain.a[row]));
+    return {{"stain_matrix", matrix}, {"max_concentrations", values(stain.b)}};
   }
-  return {{"lab_means", values(a_)}, {"lab_stds", values(b_)}};
+  return {{"lab_means", values(stain.a)}, {"lab_stds", values(stain.b)}};
 }
+
+SourceStain StainNormalizer::stain_from_json(const nlohmann::json& j,
+                                             const std::string& what) const {
+  const auto floats = [&](const nlohmann::json& v, std::size_t n) {
+    if (!v.is_array() || v.size() != n)
+      throw FormatError(at_file(what, "holds a malformed stain estimate: " + j.dump()));
+    std::vector<float> out;
+    for (const auto& x : v) {
+      if (!x.is_number()) throw FormatError(at_file(what, "holds a malformed stain estimate"));
+      out.push_back(x.get<float>());
+    }
+    return torch::tensor(out);
+  };
+  if (!j.is_object()) throw FormatError(at_file(what, "holds a malformed stain estimate"));
+  if (method_ == StainNorm::macenko) {
+    const nlohmann::json m = j.value("stain_matrix", nlohmann::json());
+    if (!m.is_array() || m.size() != 3)
+      throw FormatError(at_file(what, "holds a malformed stain matrix: " + j.dump()));
+    std::vector<torch::Tensor> rows;
+    for (const auto& r : m) rows.push_back(floats(r, 2));
+    return {torch::stack(rows), floats(j.value("max_concentrations", nlohmann::json()), 2)};
+  }
+  return {floats(j.value("lab_means", nlohmann::json()), 3),
+          floats(j.value("lab_stds", nlohmann::json()), 3)};
+}
+
+nlohmann::json StainNormalizer::target_json() const { return stain_json({a_, b_}); }
 
 }  // namespace mltool::features

@@ -129,6 +129,7 @@ void FeatureStoreWriter::finish() {
   if (!source_.is_null()) doc["source"] = source_;
   if (!invalid_rows_.empty()) doc["invalid_rows"] = invalid_rows_;
   if (split_batches_.is_array() && !split_batches_.empty()) doc["split_batches"] = split_batches_;
+  if (stain_fits_.is_object() && !stain_fits_.empty()) doc["stain_fits"] = stain_fits_;
   const std::string manifest_path = join(dir_, kFeaturesManifestFile);
   // Validate and serialize before publishing anything: a manifest that cannot be
   // written must not leave new data files behind either.

@@ -8,6 +8,12 @@ method, the reference's SHA-256 and the fitted target are in features.json; a re
 another reference is refused naming --overwrite, and one with the same resumes to an
 uninterrupted run's bytes; slides as inputs give the store's rows; the reference may be a PNG,
 TIFF or JPEG.
+--stain-fit slide: each slide's estimate (features.json stain_fits) equals torchstain's fit() on
+the slide's sampled tiles laid one under the other, and the tiles equal torchstain's
+normalize() given that estimate in place of the tile's own; the estimates do not depend on the
+math threads, a resumed run's and a sharded, merged run's bytes equal one run's, a tile
+normalised alone equals it normalised in a batch, and a resume with another --stain-fit is
+refused naming it and --overwrite.
 Where the SVS is absent every check prints that it is skipped.
 
     stain_test.py MLTOOL [TEST...]     # TEST: names of the check_* functions, without check_
@@ -265,8 +271,211 @@ def check_refusals():
                f"{args}: refused naming {words} (got {code}): {err[-500:]}")
 
 
+SLIDE_FIT_TILES, SLIDE_FIT_PIXELS = 64, 1 << 22  # features/slide_stain.hpp
+
+
+def slide_fit_sample(rows):
+    """The offsets of a slide's tiles its --stain-fit slide estimate is made from."""
+    k = min(rows, SLIDE_FIT_TILES, max(1, SLIDE_FIT_PIXELS // (TILE * TILE)))
+    return [(2 * i + 1) * rows // (2 * k) for i in range(k)]
+
+
+def two_slide_store():
+    """The real slide twice, under two slide ids (a link): a store of two slides."""
+    store = tmp("st2")
+    if not os.path.isdir(store):
+        link = tmp("CMU-1-Small-Region-copy.svs")
+        if not os.path.lexists(link):
+            os.symlink(REAL_SVS, link)
+        code, _, err = run([mltool, "tile", REAL_SVS, link, "-o", store, "--format", "png", "-q",
+                            *TILE_ARGS])
+        expect(code == 0, f"tile of two slides: exit {code}: {err}")
+    return store
+
+
+def slide_fit_reference(method, ref_png, keys, sid):
+    """torchstain fitted on the reference, and on the slide's sampled tiles as one image."""
+    rows = [k for k in keys if k.split("/")[0] == sid]
+    sample = [TILES[rows[i]] for i in slide_fit_sample(len(rows))]
+    mosaic = np.concatenate([t for t in sample if enough_stain(t)], axis=0)
+    source, _ = torchstain_reference(method, ref_png)
+    target, _ = torchstain_reference(method, ref_png)
+    source.fit(chw(mosaic))
+    return target, source
+
+
+def normalize_with(method, target, source, u8):
+    """torchstain's normalize() of one tile with the source estimate in place of its own."""
+    import torchstain.torch.normalizers.reinhard as reinhard
+    if method == "macenko":
+        he, max_c = source.HERef, source.maxCRef
+
+        def matrices(I, Io, alpha, beta):
+            od = -torch.log((I.permute(1, 2, 0).reshape(-1, 3).float() + 1) / Io)
+            return he, torch.linalg.lstsq(he, od.T)[0], max_c
+        target._TorchMacenkoNormalizer__compute_matrices = matrices
+        out, _, _ = target.normalize(I=chw(u8), stains=False)
+        return out.numpy().astype(np.uint8)
+    stats = iter(zip(source.target_means.tolist(), source.target_stds.tolist()))
+    plain = reinhard.get_mean_std
+    reinhard.get_mean_std = lambda x: next(stats)
+    try:
+        return target.normalize(I=chw(u8)).numpy().astype(np.uint8)
+    finally:
+        reinhard.get_mean_std = plain
+
+
+def slide_fit_run(out, *args, method="macenko", ref=None):
+    code, summary, err = extract([two_slide_store()], out, "--stain-norm", method,
+                                 "--stain-reference", ref or tmp("ref_tinted.png"),
+                                 "--stain-fit", "slide", *args)
+    expect(code == 0, f"extract --stain-fit slide {args}: exit {code}: {err[-2000:]}")
+    return summary
+
+
+def compare_slide_fit(method):
+    out = tmp(f"sf_{method}")
+    summary = slide_fit_run(out, method=method)
+    got, keys, meta = pixels(out)
+    for k in keys:  # the link's tiles are the slide's
+        TILES.setdefault(k, TILES.get(SID + k[k.index("/"):]))
+    fits = meta.get("stain_fits", {})
+    expect(meta["model"]["stain_reference"]["fit"] == "slide" and sorted(fits) ==
+           sorted({k.split("/")[0] for k in keys}), f"{method}: stain_fits {list(fits)}")
+    diffs, unchanged = [], 0
+    # The link's tiles are the slide's pixels: its estimate must be the slide's, and its tiles
+    # are compared (and counted) as the slide's are, without running torchstain again.
+    expect(fits[SID + "-copy"] == fits[SID], f"{method}: the copy's estimate is the slide's")
+    for sid, fit in list(fits.items())[:1]:
+        target, source = slide_fit_reference(method, tmp("ref_tinted.png"), keys, sid)
+        want = ({"stain_matrix": source.HERef.tolist(), "max_concentrations":
+                 source.maxCRef.tolist()} if method == "macenko" else
+                {"lab_means": source.target_means.tolist(), "lab_stds":
+                 source.target_stds.tolist()})
+        for name, value in want.items():
+            expect(np.allclose(np.array(fit[name]), np.array(value), rtol=1e-4, atol=1e-5),
+                   f"{method} {sid}: slide fit {name} {fit[name]}, torchstain's {value}")
+        for row, k in enumerate(keys):
+            if k.split("/")[0] != sid:
+                other = keys.index(sid + k[k.index("/"):])
+                expect(np.array_equal(got[row], got[other]), f"{method}: {k} as the slide's")
+                continue
+            tile = TILES[k]
+            if not enough_stain(tile):
+                unchanged += 1
+                expect(np.array_equal(got[row], tile), f"{method}: {k} (background) unchanged")
+                continue
+            d = np.abs(got[row].astype(np.int16) -
+                       normalize_with(method, target, source, tile).astype(np.int16))
+            diffs.append(d.ravel())
+    d = np.concatenate(diffs)
+    mean, p99 = d.mean(), np.percentile(d, 99)
+    print(f"  {method} --stain-fit slide: {len(diffs)} tiles normalised, {unchanged} unchanged; "
+          f"against torchstain with the slide's estimate: mean |diff| {mean:.6f}, p99 {p99:.0f}, "
+          f"max {d.max()} (of 255)")
+    expect(mean <= 1 and p99 <= 3, f"{method}: mean |diff| {mean:.3f} <= 1, p99 {p99} <= 3")
+    expect(summary["stain_unchanged"] == 2 * unchanged,
+           f"{method}: stain_unchanged {summary['stain_unchanged']}, want {unchanged}")
+    return out
+
+
+def same_bytes(a, b, what):
+    for name in ("features.npy", "keys.txt"):
+        expect(open(os.path.join(a, name), "rb").read() == open(os.path.join(b, name), "rb").read(),
+               f"{what}: {name} equal byte for byte")
+    fits = [json.load(open(os.path.join(d, "features.json"))).get("stain_fits") for d in (a, b)]
+    expect(fits[0] == fits[1] and fits[0], f"{what}: the same stain_fits")
+
+
+def check_slide_fit_macenko():
+    if not skipped():
+        compare_slide_fit("macenko")
+
+
+def check_slide_fit_reinhard():
+    if not skipped():
+        compare_slide_fit("reinhard")
+
+
+def check_slide_fit_deterministic():
+    """The same bytes run again and sharded then merged; the same slide estimates on one math
+    thread or two (the pixels may differ in a last rounding there, as with --stain-fit tile:
+    the math threads are part of a run's fingerprint)."""
+    if skipped():
+        return
+    one, two, again = tmp("sfd_1"), tmp("sfd_2"), tmp("sfd_again")
+    slide_fit_run(one, "--math-threads", "1")
+    slide_fit_run(two, "--math-threads", "2")
+    slide_fit_run(again, "--math-threads", "2")
+    same_bytes(two, again, "run again")
+    expect(json.load(open(os.path.join(one, "features.json")))["stain_fits"] ==
+           json.load(open(os.path.join(two, "features.json")))["stain_fits"],
+           "--math-threads 1 and 2 give the same stain_fits")
+    shards = []
+    for i in range(2):
+        shards.append(tmp(f"sfd_shard{i}"))
+        slide_fit_run(shards[-1], "--math-threads", "2", "--shard", f"{i}/2")
+        fits = json.load(open(os.path.join(shards[-1], "features.json")))["stain_fits"]
+        expect(len(fits) == 1, f"shard {i}/2 records its one slide's fit: {list(fits)}")
+    merged = tmp("sfd_merged")
+    code, _, err = run([mltool, "extract", "--merge", *shards, "-o", merged])
+    expect(code == 0, f"--merge: exit {code}: {err[-1000:]}")
+    same_bytes(two, merged, "shards 0/2 and 1/2 merged against one run")
+
+
+def check_slide_fit_resume():
+    """A killed --stain-fit slide run resumes to one run's bytes with the recorded estimates;
+    a resume with --stain-fit tile is refused naming --stain-fit and --overwrite."""
+    if skipped():
+        return
+    out, whole = tmp("sfr"), tmp("sfr_whole")
+    args = ["--stain-norm", "macenko", "--stain-reference", tmp("ref_tinted.png"),
+            "--stain-fit", "slide", "--chunk-rows", "16", "--math-threads", "2"]
+    e = dict(os.environ, LD_PRELOAD=rename_shim(), KILL_RENAME_MATCH=".json", KILL_AT_RENAME="3")
+    p = subprocess.run([mltool, "extract", two_slide_store(), "-o", out, "--threads", "2",
+                        "--model", tmp("identity.pt"), *RAW, *args], env=e,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    expect(p.returncode == -signal.SIGKILL, f"killed run: {p.returncode}: {p.stderr[-1000:]}")
+    config = json.load(open(os.path.join(out, ".extract-partial", "config.json")))
+    expect(len(config["note"].get("stain_fits", {})) == 2, f"the partial run records the fits")
+    tile_args = [a if a != "slide" else "tile" for a in args]
+    code, _, err = extract([two_slide_store()], out, *tile_args)
+    expect(code == 1 and "--stain-fit" in err and "--overwrite" in err,
+           f"resume with --stain-fit tile: exit 1 naming --stain-fit and --overwrite (got {code}): "
+           f"{err[-1000:]}")
+    code, summary, err = extract([two_slide_store()], out, *args)
+    expect(code == 0 and summary["resumed_from"] > 0 and "as the partial run recorded" in err,
+           f"the same settings resume with the recorded fits (got {code}): {err[-1000:]}")
+    code, _, err = extract([two_slide_store()], whole, *args)
+    expect(code == 0, f"uninterrupted run: exit {code}: {err[-1000:]}")
+    same_bytes(out, whole, "resumed against uninterrupted")
+
+
+def check_batch_composition():
+    """A tile normalised alone (--batch 1) equals it normalised among others (--batch 16, 7),
+    with either fit."""
+    if skipped():
+        return
+    for fit in ("tile", "slide"):
+        outs = []
+        for batch in ("1", "16", "7"):
+            outs.append(tmp(f"bc_{fit}_{batch}"))
+            code, _, err = run_json([mltool, "extract", two_slide_store(), "-o", outs[-1],
+                                     "--threads", "2", "--model", tmp("identity.pt"), *RAW[:-2],
+                                     "--batch", batch, "--stain-norm", "macenko",
+                                     "--stain-reference", tmp("ref_tinted.png"), "--stain-fit",
+                                     fit, "--json"])
+            expect(code == 0, f"--batch {batch} --stain-fit {fit}: exit {code}: {err[-1000:]}")
+        a = np.load(os.path.join(outs[0], "features.npy"))
+        for o in outs[1:]:
+            expect(np.array_equal(a, np.load(os.path.join(o, "features.npy"))),
+                   f"--stain-fit {fit}: {o} equals --batch 1's rows")
+
+
 CHECKS = [check_macenko, check_reinhard, check_slides_as_inputs, check_reference_formats,
-          check_resume_other_reference, check_refusals]
+          check_resume_other_reference, check_refusals, check_slide_fit_macenko,
+          check_slide_fit_reinhard, check_slide_fit_deterministic, check_slide_fit_resume,
+          check_batch_composition]
 
 
 def main():

@@ -76,3 +76,37 @@ TEST(Stain, ReferenceWithoutStainRefused) {
 
 }  // namespace
 }  // namespace mltool::features
+
+namespace mltool::features {
+namespace {
+
+// --stain-fit slide's pieces: a source estimated on one tile alone is that tile's own estimate
+// (the slide path normalises it as the tile path does), a null source or a tile without stain
+// passes through flagged, an estimate survives its JSON, and tiles without stain give none.
+TEST(Stain, SourceFittedOnOneTileIsItsOwn) {
+  for (const StainNorm method : {StainNorm::macenko, StainNorm::reinhard}) {
+    const StainNormalizer n(method, he_tile(64, 6, 1.5), "ref");
+    const auto tile = he_tile(64, 7);
+    const auto source = n.fit_source(tile.unsqueeze(0));
+    ASSERT_TRUE(source.has_value());
+    std::vector<std::uint8_t> own_flags, slide_flags;
+    const auto own = n.apply(tile.unsqueeze(0), own_flags);
+    const auto white = torch::full({32 * 2, 32, 3}, 245, torch::kUInt8);
+    const auto batch = torch::stack({tile, tile, torch::full({64, 64, 3}, 245, torch::kUInt8)});
+    const auto slide = n.apply(batch, {&*source, nullptr, &*source}, slide_flags);
+    EXPECT_EQ(slide_flags, (std::vector<std::uint8_t>{0, 1, 1}));
+    const auto diff = (slide[0].to(torch::kInt32) - own[0].to(torch::kInt32)).abs();
+    EXPECT_LE(diff.max().item<int>(), 1) << static_cast<int>(method);
+    EXPECT_TRUE(torch::equal(slide[1], tile));
+    EXPECT_TRUE(torch::equal(slide[2], batch[2]));
+    const SourceStain back = n.stain_from_json(n.stain_json(*source), "t");
+    EXPECT_TRUE(torch::equal(back.a, source->a) && torch::equal(back.b, source->b));
+    EXPECT_FALSE(n.fit_source(white.view({1, 64, 32, 3})).has_value());
+    EXPECT_THROW(n.stain_from_json({{"lab_means", {1, 2}}}, "t"), Error);
+    std::vector<std::uint8_t> flags;
+    EXPECT_THROW(n.apply(batch, {nullptr}, flags), Error);
+  }
+}
+
+}  // namespace
+}  // namespace mltool::features

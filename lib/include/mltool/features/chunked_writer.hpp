@@ -51,9 +51,10 @@ class ChunkedFeatureWriter {
   const nlohmann::json& committed_splits() const { return splits_; }
 
   /// Commits what is pending and publishes the feature store in `dtype` (float32 or
-  /// float16), `model` and `source` as in io::FeatureStoreWriter; then removes the chunks.
-  /// Returns the number of invalid rows in the store (this run's and earlier runs').
-  std::uint64_t finish(io::DType dtype, const nlohmann::json& model, const nlohmann::json& source);
+  /// float16), `model`, `source` and `stain_fits` as in io::FeatureStoreWriter; then removes
+  /// the chunks. Returns the number of invalid rows in the store (this run's and earlier runs').
+  std::uint64_t finish(io::DType dtype, const nlohmann::json& model, const nlohmann::json& source,
+                       const nlohmann::json& stain_fits = nullptr);
 
   /// DIR/.extract-partial
   const std::string& partial_dir() const { return partial_; }

@@ -33,6 +33,10 @@ extern const util::EnumNames<io::DType> kFeatureDTypes;
 /// Stain normalisation of the decoded tiles (features/stain.hpp).
 enum class StainNorm { none, macenko, reinhard };
 extern const util::EnumNames<StainNorm> kStainNorms;
+/// Where --stain-norm estimates the source stain: each tile alone (torchstain's way), or once
+/// per slide from a sample of its tissue tiles (features/slide_stain.hpp).
+enum class StainFit { tile, slide };
+extern const util::EnumNames<StainFit> kStainFits;
 
 /// The options of `mltool extract`, declared once (lib/features/extract_options.cpp): the
 /// command line, check_options and the names a resume refusal gives come from it.
@@ -66,9 +70,10 @@ struct ExtractJob {
   bool allow_wide_features = false;  ///< keep outputs wider than 16,384 values or of > 2 dims
   /// Stain normalisation of each decoded tile before the model's preprocessing, fitted on the
   /// image stain_reference (both or neither given); each tile's stain is estimated from it
-  /// alone, as torchstain does.
+  /// alone, as torchstain does (stain_fit tile), or once per slide (slide).
   StainNorm stain_norm = StainNorm::none;
   std::string stain_reference;
+  StainFit stain_fit = StainFit::tile;
   /// An out-of-memory error ends the run instead of splitting the batch (docs/memory-modes.md).
   bool no_oom_retry = false;
   /// How slides given as inputs are tiled: `mltool tile`'s options (slide::tile_options),

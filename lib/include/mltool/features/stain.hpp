@@ -3,12 +3,14 @@
 // torchstain.normalizers, torch backend) tile by tile: the same float32 operations in the
 // same order, its constants (Macenko: Io 240, alpha 1, beta 0.15) and its nearest-rank
 // percentile. Runs on the batch's device; one tile at a time, as the reference library
-// estimates each tile's stain from that tile alone (--stain-fit tile).
+// estimates each tile's stain from that tile alone (--stain-fit tile), or with a source stain
+// estimated once for a slide's tiles (--stain-fit slide, features/slide_stain.hpp).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,14 @@ namespace mltool::features {
 /// density of at least beta (0.15) in every channel: below it (background, a bare edge) there
 /// is too little stain to estimate from, and the tile passes through unchanged.
 inline constexpr double kMinStainedFraction = 0.05;
+
+/// A source stain estimated once for many tiles (--stain-fit slide): Macenko's stain matrix
+/// (3×2) and 99th-percentile concentrations (2), or Reinhard's LAB means and standard
+/// deviations (3 each); CPU float32, as the fitted target is.
+struct SourceStain {
+  torch::Tensor a;
+  torch::Tensor b;
+};
 
 /// One method fitted on a reference image: Macenko's stain matrix (3×2, haematoxylin first)
 /// and 99th-percentile concentrations (2), or Reinhard's LAB means and standard deviations
@@ -41,6 +51,23 @@ class StainNormalizer {
   /// it is and flagged in `unchanged` (resized to N).
   torch::Tensor apply(const torch::Tensor& nhwc, std::vector<std::uint8_t>& unchanged) const;
 
+  /// The same with each tile's source stain given instead of estimated from the tile:
+  /// `sources[i]` for tile i (N of them); a null one, or a tile with too little stain, leaves
+  /// the tile as it is, flagged in `unchanged`.
+  torch::Tensor apply(const torch::Tensor& nhwc, const std::vector<const SourceStain*>& sources,
+                      std::vector<std::uint8_t>& unchanged) const;
+
+  /// The source stain of the pooled pixels of those of `tiles` (uint8 K×H×W×3 on the CPU)
+  /// with enough stain (kMinStainedFraction): what torchstain's fit() estimates on them laid
+  /// one under the other, as one image. Nothing when no tile has enough stain. Computed on one
+  /// thread, so the bits do not depend on the math threads.
+  std::optional<SourceStain> fit_source(const torch::Tensor& tiles) const;
+
+  /// A source stain as target_json() writes the target, and back (FormatError naming `what`
+  /// for a malformed one).
+  nlohmann::json stain_json(const SourceStain& stain) const;
+  SourceStain stain_from_json(const nlohmann::json& j, const std::string& what) const;
+
   /// The fitted target: {"stain_matrix": [[..],[..],[..]], "max_concentrations": [..]} or
   /// {"lab_means": [..], "lab_stds": [..]}.
   nlohmann::json target_json() const;
@@ -48,8 +75,13 @@ class StainNormalizer {
   const std::string& sha256() const { return sha256_; }
 
  private:
-  torch::Tensor macenko(const torch::Tensor& hwc) const;   // undefined: too little stain
-  torch::Tensor reinhard(const torch::Tensor& hwc) const;  // undefined: too little stain
+  // The normalised tile with its stain estimated from itself (source null) or given; undefined:
+  // too little stain.
+  torch::Tensor macenko(const torch::Tensor& hwc, const SourceStain* source) const;
+  torch::Tensor reinhard(const torch::Tensor& hwc, const SourceStain* source) const;
+  // Both apply()s: `own`, each tile's stain estimated from itself.
+  torch::Tensor apply(const torch::Tensor& nhwc, const std::vector<const SourceStain*>& sources,
+                      std::vector<std::uint8_t>& unchanged, bool own) const;
   StainNorm method_;
   torch::Tensor a_;  // Macenko: HERef 3×2; Reinhard: target means (3)
   torch::Tensor b_;  // Macenko: maxCRef (2); Reinhard: target stds (3)

@@ -60,6 +60,9 @@ class FeatureStoreWriter {
   /// Records the rows computed in batches split after an out-of-memory error (extract):
   /// the manifest's split_batches, each {batch, size, oom, first_row, rows}; empty: omitted.
   void set_split_batches(nlohmann::json splits) { split_batches_ = std::move(splits); }
+  /// Records each slide's source stain (extract --stain-fit slide): the manifest's
+  /// stain_fits, {slide id: estimate or null}; null or empty: omitted.
+  void set_stain_fits(nlohmann::json fits) { stain_fits_ = std::move(fits); }
 
   std::uint64_t rows() const { return rows_; }
   std::uint64_t dims() const { return dims_; }
@@ -86,6 +89,7 @@ class FeatureStoreWriter {
   std::vector<std::uint16_t> half_row_;
   std::vector<std::uint64_t> invalid_rows_;
   nlohmann::json split_batches_;
+  nlohmann::json stain_fits_;
   std::uint64_t rows_ = 0;
   bool failed_ = false;
   bool finished_ = false;

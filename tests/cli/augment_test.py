@@ -242,6 +242,44 @@ def check_refusals():
     expect(not os.path.exists(tmp("bad")), "a refused run left a directory")
 
 
+def check_stain():
+    """--stain-norm on train: recorded in run.json, another reference refused on --resume
+    naming --overwrite; predict applies the run's by default and refuses another reference
+    unless --stain-norm names the method."""
+    import hashlib
+    from PIL import Image
+    import tile_store
+    Image.fromarray(he_tiles(1, 64)[0]).save(tmp("ref.png"))
+    Image.fromarray(he_tiles(2, 64)[1]).save(tmp("ref2.png"))
+    stain = ["--stain-norm", "reinhard", "--stain-reference", tmp("ref.png")]
+    train("stain", *stain, "--max-steps", "3", augment=None)
+    doc = json.load(open(tmp("stain", "run.json")))
+    rec = doc.get("stain_norm", {})
+    expect(doc["options"]["stain_norm"] == "reinhard" and rec.get("method") == "reinhard" and
+           rec.get("sha256") == hashlib.sha256(open(tmp("ref.png"), "rb").read()).hexdigest() and
+           rec.get("fit") == "tile" and len(rec["target"]["lab_means"]) == 3, f"run.json stain_norm {rec}")
+    code, _, err = run([mltool, "train", tmp("imgds"), "--model", tmp("cnn.json"), "-o", tmp("stain"), "--epochs", "2",
+                        "--batch", "8", "--lr", "0.01", "-q", "--resume", "--stain-norm", "reinhard",
+                        "--stain-reference", tmp("ref2.png")])
+    expect(code == 1 and "--overwrite" in err and "stain" in err, f"resume, other reference: exit {code}: {err.strip()}")
+    train("stain", *stain, "--resume", augment=None)
+    train("plain_stain", augment=None)
+    expect(weights("plain_stain") != weights("stain"), "--stain-norm changed nothing")
+    code, _, err = run([mltool, "predict", tmp("stain"), tmp("tiles.lmdb"), "-o", tmp("pred"), "-q"])
+    expect(code == 0, f"predict: exit {code}: {err.strip()[-1500:]}")
+    job = json.load(open(tmp("pred", ".predict", "job.json")))
+    expect(job.get("stain_norm", {}).get("sha256") == rec["sha256"], f"predict's job.json {job.get('stain_norm')}")
+    code, _, err = run([mltool, "predict", tmp("stain"), tmp("tiles.lmdb"), "-o", tmp("pred2"), "-q",
+                        "--stain-reference", tmp("ref2.png")])
+    expect(code == 1 and "--stain-norm METHOD" in err, f"predict, another reference: exit {code}: {err.strip()}")
+    code, _, err = run([mltool, "predict", tmp("stain"), tmp("tiles.lmdb"), "-o", tmp("pred2"),
+                        "--stain-norm", "reinhard", "--stain-reference", tmp("ref2.png")])
+    expect(code == 0 and "not to the run's" in err, f"predict, another reference on purpose: exit {code}: {err.strip()[-1500:]}")
+    expect(open(tmp("pred2", "predictions.csv")).read() != open(tmp("pred", "predictions.csv")).read(),
+           "another reference gave the same predictions")
+
+
 if __name__ == "__main__":
-    run_checks("augment", [check_transforms, check_draws, check_by_sample, check_train_modes, check_refusals],
+    run_checks("augment", [check_transforms, check_draws, check_by_sample, check_train_modes, check_refusals,
+                           check_stain],
                only, fixtures)

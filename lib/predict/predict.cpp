@@ -210,7 +210,7 @@ HeatmapScores heatmap_scores(const PredictJob& job, const SlideScores& s,
 
 // Everything that decides the output's bytes: a resume must repeat it.
 json fingerprint(const PredictJob& job, const PredictInput& in, const torch::Device& device,
-                 int math_threads) {
+                 int math_threads, const Predictor& predictor) {
   json f = {{"run", util::absolute_path(job.run)},
             {"weights", util::name_of(kWeights, job.weights)},
             {"weights_sha256", io::sha256_hex(util::read_file(weights_file(job)))},
@@ -225,6 +225,7 @@ json fingerprint(const PredictJob& job, const PredictInput& in, const torch::Dev
                            : json({util::absolute_path(job.group_table), job.group_column})},
             {"heatmap_size", job.heatmap_size}};
   if (device.is_cpu()) f["math_threads"] = math_threads;
+  if (!predictor.stain_record().is_null()) f["stain_norm"] = predictor.stain_record();
   return f;
 }
 
@@ -360,7 +361,7 @@ PredictReport predict(const PredictJob& job) {
   util::make_directories(util::parent_directory(util::absolute_path(job.output)));
   const util::OutputLock lock(job.output, "mltool predict");
   util::make_directories(job.output);
-  const ScoreJournal journal(job, fingerprint(job, in, device, threads));
+  const ScoreJournal journal(job, fingerprint(job, in, device, threads, predictor));
   const Heatmaps h{in.tiles, util::join_path(job.output, "heatmaps")};
   if (h.tiles) util::make_directories(h.dir);
   if (h.tiles && predictor.bag() && !predictor.has_attention())

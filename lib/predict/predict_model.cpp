@@ -7,6 +7,7 @@
 
 #include "../train/export.hpp"
 #include "../train/script_model.hpp"
+#include "mltool/features/stain.hpp"
 #include "mltool/train/model_spec.hpp"
 #include "mltool/util/batch_split.hpp"
 #include "mltool/util/error.hpp"
@@ -84,6 +85,7 @@ Predictor::Predictor(const json& run, records::PackUnit unit, const PredictJob& 
     model_ = build_model(spec, m.at("input_dims").get<std::int64_t>(), classes);
     while (pool_ < model_->size() && model_->names()[pool_] != "attention") ++pool_;
   }
+  stain_ = predict_stain(run, job, stain_record_);
   import_safetensors(*model_, weights_file(job));
   profiler_ = std::make_unique<util::StepProfiler>(job.profile, device_.is_cuda(), "batch");
   model_->to(device_);
@@ -129,7 +131,9 @@ SlideScores Predictor::score(const RowSource& source, const std::vector<std::int
   const bool cuda = device_.is_cuda();
   const auto prepare = [&](const torch::Tensor& host) {
     const auto x = host.to(device_, /*non_blocking=*/cuda);
-    return features ? x.to(torch::kFloat32) : x;
+    if (features) return x.to(torch::kFloat32);
+    std::vector<std::uint8_t> unchanged;
+    return stain_ ? stain_->apply(x, unchanged) : x;  // before the model's preprocessing
   };
   if (bag_) {
     profiler_->begin_step();

@@ -1,5 +1,6 @@
 // The options of `mltool predict` (PredictJob), declared once: the command line, `mltool help
 // predict --json` and docs/predict.md's synopsis come from this table.
+#include "mltool/features/stain_options.hpp"
 #include "mltool/predict/predict.hpp"
 #include "mltool/util/common_options.hpp"
 #include "mltool/util/math_env.hpp"
@@ -42,6 +43,8 @@ const util::Options<PredictJob>& predict_options() {
       util::group_column_option(&J::group_column),
       util::overwrite_option(&J::overwrite),
       util::no_oom_retry_option(&J::no_oom_retry),
+      features::stain_norm_option(&J::stain_norm, &J::stain_reference),
+      features::stain_reference_option(&J::stain_reference),
   };
   return table;
 }

@@ -20,6 +20,9 @@
 namespace mltool::io {
 class TileStore;
 }
+namespace mltool::features {
+class StainNormalizer;
+}
 namespace torch::jit {
 struct Module;
 }
@@ -61,6 +64,15 @@ struct SlideScores {
   nlohmann::json splits = nlohmann::json::array();
 };
 
+/// The stain normalisation of a pixel model's prediction (predict_stain.cpp): the run's own
+/// (run.json's stain_norm) unless job.stain_norm names a method; null: none. `record` gets
+/// what the journal fingerprints (method, sha256, target), or null. UsageError for the
+/// options on a feature model, a reference other than the run's without --stain-norm, or
+/// --stain-reference alone on a run trained without; InputError for a missing reference.
+std::shared_ptr<const features::StainNormalizer> predict_stain(const nlohmann::json& run,
+                                                               const PredictJob& job,
+                                                               nlohmann::json& record);
+
 /// A finished run's model with the chosen weights, in eval mode on its device.
 class Predictor {
  public:
@@ -73,6 +85,8 @@ class Predictor {
   SlideScores score(const RowSource& source, const std::vector<std::int64_t>& rows,
                     std::uint64_t first_batch) const;
   bool bag() const { return bag_; }
+  /// The stain normalisation applied (predict_stain's record), or null.
+  const nlohmann::json& stain_record() const { return stain_record_; }
   /// Whether the model tells its attention per tile (built-in bag models, and TorchScript
   /// bag modules with an `attention(bag)` method).
   bool has_attention() const;
@@ -91,6 +105,8 @@ class Predictor {
   bool bag_ = false;
   std::size_t pool_ = 0;                          ///< a built-in bag model's attention block
   std::unique_ptr<util::StepProfiler> profiler_;  ///< --profile: told as each batch begins
+  std::shared_ptr<const features::StainNormalizer> stain_;  ///< pixel models; null: none
+  nlohmann::json stain_record_;
 };
 
 /// What a slide's heatmaps show of its tile i (its position in the slide's keys): QuPath

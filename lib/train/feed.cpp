@@ -113,6 +113,8 @@ class PinnedFeed : public Feed {
       const auto rows = rows_.index_select(0, ids);
       b = detail::finish(gather(matrix_, rows), y, {}, n, 1, *source_, unit_);
     }
+    const auto* first = order_.data_ptr<std::int64_t>() + position_;
+    b.ids.assign(first, first + n);
     position_ += n;
     return b;
   }

@@ -28,6 +28,9 @@ namespace mltool::io {
 class FeatureStore;
 class TileStore;
 }  // namespace mltool::io
+namespace mltool::features {
+class StainNormalizer;
+}
 
 namespace mltool::train {
 
@@ -37,6 +40,8 @@ struct Batch {
   torch::Tensor y;     ///< the samples' rows of the split's target table (Task::targets)
   torch::Tensor mask;  ///< bag: bool B×L, true for real instances; undefined otherwise
   std::int64_t size = 0;
+  /// The samples' ids (their indices in the split), in batch order: what --augment draws by.
+  std::vector<std::int64_t> ids;
 };
 
 /// The rows a feed draws from, each `row_bytes` bytes of `dtype`.
@@ -106,6 +111,11 @@ class FallbackFeed : public Feed {
   torch::Tensor order_;  // the pass in progress: its order, batch size and batches served
   std::int64_t batch_ = 0, served_ = 0;
 };
+
+/// --stain-norm: `inner`'s batches (uint8 tiles) with each tile normalised to `stain`'s
+/// reference on the batch's device (feed_stain.cpp).
+std::unique_ptr<Feed> stained_feed(std::unique_ptr<Feed> inner,
+                                   std::shared_ptr<const features::StainNormalizer> stain);
 
 /// Bytes the pinned feed puts on the device for `source`.
 std::uint64_t pinned_bytes(const RowSource& source);

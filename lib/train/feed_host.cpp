@@ -64,11 +64,13 @@ class HostFeed : public Feed {
   struct HostBatch {
     std::int64_t index = 0, size = 0, length = 1;
     torch::Tensor raw, y, mask;
+    std::vector<std::int64_t> ids;
   };
   struct Transfer {
     std::int64_t index = 0, size = 0, length = 1;
     torch::Tensor raw, y, mask;
     std::optional<at::cuda::CUDAEvent> copied;
+    std::vector<std::int64_t> ids;
   };
 
   HostBatch build(std::int64_t b) const {
@@ -80,6 +82,8 @@ class HostFeed : public Feed {
     h.index = b;
     h.size = n;
     h.length = l.length;
+    const auto* first = order_.data_ptr<std::int64_t>() + b * batch_;
+    h.ids.assign(first, first + n);
     const auto rows = static_cast<std::int64_t>(l.rows.size());
     h.raw = torch::empty({rows, source_->row_bytes() / static_cast<std::int64_t>(
                                                            torch::elementSize(source_->dtype()))},
@@ -129,7 +133,7 @@ class HostFeed : public Feed {
   }
 
   Transfer transfer(HostBatch h, bool async) {
-    Transfer t{h.index, h.size, h.length, h.raw, h.y, h.mask, std::nullopt};
+    Transfer t{h.index, h.size, h.length, h.raw, h.y, h.mask, std::nullopt, std::move(h.ids)};
     if (!device_.is_cuda()) return t;
     if (!async) {  // the sync feed: a blocking copy on the compute stream
       t.raw = h.raw.to(device_);
@@ -155,7 +159,9 @@ class HostFeed : public Feed {
       t.y.record_stream(compute);
       if (t.mask.defined()) t.mask.record_stream(compute);
     }
-    return detail::finish(t.raw, t.y, t.mask, t.size, t.length, *source_, unit_);
+    Batch out = detail::finish(t.raw, t.y, t.mask, t.size, t.length, *source_, unit_);
+    out.ids = std::move(t.ids);
+    return out;
   }
 
   void stop() {

@@ -5,10 +5,13 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <limits>
 
 #include "distributed.hpp"
 #include "export.hpp"
+#include "mltool/io/crc32c.hpp"
 #include "mltool/train/batches.hpp"
 #include "mltool/train/sections.hpp"
 #include "mltool/train/step.hpp"
@@ -253,6 +256,22 @@ torch::Tensor accumulate(Loop& loop, const Batch& b, std::int64_t global,
                                               activation_bytes, loop.job.offload_boundaries);
 }
 
+// The test seam of --augment (docs/development.md): MLTOOL_DEBUG_AUGMENT=DIR appends, per
+// augmented sample, "STEP SAMPLE CRC32C" to DIR/augment-rank<R>.txt, so a test can compare
+// the pixels two runs (data parallel, resumed, in micro-batches) trained on.
+void note_augmented(const Loop& loop, const Batch& b, std::int64_t step) {
+  static const char* dir = std::getenv("MLTOOL_DEBUG_AUGMENT");
+  if (!dir || !*dir) return;
+  const auto x = b.x.to(torch::kCPU).contiguous();
+  const auto bytes = static_cast<std::size_t>(x[0].numel());
+  std::ofstream out(
+      std::string(dir) + "/augment-rank" + std::to_string(loop.dp ? loop.dp->rank() : 0) + ".txt",
+      std::ios::app);
+  for (std::size_t i = 0; i < b.ids.size(); ++i)
+    out << step << ' ' << b.ids[i] << ' '
+        << io::crc32c(x.data_ptr<std::uint8_t>() + i * bytes, bytes) << '\n';
+}
+
 // A rank with no sample in a step of a loss over the whole step still joins its gathers.
 torch::Tensor join_idle(Loop& loop, std::int64_t global) {
   const auto options = torch::TensorOptions().device(loop.device);
@@ -271,6 +290,10 @@ void train_step(Training& t, int epoch, const std::vector<double>& scales) {
   const TrainJob& job = t.job;
   LoopState& state = t.state;
   auto b = loop.train_feed.next();
+  if (b && loop.augment) {
+    b->x = loop.augment->apply(b->x, b->ids, state.step);
+    note_augmented(loop, *b, state.step);
+  }
   // Data parallel: a last batch smaller than the world leaves this rank nothing in it.
   const bool idle = loop.dp && state.epoch_step + 1 == loop.steps_per_epoch &&
                     rank_slice(loop.step_sizes.back(), loop.dp->world(), loop.dp->rank()).size == 0;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "feed.hpp"
+#include "mltool/train/augment.hpp"
 #include "mltool/train/checkpoint.hpp"
 #include "mltool/train/metrics.hpp"
 #include "mltool/train/models.hpp"
@@ -96,6 +97,8 @@ struct Loop {
   /// Out-of-memory fallback in the first epoch: the pinned feed leaves the device for the host
   /// feed; false when there is none to drop. Unset: none.
   std::function<bool()> drop_pinned_feed;
+  /// --augment: applied to each training batch before its step; null: none.
+  const Augmenter* augment = nullptr;
   /// --profile: told as each step begins; unset: none.
   util::StepProfiler* profiler = nullptr;
   /// Called when an out-of-memory error changed how the steps run (run.json records it).

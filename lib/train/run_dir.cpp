@@ -124,6 +124,32 @@ bool prepare_run_dir(const std::string& dir, bool resume, bool overwrite) {
   return false;
 }
 
+namespace {
+
+// --stain-norm: every step so far saw tiles normalised to the run's reference; another
+// method or reference file (by its SHA-256) is refused.
+void check_same_stain(const json& before, const json& now, const std::string& where) {
+  const auto field = [](const json& run, const char* key) {
+    const json s = run.value("stain_norm", json());
+    return s.is_object() ? s.value(key, std::string()) : std::string();
+  };
+  const auto what = [&](const json& run) {
+    return field(run, "method").empty() ? std::string("none")
+                                        : field(run, "method") + " on " + field(run, "reference") +
+                                              " (sha256 " + field(run, "sha256") + ")";
+  };
+  if (field(before, "method") == field(now, "method") &&
+      field(before, "sha256") == field(now, "sha256"))
+    return;
+  throw UsageError(at_file(
+      where, "--resume: the run's stain normalisation was " + what(before) + ", now it is " +
+                 what(now) +
+                 "; resume with the run's --stain-norm and --stain-reference, or start over "
+                 "with --overwrite"));
+}
+
+}  // namespace
+
 std::vector<std::string> compare_runs(const json& before, const json& now,
                                       const std::string& where) {
   const auto& d0 = before.at("dataset");
@@ -143,6 +169,7 @@ std::vector<std::string> compare_runs(const json& before, const json& now,
   if (before.at("spec") != now.at("spec"))
     throw UsageError(
         at_file(where, "--resume: the model spec differs from the run's; start a new run"));
+  check_same_stain(before, now, where);
   std::vector<std::string> warnings;
   const auto& o0 = before.at("options");
   const auto& o1 = now.at("options");

@@ -16,10 +16,12 @@
 #include "intervals.hpp"
 #include "loop.hpp"
 #include "mltool/features/encoder_card.hpp"
+#include "mltool/features/stain.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/manifest.hpp"
 #include "mltool/io/table.hpp"
 #include "mltool/io/tile_store.hpp"
+#include "mltool/train/augment.hpp"
 #include "mltool/train/batches.hpp"
 #include "mltool/train/model_spec.hpp"
 #include "mltool/train/optimizer.hpp"
@@ -67,6 +69,8 @@ void check_job(const TrainJob& j) {
                       "--micro-batches and --sections exclude each other");
   require<UsageError>(!(j.resume && j.overwrite), "--resume and --overwrite exclude each other");
   require<UsageError>(!j.gather_only || j.all_folds, "--gather-only needs --folds all");
+  require<UsageError>(j.stain_reference.empty() || j.stain_norm != features::StainNorm::none,
+                      "--stain-reference must be given with --stain-norm macenko or reinhard");
   check_data_parallel(j);
 }
 
@@ -167,6 +171,9 @@ struct Plan {
   std::string tile_store;                 ///< image unit: the tile store read
   std::vector<std::size_t> named_bounds;  ///< the spec's "sections"; empty: --sections
   std::optional<ScriptModel> script;      ///< --model MODEL.pt: the TorchScript module
+  std::optional<Augmenter> augment;       ///< --augment; unset: none
+  /// --stain-norm fitted on --stain-reference; null: none.
+  std::shared_ptr<const features::StainNormalizer> stain;
 };
 
 // --model MODEL.pt: the module loaded; the spec stands for it in run.json (its sha256, so
@@ -207,6 +214,25 @@ void check_spec_against_data(const TrainJob& job, const Plan& p) {
                             ", but the features of " + data.manifest_path + " have " +
                             std::to_string(data.dims) + " dimensions"));
   if (p.script) probe_script(*p.script, data.dims, p.classes, data.manifest_path);
+}
+
+// --augment and --stain-norm work on tile pixels: image datasets only.
+void check_pixel_options(const TrainJob& job, Plan& p) {
+  if (p.data.unit != records::PackUnit::image) {
+    const std::string why =
+        " applies to the tile pixels of image datasets (pack --unit image), "
+        "but " +
+        p.data.manifest_path + " was packed with --unit " + records::to_string(p.data.unit);
+    require<UsageError>(job.augment.empty(), "--augment" + why);
+    require<UsageError>(job.stain_norm == features::StainNorm::none, "--stain-norm" + why);
+  }
+  if (!job.augment.empty()) p.augment.emplace(parse_augment(job.augment), job.seed);
+  if (job.stain_norm != features::StainNorm::none) {
+    p.stain = std::make_shared<const features::StainNormalizer>(
+        features::StainNormalizer::from_file(job.stain_norm, job.stain_reference));
+    log::info(std::string("--stain-norm ") + util::name_of(features::kStainNorms, job.stain_norm) +
+              " fitted on " + job.stain_reference + " (sha256 " + p.stain->sha256() + ")");
+  }
 }
 
 // Sections: the spec's bounds, or --sections K balanced later; both checked here.
@@ -276,6 +302,7 @@ Plan resolve_plan(const TrainJob& job) {
   p.task = make_task(job, p.data, p.train);
   p.classes = p.task->outputs();
   check_spec_against_data(job, p);
+  check_pixel_options(job, p);
   const auto store = open_store(p.data);
   p.device = util::resolve_devices(job.device).front();  // the first GPU
   const bool group = job.world_size > 1 || job.join_group;
@@ -354,6 +381,10 @@ Feeds choose_feed(const TrainJob& job, const Plan& p) {
     f.train_fallback = fallback(f.train, p.train);
     f.val_fallback = fallback(f.val, p.val);
   }
+  if (p.stain) {
+    f.train = stained_feed(std::move(f.train), p.stain);
+    f.val = stained_feed(std::move(f.val), p.stain);
+  }
   return f;
 }
 
@@ -427,23 +458,30 @@ json run_manifest(const TrainJob& job, const Plan& p, const Feeds& feeds, const 
     runtime["world_size"] = job.world_size;
   else
     runtime.erase("dist_bucket_mb");
-  return {{"format", kRunFormat},
-          {"format_version", kRunFormatVersion},
-          {"created_by", util::tool_version()},
-          {"dataset", dataset},
-          {"task", task},
-          {"spec", p.spec.document},
-          {"model",
-           {{"blocks", blocks},
-            {"parameters", loop.model.parameter_count()},
-            {"input_dims", data.dims},
-            {"classes", p.classes}}},
-          {"options", options},
-          {"runtime", runtime},
-          {"steps_per_epoch", loop.steps_per_epoch},
-          {"total_steps", loop.total_steps},
-          {"status", to_string(RunStatus::running)},
-          {"result", nullptr}};
+  json out = {{"format", kRunFormat},
+              {"format_version", kRunFormatVersion},
+              {"created_by", util::tool_version()},
+              {"dataset", dataset},
+              {"task", task},
+              {"spec", p.spec.document},
+              {"model",
+               {{"blocks", blocks},
+                {"parameters", loop.model.parameter_count()},
+                {"input_dims", data.dims},
+                {"classes", p.classes}}},
+              {"options", options},
+              {"runtime", runtime},
+              {"steps_per_epoch", loop.steps_per_epoch},
+              {"total_steps", loop.total_steps},
+              {"status", to_string(RunStatus::running)},
+              {"result", nullptr}};
+  if (p.stain)
+    out["stain_norm"] = {{"method", util::name_of(features::kStainNorms, p.stain->method())},
+                         {"reference", util::absolute_path(job.stain_reference)},
+                         {"sha256", p.stain->sha256()},
+                         {"fit", "tile"},
+                         {"target", p.stain->target_json()}};
+  return out;
 }
 
 // The model on the device (data parallel: rank 0's weights and buffers everywhere).
@@ -640,6 +678,7 @@ TrainReport train_model(const TrainJob& job,
   loop.dp = p.dp.get();
   loop.reducer = reducer.get();
   loop.micro_batches = job.micro_batches;
+  if (p.augment) loop.augment = &*p.augment;
   loop.plan_sections = [&](std::int64_t k) {
     return plan_sections(k, *model, *p.source, p.train, p.data.unit, p.device);
   };

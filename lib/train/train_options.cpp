@@ -4,6 +4,8 @@
 // option is warned about, one fixed_on_resume refused; absent_means is what a run from
 // before the option had). docs/train.md's synopsis is checked against it
 // (tests/cli/options_docs_test.py).
+#include "mltool/features/stain_options.hpp"
+#include "mltool/train/augment.hpp"
 #include "mltool/train/train_job.hpp"
 #include "mltool/util/common_options.hpp"
 #include "mltool/util/math_env.hpp"
@@ -159,6 +161,22 @@ util::Options<TrainJob> run_options() {
   };
 }
 
+// --augment: a comma list; recorded as its items, each checked as it is parsed.
+util::Option<TrainJob> augment_option() {
+  return util::custom<TrainJob>(
+             "--augment", "LIST",
+             "Image datasets: transforms of each training sample, in order, drawn from --seed, the "
+             "step and the sample: flip, rot90, hed:SIGMA, brightness:X, contrast:X, saturation:X "
+             "(docs/train.md#augmentation); predict and validation never augment",
+             [](TrainJob& j, const std::string& text) {
+               j.augment.clear();
+               for (const auto& item : parse_augment({text})) j.augment.push_back(item.text);
+             },
+             [](const TrainJob& j) { return nlohmann::json(j.augment); })
+      .in("options")
+      .absent_means(nlohmann::json::array());
+}
+
 util::Options<TrainJob> joined(util::Options<TrainJob> a, const util::Options<TrainJob>& b,
                                const util::Options<TrainJob>& c) {
   a.insert(a.end(), b.begin(), b.end());
@@ -202,6 +220,11 @@ const util::Options<TrainJob>& train_options() {
               .in("runtime"),
           option("--tiles", &J::tiles,
                  "Image datasets: the tile store (default: the one the dataset names)"),
+          augment_option(),
+          features::stain_norm_option(&J::stain_norm, &J::stain_reference)
+              .in("options")
+              .absent_means("none"),
+          features::stain_reference_option(&J::stain_reference),
           flag("--resume", &J::resume,
                "Continue the run in the output directory from its last checkpoint"),
           util::overwrite_option(&J::overwrite),

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "mltool/features/extract.hpp"
 #include "mltool/util/options.hpp"
 #include "mltool/util/profile.hpp"
 
@@ -58,6 +59,10 @@ struct PredictJob {
   bool overwrite = false;  ///< replace a prediction with other settings in `output`
   /// An out-of-memory error ends the run instead of splitting the batch (docs/memory-modes.md).
   bool no_oom_retry = false;
+  /// Pixel models: none (the run's own normalisation, if it was trained with one), or a method
+  /// to normalise to `stain_reference` on purpose (docs/predict.md#stain-normalisation).
+  features::StainNorm stain_norm = features::StainNorm::none;
+  std::string stain_reference;  ///< the reference image; empty: the run's recorded file
 };
 
 /// The table of PredictJob's options (docs/predict.md's synopsis is checked against it).

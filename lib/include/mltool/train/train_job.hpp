@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "mltool/features/extract.hpp"
 #include "mltool/io/tile_pixels.hpp"
 #include "mltool/util/options.hpp"
 #include "mltool/util/profile.hpp"
@@ -95,7 +96,14 @@ struct TrainJob {
       0;                       ///< steps between checkpoints (besides each epoch end); 0 = none
   std::int64_t max_steps = 0;  ///< stop after this many steps in all (resumable); 0 = no limit
   std::string tiles;           ///< image unit: the tile store; empty = the dataset's
-  int threads = 0;             ///< host feed and tile decoding threads; 0 = one per core
+  /// Image unit: the transforms of each training sample, in order ("flip", "rot90",
+  /// "hed:0.05", "brightness:0.1", ...; train/augment.hpp); empty: none.
+  std::vector<std::string> augment;
+  /// Image unit: each tile's stain normalised to the reference image's (features/stain.hpp)
+  /// before the model, in training and validation alike; none: as the tiles are.
+  features::StainNorm stain_norm = features::StainNorm::none;
+  std::string stain_reference;
+  int threads = 0;  ///< host feed and tile decoding threads; 0 = one per core
   /// LibTorch's intra-op (math) threads on the CPU; 0 = a resumed run's, else LibTorch's
   /// default (OMP_NUM_THREADS, or the cores). The bits of a CPU run depend on it.
   int math_threads = 0;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "mltool/features/extract.hpp"
+#include "mltool/features/stain_options.hpp"
 #include "mltool/util/common_options.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/math_env.hpp"
@@ -115,18 +116,8 @@ const util::Options<ExtractJob>& extract_options() {
            "Keep a model output of more than two dimensions or over 16384 values a tile "
            "(flattened); refused otherwise as unpooled tokens"),
       util::no_oom_retry_option(&J::no_oom_retry),
-      choice("--stain-norm", &J::stain_norm, kStainNorms,
-             "Stain normalisation of each tile before the model's preprocessing, as torchstain "
-             "computes it (see --stain-fit): macenko, reinhard, or none; needs "
-             "--stain-reference. Tiles with too little stain pass through unchanged")
-          .check(
-              [](const J& j) {
-                return j.stain_norm == StainNorm::none || !j.stain_reference.empty();
-              },
-              "given with --stain-reference"),
-      option("--stain-reference", &J::stain_reference,
-             "The image (PNG, JPEG or TIFF) of the target stain that --stain-norm fits on; its "
-             "SHA-256 and the fitted target are recorded in features.json")
+      stain_norm_option(&J::stain_norm, &J::stain_reference),
+      stain_reference_option(&J::stain_reference)
           .check(
               [](const J& j) {
                 return j.stain_reference.empty() || j.stain_norm != StainNorm::none;

@@ -1,6 +1,6 @@
-// --stain-norm and --stain-reference of the commands that normalise a pixel model's tiles
-// (train, predict), declared once as common_options.hpp declares the options several commands
-// share: a command's table names the members it binds. No LibTorch here.
+// --stain-norm and --stain-reference of the commands that normalise tiles (extract, and train and
+// predict of pixel models), declared once as common_options.hpp declares the options several
+// commands share: a command's table names the members it binds. No LibTorch here.
 #pragma once
 
 #include <string>
@@ -14,10 +14,11 @@ namespace mltool::features {
 template <class Job>
 util::Option<Job> stain_norm_option(StainNorm Job::*member, std::string Job::*reference) {
   return util::choice("--stain-norm", member, kStainNorms,
-                      "Pixel models: stain normalisation of each tile before the model's "
-                      "preprocessing, as torchstain computes it from the tile alone (macenko or "
-                      "reinhard), fitted on --stain-reference; none: train none, predict the "
-                      "run's own (docs/predict.md#stain-normalisation)")
+                      "Stain normalisation of each tile before the model's preprocessing (extract; "
+                      "train and predict of pixel models), as torchstain computes it: macenko or "
+                      "reinhard, fitted on --stain-reference; tiles with too little stain pass "
+                      "through unchanged. none: extract and train normalise nothing, predict "
+                      "applies the run's own (docs/stain.md)")
       .check([member, reference](
                  const Job& j) { return j.*member == StainNorm::none || !(j.*reference).empty(); },
              "given with --stain-reference");
@@ -28,7 +29,8 @@ template <class Job>
 util::Option<Job> stain_reference_option(std::string Job::*member) {
   return util::option("--stain-reference", member,
                       "The image (PNG, JPEG or TIFF) of the target stain that --stain-norm fits "
-                      "on; its SHA-256 and the fitted target are recorded in run.json");
+                      "on; its SHA-256 and the fitted target are recorded in features.json "
+                      "(extract) or run.json (train)");
 }
 
 }  // namespace mltool::features

@@ -1,6 +1,7 @@
 // The options of `mltool predict` (PredictJob), declared once: the command line, `mltool help
 // predict --json` and docs/predict.md's synopsis come from this table.
 #include "mltool/predict/predict.hpp"
+#include "mltool/slide/dicomweb_options.hpp"
 #include "mltool/util/common_options.hpp"
 #include "mltool/util/math_env.hpp"
 
@@ -42,6 +43,10 @@ const util::Options<PredictJob>& predict_options() {
       util::group_column_option(&J::group_column),
       util::overwrite_option(&J::overwrite),
       util::no_oom_retry_option(&J::no_oom_retry),
+      slide::dicomweb_connections_option(&J::dicomweb),
+      slide::dicomweb_token_file_option(&J::dicomweb),
+      slide::dicomweb_insecure_option(&J::dicomweb),
+      slide::dicomweb_timeout_option(&J::dicomweb),
   };
   return table;
 }

@@ -8,6 +8,8 @@ does) and a pydicom-written series (scripts/fixtures/dicom_series.py, YBR_FULL_4
 
 - `tile` and `extract SLIDE` over DICOMweb equal the local series byte for byte (tiles passed
   through, tiles decoded and resampled, features); `info` reads the same levels and µm/px;
+  `predict` on a store tiled over DICOMweb (its heatmaps read the slide through the token proxy
+  with --dicomweb-token-file) writes the same predictions and heatmaps as on the local one;
 - the reference client dicomweb-client (PyPI) fetches the frames pydicom reads from the files,
   and the frames mltool stores;
 - a token-protected server (a reverse proxy here in front of Orthanc): the token works from
@@ -30,6 +32,7 @@ import http.client
 import http.server
 import json
 import os
+import shutil
 import socket
 import ssl
 import subprocess
@@ -608,7 +611,70 @@ def check_bad_url():
     expect(code == 2 and missing + "/metadata: HTTP 404" in out, f"exit {code}: {out}{err[-500:]}")
 
 
-CHECKS = [check_tile_passthrough, check_tile_decoded, check_info, check_extract,
+def check_predict():
+    """predict reads a DICOMweb slide too (the heatmaps' picture), with the --dicomweb-* options:
+    an mlp trained on the local series' features predicts the same, with the same heatmaps
+    (PNG and GeoJSON), from the store tiled over DICOMweb (through the token proxy) as from the
+    one tiled from the files. The local directory is named by the SeriesInstanceUID, so both
+    slides have the same id."""
+    url, directory = SERVER["series"]["ycc"]
+    uid = url.rsplit("/", 1)[1]
+    local = tmp("pred-src", uid + ".d")  # slide id: the name without its extension
+    if not os.path.exists(local):
+        shutil.copytree(directory, local)
+    proxy = Proxy(token=TOKEN)
+    try:
+        purl = proxy.url(url)
+        with open(tmp("pred-token"), "w") as f:
+            f.write(TOKEN + "\n")
+        web_opts = ["--dicomweb-token-file", tmp("pred-token"), "--dicomweb-connections", "2"]
+        args = ["--mpp", "0.5", "--tile-size", "64"]
+        tile(local, tmp("pred-tiles-local"), *args)
+        tile(purl, tmp("pred-tiles-web"), *args, *web_opts)
+        for side in ("local", "web"):
+            code, _, err = run([MLTOOL, "extract", tmp(f"pred-tiles-{side}"), "-o",
+                                tmp(f"pred-feat-{side}"), "--model", "builtin:color-texture",
+                                "--threads", "2", "-q"])
+            expect(code == 0, f"extract {side}: exit {code}: {err[-2000:]}")
+        with open(tmp("pred-feat-local", "keys.txt")) as f:
+            keys = f.read().split()
+        expect(len(keys) >= 4, f"{len(keys)} tiles")
+        with open(tmp("pred-labels.csv"), "w") as f:  # groups of tiles, so one slide splits
+            f.write("key,label,group\n" + "".join(
+                f"{k},{'ab'[i % 2]},{i % 4}\n" for i, k in enumerate(keys)))
+        with open(tmp("pred-mlp.json"), "w") as f:
+            json.dump({"family": "mlp", "hidden": [8]}, f)
+        for cmd in (["pack", tmp("pred-feat-local"), "--labels", tmp("pred-labels.csv"),
+                     "--group-by", "group", "--split", "train=0.5,val=0.5", "-o", tmp("pred-ds")],
+                    ["train", tmp("pred-ds"), "--model", tmp("pred-mlp.json"), "-o",
+                     tmp("pred-run"), "--epochs", "1", "--seed", "1"]):
+            code, _, err = run([MLTOOL, *cmd, "-q"])
+            expect(code == 0, f"{cmd[0]}: exit {code}: {err[-2000:]}")
+        outs = {}
+        for side, extra in (("local", []), ("web", web_opts)):
+            out = outs[side] = tmp(f"pred-out-{side}")
+            code, summary, err = run_json([MLTOOL, "predict", tmp("pred-run"),
+                                           tmp(f"pred-feat-{side}"), "-o", out,
+                                           "--heatmap-size", "256", "--json", *extra])
+            expect(code == 0 and summary["heatmaps"] == 1,
+                   f"predict {side}: exit {code}: {summary} {err[-2000:]}")
+            expect("blank picture" not in err and TOKEN not in err + json.dumps(summary),
+                   f"predict {side}: {err[-1500:]}")
+        for name in ("predictions.csv", f"heatmaps/{uid}.png", f"heatmaps/{uid}.geojson"):
+            with open(os.path.join(outs["local"], name), "rb") as a, \
+                    open(os.path.join(outs["web"], name), "rb") as b:
+                expect(a.read() == b.read(), f"predict: {name} differs over DICOMweb")
+        # Without the token the slide cannot be read: a blank picture, with a warning.
+        code, _, err = run([MLTOOL, "predict", tmp("pred-run"), tmp("pred-feat-web"), "-o",
+                            tmp("pred-out-notoken")])
+        expect(code == 0 and "blank picture" in err and "401" in err,
+               f"predict without the token: exit {code}: {err[-1500:]}")
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+CHECKS = [check_tile_passthrough, check_tile_decoded, check_info, check_extract, check_predict,
           check_reference_client, check_token, check_faults, check_one_frame_a_request,
           check_resume, check_tls, check_http2, check_large_level_batches, check_bad_url]
 

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "mltool/io/dicomweb.hpp"
 #include "mltool/util/options.hpp"
 #include "mltool/util/profile.hpp"
 
@@ -58,6 +59,9 @@ struct PredictJob {
   bool overwrite = false;  ///< replace a prediction with other settings in `output`
   /// An out-of-memory error ends the run instead of splitting the batch (docs/memory-modes.md).
   bool no_oom_retry = false;
+  /// How slides recorded as DICOMweb series URLs are fetched (--dicomweb-*): the heatmaps'
+  /// pictures, and an image model's tiles in a coordinates store.
+  io::DicomwebOptions dicomweb;
 };
 
 /// The table of PredictJob's options (docs/predict.md's synopsis is checked against it).

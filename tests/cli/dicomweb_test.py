@@ -9,7 +9,8 @@ does) and a pydicom-written series (scripts/fixtures/dicom_series.py, YBR_FULL_4
 - `tile` and `extract SLIDE` over DICOMweb equal the local series byte for byte (tiles passed
   through, tiles decoded and resampled, features); `info` reads the same levels and µm/px;
   `predict` on a store tiled over DICOMweb (its heatmaps read the slide through the token proxy
-  with --dicomweb-token-file) writes the same predictions and heatmaps as on the local one;
+  with --dicomweb-token-file) writes the same predictions and heatmaps as on the local one, and
+  an image model predicts the same from a coordinates store's tiles read over DICOMweb;
 - the reference client dicomweb-client (PyPI) fetches the frames pydicom reads from the files,
   and the frames mltool stores;
 - a token-protected server (a reverse proxy here in front of Orthanc): the token works from
@@ -674,7 +675,60 @@ def check_predict():
         proxy.server_close()
 
 
+def check_predict_image():
+    """An image model on coordinates stores (extract SLIDE): predict reads the tiles' pixels
+    from the series over DICOMweb (--dicomweb-token-file, through the token proxy), the same
+    logits as from the local files. Runs after check_predict (its copy named by the UID)."""
+    url, directory = SERVER["series"]["ycc"]
+    uid = url.rsplit("/", 1)[1]
+    local = tmp("pred-src", uid + ".d")
+    if not os.path.exists(local):
+        shutil.copytree(directory, local)
+    proxy = Proxy(token=TOKEN)
+    try:
+        web_opts = ["--dicomweb-token-file", tmp("pred-token")]
+        with open(tmp("pred-token"), "w") as f:
+            f.write(TOKEN + "\n")
+        for side, slide, extra in (("local", local, []), ("web", proxy.url(url), web_opts)):
+            code, _, err = run([MLTOOL, "extract", slide, "-o", tmp(f"img-feat-{side}"), "--model",
+                                "builtin:color-texture", "--mpp", "0.5", "--tile-size", "32",
+                                "--threads", "2", "-q", *extra])
+            expect(code == 0, f"extract {side}: exit {code}: {err[-2000:]}")
+        with open(tmp("img-feat-local", "keys.txt")) as f:
+            keys = f.read().split()
+        with open(tmp("img-labels.csv"), "w") as f:
+            f.write("key,label,group\n" + "".join(
+                f"{k},{'ab'[i % 2]},{i % 4}\n" for i, k in enumerate(keys)))
+        with open(tmp("img-cnn.json"), "w") as f:
+            json.dump({"family": "rescnn", "channels": [4, 8]}, f)
+        for cmd in (["pack", tmp("img-feat-local"), "--labels", tmp("img-labels.csv"), "--unit",
+                     "image", "--group-by", "group", "--split", "train=0.5,val=0.5", "-o",
+                     tmp("img-ds")],
+                    ["train", tmp("img-ds"), "--model", tmp("img-cnn.json"), "-o", tmp("img-run"),
+                     "--epochs", "1", "--batch", "16", "--seed", "1"]):
+            code, _, err = run([MLTOOL, *cmd, "-q"])
+            expect(code == 0, f"{cmd[0]}: exit {code}: {err[-2000:]}")
+        for side, extra in (("local", []), ("web", web_opts)):
+            code, summary, err = run_json([MLTOOL, "predict", tmp("img-run"),
+                                           tmp(f"img-feat-{side}", "coordinates.lmdb"), "-o",
+                                           tmp(f"img-out-{side}"), "--heatmap-size", "128",
+                                           "--threads", "2", "--json", *extra])
+            expect(code == 0 and summary["samples"] == len(keys),
+                   f"predict {side}: exit {code}: {summary} {err[-2000:]}")
+        for name in ("predictions.csv", f"heatmaps/{uid}.png"):
+            with open(tmp("img-out-local", name), "rb") as a, \
+                    open(tmp("img-out-web", name), "rb") as b:
+                expect(a.read() == b.read(), f"predict (image model): {name} differs over DICOMweb")
+        code, _, err = run([MLTOOL, "predict", tmp("img-run"),  # the pixels come from the server
+                            tmp("img-feat-web", "coordinates.lmdb"), "-o", tmp("img-out-notoken")])
+        expect(code != 0 and "401" in err, f"predict without the token: exit {code}: {err[-1500:]}")
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
 CHECKS = [check_tile_passthrough, check_tile_decoded, check_info, check_extract, check_predict,
+          check_predict_image,
           check_reference_client, check_token, check_faults, check_one_frame_a_request,
           check_resume, check_tls, check_http2, check_large_level_batches, check_bad_url]
 

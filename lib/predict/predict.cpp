@@ -184,6 +184,7 @@ HeatmapScores heatmap_scores(const PredictJob& job, const SlideScores& s,
                              const std::vector<std::string>& labels, const Task& task) {
   HeatmapScores h;
   h.size = job.heatmap_size;
+  h.web = job.dicomweb;
   if (!s.attention.empty()) {
     const float largest = *std::max_element(s.attention.begin(), s.attention.end());
     h.measure = [&s](std::size_t i, json& m) { m["attention"] = s.attention[i]; };

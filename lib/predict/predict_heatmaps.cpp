@@ -27,9 +27,9 @@ using TileIndex = std::unordered_map<std::string, std::size_t>;
 #ifdef MLTOOL_HAVE_SLIDE
 // The slide's picture at `long_side`: its thumbnail when the slide file opens, else a light
 // grey canvas of its proportions.
-io::RgbImage slide_picture(const json& record, int long_side) {
+io::RgbImage slide_picture(const json& record, int long_side, const io::DicomwebOptions& web) {
   try {
-    const auto slide = slide::Slide::open(record.at("path").get<std::string>());
+    const auto slide = slide::Slide::open(record.at("path").get<std::string>(), web);
     return slide::read_qc_image(slide, long_side);
   } catch (const Error& e) {
     log::warn(std::string(e.what()) + ": the heatmap is drawn on a blank picture");
@@ -49,7 +49,7 @@ void write_heatmap_png(const io::TileStore& tiles, const std::string& slide,
                        std::int64_t drawn) {
   const json record = *tiles.record("slides", slide);
   const json t = *tiles.record("tiles", slide);
-  const io::RgbImage picture = slide_picture(record, scores.size);
+  const io::RgbImage picture = slide_picture(record, scores.size, scores.web);
   const double sx = picture.width / record.at("width").get<double>();
   const double sy = picture.height / record.at("height").get<double>();
   const double size = record.at("size_level0").get<double>();

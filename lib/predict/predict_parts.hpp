@@ -114,8 +114,9 @@ class Predictor {
 struct HeatmapScores {
   std::function<void(std::size_t, nlohmann::json&)> measure;
   std::function<float(std::size_t)> value;
-  std::string what;  ///< the PNG caption's name of the value
-  int size = 1024;   ///< the PNG's long side
+  std::string what;         ///< the PNG caption's name of the value
+  int size = 1024;          ///< the PNG's long side
+  io::DicomwebOptions web;  ///< how the PNG's slide is fetched if it is a DICOMweb series URL
 };
 
 /// Whether DIR/SLIDE.geojson (and, where slides can be drawn, DIR/SLIDE.png) exist.

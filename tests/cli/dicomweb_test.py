@@ -8,6 +8,9 @@ does) and a pydicom-written series (scripts/fixtures/dicom_series.py, YBR_FULL_4
 
 - `tile` and `extract SLIDE` over DICOMweb equal the local series byte for byte (tiles passed
   through, tiles decoded and resampled, features); `info` reads the same levels and µm/px;
+  `predict` on a store tiled over DICOMweb (its heatmaps read the slide through the token proxy
+  with --dicomweb-token-file) writes the same predictions and heatmaps as on the local one, and
+  an image model predicts the same from a coordinates store's tiles read over DICOMweb;
 - the reference client dicomweb-client (PyPI) fetches the frames pydicom reads from the files,
   and the frames mltool stores;
 - a token-protected server (a reverse proxy here in front of Orthanc): the token works from
@@ -30,6 +33,7 @@ import http.client
 import http.server
 import json
 import os
+import shutil
 import socket
 import ssl
 import subprocess
@@ -608,7 +612,123 @@ def check_bad_url():
     expect(code == 2 and missing + "/metadata: HTTP 404" in out, f"exit {code}: {out}{err[-500:]}")
 
 
-CHECKS = [check_tile_passthrough, check_tile_decoded, check_info, check_extract,
+def check_predict():
+    """predict reads a DICOMweb slide too (the heatmaps' picture), with the --dicomweb-* options:
+    an mlp trained on the local series' features predicts the same, with the same heatmaps
+    (PNG and GeoJSON), from the store tiled over DICOMweb (through the token proxy) as from the
+    one tiled from the files. The local directory is named by the SeriesInstanceUID, so both
+    slides have the same id."""
+    url, directory = SERVER["series"]["ycc"]
+    uid = url.rsplit("/", 1)[1]
+    local = tmp("pred-src", uid + ".d")  # slide id: the name without its extension
+    if not os.path.exists(local):
+        shutil.copytree(directory, local)
+    proxy = Proxy(token=TOKEN)
+    try:
+        purl = proxy.url(url)
+        with open(tmp("pred-token"), "w") as f:
+            f.write(TOKEN + "\n")
+        web_opts = ["--dicomweb-token-file", tmp("pred-token"), "--dicomweb-connections", "2"]
+        args = ["--mpp", "0.5", "--tile-size", "64"]
+        tile(local, tmp("pred-tiles-local"), *args)
+        tile(purl, tmp("pred-tiles-web"), *args, *web_opts)
+        for side in ("local", "web"):
+            code, _, err = run([MLTOOL, "extract", tmp(f"pred-tiles-{side}"), "-o",
+                                tmp(f"pred-feat-{side}"), "--model", "builtin:color-texture",
+                                "--threads", "2", "-q"])
+            expect(code == 0, f"extract {side}: exit {code}: {err[-2000:]}")
+        with open(tmp("pred-feat-local", "keys.txt")) as f:
+            keys = f.read().split()
+        expect(len(keys) >= 4, f"{len(keys)} tiles")
+        with open(tmp("pred-labels.csv"), "w") as f:  # groups of tiles, so one slide splits
+            f.write("key,label,group\n" + "".join(
+                f"{k},{'ab'[i % 2]},{i % 4}\n" for i, k in enumerate(keys)))
+        with open(tmp("pred-mlp.json"), "w") as f:
+            json.dump({"family": "mlp", "hidden": [8]}, f)
+        for cmd in (["pack", tmp("pred-feat-local"), "--labels", tmp("pred-labels.csv"),
+                     "--group-by", "group", "--split", "train=0.5,val=0.5", "-o", tmp("pred-ds")],
+                    ["train", tmp("pred-ds"), "--model", tmp("pred-mlp.json"), "-o",
+                     tmp("pred-run"), "--epochs", "1", "--seed", "1"]):
+            code, _, err = run([MLTOOL, *cmd, "-q"])
+            expect(code == 0, f"{cmd[0]}: exit {code}: {err[-2000:]}")
+        outs = {}
+        for side, extra in (("local", []), ("web", web_opts)):
+            out = outs[side] = tmp(f"pred-out-{side}")
+            code, summary, err = run_json([MLTOOL, "predict", tmp("pred-run"),
+                                           tmp(f"pred-feat-{side}"), "-o", out,
+                                           "--heatmap-size", "256", "--json", *extra])
+            expect(code == 0 and summary["heatmaps"] == 1,
+                   f"predict {side}: exit {code}: {summary} {err[-2000:]}")
+            expect("blank picture" not in err and TOKEN not in err + json.dumps(summary),
+                   f"predict {side}: {err[-1500:]}")
+        for name in ("predictions.csv", f"heatmaps/{uid}.png", f"heatmaps/{uid}.geojson"):
+            with open(os.path.join(outs["local"], name), "rb") as a, \
+                    open(os.path.join(outs["web"], name), "rb") as b:
+                expect(a.read() == b.read(), f"predict: {name} differs over DICOMweb")
+        # Without the token the slide cannot be read: a blank picture, with a warning.
+        code, _, err = run([MLTOOL, "predict", tmp("pred-run"), tmp("pred-feat-web"), "-o",
+                            tmp("pred-out-notoken")])
+        expect(code == 0 and "blank picture" in err and "401" in err,
+               f"predict without the token: exit {code}: {err[-1500:]}")
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+def check_predict_image():
+    """An image model on coordinates stores (extract SLIDE): predict reads the tiles' pixels
+    from the series over DICOMweb (--dicomweb-token-file, through the token proxy), the same
+    logits as from the local files. Runs after check_predict (its copy named by the UID)."""
+    url, directory = SERVER["series"]["ycc"]
+    uid = url.rsplit("/", 1)[1]
+    local = tmp("pred-src", uid + ".d")
+    if not os.path.exists(local):
+        shutil.copytree(directory, local)
+    proxy = Proxy(token=TOKEN)
+    try:
+        web_opts = ["--dicomweb-token-file", tmp("pred-token")]
+        with open(tmp("pred-token"), "w") as f:
+            f.write(TOKEN + "\n")
+        for side, slide, extra in (("local", local, []), ("web", proxy.url(url), web_opts)):
+            code, _, err = run([MLTOOL, "extract", slide, "-o", tmp(f"img-feat-{side}"), "--model",
+                                "builtin:color-texture", "--mpp", "0.5", "--tile-size", "32",
+                                "--threads", "2", "-q", *extra])
+            expect(code == 0, f"extract {side}: exit {code}: {err[-2000:]}")
+        with open(tmp("img-feat-local", "keys.txt")) as f:
+            keys = f.read().split()
+        with open(tmp("img-labels.csv"), "w") as f:
+            f.write("key,label,group\n" + "".join(
+                f"{k},{'ab'[i % 2]},{i % 4}\n" for i, k in enumerate(keys)))
+        with open(tmp("img-cnn.json"), "w") as f:
+            json.dump({"family": "rescnn", "channels": [4, 8]}, f)
+        for cmd in (["pack", tmp("img-feat-local"), "--labels", tmp("img-labels.csv"), "--unit",
+                     "image", "--group-by", "group", "--split", "train=0.5,val=0.5", "-o",
+                     tmp("img-ds")],
+                    ["train", tmp("img-ds"), "--model", tmp("img-cnn.json"), "-o", tmp("img-run"),
+                     "--epochs", "1", "--batch", "16", "--seed", "1"]):
+            code, _, err = run([MLTOOL, *cmd, "-q"])
+            expect(code == 0, f"{cmd[0]}: exit {code}: {err[-2000:]}")
+        for side, extra in (("local", []), ("web", web_opts)):
+            code, summary, err = run_json([MLTOOL, "predict", tmp("img-run"),
+                                           tmp(f"img-feat-{side}", "coordinates.lmdb"), "-o",
+                                           tmp(f"img-out-{side}"), "--heatmap-size", "128",
+                                           "--threads", "2", "--json", *extra])
+            expect(code == 0 and summary["samples"] == len(keys),
+                   f"predict {side}: exit {code}: {summary} {err[-2000:]}")
+        for name in ("predictions.csv", f"heatmaps/{uid}.png"):
+            with open(tmp("img-out-local", name), "rb") as a, \
+                    open(tmp("img-out-web", name), "rb") as b:
+                expect(a.read() == b.read(), f"predict (image model): {name} differs over DICOMweb")
+        code, _, err = run([MLTOOL, "predict", tmp("img-run"),  # the pixels come from the server
+                            tmp("img-feat-web", "coordinates.lmdb"), "-o", tmp("img-out-notoken")])
+        expect(code != 0 and "401" in err, f"predict without the token: exit {code}: {err[-1500:]}")
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+CHECKS = [check_tile_passthrough, check_tile_decoded, check_info, check_extract, check_predict,
+          check_predict_image,
           check_reference_client, check_token, check_faults, check_one_frame_a_request,
           check_resume, check_tls, check_http2, check_large_level_batches, check_bad_url]
 

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "mltool/features/extract.hpp"
+#include "mltool/io/dicomweb.hpp"
 #include "mltool/util/options.hpp"
 #include "mltool/util/profile.hpp"
 
@@ -63,6 +64,9 @@ struct PredictJob {
   /// to normalise to `stain_reference` on purpose (docs/predict.md#stain-normalisation).
   features::StainNorm stain_norm = features::StainNorm::none;
   std::string stain_reference;  ///< the reference image; empty: the run's recorded file
+  /// How slides recorded as DICOMweb series URLs are fetched (--dicomweb-*): the heatmaps'
+  /// pictures, and an image model's tiles in a coordinates store.
+  io::DicomwebOptions dicomweb;
 };
 
 /// The table of PredictJob's options (docs/predict.md's synopsis is checked against it).

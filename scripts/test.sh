@@ -7,8 +7,10 @@
 #                                # the real slide (about 10 min on 2 cores)
 #   scripts/test.sh -L giant     # the ViT-H/ViT-g encoder presets, 2 tiles each (about 15 min
 #                                # on 2 cores)
-#   scripts/test.sh -L smoke     # the gpu tests' CPU halves (about 4 min); CI runs these three
-#                                # labels after the default ones, through .ci/run
+#   scripts/test.sh -L smoke     # the gpu tests' CPU halves (about 4 min)
+#   scripts/test.sh -L stain     # stain normalisation against torchstain on the real slide
+#                                # (about 2.5 min); CI runs these four labels after the default
+#                                # ones, through .ci/run
 #   scripts/test.sh -L gpu       # any ctest arguments replace the default label selection
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -5,6 +5,8 @@
 #                                # installs with apt-get as root, else skips (about 2 min)
 #   scripts/test.sh -L dicomweb  # slides over DICOMweb from a real Orthanc on 127.0.0.1
 #                                # (installed the same way; about 1.5 min)
+#   scripts/test.sh -L signals   # train and extract stopped by SIGTERM and killed at random
+#                                # points, resumed (about 2.5 min)
 #   scripts/test.sh -L smoke     # the gpu tests' CPU halves (about 4 min)
 #   scripts/test.sh -L stain     # stain normalisation against torchstain on the real slide
 #                                # (about 2.5 min)

@@ -103,8 +103,9 @@ def tmp(*parts):
 
 def run_checks(title, checks, only, fixtures=None, timed=True, teardown=None):
     """In a new temporary directory: runs fixtures() if given, then each of `checks` (check_*
-    functions) whose name without check_ is in `only` (all of them if `only` is empty), then
-    teardown() if given (also after a failure, before the directory is removed).
+    functions) whose name without check_ is in `only` (all of them if `only` names none), less
+    those `only` names with a leading '-' (`-sigterm`: all but check_sigterm), then teardown()
+    if given (also after a failure, before the directory is removed).
 
     Prints "ok: fixtures[, WHAT] (S s)", WHAT being what fixtures() returns if anything, or
     "FAIL: fixtures: MESSAGE" and exits 1 on a Failure (other exceptions go up); per check
@@ -138,9 +139,11 @@ def _run_in(checks, only, fixtures, failed):
             sys.exit(1)
         what = f", {what}" if what else ""
         print(f"ok: fixtures{what} ({time.time() - t0:.1f} s)", flush=True)
+    include = {n for n in only if not n.startswith("-")}
+    exclude = {n[1:] for n in only if n.startswith("-")}
     for check in checks:
         name = check.__name__[len("check_"):]
-        if only and name not in only:
+        if (include and name not in include) or name in exclude:
             continue
         t0 = time.time()
         try:

@@ -14,11 +14,11 @@ import csv
 import json
 import os
 import sys
-import zlib
 
 import numpy as np
 
 from cli_common import expect, run, run_checks, tmp, write_feature_store
+from train_test import tinted_pixels  # the tinted tiles of train_test.check_image
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "fixtures"))
@@ -138,14 +138,6 @@ def check_by_sample():
 
 
 # ---------------------------------------------------------------- training
-
-def tinted_pixels(key, size):
-    """Reddish tiles for even slides, bluish for odd ones, with noise."""
-    rng = np.random.default_rng(zlib.crc32(key.encode()))
-    red = int(key[1:key.index("/")]) % 2 == 0
-    base = np.array([200, 90, 90] if red else [90, 90, 200], np.float32)
-    return np.clip(base + rng.normal(0, 25, (size, size, 3)), 0, 255).astype(np.uint8)
-
 
 def fixtures():
     import tile_store

@@ -349,4 +349,10 @@ SourceStain StainNormalizer::stain_from_json(const nlohmann::json& j,
 
 nlohmann::json StainNormalizer::target_json() const { return stain_json({a_, b_}); }
 
+nlohmann::json StainNormalizer::record() const {
+  return {{"method", util::name_of(kStainNorms, method_)},
+          {"sha256", sha256_},
+          {"target", target_json()}};
+}
+
 }  // namespace mltool::features

@@ -75,10 +75,7 @@ std::shared_ptr<const StainNormalizer> predict_stain(const json& run, const Pred
                              "--stain-reference needs --stain-norm macenko or "
                              "reinhard to normalise anyway"));
   }
-  record = stain ? json{{"method", util::name_of(features::kStainNorms, stain->method())},
-                        {"sha256", stain->sha256()},
-                        {"target", stain->target_json()}}
-                 : json();
+  record = stain ? stain->record() : json();
   if (stain)
     log::info("stain normalisation: " + record.at("method").get<std::string>() + " (sha256 " +
               stain->sha256() + ")");

@@ -475,12 +475,11 @@ json run_manifest(const TrainJob& job, const Plan& p, const Feeds& feeds, const 
               {"total_steps", loop.total_steps},
               {"status", to_string(RunStatus::running)},
               {"result", nullptr}};
-  if (p.stain)
-    out["stain_norm"] = {{"method", util::name_of(features::kStainNorms, p.stain->method())},
-                         {"reference", util::absolute_path(job.stain_reference)},
-                         {"sha256", p.stain->sha256()},
-                         {"fit", "tile"},
-                         {"target", p.stain->target_json()}};
+  if (p.stain) {
+    out["stain_norm"] = p.stain->record();
+    out["stain_norm"]["reference"] = util::absolute_path(job.stain_reference);
+    out["stain_norm"]["fit"] = "tile";
+  }
   return out;
 }
 

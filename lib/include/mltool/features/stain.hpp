@@ -71,6 +71,9 @@ class StainNormalizer {
   /// The fitted target: {"stain_matrix": [[..],[..],[..]], "max_concentrations": [..]} or
   /// {"lab_means": [..], "lab_stds": [..]}.
   nlohmann::json target_json() const;
+  /// What was used, as run.json and a prediction's job.json record it: {"method", "sha256",
+  /// "target" (target_json)}.
+  nlohmann::json record() const;
   StainNorm method() const { return method_; }
   const std::string& sha256() const { return sha256_; }
 

@@ -430,38 +430,51 @@ TissueMap tissue_map(const Slide& slide) {
           thumb.dx, thumb.dy};
 }
 
-// Up to `count` boxes of `side` level-0 pixels where the tissue is, spread over the slide:
-// the candidates on a half-box grid, by tissue fraction, none overlapping another.
+// Up to `count` boxes of at most `side` level-0 pixels where the tissue is: the slide cut into
+// a grid of `side`-pixel tiles (those at the right and bottom edges clipped to the slide),
+// picked by pick_regions.
 std::vector<std::array<std::int64_t, 4>> tissue_regions(const Slide& slide, int count,
                                                         std::int64_t side, double& fraction) {
   const Level& l0 = slide.geometry().levels[0];
-  const std::int64_t w = std::min(side, l0.width), h = std::min(side, l0.height);
   const TissueMap map = tissue_map(slide);
   const IntegralMask integral(map.mask);
   fraction = integral.fraction(0, 0, map.mask.width, map.mask.height);
-  struct Candidate {
-    double fraction;
-    std::int64_t x, y;
-  };
-  std::vector<Candidate> candidates;
-  for (std::int64_t y = 0; y + h <= l0.height; y += std::max<std::int64_t>(1, h / 2))
-    for (std::int64_t x = 0; x + w <= l0.width; x += std::max<std::int64_t>(1, w / 2))
-      candidates.push_back(
-          {integral.fraction(x / map.dx, y / map.dy, (x + w) / map.dx, (y + h) / map.dy), x, y});
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [](const Candidate& a, const Candidate& b) { return a.fraction > b.fraction; });
-  std::vector<std::array<std::int64_t, 4>> out;
-  for (const auto& c : candidates) {
-    if (static_cast<int>(out.size()) >= count || c.fraction < 0.25) break;
-    const bool overlaps = std::any_of(out.begin(), out.end(), [&](const auto& b) {
-      return std::abs(b[0] - c.x) < w && std::abs(b[1] - c.y) < h;
-    });
-    if (!overlaps) out.push_back({c.x, c.y, w, h});
-  }
-  return out;
+  std::vector<RegionCandidate> tiles;
+  for (std::int64_t y = 0; y < l0.height; y += side)
+    for (std::int64_t x = 0; x < l0.width; x += side) {
+      const std::int64_t w = std::min(side, l0.width - x), h = std::min(side, l0.height - y);
+      tiles.push_back(
+          {{x, y, w, h},
+           integral.fraction(x / map.dx, y / map.dy, (x + w) / map.dx, (y + h) / map.dy)});
+    }
+  return pick_regions(tiles, count);
 }
 
 }  // namespace
+
+std::vector<std::array<std::int64_t, 4>> pick_regions(const std::vector<RegionCandidate>& tiles,
+                                                      int count) {
+  std::vector<std::array<std::int64_t, 4>> full, out;
+  std::vector<RegionCandidate> partial;
+  for (const auto& t : tiles) {
+    if (t.tissue >= kFullRegion)
+      full.push_back(t.box);
+    else if (t.tissue >= kMinRegionTissue)
+      partial.push_back(t);
+  }
+  const std::size_t n = static_cast<std::size_t>(std::max(0, count));
+  if (full.size() <= n) {
+    out = full;
+  } else {  // systematic sampling: n of them evenly spaced in reading order
+    for (std::size_t i = 0; i < n; ++i)
+      out.push_back(full[static_cast<std::size_t>((i + 0.5) * full.size() / n)]);
+  }
+  std::stable_sort(partial.begin(), partial.end(),
+                   [](const auto& a, const auto& b) { return a.tissue > b.tissue; });
+  for (const auto& p : partial)
+    if (out.size() < n) out.push_back(p.box);
+  return out;
+}
 
 MppEstimate estimate_mpp(const Slide& slide, const EstimateOptions& options) {
   const auto start = std::chrono::steady_clock::now();

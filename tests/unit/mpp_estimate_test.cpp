@@ -276,3 +276,44 @@ TEST(MppEstimate, Verdict) {
             "no metadata");
   EXPECT_EQ(mpp_verdict(MetadataMpp{0.5, "openslide.mpp-x/-y", ""}, MppEstimate{}), "no estimate");
 }
+
+// A column of tiles 100 px high, each with the given tissue fraction.
+static std::vector<mltool::slide::RegionCandidate> column_of_tiles(
+    const std::vector<double>& tissue) {
+  std::vector<mltool::slide::RegionCandidate> tiles;
+  for (std::size_t i = 0; i < tissue.size(); ++i)
+    tiles.push_back({{0, static_cast<std::int64_t>(100 * i), 100, 100}, tissue[i]});
+  return tiles;
+}
+
+TEST(MppEstimate, RegionsAreAllTheTissueWhenItFits) {
+  using mltool::slide::pick_regions;
+  // Tissue tiles at the top and the bottom of the slide, glass between: all of them are read,
+  // whatever their order, the one with a tenth of tissue not.
+  const auto tiles = column_of_tiles({0.9, 1.0, 0, 0, 0.1, 0, 0.5, 1.0});
+  const auto picked = pick_regions(tiles, 8);
+  std::vector<std::int64_t> ys;
+  for (const auto& b : picked) ys.push_back(b[1]);
+  std::sort(ys.begin(), ys.end());
+  EXPECT_EQ(ys, (std::vector<std::int64_t>{0, 100, 600, 700}));
+}
+
+TEST(MppEstimate, RegionsSampleTheWholeTissueEvenly) {
+  using mltool::slide::pick_regions;
+  // 40 tiles of tissue, 8 to read: one in every 5, from the first fifth to the last, not the
+  // first 8; the partly-tissue tiles are only read when the full ones run out.
+  std::vector<double> tissue(40, 1.0);
+  tissue[0] = 0.3;
+  const auto picked = pick_regions(column_of_tiles(tissue), 8);
+  ASSERT_EQ(picked.size(), 8u);
+  for (std::size_t i = 0; i < picked.size(); ++i) {
+    const std::int64_t row = picked[i][1] / 100;
+    EXPECT_GE(row, 1 + static_cast<std::int64_t>(5 * i)) << i;
+    EXPECT_LT(row, 1 + static_cast<std::int64_t>(5 * (i + 1))) << i;
+  }
+  const auto few = pick_regions(column_of_tiles({0.3, 1.0, 0.6, 0.2}), 3);
+  ASSERT_EQ(few.size(), 3u);
+  EXPECT_EQ(few[0][1], 100);  // the full tile, then the fullest others
+  EXPECT_EQ(few[1][1], 200);
+  EXPECT_EQ(few[2][1], 0);
+}

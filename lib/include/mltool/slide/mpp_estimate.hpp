@@ -25,6 +25,7 @@
 // where the accuracy goal is not met.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -107,8 +108,28 @@ struct EstimateOptions {
   int region_px = 768;  ///< their side, in pixels of the level read
 };
 
+/// A tile of the finest level's grid: its box (x, y, width, height) and its tissue fraction.
+struct RegionCandidate {
+  std::array<std::int64_t, 4> box;
+  double tissue = 0;
+};
+
+/// A tile is a region when at least kMinRegionTissue of it is tissue; tiles with at least
+/// kFullRegion (mostly tissue: more nuclei per pixel read) are taken first.
+inline constexpr double kMinRegionTissue = 0.25;
+inline constexpr double kFullRegion = 0.75;
+
+/// Which of `tiles` (a grid over the slide, in reading order) the estimate reads, at most
+/// `count`: the tiles mostly of tissue, all of them when they are at most `count`, else
+/// `count` of them evenly spaced in reading order (systematic sampling, as stereology samples
+/// a section); then, while fewer than `count`, the fullest of the tiles with some tissue. So
+/// the regions cover the tissue whole, or a sample spread over it, whatever the pixel size.
+std::vector<std::array<std::int64_t, 4>> pick_regions(const std::vector<RegionCandidate>& tiles,
+                                                      int count);
+
 /// Reads up to options.regions regions of the finest level where the tissue is (tissue
-/// detection on a thumbnail, as tile's), spread over the slide, and estimates from them.
+/// detection on a thumbnail, as tile's; the level cut into options.region_px tiles, picked by
+/// pick_regions), and estimates from them.
 /// A slide without tissue gives an estimate without mpp (`why`: no tissue).
 MppEstimate estimate_mpp(const Slide& slide, const EstimateOptions& options = {});
 

@@ -406,7 +406,7 @@ struct Pipeline {
   std::unique_ptr<util::BatchSplitter> splitter;  // set by start_splitter
   std::mutex wait_mutex;
   double wait_seconds = 0, max_wait_seconds = 0;  // note_wait's
-  double stain_seconds = 0;                        // note_stain's
+  double stain_seconds = 0;                       // note_stain's
   // The writer's: when the first batch's rows were written, and how many.
   Clock::time_point first_done;
   std::uint64_t first_rows = 0;

@@ -41,24 +41,30 @@ torch::Tensor per_tile(const Op& op, const std::vector<torch::Tensor>& args) {
 
 // torchstain's percentile of each row of `x` (R×P) over its `valid` elements (R×P booleans,
 // undefined: all), n[r] of them: the nearest rank k = 1 + round(q / 100 · (n - 1)), Python's
-// round (half to even, as nearbyint in the default rounding mode), selected by topk.
+// round (half to even, as nearbyint in the default rounding mode), of the row with the others
+// set to +inf, selected by kthvalue (exact). On the CPU the rows are spread over the math
+// threads; elsewhere taken in turn on the caller's stream.
 torch::Tensor percentile(const torch::Tensor& x, const torch::Tensor& valid,
                          const std::vector<std::int64_t>& n, double q) {
-  const bool low = q < 50;  // the k-th smallest; else the (n - k + 1)-th largest
-  std::vector<std::int64_t> at;
-  std::int64_t most = 1;
-  for (const std::int64_t count : n) {
-    const std::int64_t m = std::max<std::int64_t>(count, 1);
+  const torch::Tensor v =
+      valid.defined() ? torch::where(valid, x, std::numeric_limits<double>::infinity()) : x;
+  std::vector<torch::Tensor> out(n.size());
+  const auto row = [&](std::int64_t r) {
+    const std::int64_t m = std::max<std::int64_t>(n[static_cast<std::size_t>(r)], 1);
     const auto k =
         1 + static_cast<std::int64_t>(std::nearbyint(.01 * q * static_cast<double>(m - 1)));
-    at.push_back(low ? k - 1 : m - k);
-    most = std::max(most, at.back() + 1);
+    out[static_cast<std::size_t>(r)] = std::get<0>(v[r].kthvalue(k));
+  };
+  const auto rows = static_cast<std::int64_t>(n.size());
+  if (v.device().is_cpu()) {
+    at::parallel_for(0, rows, 1, [&](std::int64_t begin, std::int64_t end) {
+      const c10::InferenceMode guard;
+      for (std::int64_t r = begin; r < end; ++r) row(r);
+    });
+  } else {
+    for (std::int64_t r = 0; r < rows; ++r) row(r);
   }
-  const double outside =
-      low ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
-  const torch::Tensor v = valid.defined() ? torch::where(valid, x, outside) : x;
-  const torch::Tensor top = std::get<0>(v.topk(most, -1, /*largest=*/!low, /*sorted=*/true));
-  return top.gather(-1, torch::tensor(at).to(x.device()).unsqueeze(-1)).squeeze(-1);
+  return torch::stack(out);
 }
 
 // Entry (i, j) of each of a batch's small matrices (N×R×C) as N×1, to scale a tile's pixels.
@@ -76,12 +82,12 @@ torch::Tensor eigen_plane(const torch::Tensor& cov) {
   return torch::stack(out).to(cov.device());
 }
 
-// torchstain's cov of each tile's stained optical densities (N×3×3 float32), in double.
+// torchstain's cov of each tile's stained optical densities: N×3×3 float32.
 torch::Tensor covariance(const Density& d) {
   const auto device = d.od.device();
-  const torch::Tensor m = d.stained.to(torch::kDouble).unsqueeze(1);
-  const torch::Tensor count = torch::tensor(d.counts).to(device, torch::kDouble);
-  const torch::Tensor od = d.od.to(torch::kDouble);
+  const torch::Tensor m = d.stained.to(torch::kFloat32).unsqueeze(1);
+  const torch::Tensor count = torch::tensor(d.counts).to(device, torch::kFloat32);
+  const torch::Tensor& od = d.od;
   const torch::Tensor x = (od - (tree_sum(od * m) / count.unsqueeze(-1)).unsqueeze(-1)) * m;
   std::vector<torch::Tensor> entries(9);
   for (std::int64_t i = 0; i < 3; ++i)
@@ -90,7 +96,7 @@ torch::Tensor covariance(const Density& d) {
       entries[static_cast<std::size_t>(3 * i + j)] = s;
       entries[static_cast<std::size_t>(3 * j + i)] = s;
     }
-  return torch::stack(entries, 1).view({-1, 3, 3}).to(torch::kFloat32);
+  return torch::stack(entries, 1).view({-1, 3, 3});
 }
 
 // Σ_j m[i][j] v_j for i = 0, 1, 2, in that order of j: a 3×3 CPU matrix on N×3×P.
@@ -244,10 +250,8 @@ torch::Tensor lab(const torch::Tensor& nhwc) {
 
 std::pair<torch::Tensor, torch::Tensor> mean_std(const torch::Tensor& lab) {
   const auto p = static_cast<double>(lab.size(2));
-  const torch::Tensor x = lab.to(torch::kDouble);
-  const torch::Tensor mu = tree_sum(x) / p;
-  const torch::Tensor var = tree_sum((x - mu.unsqueeze(-1)).square()) / (p - 1);
-  return {mu.to(torch::kFloat32), var.sqrt().to(torch::kFloat32)};
+  const torch::Tensor mu = tree_sum(lab) / p;
+  return {mu, (tree_sum((lab - mu.unsqueeze(-1)).square()) / (p - 1)).sqrt()};
 }
 
 torch::Tensor reinhard_pixels(const torch::Tensor& lab, const torch::Tensor& mu,

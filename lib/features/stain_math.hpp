@@ -2,14 +2,14 @@
 // on the batch's device (CPU or CUDA, the same code): torchstain's Macenko and Reinhard, each
 // tile's estimate from that tile alone. A tile's bits depend on that tile only, never on the
 // others in the batch, the batch's size or the math threads:
-// - sums over a tile's pixels are taken in double in one fixed pairwise order made of
-//   elementwise additions (tree_sum), not by the library's reductions, whose order follows the
-//   tensor's shape, the device and the thread split;
+// - sums over a tile's pixels are taken in float32 (torchstain's type) in one fixed pairwise
+//   order made of elementwise additions (tree_sum), not by the library's reductions, whose
+//   order follows the tensor's shape, the device and the thread split;
 // - the transcendental functions (log, exp, atan2, pow, cos, sin) are applied to each tile on
 //   its own on the CPU (per_tile), since the vectorised and the scalar code that a thread's
 //   share of a tensor ends with differ in their last bit; the optical density is a table of
 //   its 256 values;
-// - percentiles select (topk), which is exact; the 3×3 eigenvectors and the 3×2 QR
+// - percentiles select (kthvalue, row by row), which is exact; the 3×3 eigenvectors and the 3×2 QR
 //   factorisations are LAPACK's on the CPU, one matrix at a time.
 #pragma once
 

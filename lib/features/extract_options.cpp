@@ -145,6 +145,7 @@ nlohmann::json to_json(const ExtractReport& r) {
           {"resumed_from", r.resumed_from},
           {"invalid", r.invalid},
           {"stain_unchanged", r.stain_unchanged},
+          {"stain_seconds", r.stain_seconds},
           {"devices", r.devices},
           {"math_threads", r.math_threads},
           {"shard", r.shard.empty() ? nlohmann::json() : nlohmann::json(r.shard)},

@@ -2,7 +2,8 @@
 torch.nn.functional forward of the exported weights for the MLP (every tile), ABMIL (every
 slide's bag, and the attention) and the residual CNN (every tile's pixels, from a tile store),
 and the TorchScript module's own forward for runs of your own model (loaded in Python from the
-run's model.script.pt); probabilities are their softmax. A killed prediction resumes to the
+run's model.script.pt); probabilities are their softmax. With --stain-norm, the residual CNN's
+logits equal the forward of tiles normalised by torchstain. A killed prediction resumes to the
 same bytes; one writer per output; it refuses runs that are not finished, inputs of the wrong
 kind, features of another dimension or extractor, tiles of another size.
 
@@ -302,10 +303,57 @@ def check_image_run(tile_store):
     for sl in new:
         expect(os.path.isfile(os.path.join(out, "heatmaps", sl["id"] + ".png")), f"{sl['id']}.png missing")
         expect(len(geojson_tiles(os.path.join(out, "heatmaps", sl["id"] + ".geojson"))) == 6, f"{sl['id']} tiles")
+    check_image_stain(new_keys, spec)
     # Tiles of another size than the run's.
     tile_store.write_store(tmp("bigtiles.lmdb"), new[:1], 24, encoding="png")
     c, _, err = predict(tmp("run_img"), tmp("bigtiles.lmdb"), "-o", tmp("p_big"))
     expect(c == 2 and "24 px tiles" in err and "16 px tiles" in err, f"exit {c}: {err.strip()}")
+
+
+def check_image_stain(keys, spec):
+    """predict --stain-norm on the image run: its logits equal the functional forward of the
+    run's weights on the same tiles normalised by torchstain 1.4.1 (torch backend, fitted on the
+    same reference), a tile with too little stain passed as it is (mltool's rule), to 1e-4 as
+    the plain logits above: on these 36 tiles mltool's normalised pixels are torchstain's
+    exactly (elsewhere they may differ by a last rounding in a few values, issue 39's mean
+    |diff| <= 1 of 255, p99 <= 3: tests/cli/stain_test.py), and the normalisation must move the
+    logits (by more than 0.05) for the check to mean anything."""
+    import torchstain
+    from PIL import Image
+    rng = np.random.default_rng(7)
+    ref = np.clip(np.array([170, 100, 185]) + rng.normal(0, 30, (64, 64, 3)), 0, 255)
+    Image.fromarray(ref.astype(np.uint8)).save(tmp("stain_ref.png"))
+    x = np.stack([tint_pixels(k, 16) for k in keys])
+    for method in ("macenko", "reinhard"):
+        out = tmp(f"pred_img_{method}")
+        predict_ok(tmp("run_img"), tmp("newtiles.lmdb"), "-o", out, "--batch", "5", "--weights",
+                   "final", "--stain-norm", method, "--stain-reference", tmp("stain_ref.png"))
+        n = torchstain.normalizers.MacenkoNormalizer(backend="torch") if method == "macenko" \
+            else torchstain.normalizers.ReinhardNormalizer(backend="torch")
+        n.fit(torch.from_numpy(ref.astype(np.uint8).transpose(2, 0, 1).copy()))
+        normalised, unchanged = [], 0
+        for tile in x:
+            od = -np.log((tile.reshape(-1, 3).astype(np.float32) + 1) / 240)
+            if (od >= 0.15).all(axis=1).mean() < 0.05:
+                normalised.append(tile)
+                unchanged += 1
+                continue
+            chw = torch.from_numpy(tile.transpose(2, 0, 1).copy())
+            y = n.normalize(I=chw, stains=False)[0] if method == "macenko" else n.normalize(I=chw)
+            normalised.append(y.numpy().astype(np.uint8))
+        want = rescnn_forward(weights(tmp("run_img"), "model.safetensors"),
+                              torch.from_numpy(np.stack(normalised)), spec)
+        preds = csv_rows(os.path.join(out, "predictions.csv"))
+        got = torch.tensor([[float(p["logit_blue"]), float(p["logit_red"])] for p in preds])
+        plain = csv_rows(os.path.join(tmp("pred_img"), "predictions.csv"))
+        moved = max(abs(float(a["logit_red"]) - float(b["logit_red"])) for a, b in zip(preds, plain))
+        gap = (got - want).abs().max().item()
+        print(f"  {method}: {len(keys) - unchanged} of {len(keys)} tiles normalised; logits against "
+              f"torchstain + torch.nn.functional: max |diff| {gap:.2e} (normalisation moved them "
+              f"by up to {moved:.2f})")
+        expect(len(keys) - unchanged > len(keys) // 2 and moved > 0.05,
+               f"{method}: the normalisation changed the predictions")
+        expect(gap <= 1e-4, f"{method}: logits differ from torchstain's tiles' by {gap}")
 
 
 # ---------------------------------------------------------------- your own TorchScript model

@@ -2,6 +2,7 @@
 // real slide is tests/cli/stain_test.py's): background passes through unchanged and flagged,
 // a tile normalised to its own stain comes back as itself, the output is the input's shape
 // and type, a reference without stain is refused.
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -106,6 +107,47 @@ TEST(Stain, SourceFittedOnOneTileIsItsOwn) {
     std::vector<std::uint8_t> flags;
     EXPECT_THROW(n.apply(batch, {nullptr}, flags), Error);
   }
+}
+
+}  // namespace
+}  // namespace mltool::features
+
+namespace mltool::features {
+namespace {
+
+// The batch's tiles are normalised at once: a tile's bytes are its own whatever else is in the
+// batch, the batch's size and the math threads, with either method and either fit, on a tile
+// size whose pixel count is odd (the vectorised loops' tails fall inside a batch's tiles).
+TEST(Stain, TileBitsIndependentOfBatchAndThreads) {
+  const int threads = at::get_num_threads();
+  for (const StainNorm method : {StainNorm::macenko, StainNorm::reinhard}) {
+    const StainNormalizer n(method, he_tile(64, 8, 1.5), "ref");
+    std::vector<torch::Tensor> tiles;
+    for (std::uint64_t s = 0; s < 5; ++s) tiles.push_back(he_tile(45, 20 + s, 0.5 + 0.3 * s));
+    const torch::Tensor batch = torch::stack(tiles);
+    const auto source = n.fit_source(batch.narrow(0, 1, 3));
+    ASSERT_TRUE(source.has_value());
+    const std::vector<const SourceStain*> sources(5, &*source);
+    std::vector<std::uint8_t> flags;
+    at::set_num_threads(2);
+    const auto together = n.apply(batch, flags);
+    const auto together_slide = n.apply(batch, sources, flags);
+    at::set_num_threads(1);
+    const auto again = n.apply(batch, flags);
+    EXPECT_TRUE(torch::equal(together, again)) << static_cast<int>(method);
+    EXPECT_TRUE(torch::equal(together_slide, n.apply(batch, sources, flags)));
+    for (std::int64_t i = 0; i < 5; ++i) {
+      EXPECT_TRUE(torch::equal(n.apply(batch[i].unsqueeze(0), flags)[0], together[i])) << i;
+      EXPECT_TRUE(torch::equal(n.apply(batch.narrow(0, i, 5 - i), flags)[0], together[i])) << i;
+      EXPECT_TRUE(
+          torch::equal(n.apply(batch[i].unsqueeze(0), {&*source}, flags)[0], together_slide[i]))
+          << i;
+    }
+    at::set_num_threads(2);
+    const auto refit = n.fit_source(batch.narrow(0, 1, 3));
+    EXPECT_TRUE(torch::equal(refit->a, source->a) && torch::equal(refit->b, source->b));
+  }
+  at::set_num_threads(threads);
 }
 
 }  // namespace

@@ -94,6 +94,8 @@ struct ExtractReport {
   /// Rows this run wrote whose tile had too little stain to normalise (--stain-norm): left as
   /// they were.
   std::uint64_t stain_unchanged = 0;
+  /// The seconds the devices spent normalising stain (--stain-norm), in all.
+  double stain_seconds = 0;
   bool skipped = false;  ///< the store was complete already, with these settings
   double seconds = 0;
   double tiles_per_second = 0;  ///< tiles extracted by this run / seconds

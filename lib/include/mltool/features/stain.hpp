@@ -2,9 +2,10 @@
 // include only from torch translation units. The pixels equal torchstain's (PyPI,
 // torchstain.normalizers, torch backend) tile by tile: the same float32 operations in the
 // same order, its constants (Macenko: Io 240, alpha 1, beta 0.15) and its nearest-rank
-// percentile. Runs on the batch's device; one tile at a time, as the reference library
-// estimates each tile's stain from that tile alone (--stain-fit tile), or with a source stain
-// estimated once for a slide's tiles (--stain-fit slide, features/slide_stain.hpp).
+// percentile. Runs on the batch's device, all the batch's tiles at once, each tile's stain
+// estimated from that tile alone as the reference library does (--stain-fit tile), or with a
+// source stain estimated once for a slide's tiles (--stain-fit slide, features/slide_stain.hpp).
+// A tile's bits depend on that tile alone: not on the batch, nor on the math threads.
 #pragma once
 
 #include <torch/torch.h>
@@ -59,8 +60,8 @@ class StainNormalizer {
 
   /// The source stain of the pooled pixels of those of `tiles` (uint8 K×H×W×3 on the CPU)
   /// with enough stain (kMinStainedFraction): what torchstain's fit() estimates on them laid
-  /// one under the other, as one image. Nothing when no tile has enough stain. Computed on one
-  /// thread, so the bits do not depend on the math threads.
+  /// one under the other, as one image. Nothing when no tile has enough stain. Its bits do not
+  /// depend on the math threads.
   std::optional<SourceStain> fit_source(const torch::Tensor& tiles) const;
 
   /// A source stain as target_json() writes the target, and back (FormatError naming `what`
@@ -78,10 +79,6 @@ class StainNormalizer {
   const std::string& sha256() const { return sha256_; }
 
  private:
-  // The normalised tile with its stain estimated from itself (source null) or given; undefined:
-  // too little stain.
-  torch::Tensor macenko(const torch::Tensor& hwc, const SourceStain* source) const;
-  torch::Tensor reinhard(const torch::Tensor& hwc, const SourceStain* source) const;
   // Both apply()s: `own`, each tile's stain estimated from itself.
   torch::Tensor apply(const torch::Tensor& nhwc, const std::vector<const SourceStain*>& sources,
                       std::vector<std::uint8_t>& unchanged, bool own) const;

@@ -35,7 +35,7 @@ int run_tile(TileOptions& o, const CommonOptions& common) {
   }
   const auto r = slide::tile_slides(inputs, job);
   if (common.json) std::cout << slide::to_json(r, job.store).dump(2) << "\n";
-  return r.failed || r.empty ? exit_code::partial : exit_code::ok;
+  return r.failed || r.empty || r.incomplete ? exit_code::partial : exit_code::ok;
 }
 
 }  // namespace

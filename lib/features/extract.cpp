@@ -662,6 +662,10 @@ Tiles open_tiles(const ExtractJob& job) {
   t.tile = t.pixels->tile_size();
   t.keys = t.store->complete_tile_keys();
   if (t.keys.empty()) throw InputError(at_file(job.store, "holds no complete slide with tiles"));
+  for (const auto& id : t.store->incomplete_slides())
+    log::warn(job.store + ": slide " + id +
+              " is incomplete (tiles failed when it was tiled): its features are those of the "
+              "tiles there are; `mltool tile` into the store again fetches the others");
   t.plan = plan_shard(t.keys, util::resolve_shard(job.shard, job.shards));
   if (!t.plan.shard.whole())
     log::info("shard " + t.plan.shard.text() + ": " + std::to_string(t.plan.slides.size()) +

@@ -99,7 +99,7 @@ struct DicomwebClient::Pool {
   }
 
   Answer once(const std::string& url, const std::string& accept);
-  Answer get(const std::string& url, const std::string& accept);
+  Answer get(const std::string& url, const std::string& accept, int retries);
 };
 
 Answer DicomwebClient::Pool::once(const std::string& url, const std::string& accept) {
@@ -134,8 +134,8 @@ Answer DicomwebClient::Pool::once(const std::string& url, const std::string& acc
 }
 
 // `url` tried until it answers or fails for good: timeouts, dropped connections, 429 and 5xx
-// again after 0.25, 0.5, 1, ... seconds (at most 8), options.retries times.
-Answer DicomwebClient::Pool::get(const std::string& url, const std::string& accept) {
+// again after 0.25, 0.5, 1, ... seconds (at most 8), `retries` times.
+Answer DicomwebClient::Pool::get(const std::string& url, const std::string& accept, int retries) {
   for (int attempt = 0;; ++attempt) {
     Answer a = once(url, accept);
     if (a.code == CURLE_OK && (a.status == 401 || a.status == 403))
@@ -155,14 +155,14 @@ Answer DicomwebClient::Pool::get(const std::string& url, const std::string& acce
       what +=
           " (the server's TLS certificate is not trusted: add its CA to the system store, or "
           "give --dicomweb-insecure to skip verification)";
-    if (!transient(a.code, a.status) || attempt >= options.retries)
+    if (!transient(a.code, a.status) || attempt >= retries)
       throw DicomwebError(
           url + ": " + what +
               (attempt > 0 ? " (after " + std::to_string(attempt + 1) + " tries)" : std::string()),
-          a.code == CURLE_OK ? a.status : 0);
+          a.code == CURLE_OK ? a.status : 0, url);
     const double wait = std::min(8.0, 0.25 * (1 << std::min(attempt, 5)));
     log::warn(url + ": " + what + "; trying again in " + std::to_string(wait).substr(0, 4) +
-              " s (" + std::to_string(attempt + 1) + " of " + std::to_string(options.retries) +
+              " s (" + std::to_string(attempt + 1) + " of " + std::to_string(retries) +
               " retries)");
     std::this_thread::sleep_for(std::chrono::duration<double>(wait));
   }
@@ -190,7 +190,7 @@ int DicomwebClient::connections() const { return static_cast<int>(pool_->all.siz
 
 nlohmann::json DicomwebClient::metadata() const {
   const std::string url = url_.url + "/metadata";
-  const Answer a = pool_->get(url, "application/dicom+json");
+  const Answer a = pool_->get(url, "application/dicom+json", pool_->options.retries);
   auto doc = nlohmann::json::parse(a.body, nullptr, false);
   if (doc.is_discarded() || !doc.is_array() || doc.empty())
     throw FormatError(url + ": the answer is not a JSON array of instances' metadata");
@@ -198,19 +198,21 @@ nlohmann::json DicomwebClient::metadata() const {
 }
 
 std::vector<DicomwebFrame> DicomwebClient::frames(const std::string& sop,
-                                                  const std::vector<std::int64_t>& numbers) const {
+                                                  const std::vector<std::int64_t>& numbers,
+                                                  bool retry) const {
   std::string url = url_.url + "/instances/" + sop + "/frames/";
   for (std::size_t i = 0; i < numbers.size(); ++i)
     url += (i ? "," : "") + std::to_string(numbers[i]);
   // The frames as stored (transfer-syntax=*): JPEG baseline frames come back as they are, never
   // decoded and encoded again by the server.
   const Answer a =
-      pool_->get(url, "multipart/related; type=\"application/octet-stream\"; transfer-syntax=*");
+      pool_->get(url, "multipart/related; type=\"application/octet-stream\"; transfer-syntax=*",
+                 retry ? pool_->options.retries : 0);
   auto parts = split_multipart(a.body, a.content_type, url);
   if (parts.size() != numbers.size())
     throw DicomwebError(url + ": the answer holds " + std::to_string(parts.size()) +
                             " frames, not " + std::to_string(numbers.size()),
-                        a.status);
+                        a.status, url);
   return parts;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 
 #include "mltool/io/dicomweb.hpp"
 #include "mltool/io/manifest.hpp"
@@ -259,6 +260,17 @@ bool TileStore::is_complete(const std::string& id) const {
   return txn.get(meta_, meta_key("done", id)).has_value();
 }
 
+std::vector<std::string> TileStore::incomplete_slides() const {
+  std::vector<std::string> ids;
+  auto txn = env_.begin_read();
+  for (const auto& e : txn.prefix(meta_, "done/")) {
+    const auto done = nlohmann::json::parse(e.value, nullptr, false);
+    if (done.is_object() && done.contains("failed_tiles") && !done["failed_tiles"].empty())
+      ids.emplace_back(e.key.substr(5));
+  }
+  return ids;
+}
+
 std::optional<nlohmann::json> TileStore::record(const std::string& kind,
                                                 const std::string& id) const {
   auto txn = env_.begin_read();
@@ -346,6 +358,12 @@ TileStore::SlideWriter TileStore::write_slide(const std::string& id,
   env_.write([&](lmdb::Txn& txn) { txn.put(meta_, meta_key("slides", id), slide_record); });
   lmdb::BatchOptions options;
   options.max_puts = commit_every;
+  return SlideWriter(*this, id, options);
+}
+
+TileStore::SlideWriter TileStore::add_to_slide(const std::string& id) {
+  lmdb::BatchOptions options;
+  options.max_puts = options.max_bytes = std::numeric_limits<std::size_t>::max();
   return SlideWriter(*this, id, options);
 }
 

@@ -32,6 +32,9 @@ void log_slide(const SlideReport& r, const CohortJob& job) {
   if (r.status == SlideStatus::skipped) {
     log::info(r.id + ": already complete in " + job.store + " (" + std::to_string(r.tiles) +
               " tiles), skipped");
+  } else if (r.status == SlideStatus::incomplete) {
+    log::error(r.id + ": " + r.error + "; the slide is in " + job.store +
+               " without them (a later run fetches them again)");
   } else if (r.status == SlideStatus::empty) {
     log::warn(r.id + ": no tiles: no tile of " + std::to_string(r.grid_tiles) +
               " has tissue fraction >= " + nlohmann::json(job.tile.settings.min_tissue).dump() +
@@ -117,7 +120,7 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
   CohortReport report;
   report.threads = util::thread_count(job.tile.threads);
   report.shard = job.shard;
-  std::vector<std::string> failed;
+  std::vector<std::string> failed, incomplete;
   for (const auto& path : mine) {
     if (util::stop_requested()) {  // SIGTERM: the slides done are committed
       write_index(job, report.slides);
@@ -125,10 +128,16 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
                               std::to_string(mine.size()) + " slides, committed in " + job.store);
     }
     try {
-      SlideReport r = tile_slide(store, path, job.tile);
+      SlideReport r = tile_slide(store, path, job.tile, job.keep_going);
+      if (r.status == SlideStatus::incomplete) {
+        r.error = std::to_string(r.failed_tiles.size()) +
+                  " tile(s) failed, the first: " + r.failed_tiles.front().error;
+        incomplete.push_back(r.id);
+      }
       log_slide(r, job);
       report.tiles += r.tiles;
       report.empty += r.status == SlideStatus::empty;
+      report.incomplete += r.status == SlideStatus::incomplete;
       report.slides.push_back(std::move(r));
     } catch (const Error& e) {
       report.slides.push_back(failed_report(path, e));
@@ -142,11 +151,12 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
       log::error(e.what());
     }
   }
-  finish_shard(store, part, mine, failed);
+  finish_shard(store, part, mine, failed, incomplete);
   write_index(job, report.slides);
-  if (report.failed || report.empty)
-    log::warn(std::to_string(report.failed) + " slide(s) failed, " + std::to_string(report.empty) +
-              " yielded no tiles");
+  if (report.failed || report.empty || report.incomplete)
+    log::warn(std::to_string(report.failed) + " slide(s) failed, " +
+              std::to_string(report.incomplete) + " incomplete (tiles failed), " +
+              std::to_string(report.empty) + " yielded no tiles");
   return report;
 }
 

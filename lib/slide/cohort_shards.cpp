@@ -25,12 +25,10 @@ std::vector<std::string> ids_of(const std::vector<std::string>& slides) {
 }
 
 nlohmann::json record(const util::Shard& part, const std::vector<std::string>& slides,
-                      bool finished, const std::vector<std::string>& failed) {
-  return {{"index", part.index},
-          {"count", part.count},
-          {"slides", ids_of(slides)},
-          {"finished", finished},
-          {"failed", failed}};
+                      bool finished, const std::vector<std::string>& failed,
+                      const std::vector<std::string>& incomplete) {
+  return {{"index", part.index},  {"count", part.count}, {"slides", ids_of(slides)},
+          {"finished", finished}, {"failed", failed},    {"incomplete", incomplete}};
 }
 
 // The I/N a store's record holds; FormatError naming the store if it is malformed.
@@ -68,13 +66,14 @@ void adopt_shard(io::TileStore& store, const util::Shard& part,
                       ") to resume it, another -o, or --overwrite to replace it"));
   }
   if (part.whole()) return;
-  store.adopt_record(kShardKey, record(part, slides, false, {}).dump());
+  store.adopt_record(kShardKey, record(part, slides, false, {}, {}).dump());
 }
 
 void finish_shard(io::TileStore& store, const util::Shard& part,
-                  const std::vector<std::string>& slides, const std::vector<std::string>& failed) {
+                  const std::vector<std::string>& slides, const std::vector<std::string>& failed,
+                  const std::vector<std::string>& incomplete) {
   if (part.whole()) return;
-  const std::string text = record(part, slides, true, failed).dump();
+  const std::string text = record(part, slides, true, failed, incomplete).dump();
   store.adopt_record(kShardKey, text);
   store.put_store_record(kShardKey, text);
 }
@@ -105,6 +104,10 @@ void check_shards(const std::vector<std::string>& inputs, bool allow_partial) {
     else if (const auto failed = r->value("failed", std::vector<std::string>()); !failed.empty())
       log::warn(path + ": shard " + part.text() + " finished with failed slide(s) " +
                 list_text(failed) + ": they are not in the merge");
+    if (const auto partial = r->value("incomplete", std::vector<std::string>()); !partial.empty())
+      log::warn(path + ": shard " + part.text() + " finished with incomplete slide(s) " +
+                list_text(partial) + " (tiles failed): merged as they are; tile them into the " +
+                "merged store again to fetch their failed tiles");
   }
   std::vector<std::string> missing;
   for (std::size_t i = 0; i < count; ++i)

@@ -19,9 +19,11 @@ namespace mltool::slide {
 void adopt_shard(io::TileStore& store, const util::Shard& part,
                  const std::vector<std::string>& slides);
 
-/// Records that the run over the shard's `slides` ended, with the ids of those that failed.
+/// Records that the run over the shard's `slides` ended, with the ids of those that failed and
+/// of those published incomplete (tiles failed).
 void finish_shard(io::TileStore& store, const util::Shard& part,
-                  const std::vector<std::string>& slides, const std::vector<std::string>& failed);
+                  const std::vector<std::string>& slides, const std::vector<std::string>& failed,
+                  const std::vector<std::string>& incomplete);
 
 /// Checks that the shard stores among `inputs` (those with a "shard" record) make a whole: one
 /// count N, every index 0..N-1 once, each finished. UsageError naming what is missing unless

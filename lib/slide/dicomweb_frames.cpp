@@ -89,21 +89,35 @@ void DicomwebFrames::fetch_batches() {
     const std::vector<std::size_t> indices(
         first, first + static_cast<std::ptrdiff_t>(std::min(batch_, order_.size() - b * batch_)));
     std::unordered_map<std::size_t, std::string> got;
-    std::exception_ptr error;
-    try {
-      auto frames = series_.fetch(level_, indices);
-      for (std::size_t k = 0; k < indices.size(); ++k)
-        got[indices[k]] = marked(std::move(frames[k]), indices[k]);
-    } catch (...) {
-      error = std::current_exception();
-    }
+    std::unordered_map<std::size_t, std::exception_ptr> errors;
+    collect(indices, got, errors);
     {
       std::lock_guard lock(mutex_);
       arrived_.merge(got);
-      if (error) failed_[b] = error;
+      failed_.merge(errors);
       done_[b] = 1;
     }
     changed_.notify_all();
+  }
+}
+
+// Frames `indices`, each marked as a standalone JPEG into `got` or its error into `errors`: a
+// frame that fails alone (fetch_each), one whose bytes are no JPEG, or every frame of the batch
+// for an error that is not one frame's.
+void DicomwebFrames::collect(const std::vector<std::size_t>& indices,
+                             std::unordered_map<std::size_t, std::string>& got,
+                             std::unordered_map<std::size_t, std::exception_ptr>& errors) const {
+  try {
+    auto frames = series_.fetch_each(level_, indices);
+    for (std::size_t k = 0; k < indices.size(); ++k) try {
+        if (frames[k].error) std::rethrow_exception(frames[k].error);
+        got[indices[k]] = marked(std::move(frames[k].frame), indices[k]);
+      } catch (...) {
+        errors[indices[k]] = std::current_exception();
+      }
+  } catch (...) {
+    got.clear();
+    for (const std::size_t i : indices) errors[i] = std::current_exception();
   }
 }
 
@@ -119,8 +133,11 @@ std::optional<std::string> DicomwebFrames::tile(std::size_t index) const {
   if (planned != batch_of_.end()) {
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return stop_ || done_[planned->second] != 0; });
-    if (const auto f = failed_.find(planned->second); f != failed_.end())
-      std::rethrow_exception(f->second);
+    if (const auto f = failed_.find(index); f != failed_.end()) {
+      const std::exception_ptr error = f->second;
+      failed_.erase(f);
+      std::rethrow_exception(error);
+    }
     if (auto it = arrived_.find(index); it != arrived_.end()) {
       std::string jpeg = std::move(it->second);
       arrived_.erase(it);

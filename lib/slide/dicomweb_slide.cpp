@@ -152,29 +152,6 @@ std::size_t DicomwebSeries::batch(int level) const {
   return std::clamp(even, kDicomwebBatch, kDicomwebMaxBatch);
 }
 
-std::vector<io::DicomwebFrame> DicomwebSeries::fetch(
-    int level, const std::vector<std::size_t>& indices) const {
-  const std::string& sop = this->level(level).sop_instance;
-  const std::size_t most = batch(level);
-  std::vector<io::DicomwebFrame> out;
-  for (std::size_t at = 0; at < indices.size();) {
-    const std::size_t n = single_frames_ ? 1 : std::min(most, indices.size() - at);
-    std::vector<std::int64_t> numbers;
-    for (std::size_t k = 0; k < n; ++k)
-      numbers.push_back(static_cast<std::int64_t>(indices[at + k]) + 1);
-    try {
-      for (auto& f : client_.frames(sop, numbers)) out.push_back(std::move(f));
-    } catch (const io::DicomwebError& e) {
-      // A server that takes one frame number per request answers a list with 400.
-      if (n == 1 || e.status() != 400) throw;
-      single_frames_ = true;
-      continue;
-    }
-    at += n;
-  }
-  return out;
-}
-
 // Frames `indices` of `level`: those fetched ahead already, the rest in requests that also fetch
 // the frames after the last of them (regions are read in raster order: a thumbnail's small
 // regions would otherwise cost one request per frame).
@@ -198,7 +175,16 @@ std::vector<io::DicomwebFrame> DicomwebSeries::fetch_ahead(
     for (std::size_t i = want.back() + 1; i < frames && want.size() < most; ++i)
       if (!ahead_.count(key(i)) && ahead_.size() + want.size() < held) want.push_back(i);
   }
-  auto got = fetch(level, want);
+  std::vector<io::DicomwebFrame> got;
+  try {
+    got = fetch(level, want);
+  } catch (const io::DicomwebError&) {
+    if (want.size() == slot.size()) throw;
+    // A frame fetched ahead may be the one that fails (it fails its own read later): the
+    // frames this read needs, alone.
+    want.resize(slot.size());
+    got = fetch(level, want);
+  }
   std::lock_guard lock(cache_mutex_);
   for (std::size_t k = 0; k < want.size(); ++k)
     if (k < slot.size())

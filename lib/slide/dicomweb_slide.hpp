@@ -33,6 +33,12 @@ inline constexpr std::size_t kDicomwebMaxBatch = 1024;
 /// Requests a level's frames take, about: a larger level asks more frames per request.
 inline constexpr std::size_t kDicomwebRequestsPerLevel = 16;
 
+/// A frame of DicomwebSeries::fetch_each: its bytes, or why a request of it alone failed.
+struct DicomwebFetched {
+  io::DicomwebFrame frame;
+  std::exception_ptr error;  ///< an io::DicomwebError; null when `frame` holds the frame
+};
+
 class DicomwebSeries {
  public:
   /// Reads the series' metadata. UsageError for a URL that is not a series URL, InputError
@@ -62,8 +68,22 @@ class DicomwebSeries {
   /// where the server refuses a list of frame numbers).
   std::vector<io::DicomwebFrame> fetch(int level, const std::vector<std::size_t>& indices) const;
 
+  /// As fetch, but a request that fails for good (io::DicomwebError) fails only the frames that
+  /// fail alone: its frames are asked again in halves (without retries: the batch's retries
+  /// waited out transient faults), down to single frames, which are retried once a request of
+  /// the batch has been answered (else the server answers nothing, and they fail as they are).
+  /// After 4 failed requests per bit of the batch's size (about four failing frames of a batch
+  /// told apart), the frames not yet asked fail with the last error. An io::DicomwebAuthError,
+  /// and any other error, is thrown.
+  std::vector<DicomwebFetched> fetch_each(int level, const std::vector<std::size_t>& indices) const;
+
  private:
   struct Decoded;
+  struct Split;
+  void fetch_split(Split& split, const std::size_t* first, std::size_t n, bool retry,
+                   std::vector<DicomwebFetched>& out) const;
+  std::vector<io::DicomwebFrame> request(int level, const std::size_t* first, std::size_t n,
+                                         bool retry) const;
   std::shared_ptr<const Decoded> decoded(int level, std::size_t index) const;
   std::vector<std::shared_ptr<const Decoded>> decode_missing(
       int level, const std::vector<std::size_t>& indices) const;
@@ -103,6 +123,9 @@ class DicomwebFrames : public OwnJpegTiles {
   DicomwebFrames(const DicomwebSeries& series, int level, int tile_size, io::JpegColour colour);
   std::optional<std::string> tile(std::size_t index) const override;
   void fetch_batches();
+  void collect(const std::vector<std::size_t>& indices,
+               std::unordered_map<std::size_t, std::string>& got,
+               std::unordered_map<std::size_t, std::exception_ptr>& errors) const;
   std::string marked(io::DicomwebFrame frame, std::size_t index) const;
 
   const DicomwebSeries& series_;
@@ -116,7 +139,8 @@ class DicomwebFrames : public OwnJpegTiles {
   mutable std::condition_variable changed_;
   mutable std::unordered_map<std::size_t, std::string> arrived_;
   std::vector<char> done_;  // per batch
-  std::map<std::size_t, std::exception_ptr> failed_;
+  // Frames that failed (fetch_each: alone, or their batch with an error that is not HTTP's).
+  mutable std::unordered_map<std::size_t, std::exception_ptr> failed_;
   std::size_t next_batch_ = 0;
   bool stop_ = false;
   std::vector<std::thread> fetchers_;

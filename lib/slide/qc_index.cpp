@@ -74,22 +74,27 @@ std::string card(const std::string& dir, const SlideReport& r) {
     out += "<div class=\"mpp\">metadata " +
            (r.metadata_mpp ? fixed(*r.metadata_mpp, 4) + " µm/px" : std::string("none")) +
            "; tissue " + io::xml_text(estimate_text(*r.mpp_estimate)) + "</div>\n";
+  if (r.status == SlideStatus::incomplete)
+    out += "<div class=\"error\">" + io::xml_text(r.error) + "</div>\n";
   return out + "<div class=\"path\">" + io::xml_text(r.path) + "</div>\n</div>\n";
 }
 
-// "12 slides: 9 tiled, 1 empty, 1 skipped, 1 failed; 3456 tiles".
+// "12 slides: 9 tiled, 1 empty, 1 skipped, 1 failed; 3456 tiles" ("N incomplete, " before
+// "failed" where there are any).
 std::string summary(const std::vector<SlideReport>& slides) {
-  int tiled = 0, empty = 0, skipped = 0, failed = 0;
+  int tiled = 0, empty = 0, skipped = 0, failed = 0, incomplete = 0;
   std::int64_t tiles = 0;
   for (const auto& r : slides) {
     tiled += r.status == SlideStatus::tiled;
     empty += r.status == SlideStatus::empty;
     skipped += r.status == SlideStatus::skipped;
     failed += r.status == SlideStatus::failed;
+    incomplete += r.status == SlideStatus::incomplete;
     tiles += r.tiles;
   }
   return std::to_string(slides.size()) + " slides: " + std::to_string(tiled) + " tiled, " +
          std::to_string(empty) + " empty, " + std::to_string(skipped) + " skipped, " +
+         (incomplete ? std::to_string(incomplete) + " incomplete, " : std::string()) +
          std::to_string(failed) + " failed; " + std::to_string(tiles) + " tiles";
 }
 

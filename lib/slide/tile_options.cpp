@@ -187,22 +187,35 @@ const util::Options<CohortJob>& cohort_options() {
 
 namespace {
 
+// A slide's failed tiles: {"key", "url", "status"} each.
+nlohmann::json failed_tiles(const SlideReport& r) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& f : r.failed_tiles)
+    out.push_back(
+        {{"key", io::tile_key(r.id, f.row, f.col)}, {"url", f.url}, {"status", f.status}});
+  return out;
+}
+
 nlohmann::json slide_json(const SlideReport& r) {
   if (r.status == SlideStatus::failed)
     return {{"path", r.path}, {"id", r.id}, {"status", to_string(r.status)}, {"error", r.error}};
-  return {{"path", r.path},
-          {"id", r.id},
-          {"status", to_string(r.status)},
-          {"tiles", r.tiles},
-          {"grid_tiles", r.grid_tiles},
-          {"passthrough", r.passthrough},
-          {"tissue_fraction",
-           r.tissue_fraction ? nlohmann::json(*r.tissue_fraction) : nlohmann::json(nullptr)},
-          {"seconds", r.seconds},
-          {"reader", r.reader},
-          {"reader_version", r.reader_version},
-          {"mpp_source", r.mpp_source},
-          {"mpp_estimate", r.mpp_estimate ? to_json(*r.mpp_estimate) : nlohmann::json()}};
+  nlohmann::json out = {
+      {"path", r.path},
+      {"id", r.id},
+      {"status", to_string(r.status)},
+      {"tiles", r.tiles},
+      {"grid_tiles", r.grid_tiles},
+      {"passthrough", r.passthrough},
+      {"tissue_fraction",
+       r.tissue_fraction ? nlohmann::json(*r.tissue_fraction) : nlohmann::json(nullptr)},
+      {"seconds", r.seconds},
+      {"reader", r.reader},
+      {"reader_version", r.reader_version},
+      {"mpp_source", r.mpp_source},
+      {"mpp_estimate", r.mpp_estimate ? to_json(*r.mpp_estimate) : nlohmann::json()},
+      {"failed_tiles", failed_tiles(r)}};
+  if (r.status == SlideStatus::incomplete) out["error"] = r.error;
+  return out;
 }
 
 }  // namespace
@@ -210,9 +223,9 @@ nlohmann::json slide_json(const SlideReport& r) {
 nlohmann::json to_json(const CohortReport& r, const std::string& store) {
   nlohmann::json slides = nlohmann::json::array();
   for (const auto& s : r.slides) slides.push_back(slide_json(s));
-  nlohmann::json out = {{"command", "tile"},   {"store", store},     {"slides", slides},
-                        {"tiles", r.tiles},    {"failed", r.failed}, {"empty", r.empty},
-                        {"threads", r.threads}};
+  nlohmann::json out = {{"command", "tile"},          {"store", store},      {"slides", slides},
+                        {"tiles", r.tiles},           {"failed", r.failed},  {"empty", r.empty},
+                        {"incomplete", r.incomplete}, {"threads", r.threads}};
   if (!r.shard.empty()) out["shard"] = r.shard;
   return out;
 }

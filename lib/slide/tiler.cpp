@@ -1,13 +1,10 @@
 #include "mltool/slide/tiler.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <exception>
-#include <mutex>
-#include <thread>
+#include <set>
 
 #include "mltool/slide/geometry.hpp"
 #include "mltool/slide/image.hpp"
@@ -15,14 +12,14 @@
 #include "mltool/slide/qc.hpp"
 #include "mltool/slide/region_reader.hpp"
 #include "mltool/slide/tissue.hpp"
-#include "mltool/util/bounded_queue.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
-#include "mltool/util/parallel.hpp"
 #include "own_jpeg_tiles.hpp"
 #include "slide_mpp.hpp"
 #include "thumbnail.hpp"
+#include "tile_records.hpp"
+#include "tile_writer.hpp"
 
 namespace mltool::slide {
 namespace {
@@ -34,11 +31,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-struct KeptTile {
-  std::int64_t row, col, x, y;
-  double tissue;
-};
-
 // Each tile covers about 8 × 8 thumbnail pixels, and no thumbnail side exceeds 4096.
 Thumbnail make_thumbnail(const Slide& slide, double tile_level0) {
   const Level& l0 = slide.geometry().levels[0];
@@ -47,188 +39,16 @@ Thumbnail make_thumbnail(const Slide& slide, double tile_level0) {
       std::max(tile_level0 / 8.0, static_cast<double>(std::max(l0.width, l0.height)) / 4096.0));
 }
 
-json levels_json(const SlideGeometry& g) {
-  json out = json::array();
-  for (const auto& l : g.levels)
-    out.push_back({{"width", l.width}, {"height", l.height}, {"downsample", l.downsample}});
-  return out;
-}
+// What the store holds of a slide: nothing complete, the slide complete, or the slide
+// published without tiles whose source failed (its done marker lists them).
+enum class Stored { none, complete, incomplete };
 
-json kept_json(const std::vector<KeptTile>& kept) {
-  json row = json::array(), col = json::array(), x = json::array(), y = json::array(),
-       tissue = json::array();
-  for (const auto& k : kept) {
-    row.push_back(k.row), col.push_back(k.col), x.push_back(k.x), y.push_back(k.y);
-    tissue.push_back(std::round(k.tissue * 1e4) / 1e4);
-  }
-  return {{"row", row}, {"col", col}, {"x", x}, {"y", y}, {"tissue", tissue}};
-}
-
-// Reads, resamples and encodes `kept` on worker threads (or, with `passthrough`, takes the
-// tiles that are the slide's own JPEG tiles as they are stored); the calling thread commits
-// them. The first error stops every thread.
-class TileWriter {
- public:
-  TileWriter(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
-             const std::vector<KeptTile>& kept, const OwnJpegTiles* passthrough)
-      : reader_(reader),
-        job_(job),
-        kept_(kept),
-        passthrough_(passthrough),
-        read_(plan.read_size_level),
-        codec_(io::encoding_info(job.settings.encoding)),
-        workers_(worker_count(job, kept)),
-        queue_(static_cast<std::size_t>(worker_count(job, kept)) * 4),
-        active_(worker_count(job, kept)),
-        ordered_(reader.in_order()) {}
-
-  // Returns normally only when every tile is in a (committed or pending) batch, and then the
-  // number of tiles that passed through.
-  std::int64_t run(const std::string& id, io::TileStore::SlideWriter& batch) {
-    std::vector<std::thread> pool;
-    for (int t = 0; t < workers_; ++t) pool.emplace_back([this] { work(); });
-    try {
-      commit(id, batch);
-    } catch (...) {
-      fail(std::current_exception());
-    }
-    for (auto& t : pool) t.join();
-    if (error_) std::rethrow_exception(error_);
-    return passed_;
-  }
-
- private:
-  struct Encoded {
-    std::size_t index;
-    std::string bytes;
-  };
-
-  static int worker_count(const TileJob& job, const std::vector<KeptTile>& kept) {
-    return std::max(1,
-                    std::min<int>(util::thread_count(job.threads), static_cast<int>(kept.size())));
-  }
-
-  void fail(std::exception_ptr e) {
-    {
-      std::lock_guard lock(error_mutex_);
-      if (!error_) error_ = e;
-    }
-    stop_ = true;
-    queue_.close();
-    { std::lock_guard lock(turn_mutex_); }
-    turn_changed_.notify_all();
-  }
-
-  // A reader that decodes top to bottom (a flat image) is read in the tiles' order: tile i
-  // waits for tile i - 1's read; resampling and encoding still run side by side.
-  void read_tile(std::size_t i, std::uint8_t* rgb) {
-    const KeptTile& k = kept_[i];
-    if (!ordered_) return reader_.read_rgb(k.x, k.y, read_, read_, rgb);
-    {
-      std::unique_lock lock(turn_mutex_);
-      turn_changed_.wait(lock, [&] { return turn_ == i || stop_; });
-      if (stop_) return;
-    }
-    reader_.read_rgb(k.x, k.y, read_, read_, rgb);
-    {
-      std::lock_guard lock(turn_mutex_);
-      turn_ = i + 1;
-    }
-    turn_changed_.notify_all();
-  }
-
-  // Tile i read, resampled to the tile size and encoded; nothing when stopped meanwhile.
-  std::optional<std::string> encode(std::size_t i, std::vector<std::uint8_t>& rgb) {
-    const int tile = job_.settings.tile_size;
-    read_tile(i, rgb.data());
-    if (stop_) return std::nullopt;
-    const std::uint8_t* pixels = rgb.data();
-    io::RgbImage resized;
-    if (read_ != tile) {
-      resized = resize(pixels, static_cast<int>(read_), static_cast<int>(read_), tile, tile);
-      pixels = resized.pixels.data();
-    }
-    return codec_.encode(pixels, tile, tile, job_.settings.quality);
-  }
-
-  void work() {
-    try {
-      std::vector<std::uint8_t> rgb(static_cast<std::size_t>(read_) * read_ * 3);
-      for (std::size_t i; !stop_ && (i = next_++) < kept_.size();) {
-        std::optional<std::string> bytes;
-        if (passthrough_) bytes = passthrough_->jpeg_at(kept_[i].x, kept_[i].y);
-        if (bytes) {
-          ++passed_;
-        } else {
-          bytes = encode(i, rgb);
-          if (!bytes) break;
-        }
-        if (!queue_.push({i, std::move(*bytes)})) break;
-      }
-    } catch (...) {
-      fail(std::current_exception());
-    }
-    if (--active_ == 0) queue_.close();
-  }
-
-  // On the calling thread: each encoded tile into the slide's batch, with a progress line
-  // every 10 s.
-  void commit(const std::string& id, io::TileStore::SlideWriter& batch) {
-    const auto start = Clock::now();
-    auto last_report = start;
-    std::size_t written = 0;
-    while (auto item = queue_.pop()) {
-      if (stop_) continue;  // a worker failed: drain, the slide is discarded
-      const KeptTile& k = kept_[item->index];
-      batch.put_tile(io::tile_key(id, k.row, k.col), item->bytes);
-      if (++written % 256 == 0 && seconds_since(last_report) >= 10) {
-        last_report = Clock::now();
-        log::info(id + ": " + std::to_string(written) + "/" + std::to_string(kept_.size()) +
-                  " tiles, " + std::to_string(static_cast<int>(written / seconds_since(start))) +
-                  " tiles/s");
-      }
-    }
-  }
-
-  RegionReader& reader_;
-  const TileJob& job_;
-  const std::vector<KeptTile>& kept_;
-  const OwnJpegTiles* passthrough_;
-  const std::int64_t read_;
-  const io::EncodingInfo& codec_;
-  const int workers_;
-  util::BoundedQueue<Encoded> queue_;
-  std::atomic<std::size_t> next_{0};
-  std::atomic<bool> stop_{false};
-  std::atomic<int> active_;
-  std::atomic<std::int64_t> passed_{0};
-  std::mutex error_mutex_;
-  std::exception_ptr error_;
-  std::mutex turn_mutex_;  // the next tile to read, for an in-order reader
-  std::condition_variable turn_changed_;
-  std::size_t turn_ = 0;
-  const bool ordered_;
-};
-
-std::int64_t write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
-                         const std::string& id, const std::vector<KeptTile>& kept,
-                         const OwnJpegTiles* passthrough, io::TileStore::SlideWriter& batch) {
-  return TileWriter(reader, plan, job, kept, passthrough).run(id, batch);
-}
-
-// What identifies a slide in the store.
-struct Identity {
-  std::string id;
-  std::string quickhash;  // OpenSlide's; "" when the format has none
-  std::string abs_path;
-};
-
-// Whether the store already holds this slide complete (then `report` says so, but for its
-// seconds). Another slide under the same id is refused.
-bool already_tiled(const io::TileStore& store, const std::string& path, const Identity& who,
-                   SlideReport& report) {
+// What the store holds of this slide (complete: `report` says so, but for its seconds).
+// Another slide under the same id is refused.
+Stored already_tiled(const io::TileStore& store, const std::string& path, const Identity& who,
+                     SlideReport& report) {
   const auto existing = store.record("slides", who.id);
-  if (!existing) return false;
+  if (!existing) return Stored::none;
   const std::string other_hash = existing->value("quickhash", "");
   const std::string other_path = existing->value("path", "");
   const bool web = io::is_dicomweb_url(who.abs_path) && io::is_dicomweb_url(other_path);
@@ -238,7 +58,9 @@ bool already_tiled(const io::TileStore& store, const std::string& path, const Id
                                        ", a different slide (OpenSlide quickhash differs); "
                                        "rename one of the files"));
   const auto done = store.record("done", who.id);
-  if (!done) return false;
+  if (!done) return Stored::none;
+  if (const auto f = done->find("failed_tiles"); f != done->end() && !(f->is_array() && f->empty()))
+    return Stored::incomplete;
   report.status = SlideStatus::skipped;
   report.tiles = done->value("tiles", std::int64_t{0});
   report.grid_tiles = existing->at("grid").value("cols", std::int64_t{0}) *
@@ -252,16 +74,8 @@ bool already_tiled(const io::TileStore& store, const std::string& path, const Id
     report.passthrough = existing->at("passthrough").value("tiles", std::int64_t{0});
   if (existing->contains("mpp") && existing->at("mpp").is_number())
     report.mpp = existing->at("mpp").get<double>();
-  return true;
+  return Stored::complete;
 }
-
-// The tiles to keep, and what chose them: the thumbnail (for tissue or QC) and tissue mask.
-struct Selection {
-  std::optional<Thumbnail> thumb;
-  std::optional<Mask> mask;
-  std::optional<double> tissue_fraction;  // otsu only
-  std::vector<KeptTile> kept;
-};
 
 // Tissue on a thumbnail; tiles kept by their tissue fraction.
 Selection select_tiles(const Slide& slide, const ReadPlan& plan, const TileGrid& grid,
@@ -305,43 +119,10 @@ std::vector<std::pair<std::int64_t, std::int64_t>> positions(const std::vector<K
   return out;
 }
 
-// The store's "slides" record: the slide, how it is read and tiled, and the thumbnail.
-json slide_json(const Slide& slide, const Identity& who, const ReadPlan& plan, const TileGrid& grid,
-                const io::TileSettings& s, const Selection& selection) {
-  const SlideGeometry& geometry = slide.geometry();
-  const auto& thumb = selection.thumb;
-  const auto& mask = selection.mask;
-  return {
-      {"id", who.id},
-      {"path", who.abs_path},
-      {"vendor", slide.vendor()},
-      {"quickhash", who.quickhash},
-      {"width", geometry.levels[0].width},
-      {"height", geometry.levels[0].height},
-      {"levels", levels_json(geometry)},
-      {"mpp", plan.mpp ? json(*plan.mpp) : json(nullptr)},
-      {"mpp_source", plan.mpp_source},
-      {"level", plan.level},
-      {"level_downsample", plan.level_downsample},
-      {"target_downsample", plan.target_downsample},
-      {"read_size", plan.read_size_level},
-      {"tile_size", s.tile_size},
-      {"overlap", s.overlap},
-      {"stride_level0", grid.stride_level0},
-      {"size_level0", grid.size_level0},
-      {"grid", {{"cols", grid.cols}, {"rows", grid.rows}}},
-      {"thumbnail", thumb ? json{{"width", thumb->image.width},
-                                 {"height", thumb->image.height},
-                                 {"level", thumb->level},
-                                 {"downsample", (thumb->dx + thumb->dy) / 2}}
-                          : json(nullptr)},
-      {"tissue_threshold", mask ? json(mask->threshold) : json(nullptr)},
-  };
-}
-
 // The slide's own JPEG tiles that may pass through, or null (`why` says why not). The first
 // kept tile that would pass through is decoded (libjpeg-turbo) and compared with OpenSlide's
-// read of it: any difference sends the slide the usual way, with a warning.
+// read of it: any difference sends the slide the usual way, with a warning. (A tile whose
+// DICOMweb frame fails is passed over, as its tile will be failed; the fourth such one throws.)
 std::unique_ptr<OwnJpegTiles> passthrough_source(const Slide& slide, const ReadPlan& plan,
                                                  const TileJob& job,
                                                  const std::vector<KeptTile>& kept,
@@ -361,17 +142,24 @@ std::unique_ptr<OwnJpegTiles> passthrough_source(const Slide& slide, const ReadP
   auto tiles = OwnJpegTiles::open(slide, plan.level, s.tile_size, why);
   if (!tiles) return nullptr;
   const int n = s.tile_size;
+  int unread = 0;  // tiles whose DICOMweb frame failed: the next one is compared
   for (const KeptTile& k : kept) {
-    const auto jpeg = tiles->jpeg_at(k.x, k.y);
+    std::optional<std::string> jpeg;
+    std::vector<std::uint8_t> theirs(static_cast<std::size_t>(n) * n * 3);
+    try {
+      jpeg = tiles->jpeg_at(k.x, k.y);
+      if (jpeg) slide.read_rgb(k.x, k.y, plan.level, n, n, theirs.data());
+    } catch (const io::DicomwebError&) {
+      if (++unread == 4) throw;  // not one frame: the server fails
+      continue;
+    }
     if (!jpeg) continue;
     io::RgbImage ours;
-    std::vector<std::uint8_t> theirs(static_cast<std::size_t>(n) * n * 3);
     try {
       io::decode_image(jpeg->data(), jpeg->size(), ours, slide.path() + ": a passed-through tile");
     } catch (const Error& e) {
       why = e.what();
     }
-    slide.read_rgb(k.x, k.y, plan.level, n, n, theirs.data());
     if (why.empty() && ours.pixels == theirs) return tiles;
     if (why.empty()) why = "the slide's JPEG tile decodes otherwise than OpenSlide reads it";
     log::warn(slide.path() + ": tile at (" + std::to_string(k.x) + ", " + std::to_string(k.y) +
@@ -380,26 +168,6 @@ std::unique_ptr<OwnJpegTiles> passthrough_source(const Slide& slide, const ReadP
   }
   why = "no kept tile is one whole tile of the level (TIFF tile or DICOM frame)";
   return nullptr;
-}
-
-// The store's "mask" record: the tissue mask tiles were kept by, for outlines (export).
-std::string mask_record(const Mask& mask, const Thumbnail& thumb) {
-  io::TissueMask record;
-  record.mask.width = mask.width, record.mask.height = mask.height;
-  record.mask.pixels.resize(mask.data.size());
-  for (std::size_t i = 0; i < mask.data.size(); ++i) record.mask.pixels[i] = mask.data[i] ? 255 : 0;
-  record.downsample_x = thumb.dx, record.downsample_y = thumb.dy;
-  return record.to_record();
-}
-
-// The store's "done" record, written with the last tiles.
-json done_json(const SlideReport& report) {
-  return {
-      {"tiles", report.tiles},
-      {"tissue_fraction", report.tissue_fraction ? json(*report.tissue_fraction) : json(nullptr)},
-      {"seconds", std::round(report.seconds * 1000) / 1000},
-      {"reader", report.reader},
-      {"passthrough", report.passthrough}};
 }
 
 // The QC picture <dir>/<id>.png (qc.hpp): the slide at --qc-size, its tissue outline, the
@@ -437,6 +205,7 @@ const char* to_string(SlideStatus status) {
     case SlideStatus::tiled: return "tiled";
     case SlideStatus::empty: return "empty";
     case SlideStatus::skipped: return "skipped";
+    case SlideStatus::incomplete: return "incomplete";
     case SlideStatus::failed: return "failed";
   }
   return "?";
@@ -451,24 +220,20 @@ void validate(const TileJob& job) {
     throw UsageError("give exactly one of --mpp and --level");
 }
 
-SlideReport tile_slide(io::TileStore& store, const std::string& path, const TileJob& job) {
-  const auto start = Clock::now();
-  SlideReport report;
-  report.path = path;
-  report.id = io::slide_id_for(path);
-  const std::string& id = report.id;
-  const Slide slide = Slide::open(path, job.dicomweb);
-  // A DICOMweb series is its URL (recorded) and its series UID (the id, the same on any server).
-  const Identity who{id, slide.property("openslide.quickhash-1").value_or(""),
-                     slide.dicomweb() ? path : util::absolute_path(path)};
-  if (already_tiled(store, path, who, report)) {
-    report.seconds = seconds_since(start);
-    return report;
-  }
-  if (const auto removed = store.discard_incomplete(id))
-    log::info(id + ": removed " + std::to_string(removed) + " tiles of an interrupted run");
+namespace {
 
+// What tile_slide learns of a slide before it writes a tile.
+struct Prepared {
+  ReadPlan plan;
+  TileGrid grid;
+  Selection selection;
+  json record;  // "slides": completed with the passthrough and reader when tiles are written
+};
+
+// The µm/px, the read plan, the grid, the tiles kept and the "slides" record.
+Prepared prepare(const Slide& slide, const Identity& who, const TileJob& job, SlideReport& report) {
   const auto& s = job.settings;
+  const std::string& id = report.id;
   SlideGeometry geometry = slide.geometry();
   const SlideMpp mpp = resolve_slide_mpp(slide, id, job, !job.qc_dir.empty());
   geometry.mpp_x = geometry.mpp_y = mpp.mpp;
@@ -480,48 +245,83 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
               " estimated from its tissue (--mpp-from-content)");
   report.mpp_estimate = mpp.estimate;
   report.metadata_mpp = slide_mpp(slide.geometry());
-  ReadPlan plan = plan_read(geometry, s.mpp, s.level, s.tile_size, path);
-  plan.mpp_source = to_string(mpp.source);
-  report.mpp_source = plan.mpp_source;
-  report.mpp = plan.mpp;
-  const TileGrid grid = make_grid(geometry.levels[0], plan, s.tile_size, s.overlap);
-  report.grid_tiles = grid.count();
-  const Selection selection = select_tiles(slide, plan, grid, job);
-  report.tissue_fraction = selection.tissue_fraction;
-
-  json slide_record = slide_json(slide, who, plan, grid, s, selection);
+  Prepared p;
+  p.plan = plan_read(geometry, s.mpp, s.level, s.tile_size, report.path);
+  p.plan.mpp_source = to_string(mpp.source);
+  report.mpp_source = p.plan.mpp_source;
+  report.mpp = p.plan.mpp;
+  p.grid = make_grid(geometry.levels[0], p.plan, s.tile_size, s.overlap);
+  report.grid_tiles = p.grid.count();
+  p.selection = select_tiles(slide, p.plan, p.grid, job);
+  report.tissue_fraction = p.selection.tissue_fraction;
+  p.record = slide_json(slide, who, p.plan, p.grid, s, p.selection);
   // The estimate is the store's only where the µm/px came from it (--mpp-from-content); one
   // made for the QC pictures or --check-mpp is not, so a slide's record is the same whatever
   // else was asked, and without its timing, which no two runs share.
   if (mpp.source == MppSource::content) {
-    slide_record["mpp_estimate"] = to_json(*mpp.estimate);
-    slide_record["mpp_estimate"].erase("seconds");
+    p.record["mpp_estimate"] = to_json(*mpp.estimate);
+    p.record["mpp_estimate"].erase("seconds");
   }
-  auto batch = store.write_slide(id, slide_record.dump(), job.commit_every);
+  return p;
+}
+
+// Where a slide's tiles are read: its region reader, and its own JPEG tiles where they pass
+// through (planned to be read for `todo`); no own tiles in a coordinates store.
+struct Source {
+  std::unique_ptr<RegionReader> reader;
+  std::unique_ptr<OwnJpegTiles> own;
+  std::string why_not;  // why there are no own tiles
+};
+
+Source open_source(const Slide& slide, const Prepared& p, const TileJob& job,
+                   const std::vector<KeptTile>& todo, SlideReport& report) {
+  Source src{make_region_reader(slide, p.plan.level, job.reader), nullptr,
+             "a coordinates store (no pixels)"};
+  report.reader = src.reader->name();
+  report.reader_version = src.reader->version();
+  if (!job.settings.pixels) return src;  // the records only (TilePixels reads the slide)
+  src.why_not.clear();
+  src.own = passthrough_source(slide, p.plan, job, p.selection.kept, src.why_not);
+  if (src.own) src.own->will_read(positions(todo));
+  return src;
+}
+
+// Commits what `batch` holds with the slide's records: its kept tiles but
+// report.failed_tiles, which the done marker lists.
+void publish(io::TileStore::SlideWriter& batch, Prepared& p, const Source& src, SlideReport& report,
+             Clock::time_point start) {
+  p.record["passthrough"] =
+      src.own ? src.own->record(report.passthrough) : json{{"tiles", 0}, {"reason", src.why_not}};
+  p.record["reader"] = report.reader;
+  p.record["reader_version"] = report.reader_version;
+  const auto& kept = p.selection.kept;
+  report.tiles = static_cast<std::int64_t>(kept.size() - report.failed_tiles.size());
+  report.seconds = seconds_since(start);
+  report.status = !report.failed_tiles.empty() ? SlideStatus::incomplete
+                  : kept.empty()               ? SlideStatus::empty
+                                               : SlideStatus::tiled;
+  batch.commit(p.record.dump(), kept_json(kept, report.failed_tiles).dump(),
+               done_json(report).dump());
+}
+
+// A slide the store does not hold complete: every kept tile, committed with its done marker.
+void tile_new(io::TileStore& store, const Slide& slide, const TileJob& job, Prepared& p,
+              SlideReport& report, bool keep_going, Clock::time_point start) {
+  const std::string& id = report.id;
+  const auto& kept = p.selection.kept;
+  auto batch = store.write_slide(id, p.record.dump(), job.commit_every);
   try {
-    const auto reader = make_region_reader(slide, plan.level, job.reader);
-    std::string why_not = "a coordinates store (no pixels)";
-    std::unique_ptr<OwnJpegTiles> own;
-    if (s.pixels) {  // a coordinates store keeps the records only (TilePixels reads the slide)
-      why_not.clear();
-      own = passthrough_source(slide, plan, job, selection.kept, why_not);
-      if (own) own->will_read(positions(selection.kept));
-      if (!selection.kept.empty())
-        report.passthrough = write_tiles(*reader, plan, job, id, selection.kept, own.get(), batch);
+    const Source src = open_source(slide, p, job, kept, report);
+    if (job.settings.pixels && !kept.empty()) {
+      WrittenTiles w =
+          write_tiles(*src.reader, p.plan, job, id, kept, src.own.get(), batch, keep_going);
+      report.passthrough = w.passthrough;
+      report.failed_tiles = std::move(w.failed);
     }
-    slide_record["passthrough"] =
-        own ? own->record(report.passthrough) : json{{"tiles", 0}, {"reason", why_not}};
-    report.reader = reader->name();
-    report.reader_version = reader->version();
-    slide_record["reader"] = report.reader;
-    slide_record["reader_version"] = report.reader_version;
-    if (!job.qc_dir.empty()) write_qc(slide, job, plan, grid, selection, report);
-    report.tiles = static_cast<std::int64_t>(selection.kept.size());
-    report.seconds = seconds_since(start);
-    const std::string tiles_text = kept_json(selection.kept).dump();
-    const std::string done_text = done_json(report).dump();
-    if (selection.mask) batch.put_record("mask", mask_record(*selection.mask, *selection.thumb));
-    batch.commit(slide_record.dump(), tiles_text, done_text);
+    if (!job.qc_dir.empty()) write_qc(slide, job, p.plan, p.grid, p.selection, report);
+    if (p.selection.mask)
+      batch.put_record("mask", mask_record(*p.selection.mask, *p.selection.thumb));
+    publish(batch, p, src, report, start);
   } catch (...) {
     batch.drop();
     try {
@@ -531,7 +331,101 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
     }
     throw;
   }
-  report.status = selection.kept.empty() ? SlideStatus::empty : SlideStatus::tiled;
+}
+
+// The kept tiles an incomplete slide's done marker lists as failed (report.failed_tiles).
+// InputError when the store's tiles and failures are not this run's kept tiles.
+std::vector<KeptTile> refill_tiles(const io::TileStore& store, const Prepared& p,
+                                   const SlideReport& report) {
+  std::set<std::pair<std::int64_t, std::int64_t>> failed;
+  for (const auto& f : report.failed_tiles) failed.emplace(f.row, f.col);
+  std::vector<KeptTile> todo;
+  for (const auto& k : p.selection.kept)
+    if (failed.count({k.row, k.col})) todo.push_back(k);
+  const auto tiles = store.record("tiles", report.id);
+  const std::size_t listed =
+      tiles && tiles->contains("row") && tiles->at("row").is_array() ? tiles->at("row").size() : 0;
+  if (todo.size() != failed.size() || listed + todo.size() != p.selection.kept.size())
+    throw InputError(at_file(
+        report.path, "slide '" + report.id + "' is in " + store.path() + " with " +
+                         std::to_string(listed) + " tiles and " + std::to_string(failed.size()) +
+                         " failed ones, but this run keeps " +
+                         std::to_string(p.selection.kept.size()) +
+                         " tiles: give the options of the run that tiled it to fetch its failed "
+                         "tiles again, or --overwrite"));
+  return todo;
+}
+
+// `failed`'s entries of the tiles of `chunk` replaced by `again` (those that failed again).
+void replace_failures(std::vector<TileFailure>& failed, const std::vector<KeptTile>& chunk,
+                      std::vector<TileFailure> again) {
+  std::set<std::pair<std::int64_t, std::int64_t>> asked;
+  for (const auto& k : chunk) asked.emplace(k.row, k.col);
+  failed.erase(std::remove_if(failed.begin(), failed.end(),
+                              [&](const TileFailure& f) {
+                                return asked.count({f.row, f.col});
+                              }),
+               failed.end());
+  failed.insert(failed.end(), again.begin(), again.end());
+  std::sort(failed.begin(), failed.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.row, a.col) < std::pair(b.row, b.col);
+  });
+}
+
+// An incomplete slide: its failed tiles fetched again and added, each --commit-every of them
+// committed with the slide's records rewritten, so the slide is complete throughout.
+void fill_failed(io::TileStore& store, const Slide& slide, const TileJob& job, Prepared& p,
+                 SlideReport& report, bool keep_going, Clock::time_point start) {
+  const std::string& id = report.id;
+  report.failed_tiles =
+      recorded_failures(*store.record("done", id), store.path() + ": meta 'done/" + id + "'");
+  const std::vector<KeptTile> todo = refill_tiles(store, p, report);
+  log::info(id + ": " + std::to_string(todo.size()) +
+            " tile(s) failed in an earlier run: fetching them again");
+  const auto recorded = store.record("slides", id);
+  if (recorded && recorded->contains("passthrough") && recorded->at("passthrough").is_object())
+    report.passthrough = recorded->at("passthrough").value("tiles", std::int64_t{0});
+  const Source src = open_source(slide, p, job, todo, report);
+  auto batch = store.add_to_slide(id);
+  const std::size_t step = std::max<std::size_t>(1, job.commit_every);
+  for (std::size_t at = 0; at < todo.size(); at += step) {
+    const std::vector<KeptTile> chunk(
+        todo.begin() + static_cast<std::ptrdiff_t>(at),
+        todo.begin() + static_cast<std::ptrdiff_t>(std::min(at + step, todo.size())));
+    WrittenTiles w =
+        write_tiles(*src.reader, p.plan, job, id, chunk, src.own.get(), batch, keep_going);
+    report.passthrough += w.passthrough;
+    replace_failures(report.failed_tiles, chunk, std::move(w.failed));
+    publish(batch, p, src, report, start);
+  }
+}
+
+}  // namespace
+
+SlideReport tile_slide(io::TileStore& store, const std::string& path, const TileJob& job,
+                       bool keep_going) {
+  const auto start = Clock::now();
+  SlideReport report;
+  report.path = path;
+  report.id = io::slide_id_for(path);
+  const std::string& id = report.id;
+  const Slide slide = Slide::open(path, job.dicomweb);
+  // A DICOMweb series is its URL (recorded) and its series UID (the id, the same on any server).
+  const Identity who{id, slide.property("openslide.quickhash-1").value_or(""),
+                     slide.dicomweb() ? path : util::absolute_path(path)};
+  const Stored stored = already_tiled(store, path, who, report);
+  if (stored == Stored::complete) {
+    report.seconds = seconds_since(start);
+    return report;
+  }
+  if (stored == Stored::none)
+    if (const auto removed = store.discard_incomplete(id))
+      log::info(id + ": removed " + std::to_string(removed) + " tiles of an interrupted run");
+  Prepared p = prepare(slide, who, job, report);
+  if (stored == Stored::incomplete)
+    fill_failed(store, slide, job, p, report, keep_going, start);
+  else
+    tile_new(store, slide, job, p, report, keep_going, start);
   return report;
 }
 

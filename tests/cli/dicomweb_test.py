@@ -19,6 +19,10 @@ does) and a pydicom-written series (scripts/fixtures/dicom_series.py, YBR_FULL_4
 - faults (the proxy answers 503 and 429, drops connections and stalls past --dicomweb-timeout on
   a share of requests): the run retries and gives the same bytes; frames that always fail fail
   the slide (--keep-going: exit 4) naming the URL and the HTTP status;
+- one frame that always fails (503 for every request that names it): with --keep-going exactly
+  its tile is left out and listed in the done marker with the URL and the status, every other
+  tile is the local run's; without it the slide fails naming both; a later run without the
+  fault fills the tile in, and the store then equals the local one;
 - a run killed while it fetches resumes (from another address of the server) to the same tiles;
 - TLS with a self-signed certificate (openssl, a TLS reverse proxy): verification refuses it
   naming --dicomweb-insecure, and --dicomweb-insecure reads the same tiles; a TLS proxy that
@@ -217,13 +221,14 @@ class Proxy(http.server.ThreadingHTTPServer):
     the request carries it; `faults`: every `every`-th request gets the next of 503, 429, a
     dropped connection and a stall of `stall` seconds; `always`: requests whose path holds it
     get 503; every request waits `delay` seconds; `single`: a list of frame numbers gets 400
-    (a server that takes one frame a request); `tls`: (certificate, key) files, served as https."""
+    (a server that takes one frame a request); `tls`: (certificate, key) files, served as https;
+    `bad_frame`: (SOPInstanceUID, frame number): every frames request that names it gets 503."""
     daemon_threads = True
 
     def __init__(self, token=None, every=0, stall=3.0, always=None, delay=0.0, single=False,
-                 tls=None):
+                 tls=None, bad_frame=None):
         self.token, self.every, self.stall, self.always = token, every, stall, always
-        self.delay, self.single = delay, single
+        self.delay, self.single, self.bad_frame = delay, single, bad_frame
         self.count, self.faults, self.lock, self.seen = 0, 0, threading.Lock(), []
         self.paths = []
         super().__init__(("127.0.0.1", 0), ProxyHandler)
@@ -265,6 +270,9 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             return self.reply(401, b"unauthorized")
         if p.always and p.always in self.path:
             return self.reply(503, b"unavailable")
+        if p.bad_frame and f"/instances/{p.bad_frame[0]}/frames/" in self.path and \
+                str(p.bad_frame[1]) in self.path.rsplit("/", 1)[1].split(","):
+            return self.reply(503, b"this frame cannot be read")
         if p.single and "/frames/" in self.path and "," in self.path:
             return self.reply(400, b"one frame a request")
         if p.every and n % p.every == 0:
@@ -363,6 +371,76 @@ def check_faults():
     finally:
         proxy.shutdown()
         proxy.server_close()
+
+
+def level0(directory):
+    """(SOPInstanceUID, TotalPixelMatrixColumns) of the series' level 0."""
+    import pydicom
+    sets = [pydicom.dcmread(os.path.join(directory, n), stop_before_pixels=True)
+            for n in sorted(os.listdir(directory))]
+    ds = max((d for d in sets if d.ImageType[2] == "VOLUME"),
+             key=lambda d: d.TotalPixelMatrixColumns)
+    return ds.SOPInstanceUID, int(ds.TotalPixelMatrixColumns)
+
+
+def check_failed_tile():
+    """One level-0 frame that always fails (503): with --keep-going exactly its tile is left out,
+    listed with the URL and the status, the other tiles are the local run's bytes (its batch was
+    asked again in smaller requests), exit 4; a run that still meets the fault keeps it listed;
+    without --keep-going the slide fails naming both; a run without the fault fills it in, and
+    the store then equals the local one."""
+    url, directory = SERVER["series"]["ycc"]
+    sop, width = level0(directory)
+    args = ["--level", "0", "--tile-size", "256"]
+    tile(directory, tmp("ft-local"), *args)
+    local, _, local_meta = tiles_by_position(tmp("ft-local"))
+    keys = sorted(local)
+    bad = keys[len(keys) // 2]  # not the first: that one is compared with its decoded frame
+    row, col = (int(v) for v in bad.split("_"))
+    number = row * -(-width // 256) + col + 1
+    uid = url.rsplit("/", 1)[1]
+    proxy = Proxy(bad_frame=(sop, number))
+    try:
+        purl = proxy.url(url)
+        for attempt in range(2):  # the second: a re-run that meets the fault again
+            code, out, err = run([MLTOOL, "tile", purl, "-o", tmp("ft-web"), *args, "--json",
+                                  "--keep-going", "--threads", "2"])
+            expect(code == 4, f"a failing frame, --keep-going: exit {code} (not 4): {err[-2000:]}")
+            s = json.loads(out)["slides"][0]
+            failed = s["failed_tiles"]
+            expect(s["status"] == "incomplete" and len(failed) == 1 and
+                   failed[0]["key"] == f"{uid}/{bad}" and failed[0]["status"] == 503 and
+                   f"/instances/{sop}/frames/{number}" in failed[0]["url"] and
+                   failed[0]["url"].startswith(purl), f"run {attempt}: {s}")
+            expect(f"/frames/{number}: HTTP 503" in err, f"not logged: {err[-2000:]}")
+            web, _, meta = tiles_by_position(tmp("ft-web"))
+            expect(sorted(web) == [k for k in keys if k != bad] and
+                   all(web[k] == local[k] for k in web), f"run {attempt}: tiles {len(web)}")
+            done = meta[f"done/{uid}"]
+            expect(done["tiles"] == len(keys) - 1 and len(done["failed_tiles"]) == 1 and
+                   (done["failed_tiles"][0]["row"], done["failed_tiles"][0]["col"]) == (row, col)
+                   and done["failed_tiles"][0]["status"] == 503 and
+                   done["failed_tiles"][0]["url"] == failed[0]["url"], f"done {done}")
+            lid = next(k for k in local_meta if k.startswith("tiles/"))
+            want = {c: [v for i, v in enumerate(local_meta[lid][c]) if i != keys.index(bad)]
+                    for c in local_meta[lid]}
+            expect(meta[f"tiles/{uid}"] == want, "the tiles record lists the failed tile")
+        code, _, err = run([MLTOOL, "tile", purl, "-o", tmp("ft-stop"), *args])
+        expect(code == 2 and f"/frames/{number}: HTTP 503" in err and purl in err,
+               f"without --keep-going: exit {code}: {err[-2000:]}")
+        stopped, _ = read_tile_store(tmp("ft-stop"))
+        expect(not any(k.startswith("done/") for k in stopped), "a failed slide was published")
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    summary, _ = tile(url, tmp("ft-web"), *args)
+    expect(summary["slides"][0]["status"] == "tiled" and summary["incomplete"] == 0,
+           f"the filling run: {summary['slides'][0]}")
+    web, _, meta = tiles_by_position(tmp("ft-web"))
+    expect(web == local, f"filled: {len(web)} tiles vs {len(local)}, or other bytes")
+    lid = next(k for k in local_meta if k.startswith("tiles/"))
+    expect(meta[f"tiles/{uid}"] == local_meta[lid] and
+           "failed_tiles" not in meta[f"done/{uid}"], "filled: the records")
 
 
 def check_one_frame_a_request():
@@ -729,7 +807,8 @@ def check_predict_image():
 
 CHECKS = [check_tile_passthrough, check_tile_decoded, check_info, check_extract, check_predict,
           check_predict_image,
-          check_reference_client, check_token, check_faults, check_one_frame_a_request,
+          check_reference_client, check_token, check_faults, check_failed_tile,
+          check_one_frame_a_request,
           check_resume, check_tls, check_http2, check_large_level_batches, check_bad_url]
 
 if __name__ == "__main__":

@@ -677,7 +677,7 @@ def check_shard_records(paths):
     Kubernetes' JOB_COMPLETION_INDEX with --shards; a store of shard I/N refuses another I/N."""
     rec = Store(tmp("st_g0")).meta.get("shard")
     expect(rec == {"index": 0, "count": 3, "slides": ["S0", "S3"], "finished": True,
-                   "failed": []}, f"meta 'shard' of shard 0/3: {rec}")
+                   "failed": [], "incomplete": []}, f"meta 'shard' of shard 0/3: {rec}")
     # --array=0-4:2, task 4 → index 2 of 3; a re-submitted --array=1 with --shards 3 → 1/3
     for env, extra, want in [
             ({"SLURM_ARRAY_TASK_ID": "4", "SLURM_ARRAY_TASK_MIN": "0",

@@ -524,3 +524,31 @@ TEST_F(TileStoreTest, PutRecordCommitsWithTheMarkerAndDiscardOrMergeHandlesIt) {
   ASSERT_TRUE(out.tissue_mask("S1").has_value());
   EXPECT_EQ(out.tissue_mask("S1")->mask.pixels, m.mask.pixels);
 }
+
+TEST_F(TileStoreTest, AddToSlideCommitsTilesOnlyWithTheRecordsAndKeepsTheSlideComplete) {
+  TileStore store = TileStore::open(path_, true);
+  store.adopt_settings(unusual_settings());
+  auto first = store.write_slide("S1", "{}", 16);
+  first.put_tile(tile_key("S1", 0, 0), "jpeg");
+  first.commit("{}", R"({"row": [0], "col": [0]})",
+               R"({"tiles": 1, "failed_tiles": [{"row": 0, "col": 1}, {"row": 0, "col": 2}]})");
+  EXPECT_EQ(store.complete_tile_keys().size(), 1u);
+
+  // Tiles added to a complete slide land only with its rewritten records, however many.
+  auto more = store.add_to_slide("S1");
+  for (int i = 0; i < 300; ++i) more.put_tile(tile_key("S1", 0, 1), "jpeg 2");
+  EXPECT_EQ(count_tiles(store, "S1"), 1u);
+  EXPECT_EQ(store.complete_tile_keys().size(), 1u);
+  more.commit("{}", R"({"row": [0, 0], "col": [0, 1]})",
+              R"({"tiles": 2, "failed_tiles": [{"row": 0, "col": 2}]})");
+  EXPECT_EQ(store.complete_tile_keys().size(), 2u);
+  more.put_tile(tile_key("S1", 0, 2), "jpeg 3");
+  more.drop();  // a failed run: what was committed stays, complete
+  EXPECT_EQ(store.complete_tile_keys().size(), 2u);
+  more.put_tile(tile_key("S1", 0, 2), "jpeg 3");
+  more.commit("{}", R"({"row": [0, 0, 0], "col": [0, 1, 2]})", R"({"tiles": 3})");
+  EXPECT_EQ(
+      store.complete_tile_keys(),
+      (std::vector<std::string>{tile_key("S1", 0, 0), tile_key("S1", 0, 1), tile_key("S1", 0, 2)}));
+  EXPECT_FALSE(store.record("done", "S1")->contains("failed_tiles"));
+}

@@ -54,11 +54,14 @@ class DicomwebAuthError : public InputError {
 /// A request that failed for good: its URL, the HTTP status (0: no answer), what happened.
 class DicomwebError : public InputError {
  public:
-  DicomwebError(const std::string& m, long status) : InputError(m), status_(status) {}
+  DicomwebError(const std::string& m, long status, std::string url)
+      : InputError(m), status_(status), url_(std::move(url)) {}
   long status() const { return status_; }
+  const std::string& url() const { return url_; }
 
  private:
   long status_;
+  std::string url_;
 };
 
 /// A frame as the server sent it: its bytes and the transfer syntax it named.
@@ -83,11 +86,12 @@ class DicomwebClient {
   /// The series' metadata: a JSON array with one DICOM JSON dataset per instance.
   nlohmann::json metadata() const;
 
-  /// Frames `numbers` (1-based) of instance `sop`, in that order, in one request.
-  /// DicomwebError naming the URL and the status when the request fails for good, or the
-  /// answer does not hold one part per frame.
+  /// Frames `numbers` (1-based) of instance `sop`, in that order, in one request, tried again
+  /// on transient faults unless `retry` is false. DicomwebError naming the URL and the status
+  /// when the request fails for good, or the answer does not hold one part per frame.
   std::vector<DicomwebFrame> frames(const std::string& sop,
-                                    const std::vector<std::int64_t>& numbers) const;
+                                    const std::vector<std::int64_t>& numbers,
+                                    bool retry = true) const;
 
  private:
   struct Pool;

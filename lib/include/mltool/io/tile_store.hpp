@@ -5,7 +5,9 @@
 //   meta   "store"        → the settings every slide of the store was tiled with (JSON)
 //          "slides/<id>"  → the slide: path, pyramid, µm/px, level read, tile geometry
 //          "tiles/<id>"   → per kept tile, in key order: row, col, level-0 x, y, tissue
-//          "done/<id>"    → completion marker: committed with the slide's last tiles
+//          "done/<id>"    → completion marker: committed with the slide's last tiles; a
+//                           slide published with tiles whose source failed lists them
+//                           ("failed_tiles", tile --keep-going) and is not in "tiles/<id>"
 //          "shard"        → of a `tile --shard I/N` store: I, N, the shard's slide list and
 //                           whether the run over it finished (checked by --merge)
 //          "mask/<id>"    → the tissue mask tiles were chosen by (TissueMask; --tissue otsu,
@@ -134,6 +136,9 @@ class TileStore {
   /// Ids of complete slides, sorted.
   std::vector<std::string> completed_slides() const;
   bool is_complete(const std::string& id) const;
+  /// Ids of the complete slides published without tiles whose source failed (their done
+  /// marker lists "failed_tiles"), sorted.
+  std::vector<std::string> incomplete_slides() const;
   /// The tile keys of every complete slide, in key order (the store's order): in a coordinates
   /// store, those of the slides' "tiles" records. Throws FormatError naming the slide if its
   /// tile count differs from its done marker.
@@ -200,6 +205,10 @@ class TileStore {
   };
   SlideWriter write_slide(const std::string& id, const std::string& slide_record,
                           std::size_t commit_every);
+  /// Adds tiles to complete slide `id` (the tiles its done marker lists as failed): nothing
+  /// commits before commit(), which may be called again after more tiles, each time writing
+  /// the tiles put since with the slide's records, so the slide stays complete throughout.
+  SlideWriter add_to_slide(const std::string& id);
 
   static std::string meta_key(const std::string& kind, const std::string& id) {
     return kind + "/" + id;

@@ -20,7 +20,8 @@ struct CohortJob {
   std::string store;           ///< the tile store (created or appended to)
   std::string shard;           ///< "I/N", "auto" or "" (util::resolve_shard)
   std::size_t shards = 0;      ///< --shards N for --shard auto; 0: not given
-  bool keep_going = false;     ///< a slide that fails is reported (status "failed") and skipped
+  bool keep_going = false;     ///< a slide that fails is reported (status "failed") and skipped;
+                               ///< a tile whose DICOMweb frame fails, left out ("incomplete")
   bool overwrite = false;      ///< empty the store first instead of resuming or adding to it
   bool allow_partial = false;  ///< merge: join the shards there are, naming the missing ones
 };
@@ -29,6 +30,7 @@ struct CohortReport {
   std::vector<SlideReport> slides;  ///< in list order; failed ones carry `error`
   std::int64_t tiles = 0;           ///< tiles of every slide, skipped ones included
   int failed = 0;                   ///< slides that failed (keep_going)
+  int incomplete = 0;               ///< slides published without failed tiles (keep_going)
   int empty = 0;                    ///< slides complete with zero tiles
   int threads = 0;                  ///< the workers used (--threads, else the allowed CPUs)
   std::string shard;                ///< "I/N" of a --shard run, else ""

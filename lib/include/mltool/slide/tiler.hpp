@@ -84,12 +84,26 @@ struct TileJob {
 };
 
 /// What happened to one slide: tiled; empty (complete with zero tiles); skipped (already
-/// complete in the store); failed (only in tile_slides' reports under keep_going; see
-/// SlideReport::error).
-enum class SlideStatus { tiled, empty, skipped, failed };
+/// complete in the store); incomplete (published without the tiles whose DICOMweb frames
+/// failed, keep_going: SlideReport::failed_tiles); failed (only in tile_slides' reports under
+/// keep_going; see SlideReport::error).
+enum class SlideStatus { tiled, empty, skipped, incomplete, failed };
 
 /// The status's name in reports, the --json summary and qc/index.html.
 const char* to_string(SlideStatus status);
+
+/// A kept tile whose source failed for good (a DICOMweb frame's request, after its retries):
+/// left out of the slide under keep_going, listed in its done marker until a later run fills
+/// it in (docs/formats.md#tile-store).
+struct TileFailure {
+  std::int64_t row = 0, col = 0;  ///< its grid position
+  std::int64_t x = 0, y = 0;      ///< its level-0 corner
+  std::string url;                ///< the request that failed
+  long status = 0;                ///< its HTTP status; 0: no answer
+  std::string error;              ///< the message
+
+  nlohmann::json to_json() const;
+};
 
 /// What happened to one slide.
 struct SlideReport {
@@ -111,6 +125,8 @@ struct SlideReport {
   std::optional<MppEstimate> mpp_estimate;
   std::optional<double> metadata_mpp;  ///< the slide's own usable µm/px metadata, if any
   std::string error;  ///< status "failed" (tile_slides with keep_going): the message
+  /// status "incomplete": the tiles left out, in key order (also in the done marker)
+  std::vector<TileFailure> failed_tiles;
 };
 
 /// The target µm/px when neither --mpp nor --level is given (tile_slides applies it).
@@ -135,7 +151,11 @@ void validate(const TileJob& job);
 /// complete in the store is skipped if it is the same slide (OpenSlide's quickhash), and
 /// refused with InputError if another slide has its id. Leftovers of an interrupted run
 /// are replaced. On failure the slide's partial tiles are removed and the error rethrown;
-/// other slides of the store are untouched.
-SlideReport tile_slide(io::TileStore& store, const std::string& path, const TileJob& job);
+/// other slides of the store are untouched. With `keep_going`, a tile whose DICOMweb frame
+/// fails for good is left out and the slide published "incomplete", listing it; a slide
+/// published so (by any run) has those tiles fetched again and added, its records rewritten
+/// with each --commit-every tiles.
+SlideReport tile_slide(io::TileStore& store, const std::string& path, const TileJob& job,
+                       bool keep_going = false);
 
 }  // namespace mltool::slide

@@ -67,6 +67,13 @@ torch::Tensor percentile(const torch::Tensor& x, const torch::Tensor& valid,
   return torch::stack(out);
 }
 
+// Σ_j w(j) · v[:, j] over the 3 channels of N×3×P, in that order of j: the weights scalars or
+// N×1 tensors (one per tile).
+template <class W>
+torch::Tensor channel_sum(const torch::Tensor& v, const W& w) {
+  return v.select(1, 0) * w(0) + v.select(1, 1) * w(1) + v.select(1, 2) * w(2);
+}
+
 // Entry (i, j) of each of a batch's small matrices (N×R×C) as N×1, to scale a tile's pixels.
 torch::Tensor entry(const torch::Tensor& m, std::int64_t i, std::int64_t j) {
   return m.select(1, i).select(1, j).unsqueeze(-1);
@@ -102,10 +109,8 @@ torch::Tensor covariance(const Density& d) {
 // Σ_j m[i][j] v_j for i = 0, 1, 2, in that order of j: a 3×3 CPU matrix on N×3×P.
 torch::Tensor mix(const torch::Tensor& m, const torch::Tensor& v) {
   std::vector<torch::Tensor> out;
-  for (std::int64_t i = 0; i < 3; ++i) {
-    const auto w = [&](std::int64_t j) { return m[i][j].item<float>(); };
-    out.push_back(v.select(1, 0) * w(0) + v.select(1, 1) * w(1) + v.select(1, 2) * w(2));
-  }
+  for (std::int64_t i = 0; i < 3; ++i)
+    out.push_back(channel_sum(v, [&](std::int64_t j) { return m[i][j].item<float>(); }));
   return torch::stack(out, 1);
 }
 
@@ -171,8 +176,7 @@ torch::Tensor stain_matrices(const Density& d) {
   // That = ODhat · eigvecs, phi = atan2(That[:, 1], That[:, 0]) on every pixel; the
   // percentiles take the stained ones.
   const auto project = [&](std::int64_t k) {
-    return d.od.select(1, 0) * entry(e, 0, k) + d.od.select(1, 1) * entry(e, 1, k) +
-           d.od.select(1, 2) * entry(e, 2, k);
+    return channel_sum(d.od, [&](std::int64_t j) { return entry(e, j, k); });
   };
   const torch::Tensor phi =
       per_tile([](const auto& a) { return torch::atan2(a[0], a[1]); }, {project(1), project(0)});
@@ -205,8 +209,7 @@ torch::Tensor concentrations(const torch::Tensor& he, const torch::Tensor& od) {
   }
   const torch::Tensor q = torch::stack(qs).to(od.device()), r = torch::stack(rs).to(od.device());
   const auto y = [&](std::int64_t j) {
-    return od.select(1, 0) * entry(q, 0, j) + od.select(1, 1) * entry(q, 1, j) +
-           od.select(1, 2) * entry(q, 2, j);
+    return channel_sum(od, [&](std::int64_t i) { return entry(q, i, j); });
   };
   const torch::Tensor c1 = y(1) / entry(r, 1, 1);
   const torch::Tensor c0 = (y(0) - entry(r, 0, 1) * c1) / entry(r, 0, 0);

@@ -30,27 +30,27 @@ double seconds_since(Clock::time_point start) {
 
 class TileWriter {
  public:
-  TileWriter(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
+  TileWriter(RegionReader& reader, const ReadPlan& plan, const TileJob& job, std::string id,
              const std::vector<KeptTile>& kept, const OwnJpegTiles* passthrough, bool keep_going)
       : reader_(reader),
         job_(job),
+        id_(std::move(id)),
         kept_(kept),
         passthrough_(passthrough),
         keep_going_(keep_going),
         read_(plan.read_size_level),
         codec_(io::encoding_info(job.settings.encoding)),
         workers_(worker_count(job, kept)),
-        queue_(static_cast<std::size_t>(worker_count(job, kept)) * 4),
-        active_(worker_count(job, kept)),
+        queue_(static_cast<std::size_t>(workers_) * 4),
+        active_(workers_),
         ordered_(reader.in_order()) {}
 
   // Returns normally only when every tile is in a (committed or pending) batch or failed.
-  WrittenTiles run(const std::string& id, io::TileStore::SlideWriter& batch) {
-    id_ = id;
+  WrittenTiles run(io::TileStore::SlideWriter& batch) {
     std::vector<std::thread> pool;
     for (int t = 0; t < workers_; ++t) pool.emplace_back([this] { work(); });
     try {
-      commit(id, batch);
+      commit(batch);
     } catch (...) {
       fail(std::current_exception());
     }
@@ -161,17 +161,17 @@ class TileWriter {
 
   // On the calling thread: each encoded tile into the slide's batch, with a progress line
   // every 10 s.
-  void commit(const std::string& id, io::TileStore::SlideWriter& batch) {
+  void commit(io::TileStore::SlideWriter& batch) {
     const auto start = Clock::now();
     auto last_report = start;
     std::size_t written = 0;
     while (auto item = queue_.pop()) {
       if (stop_) continue;  // a worker failed: drain, the slide is discarded
       const KeptTile& k = kept_[item->index];
-      batch.put_tile(io::tile_key(id, k.row, k.col), item->bytes);
+      batch.put_tile(io::tile_key(id_, k.row, k.col), item->bytes);
       if (++written % 256 == 0 && seconds_since(last_report) >= 10) {
         last_report = Clock::now();
-        log::info(id + ": " + std::to_string(written) + "/" + std::to_string(kept_.size()) +
+        log::info(id_ + ": " + std::to_string(written) + "/" + std::to_string(kept_.size()) +
                   " tiles, " + std::to_string(static_cast<int>(written / seconds_since(start))) +
                   " tiles/s");
       }
@@ -180,6 +180,7 @@ class TileWriter {
 
   RegionReader& reader_;
   const TileJob& job_;
+  const std::string id_;
   const std::vector<KeptTile>& kept_;
   const OwnJpegTiles* passthrough_;
   const bool keep_going_;
@@ -194,7 +195,6 @@ class TileWriter {
   std::mutex error_mutex_;  // error_ and failed_
   std::exception_ptr error_;
   std::vector<TileFailure> failed_;
-  std::string id_;
   std::mutex turn_mutex_;  // the next tile to read, for an in-order reader
   std::condition_variable turn_changed_;
   std::size_t turn_ = 0;
@@ -207,7 +207,7 @@ WrittenTiles write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJ
                          const std::string& id, const std::vector<KeptTile>& kept,
                          const OwnJpegTiles* passthrough, io::TileStore::SlideWriter& batch,
                          bool keep_going) {
-  return TileWriter(reader, plan, job, kept, passthrough, keep_going).run(id, batch);
+  return TileWriter(reader, plan, job, id, kept, passthrough, keep_going).run(batch);
 }
 
 }  // namespace mltool::slide

@@ -1,12 +1,19 @@
 // Stain normalisation as torchstain computes it (torchstain/torch/normalizers/macenko.py and
-// reinhard.py): the batch's tiles at once (stain_math.hpp), the tiles with too little stain
-// left as they are.
+// reinhard.py), the tiles with too little stain left as they are: Macenko on the CPU tile by
+// tile over the math threads (features/macenko.hpp), as are the fits of the reference and of
+// --stain-fit slide; Macenko on another device and Reinhard anywhere on the batch's tiles at
+// once, as tensors (stain_math.hpp).
 #include "mltool/features/stain.hpp"
 
+#include <ATen/Parallel.h>
+
+#include <cstring>
 #include <optional>
 #include <tuple>
 #include <utility>
 
+#include "mltool/features/macenko.hpp"
+#include "mltool/features/reinhard.hpp"
 #include "mltool/io/sha256.hpp"
 #include "mltool/slide/openslide.hpp"
 #include "mltool/util/error.hpp"
@@ -27,18 +34,78 @@ bool enough(std::int64_t count, std::int64_t pixels) {
          static_cast<double>(count) >= kMinStainedFraction * static_cast<double>(pixels);
 }
 
-// The stain of one image, 1×H×W×3 (tiles laid one under the other are one image): Macenko's
-// stain matrix (3×2) and 99th-percentile concentrations, or Reinhard's LAB means and standard
-// deviations; CPU float32.
-SourceStain fit_image(StainNorm method, const torch::Tensor& image, const Density& d) {
-  if (method == StainNorm::macenko) {
-    const torch::Tensor he = stain_math::stain_matrices(d);
-    const torch::Tensor max_c =
-        stain_math::max_concentrations(stain_math::concentrations(he, d.od));
-    return {he[0].cpu(), max_c[0].cpu()};
+// A tensor's n floats (CPU float32) into `out`, and back.
+void copy_floats(const torch::Tensor& t, float* out, std::size_t n) {
+  const torch::Tensor c = t.to(torch::kCPU, torch::kFloat32).contiguous();
+  if (static_cast<std::size_t>(c.numel()) != n)
+    throw UsageError("stain normalisation: a stain of " + std::to_string(c.numel()) +
+                     " values, not " + std::to_string(n));
+  std::memcpy(out, c.data_ptr<float>(), n * sizeof(float));
+}
+template <std::size_t N>
+torch::Tensor tensor_of(const std::array<float, N>& v) {
+  return torch::tensor(std::vector<float>(v.begin(), v.end()));
+}
+
+// The CPU kernels of each method behind one interface, and their stains as SourceStains
+// (Macenko: a the 3×2 stain matrix, b the 2 maximum concentrations; Reinhard: a the 3 LAB
+// means, b the 3 standard deviations).
+struct MacenkoCpu {
+  using Stain = macenko::Stain;
+  static std::optional<Stain> fit(const std::uint8_t* px, std::int64_t p, std::int64_t count) {
+    return macenko::fit(px, p, count);
   }
-  const auto [mu, sd] = stain_math::mean_std(stain_math::lab(image));
-  return {mu[0].cpu(), sd[0].cpu()};
+  static bool normalize(const std::uint8_t* px, std::int64_t p, const Stain& source,
+                        const Stain& target, std::uint8_t* out) {
+    return macenko::normalize(px, p, source, target, out);
+  }
+  static SourceStain source(const Stain& s) {
+    return {tensor_of(s.he).view({3, 2}), tensor_of(s.max_c)};
+  }
+  static Stain stain(const SourceStain& s) {
+    Stain out;
+    copy_floats(s.a, out.he.data(), out.he.size());
+    copy_floats(s.b, out.max_c.data(), out.max_c.size());
+    return out;
+  }
+};
+struct ReinhardCpu {
+  using Stain = reinhard::Stain;
+  static std::optional<Stain> fit(const std::uint8_t* px, std::int64_t p, std::int64_t) {
+    return reinhard::fit(px, p);
+  }
+  static bool normalize(const std::uint8_t* px, std::int64_t p, const Stain& source,
+                        const Stain& target, std::uint8_t* out) {
+    return reinhard::normalize(px, p, source, target, out);
+  }
+  static SourceStain source(const Stain& s) { return {tensor_of(s.mean), tensor_of(s.std)}; }
+  static Stain stain(const SourceStain& s) {
+    Stain out;
+    copy_floats(s.a, out.mean.data(), out.mean.size());
+    copy_floats(s.b, out.std.data(), out.std.size());
+    return out;
+  }
+};
+
+// The stain of one image, uint8 …×W×3 on the CPU (tiles laid one under the other are one
+// image), `count` of its pixels stained; nothing where the estimate is not finite.
+template <class Kernel>
+std::optional<SourceStain> fit_image(const torch::Tensor& image, std::int64_t count) {
+  const torch::Tensor px = image.contiguous();
+  const auto fit = Kernel::fit(px.data_ptr<std::uint8_t>(), px.numel() / 3, count);
+  if (!fit) return std::nullopt;
+  return Kernel::source(*fit);
+}
+std::optional<SourceStain> fit_image(StainNorm method, const torch::Tensor& image,
+                                     std::int64_t count) {
+  return method == StainNorm::macenko ? fit_image<MacenkoCpu>(image, count)
+                                      : fit_image<ReinhardCpu>(image, count);
+}
+
+// The stained pixels of a uint8 …×3 image on the CPU.
+std::int64_t stained(const torch::Tensor& image) {
+  const torch::Tensor px = image.contiguous();
+  return macenko::stained(px.data_ptr<std::uint8_t>(), px.numel() / 3);
 }
 
 // The sources' a and b stacked on `device` (N×…).
@@ -54,8 +121,8 @@ std::pair<torch::Tensor, torch::Tensor> stacked(const std::vector<const SourceSt
 
 // The tiles of `d` normalised towards he_ref/max_c_ref, float32 N×3×P before clamping: each
 // one's stain estimated from itself (`sources` empty) or given.
-torch::Tensor macenko(const Density& d, const std::vector<const SourceStain*>& sources,
-                      const torch::Tensor& he_ref, const torch::Tensor& max_c_ref) {
+torch::Tensor macenko_tensors(const Density& d, const std::vector<const SourceStain*>& sources,
+                              const torch::Tensor& he_ref, const torch::Tensor& max_c_ref) {
   torch::Tensor he, max_c;
   if (sources.empty()) {
     he = stain_math::stain_matrices(d);
@@ -67,12 +134,44 @@ torch::Tensor macenko(const Density& d, const std::vector<const SourceStain*>& s
 }
 
 // The same for Reinhard: RGB in 0..1, float32 N×3×P before clamping.
-torch::Tensor reinhard(const torch::Tensor& tiles, const std::vector<const SourceStain*>& sources,
-                       const torch::Tensor& means, const torch::Tensor& stds) {
+torch::Tensor reinhard_tensors(const torch::Tensor& tiles,
+                               const std::vector<const SourceStain*>& sources,
+                               const torch::Tensor& means, const torch::Tensor& stds) {
   const torch::Tensor lab = stain_math::lab(tiles);
   const auto [mu, sd] =
       sources.empty() ? stain_math::mean_std(lab) : stacked(sources, tiles.device());
   return stain_math::reinhard_pixels(lab, mu, sd, means, stds);
+}
+
+// uint8 N×H×W×3 CPU tiles normalised towards `target` by `Kernel`, each tile on its own over
+// the math threads: its stain estimated from itself (`own`) or sources[i]; flags in `unchanged`
+// (N, all 1) the tiles normalised.
+template <class Kernel>
+torch::Tensor on_cpu(const torch::Tensor& nhwc, const std::vector<const SourceStain*>& sources,
+                     bool own, const SourceStain& target_stain,
+                     std::vector<std::uint8_t>& unchanged) {
+  const typename Kernel::Stain target = Kernel::stain(target_stain);
+  const torch::Tensor in = nhwc.contiguous();
+  torch::Tensor out = in.clone();
+  const std::int64_t p = in.numel() / std::max<std::int64_t>(in.size(0), 1) / 3;
+  const std::uint8_t* src = in.data_ptr<std::uint8_t>();
+  std::uint8_t* dst = out.data_ptr<std::uint8_t>();
+  at::parallel_for(0, in.size(0), 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      const std::uint8_t* tile = src + 3 * p * i;
+      const std::int64_t count = macenko::stained(tile, p);
+      const SourceStain* given = sources[static_cast<std::size_t>(i)];
+      if ((!own && !given) || !enough(count, p)) continue;
+      const std::optional<typename Kernel::Stain> source =
+          own ? Kernel::fit(tile, p, count) : std::optional(Kernel::stain(*given));
+      if (!source) continue;
+      if (Kernel::normalize(tile, p, *source, target, dst + 3 * p * i))
+        unchanged[static_cast<std::size_t>(i)] = 0;
+      else
+        std::memcpy(dst + 3 * p * i, tile, static_cast<std::size_t>(3 * p));
+    }
+  });
+  return out;
 }
 
 std::vector<float> values(const torch::Tensor& t) {
@@ -88,19 +187,17 @@ StainNormalizer::StainNormalizer(StainNorm method, const torch::Tensor& referenc
   torch::InferenceMode guard;
   if (method != StainNorm::macenko && method != StainNorm::reinhard)
     throw UsageError("no stain normalisation method to fit");
-  const torch::Tensor image = reference.unsqueeze(0);
-  const Density d = stain_math::density(image);
-  const std::int64_t pixels = d.od.size(2);
-  if (!enough(d.counts[0], pixels))
+  const torch::Tensor image = reference.to(torch::kCPU, torch::kUInt8);
+  const std::int64_t pixels = image.numel() / 3, count = stained(image);
+  if (!enough(count, pixels))
     throw UsageError(at_file(what, "has too little stain to fit --stain-norm on (" +
-                                       std::to_string(d.counts[0]) + " of " +
-                                       std::to_string(pixels) +
+                                       std::to_string(count) + " of " + std::to_string(pixels) +
                                        " pixels stained): choose a region of stained tissue"));
-  const SourceStain fit = fit_image(method, image, d);
-  a_ = fit.a;
-  b_ = fit.b;
-  if (!torch::isfinite(a_).all().item<bool>() || !torch::isfinite(b_).all().item<bool>())
+  const std::optional<SourceStain> fit = fit_image(method, image, count);
+  if (!fit)
     throw UsageError(at_file(what, "gives no finite stain estimate to fit --stain-norm on"));
+  a_ = fit->a;
+  b_ = fit->b;
 }
 
 StainNormalizer StainNormalizer::from_file(StainNorm method, const std::string& path) {
@@ -144,6 +241,10 @@ torch::Tensor StainNormalizer::apply(const torch::Tensor& nhwc,
   const std::int64_t n = nhwc.size(0);
   unchanged.assign(static_cast<std::size_t>(n), 1);
   if (n == 0) return nhwc;
+  if (nhwc.device().is_cpu())
+    return method_ == StainNorm::macenko
+               ? on_cpu<MacenkoCpu>(nhwc, sources, own, {a_, b_}, unchanged)
+               : on_cpu<ReinhardCpu>(nhwc, sources, own, {a_, b_}, unchanged);
   const Density all = stain_math::density(nhwc);
   std::vector<std::int64_t> rows;  // the tiles to normalise
   std::vector<const SourceStain*> given;
@@ -157,8 +258,8 @@ torch::Tensor StainNormalizer::apply(const torch::Tensor& nhwc,
   if (rows.empty()) return nhwc;
   const Density d = stain_math::select(all, rows);
   const torch::Tensor tiles = nhwc.index_select(0, torch::tensor(rows).to(nhwc.device()));
-  torch::Tensor x =
-      method_ == StainNorm::macenko ? macenko(d, given, a_, b_) : reinhard(tiles, given, a_, b_);
+  torch::Tensor x = method_ == StainNorm::macenko ? macenko_tensors(d, given, a_, b_)
+                                                  : reinhard_tensors(tiles, given, a_, b_);
   const torch::Tensor finite = torch::isfinite(x).flatten(1).all(1).to(torch::kCPU);
   x = method_ == StainNorm::macenko ? x.clamp_max(255) : torch::clamp(x, 0, 1) * 255;
   const torch::Tensor u8 =
@@ -177,18 +278,17 @@ torch::Tensor StainNormalizer::apply(const torch::Tensor& nhwc,
 
 std::optional<SourceStain> StainNormalizer::fit_source(const torch::Tensor& tiles) const {
   torch::InferenceMode guard;
-  const Density d = stain_math::density(tiles);
   std::vector<std::int64_t> kept;
-  for (std::int64_t i = 0; i < tiles.size(0); ++i)
-    if (enough(d.counts[static_cast<std::size_t>(i)], d.od.size(2))) kept.push_back(i);
+  std::int64_t count = 0;
+  for (std::int64_t i = 0; i < tiles.size(0); ++i) {
+    const std::int64_t c = stained(tiles[i]);
+    if (!enough(c, tiles[i].numel() / 3)) continue;
+    kept.push_back(i);
+    count += c;
+  }
   if (kept.empty()) return std::nullopt;
   // (K·H)×W×3: the kept tiles one under the other, one image, as torchstain sees them.
-  const torch::Tensor pooled =
-      tiles.index_select(0, torch::tensor(kept)).reshape({1, -1, tiles.size(2), 3});
-  SourceStain out = fit_image(method_, pooled, stain_math::density(pooled));
-  if (!torch::isfinite(out.a).all().item<bool>() || !torch::isfinite(out.b).all().item<bool>())
-    return std::nullopt;
-  return out;
+  return fit_image(method_, tiles.index_select(0, torch::tensor(kept)), count);
 }
 
 nlohmann::json StainNormalizer::stain_json(const SourceStain& stain) const {

@@ -9,14 +9,14 @@
 #include <cmath>
 #include <limits>
 
+#include "mltool/features/macenko.hpp"
+
 namespace mltool::features::stain_math {
 namespace {
 
-// Macenko's constants, torchstain's defaults: transmitted light, the percentile of the stain
-// angles, the optical density below which a pixel counts as transparent.
-constexpr int kIo = 240;
-constexpr double kAlpha = 1;
-constexpr double kBeta = 0.15;
+using macenko::kAlpha;
+using macenko::kBeta;
+using macenko::kIo;
 
 // `op` on each tile's slices of `args` (dimension 0) on its own on the CPU, the tiles spread
 // over the math threads: which elements the vectorised code computes and which the scalar
@@ -133,9 +133,11 @@ const LabConstants& lab_constants() {
   return k;
 }
 
-// -log((v + 1) / Io) for v = 0..255, float32, as torchstain computes each pixel's.
+// -log((v + 1) / Io) for v = 0..255, float32: the CPU path's table.
 const torch::Tensor& od_table() {
-  static const torch::Tensor t = -torch::log((torch::arange(256, torch::kFloat32) + 1) / kIo);
+  static const torch::Tensor t =
+      torch::from_blob(const_cast<float*>(macenko::od_table().data()), {256}, torch::kFloat32)
+          .clone();
   return t;
 }
 

@@ -13,7 +13,8 @@ the slide's sampled tiles laid one under the other, and the tiles equal torchsta
 normalize() given that estimate in place of the tile's own; the bytes do not depend on the
 math threads (with either fit), a resumed run's and a sharded, merged run's bytes equal one run's, a tile
 normalised alone equals it normalised in a batch, and a resume with another --stain-fit is
-refused naming it and --overwrite.
+refused naming it and --overwrite. The bytes are the same under the code paths another machine
+would take (the math libraries', LibTorch's without AVX2, glibc's libm without FMA).
 Where the SVS is absent every check prints that it is skipped.
 
     stain_test.py MLTOOL [TEST...]     # TEST: names of the check_* functions, without check_
@@ -32,7 +33,7 @@ import openslide
 import torch
 from PIL import Image
 
-from cli_common import expect, rename_shim, run, run_checks, run_json, tmp
+from cli_common import MATH_PATHS, expect, rename_shim, run, run_checks, run_json, tmp
 from store_refs import read_tile_store
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -84,9 +85,9 @@ def skipped():
     return not have_svs
 
 
-def extract(inputs, out, *args):
+def extract(inputs, out, *args, env=None):
     return run_json([mltool, "extract", *inputs, "-o", out, "--threads", "2",
-                     "--model", tmp("identity.pt"), *RAW, *args, "--json"])
+                     "--model", tmp("identity.pt"), *RAW, *args, "--json"], env=env)
 
 
 def pixels(out):
@@ -487,10 +488,37 @@ def check_math_threads():
                    f"{method}: --math-threads 1 and 2 give the same {name} byte for byte")
 
 
+# The code paths another machine would take: the math libraries' (cli_common.MATH_PATHS),
+# LibTorch's kernels without AVX2 or AVX-512, and glibc's libm without FMA and AVX2 (its
+# x86-64-v3 variants of exp, log, pow, atan2, sin, cos).
+OTHER_MACHINES = [*MATH_PATHS[1:], ("ATEN_CPU_CAPABILITY=default", {"ATEN_CPU_CAPABILITY": "default"}),
+                  ("GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX2,-FMA,-AVX512F",
+                   {"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2,-FMA,-AVX512F"})]
+
+
+def check_math_paths():
+    """With either method, the normalised pixels are the same bytes under each of
+    OTHER_MACHINES as by default."""
+    if skipped():
+        return
+    for method in ("macenko", "reinhard"):
+        want = None
+        for name, env in [("default", {}), *OTHER_MACHINES]:
+            out = tmp(f"mp_{method}")
+            code, _, err = extract([two_slide_store()], out, "--stain-norm", method,
+                                   "--stain-reference", tmp("ref_tinted.png"), "--math-threads",
+                                   "2", "--overwrite", env=env)
+            expect(code == 0, f"{name}: exit {code}: {err[-1000:]}")
+            got = open(os.path.join(out, "features.npy"), "rb").read()
+            want = want or got
+            expect(got == want, f"{method}: {name} gives the default run's features.npy byte "
+                   "for byte")
+
+
 CHECKS = [check_macenko, check_reinhard, check_slides_as_inputs, check_reference_formats,
           check_resume_other_reference, check_refusals, check_slide_fit_macenko,
           check_slide_fit_reinhard, check_slide_fit_deterministic, check_slide_fit_resume,
-          check_batch_composition, check_math_threads]
+          check_batch_composition, check_math_threads, check_math_paths]
 
 
 def main():

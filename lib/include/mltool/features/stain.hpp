@@ -1,11 +1,13 @@
 // Stain normalisation of decoded tiles (`mltool extract --stain-norm`), a LibTorch header:
-// include only from torch translation units. The pixels equal torchstain's (PyPI,
-// torchstain.normalizers, torch backend) tile by tile: the same float32 operations in the
-// same order, its constants (Macenko: Io 240, alpha 1, beta 0.15) and its nearest-rank
-// percentile. Runs on the batch's device, all the batch's tiles at once, each tile's stain
-// estimated from that tile alone as the reference library does (--stain-fit tile), or with a
-// source stain estimated once for a slide's tiles (--stain-fit slide, features/slide_stain.hpp).
-// A tile's bits depend on that tile alone: not on the batch, nor on the math threads.
+// include only from torch translation units. The pixels are torchstain's (PyPI,
+// torchstain.normalizers, torch backend) tile by tile, within a level of 255 on average: its
+// algorithms, its constants (Macenko: Io 240, alpha 1, beta 0.15) and its nearest-rank
+// percentile. Each tile's stain is estimated from that tile alone as the reference library
+// does (--stain-fit tile), or a source stain is estimated once for a slide's tiles
+// (--stain-fit slide, features/slide_stain.hpp). Macenko runs tile by tile on the CPU over the
+// math threads, and on another device on the batch's tiles at once as tensors; Reinhard as
+// tensors on the batch's device. A tile's bits depend on that tile alone: not on the batch,
+// nor on the math threads.
 #pragma once
 
 #include <torch/torch.h>

@@ -74,6 +74,31 @@ std::array<Vec3, 2> top_eigenvectors(Mat3 a) {
   return {column(order[1]), column(order[2])};
 }
 
+// Each of `e` pointing as signs(cov)'s vector does (a non-negative dot product), or with its
+// largest component positive.
+void orient(std::array<Vec3, 2>& e, const Mat3& cov, const EigenSigns& signs) {
+  std::array<std::array<float, 3>, 2> want{};
+  if (signs) {
+    std::array<float, 9> c{};
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j)
+        c[static_cast<std::size_t>(3 * i + j)] = static_cast<float>(cov[i][j]);
+    want = signs(c);
+  }
+  for (std::size_t k = 0; k < 2; ++k) {
+    Vec3& v = e[k];
+    double dot = 0;
+    for (int i = 0; i < 3; ++i) dot += v[i] * want[k][static_cast<std::size_t>(i)];
+    if (!signs) {
+      const auto largest = std::max_element(
+          v.begin(), v.end(), [](double a, double b) { return std::fabs(a) < std::fabs(b); });
+      dot = *largest;
+    }
+    if (dot < 0)
+      for (double& x : v) x = -x;
+  }
+}
+
 // The covariance (n - 1 in the denominator) of the `count` stained pixels' densities.
 Mat3 stained_covariance(const std::uint8_t* rgb, std::int64_t p, std::int64_t count) {
   double sum[3] = {}, prod[3][3] = {};
@@ -244,9 +269,12 @@ std::int64_t stained(const std::uint8_t* rgb, std::int64_t p) {
   return n;
 }
 
-std::optional<Stain> fit(const std::uint8_t* rgb, std::int64_t p, std::int64_t count) {
+std::optional<Stain> fit(const std::uint8_t* rgb, std::int64_t p, std::int64_t count,
+                         const EigenSigns& signs) {
   if (count < 2) return std::nullopt;
-  const std::array<Vec3, 2> e = top_eigenvectors(stained_covariance(rgb, p, count));
+  const Mat3 cov = stained_covariance(rgb, p, count);
+  std::array<Vec3, 2> e = top_eigenvectors(cov);
+  orient(e, cov, signs);
   const std::array<double, 2> phi = angle_percentiles(rgb, p, count, e);
   std::array<Vec3, 2> v{};  // eigvecs · (cos φ, sin φ) at the low and the high angle
   for (int s = 0; s < 2; ++s)

@@ -53,7 +53,20 @@ torch::Tensor tensor_of(const std::array<float, N>& v) {
 struct MacenkoCpu {
   using Stain = macenko::Stain;
   static std::optional<Stain> fit(const std::uint8_t* px, std::int64_t p, std::int64_t count) {
-    return macenko::fit(px, p, count);
+    return macenko::fit(px, p, count, lapack_eigenvectors);
+  }
+  // The eigenvectors torch.linalg.eigh gives torchstain (LAPACK's) of the 2 largest eigenvalues:
+  // their signs decide a tile whose stain angles straddle ±π (macenko::EigenSigns).
+  static std::array<std::array<float, 3>, 2> lapack_eigenvectors(const std::array<float, 9>& cov) {
+    const c10::InferenceMode guard;
+    const torch::Tensor c =
+        torch::from_blob(const_cast<float*>(cov.data()), {3, 3}, torch::kFloat32).clone();
+    const torch::Tensor v = std::get<1>(torch::linalg_eigh(c)).contiguous();  // ascending
+    const float* e = v.data_ptr<float>();
+    std::array<std::array<float, 3>, 2> out{};
+    for (std::size_t k = 0; k < 2; ++k)
+      for (std::size_t i = 0; i < 3; ++i) out[k][i] = e[3 * i + 1 + k];
+    return out;
   }
   static bool normalize(const std::uint8_t* px, std::int64_t p, const Stain& source,
                         const Stain& target, std::uint8_t* out) {

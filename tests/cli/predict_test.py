@@ -313,11 +313,14 @@ def check_image_run(tile_store):
 def check_image_stain(keys, spec):
     """predict --stain-norm on the image run: its logits equal the functional forward of the
     run's weights on the same tiles normalised by torchstain 1.4.1 (torch backend, fitted on the
-    same reference), a tile with too little stain passed as it is (mltool's rule), to 1e-4 as
-    the plain logits above: on these 36 tiles mltool's normalised pixels are torchstain's
-    exactly (elsewhere they may differ by a last rounding in a few values, issue 39's mean
-    |diff| <= 1 of 255, p99 <= 3: tests/cli/stain_test.py), and the normalisation must move the
-    logits (by more than 0.05) for the check to mean anything."""
+    same reference), a tile with too little stain passed as it is (mltool's rule), to 1e-3:
+    mltool's normalised pixels may differ from torchstain's by one level in a few values (a
+    rounding before the truncation to integers; issue 39's bounds are a mean |diff| <= 1 of
+    255 and p99 <= 3: tests/cli/stain_test.py), and one such value moves these logits by about
+    1.3e-4. The normalisation must move the logits (by more than 0.05) for the check to mean
+    anything. These noise tiles are ill-posed for Macenko (their stain angles straddle ±π),
+    so they also check that mltool takes LAPACK's eigenvector signs as torchstain does: with
+    others, 2 of the 36 tiles differ by up to 146 levels."""
     import torchstain
     from PIL import Image
     rng = np.random.default_rng(7)
@@ -353,7 +356,7 @@ def check_image_stain(keys, spec):
               f"by up to {moved:.2f})")
         expect(len(keys) - unchanged > len(keys) // 2 and moved > 0.05,
                f"{method}: the normalisation changed the predictions")
-        expect(gap <= 1e-4, f"{method}: logits differ from torchstain's tiles' by {gap}")
+        expect(gap <= 1e-3, f"{method}: logits differ from torchstain's tiles' by {gap}")
 
 
 # ---------------------------------------------------------------- your own TorchScript model

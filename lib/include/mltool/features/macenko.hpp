@@ -4,9 +4,8 @@
 // Its bits depend on the image's pixels alone — not on the math library, the CPU's vector
 // instructions or the threads — since it is made of IEEE operations in a fixed order:
 // - sums over the pixels in double, in pixel order;
-// - the 3×3 eigenvectors by Jacobi rotations, in double (their signs do not change the stain
-//   matrix: a flipped eigenvector mirrors the stain angles and swaps the two stains, which
-//   are then ordered);
+// - the 3×3 eigenvectors by Jacobi rotations, in double; their signs, which change the stain
+//   matrix only where the stain angles straddle ±π, may be taken from LAPACK's (EigenSigns);
 // - the angle percentiles select on a pseudo-angle that orders pixels as atan2 does, and only
 //   the two selected ones go through atan2, cos and sin; percentiles are exact selections
 //   (torchstain's nearest rank);
@@ -18,6 +17,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -43,9 +43,19 @@ struct Stain {
 /// every channel.
 std::int64_t stained(const std::uint8_t* rgb, std::int64_t p);
 
+/// Given the covariance of the stained pixels' densities (3×3 row-major, float32 as torchstain
+/// computes it), the eigenvectors of its second largest and largest eigenvalues as another
+/// library computes them, whose signs fit() takes. The signs matter where a tile's stain
+/// angles straddle ±π (too little stain, or stain too uniform, for the method): the
+/// percentiles, and so torchstain's result, then depend on them, and torchstain takes
+/// LAPACK's. Its values are not used: the vectors are fit()'s own.
+using EigenSigns = std::function<std::array<std::array<float, 3>, 2>(const std::array<float, 9>&)>;
+
 /// The stain of `p` RGB pixels, `count` (stained()) of them stained, at least 2; nothing when
-/// an estimate is not finite.
-std::optional<Stain> fit(const std::uint8_t* rgb, std::int64_t p, std::int64_t count);
+/// an estimate is not finite. The eigenvectors' signs are `signs`' (when given), or such that
+/// each one's largest component is positive.
+std::optional<Stain> fit(const std::uint8_t* rgb, std::int64_t p, std::int64_t count,
+                         const EigenSigns& signs = {});
 
 /// The `p` pixels of `rgb` with stain `source` given the stain `target`, into `out` (p RGB
 /// pixels): torchstain's normalize(). False, `out` then undefined, where a value is not finite.

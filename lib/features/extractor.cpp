@@ -197,6 +197,17 @@ class ColorTextureExtractor final : public Extractor {
  private:
   static constexpr std::int64_t kChunk = 16;
 
+  // -log10((v / 255 + 1/255) / (1 + 1/255)) for v = 0..255, float32.
+  static const torch::Tensor& density_table() {
+    static const torch::Tensor t = [] {
+      std::vector<float> v(256);
+      for (int i = 0; i < 256; ++i)
+        v[static_cast<std::size_t>(i)] = static_cast<float>(-std::log10((i + 1.0) / 256.0));
+      return torch::tensor(v);
+    }();
+    return t;
+  }
+
   torch::Tensor features(const torch::Tensor& nhwc) {
     const auto n = nhwc.size(0);
     const torch::Tensor rgb = nhwc.permute({0, 3, 1, 2}).to(torch::kFloat32).div(255.0);  // N×3×H×W
@@ -210,7 +221,14 @@ class ColorTextureExtractor final : public Extractor {
         torch::zeros({n, 3, kBins}, flat.options()).scatter_add_(2, bins, torch::ones_like(flat));
     parts.push_back((hist / static_cast<double>(flat.size(2))).flatten(1));
     // 3: mean optical density per channel, -log10((I + 1/255) / (1 + 1/255)): stain amount.
-    parts.push_back((-torch::log10((flat + 1.0 / 255) / (1.0 + 1.0 / 255))).mean(2));
+    // A table of its 256 values: torch.log10 on the CPU is MKL's, whose last bit changes with
+    // the CPU (MKL_CBWR), and a feature must not.
+    const torch::Tensor od =
+        density_table()
+            .to(nhwc.device())
+            .index_select(0, nhwc.permute({0, 3, 1, 2}).flatten().to(torch::kInt32))
+            .view_as(flat);
+    parts.push_back(od.mean(2));
     // 2: HSV saturation mean and std.
     const torch::Tensor mx = std::get<0>(rgb.max(1)), mn = std::get<0>(rgb.min(1));
     const torch::Tensor sat =
@@ -228,7 +246,11 @@ class ColorTextureExtractor final : public Extractor {
     const torch::Tensor lap =
         torch::tensor({0.f, 1.f, 0.f, 1.f, -4.f, 1.f, 0.f, 1.f, 0.f}, opts).view({1, 1, 3, 3});
     const torch::Tensor gx = F::conv2d(luma, sobel_x), gy = F::conv2d(luma, sobel_y);
-    const torch::Tensor magnitude = (gx * gx + gy * gy).sqrt().flatten(1);
+    // The square root in double, rounded to float: float32's torch.sqrt on the CPU is MKL's,
+    // whose last bit changes with the CPU (MKL_CBWR); double's rounds to the correctly rounded
+    // float everywhere.
+    const torch::Tensor magnitude =
+        (gx * gx + gy * gy).to(torch::kFloat64).sqrt().to(torch::kFloat32).flatten(1);
     parts.push_back(magnitude.mean(1, true));
     parts.push_back(magnitude.std(1, false, true));
     parts.push_back(F::conv2d(luma, lap).abs().flatten(1).mean(1, true));

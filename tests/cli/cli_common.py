@@ -94,6 +94,13 @@ def csv_rows(path):
 MATH_PATHS = [("default", {}), ("MKL_CBWR=COMPATIBLE", {"MKL_CBWR": "COMPATIBLE"}),
               ("ONEDNN_MAX_CPU_ISA=SSE41", {"ONEDNN_MAX_CPU_ISA": "SSE41"}),
               ("OMP_NUM_THREADS=1", {"OMP_NUM_THREADS": "1"})]
+# MATH_PATHS' others and those of code outside the math libraries: LibTorch's kernels without
+# AVX2 or AVX-512, and glibc's libm without FMA and AVX2 (its x86-64-v3 variants of exp, log,
+# pow, atan2, sin, cos), for results made of more than the math libraries' calls.
+OTHER_MACHINES = [*MATH_PATHS[1:],
+                  ("ATEN_CPU_CAPABILITY=default", {"ATEN_CPU_CAPABILITY": "default"}),
+                  ("GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX2,-FMA,-AVX512F",
+                   {"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2,-FMA,-AVX512F"})]
 
 
 def tmp(*parts):

@@ -24,7 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from PIL import Image
 
-from cli_common import (MATH_PATHS, Failure, expect, rename_shim, run, run_checks, run_json,
+from cli_common import (MATH_PATHS, OTHER_MACHINES, Failure, expect, rename_shim, run, run_checks, run_json,
                         run_with_sigterms,
                         second_writer_refused, tmp)
 from store_refs import read_tiles
@@ -426,7 +426,8 @@ def color_texture_ref(u8):
 
 
 def check_color_texture():
-    """c. builtin:color-texture: 62 columns, deterministic, = numpy from the decoded tiles."""
+    """c. builtin:color-texture: 62 columns, deterministic (also on the code paths another
+    machine would take), = numpy from the decoded tiles."""
     outs = [tmp("f_ct1"), tmp("f_ct2")]
     s = extract_ok(STORE, outs[0], "--device", "cpu", "--batch", "7")  # the default model
     extract_ok(STORE, outs[1], "--model", "builtin:color-texture", "--device", "cpu", "--batch",
@@ -434,6 +435,15 @@ def check_color_texture():
     a, b = files_of(outs[0]), files_of(outs[1])
     expect(a["features.npy"] == b["features.npy"] and a["keys.txt"] == b["keys.txt"],
            "two builtin:color-texture runs give byte-identical features.npy/keys.txt")
+    # The same bytes on the code paths another machine would take (MKL's sqrt and log10 are
+    # not the same on each).
+    for name, env in OTHER_MACHINES:
+        out = tmp("f_ct_other")
+        code, _, err = run([mltool, "extract", STORE, "-o", out, "--overwrite", "--device", "cpu",
+                            "--batch", "7"], env=env)
+        expect(code == 0, f"{name}: exit {code}: {err[-1000:]}")
+        expect(files_of(out)["features.npy"] == a["features.npy"],
+               f"{name}: builtin:color-texture gives the default path's features.npy")
     X, keys, meta = load_features(outs[0])
     expect(X.shape == (len(KEYS), 62) and keys == KEYS, f"color-texture {X.shape}")
     expect(meta["model"] == {"kind": "builtin", "name": "color-texture"}

@@ -33,7 +33,7 @@ import openslide
 import torch
 from PIL import Image
 
-from cli_common import MATH_PATHS, expect, rename_shim, run, run_checks, run_json, tmp
+from cli_common import OTHER_MACHINES, expect, rename_shim, run, run_checks, run_json, tmp
 from store_refs import read_tile_store
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -488,17 +488,9 @@ def check_math_threads():
                    f"{method}: --math-threads 1 and 2 give the same {name} byte for byte")
 
 
-# The code paths another machine would take: the math libraries' (cli_common.MATH_PATHS),
-# LibTorch's kernels without AVX2 or AVX-512, and glibc's libm without FMA and AVX2 (its
-# x86-64-v3 variants of exp, log, pow, atan2, sin, cos).
-OTHER_MACHINES = [*MATH_PATHS[1:], ("ATEN_CPU_CAPABILITY=default", {"ATEN_CPU_CAPABILITY": "default"}),
-                  ("GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX2,-FMA,-AVX512F",
-                   {"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2,-FMA,-AVX512F"})]
-
-
 def check_math_paths():
-    """With either method, the normalised pixels are the same bytes under each of
-    OTHER_MACHINES as by default."""
+    """With either method, the normalised pixels are the same bytes under each of the code
+    paths another machine would take (cli_common.OTHER_MACHINES) as by default."""
     if skipped():
         return
     for method in ("macenko", "reinhard"):

@@ -111,13 +111,16 @@ torch::Tensor gray(const torch::Tensor& x) {
 torch::Tensor hed_jitter(const torch::Tensor& x, const torch::Tensor& p) {
   static const Matrix hed_from_rgb = inverse(kRgbFromHed);
   const double log_adjust = std::log(1e-6);
-  const auto od = x.clamp_min(1e-6f).log() / static_cast<float>(log_adjust);
+  // log and exp in double, rounded to float: float32's on the CPU are MKL's, whose last bit
+  // changes with the CPU (MKL_CBWR); double's round to the same floats everywhere.
+  const auto od = x.clamp_min(1e-6f).to(torch::kFloat64).log().to(torch::kFloat32) /
+                  static_cast<float>(log_adjust);
   const auto stains = times(od, hed_from_rgb).clamp_min(0.0f);
   const auto b = x.size(0);
   const auto jittered =
       stains * p.narrow(1, 0, 3).view({b, 1, 1, 3}) + p.narrow(1, 3, 3).view({b, 1, 1, 3});
   const auto log_rgb = -times(jittered * static_cast<float>(-log_adjust), kRgbFromHed);
-  return log_rgb.exp().clamp(0.0f, 1.0f);
+  return log_rgb.to(torch::kFloat64).exp().to(torch::kFloat32).clamp(0.0f, 1.0f);
 }
 
 // factor * x + (1 - factor) * other, clipped to [0, 1] (torchvision's blend).

@@ -13,13 +13,17 @@ in a Python loop, side by side in one run, on tiles of the real slide (../shared
    (b) the same with --stain-norm macenko --stain-reference REF (--stain-fit tile);
    (c) the same with --stain-fit slide;
    (d) torchstain 1.4.1 (torch backend) MacenkoNormalizer fitted on REF, normalize() of each
-       tile (decoded beforehand, not timed) in a Python loop, torch's threads as extract's.
-   Medians over the repeats. Rates in tiles/s; (b)/(d) the speed ratio (goal >= 3x); the
-   normalisation's share of extract's time (goal <= 25%), measured two ways: directly, the
-   seconds extract's summary reports its devices spent normalising (stain_seconds) over that
-   run's seconds, the median over the repeats (one run measures both, so the machine's load
-   weighs on both alike); and by difference, ((b) - (a)) / (b), which a shared machine's
-   load can swamp.
+       tile (decoded beforehand, not timed) in a Python loop, torch's threads as extract's;
+   (e) mltool extract with a TorchScript model that does next to nothing (each tile's mean
+       pixel), and (f) the same with --stain-norm macenko: the normalisation's own seconds,
+       (f) - (e), with no extractor to share the cores with.
+   Medians over the repeats. Rates in tiles/s; the speed ratios against (d): of extract with
+   the normalisation, (b)/(d), and of the normalisation alone, 1 / ((f) - (e)) against 1 / (d)
+   (goal >= 3x); the normalisation's share of extract's time (goal <= 25%), measured two
+   ways: directly, the seconds extract's summary reports its devices spent normalising
+   (stain_seconds) over that run's seconds, the median over the repeats (one run measures
+   both, so the machine's load weighs on both alike); and by difference, ((b) - (a)) / (b),
+   which a shared machine's load can swamp.
 Prints a markdown table and writes it with every number to OUTDIR/stain-bench.{md,json}.
 Exit 77 (skipped) without the SVS or torchstain.
 """
@@ -75,12 +79,24 @@ def store_tiles(store):
     return [np.asarray(Image.open(io.BytesIO(v)).convert("RGB")) for v in tiles.values()]
 
 
-def extract_seconds(mltool, store, out, threads, *args):
+def extract_seconds(mltool, store, out, threads, *args, model="builtin:color-texture"):
     t = time.perf_counter()
     doc = json.loads(sh([mltool, "extract", store, "-o", out, "--overwrite", "--threads",
-                         str(threads), "--math-threads", str(threads), "--model",
-                         "builtin:color-texture", *args, "--json"]))
+                         str(threads), "--math-threads", str(threads), "--model", model, *args,
+                         "--json"]))
     return time.perf_counter() - t, doc["rows"], doc.get("stain_seconds", 0) / doc["seconds"]
+
+
+def mean_pixel_model(path):
+    """A TorchScript model that does next to nothing: each tile's mean pixel (3 features)."""
+    import torch
+
+    class MeanPixel(torch.nn.Module):
+        def forward(self, x):
+            return x.mean(dim=(2, 3))
+
+    torch.jit.script(MeanPixel()).save(path)
+    return path
 
 
 def torchstain_seconds(tiles, ref, threads):
@@ -125,7 +141,9 @@ def main():
     store, ref = make_inputs(mltool, work, a.copies)
     tiles = store_tiles(store)
     stain = ["--stain-norm", "macenko", "--stain-reference", ref]
-    runs = {"plain": [], "tile": [], "slide": [], "torchstain": []}
+    runs = {"plain": [], "tile": [], "slide": [], "torchstain": [], "bare": [], "bare_stain": []}
+    bare = ["--input-size", "256", "--mean", "0,0,0", "--std", "1,1,1"]
+    model = mean_pixel_model(os.path.join(work, "mean_pixel.pt"))
     load_start = os.getloadavg()
     shares = {"tile": [], "slide": []}  # stain_seconds / seconds of each run
     rows = 0
@@ -138,12 +156,19 @@ def main():
             runs[fit].append(s)
             shares[fit].append(share)
         runs["torchstain"].append(torchstain_seconds(tiles, ref, a.threads))
+        for key, extra in (("bare", []), ("bare_stain", stain)):
+            s, _, _ = extract_seconds(mltool, store, os.path.join(work, "f_" + key), a.threads,
+                                      *bare, *extra, model=model)
+            runs[key].append(s)
     med = {k: statistics.median(v) for k, v in runs.items()}
     rate = {k: rows / v for k, v in med.items()}
     result = {"tiles": rows, "repeats": a.repeats, "threads": a.threads, "seconds": runs,
               "median_seconds": med, "tiles_per_second": rate,
               "ratio_tile_vs_torchstain": rate["tile"] / rate["torchstain"],
               "ratio_slide_vs_torchstain": rate["slide"] / rate["torchstain"],
+              "normalisation_seconds": med["bare_stain"] - med["bare"],
+              "ratio_normalisation_vs_torchstain":
+                  med["torchstain"] / (med["bare_stain"] - med["bare"]),
               "stain_share": shares,
               "share_tile": statistics.median(shares["tile"]),
               "share_slide": statistics.median(shares["slide"]),
@@ -156,9 +181,15 @@ def main():
     for k, label in (("plain", "extract, builtin:color-texture"),
                      ("tile", "extract --stain-norm macenko (--stain-fit tile)"),
                      ("slide", "extract --stain-norm macenko --stain-fit slide"),
-                     ("torchstain", "torchstain normalize(), tile by tile (decoded)")):
+                     ("torchstain", "torchstain normalize(), tile by tile (decoded)"),
+                     ("bare", "extract, a TorchScript mean pixel"),
+                     ("bare_stain", "extract --stain-norm macenko, a TorchScript mean pixel")):
         md.append(f"| {label} | {med[k]:.2f} | {rate[k]:.0f} |")
-    md += ["", f"extract --stain-norm macenko / torchstain: {result['ratio_tile_vs_torchstain']:.2f}x "
+    md += ["", f"the normalisation alone (the last two rows' difference, "
+           f"{result['normalisation_seconds']:.2f} s, "
+           f"{rows / result['normalisation_seconds']:.0f} tiles/s) / torchstain: "
+           f"{result['ratio_normalisation_vs_torchstain']:.1f}x; "
+           f"extract --stain-norm macenko / torchstain: {result['ratio_tile_vs_torchstain']:.2f}x "
            f"(--stain-fit slide: {result['ratio_slide_vs_torchstain']:.2f}x); the "
            f"normalisation's share of extract's time (stain_seconds / seconds, median): "
            f"{100 * result['share_tile']:.1f}% (slide: {100 * result['share_slide']:.1f}%); "

@@ -6,30 +6,60 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <vector>
 
+// The pixel loops are compiled twice, for AVX2 and for any x86-64, and run where the CPU has
+// AVX2 unless ATEN_CPU_CAPABILITY=default (LibTorch's own switch to its baseline kernels): the
+// same operations on wider registers, so the same bits, which the stain test checks by
+// running both. Each NAME's body is NAME_body, always inlined into NAME and NAME_avx2.
+#if defined(__GNUC__) && defined(__x86_64__)
+#define MLTOOL_INLINE inline __attribute__((always_inline))
+#define MLTOOL_DISPATCH(R, NAME, PARAMS, ARGS)                                      \
+  __attribute__((target("avx2"))) R NAME##_avx2 PARAMS { return NAME##_body ARGS; } \
+  R NAME PARAMS { return avx2() ? NAME##_avx2 ARGS : NAME##_body ARGS; }
+#else
+#define MLTOOL_INLINE inline
+#define MLTOOL_DISPATCH(R, NAME, PARAMS, ARGS) \
+  R NAME PARAMS { return NAME##_body ARGS; }
+#endif
+
 namespace mltool::features::macenko {
 namespace {
 
+#if defined(__GNUC__) && defined(__x86_64__)
+bool avx2() {
+  static const bool yes = [] {
+    const char* capability = std::getenv("ATEN_CPU_CAPABILITY");
+    return __builtin_cpu_supports("avx2") &&
+           !(capability && std::strcmp(capability, "default") == 0);
+  }();
+  return yes;
+}
+#endif
+
 using Vec3 = std::array<double, 3>;
 using Mat3 = std::array<Vec3, 3>;
+using Angles = std::array<double, 2>;  // radians
+using Pair = std::array<float, 2>;
 
 // Pixels are taken in blocks of this many: their densities are looked up one by one, the
 // arithmetic on them runs in the CPU's vector registers.
 constexpr std::int64_t kBlock = 512;
 
 // The optical densities of the pixels [begin, begin + n) of `rgb`, channel by channel.
-void densities(const std::uint8_t* rgb, std::int64_t begin, std::int64_t n, float (*od)[kBlock]) {
+MLTOOL_INLINE void densities(const std::uint8_t* rgb, std::int64_t begin, std::int64_t n,
+                             float (*od)[kBlock]) {
   const std::array<float, 256>& t = od_table();
   const std::uint8_t* px = rgb + 3 * begin;
   for (std::int64_t i = 0; i < n; ++i)
     for (int j = 0; j < 3; ++j) od[j][i] = t[px[3 * i + j]];
 }
 
-bool is_stained(const float (*od)[kBlock], std::int64_t i) {
+MLTOOL_INLINE bool is_stained(const float (*od)[kBlock], std::int64_t i) {
   return (od[0][i] >= kBeta) & (od[1][i] >= kBeta) & (od[2][i] >= kBeta);
 }
 
@@ -100,33 +130,47 @@ void orient(std::array<Vec3, 2>& e, const Mat3& cov, const EigenSigns& signs) {
 }
 
 // The covariance (n - 1 in the denominator) of the `count` stained pixels' densities.
-Mat3 stained_covariance(const std::uint8_t* rgb, std::int64_t p, std::int64_t count) {
-  double sum[3] = {}, prod[3][3] = {};
+MLTOOL_INLINE Mat3 stained_covariance_body(const std::uint8_t* rgb, std::int64_t p,
+                                           std::int64_t count) {
+  // Pixel i adds to lane i % kLanes; the lanes are summed in one fixed order at the end. The
+  // lanes' additions are independent, so they run side by side in vector registers.
+  constexpr int kLanes = 4;
+  double sum[3][kLanes] = {}, prod[6][kLanes] = {};
   float od[3][kBlock];
   for (std::int64_t b = 0; b < p; b += kBlock) {
     const std::int64_t n = std::min(kBlock, p - b);
     densities(rgb, b, n, od);
-    for (std::int64_t i = 0; i < n; ++i) {
-      // Unstained pixels add zeros: no branch to mispredict, the same sums.
-      const double w = is_stained(od, i) ? 1 : 0;
-      for (int j = 0; j < 3; ++j) {
-        const double x = w * od[j][i];
-        sum[j] += x;
-        for (int k = j; k < 3; ++k) prod[j][k] += x * od[k][i];
-      }
+    float w[kBlock];  // 1 for a stained pixel, 0 else: no branch, the same sums
+    for (std::int64_t i = 0; i < n; ++i) w[i] = is_stained(od, i) ? 1.f : 0.f;
+    for (std::int64_t i = n; i < kBlock && i % kLanes; ++i) {  // the last block's end
+      w[i] = 0;
+      od[0][i] = od[1][i] = od[2][i] = 0;
     }
+    for (std::int64_t i = 0; i < n; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) {
+        const double x[3] = {static_cast<double>(w[i + l]) * od[0][i + l],
+                             static_cast<double>(w[i + l]) * od[1][i + l],
+                             static_cast<double>(w[i + l]) * od[2][i + l]};
+        for (int j = 0, k = 0; j < 3; ++j) {
+          sum[j][l] += x[j];
+          for (int m = j; m < 3; ++m, ++k) prod[k][l] += x[j] * od[m][i + l];
+        }
+      }
   }
+  const auto lanes = [](const double* v) { return (v[0] + v[1]) + (v[2] + v[3]); };
   const auto n = static_cast<double>(count);
   Mat3 cov{};
-  for (int j = 0; j < 3; ++j)
-    for (int k = j; k < 3; ++k)
-      cov[j][k] = cov[k][j] = (prod[j][k] - sum[j] * sum[k] / n) / (n - 1);
+  for (int j = 0, k = 0; j < 3; ++j)
+    for (int m = j; m < 3; ++m, ++k)
+      cov[j][m] = cov[m][j] = (lanes(prod[k]) - lanes(sum[j]) * lanes(sum[m]) / n) / (n - 1);
   return cov;
 }
+MLTOOL_DISPATCH(Mat3, stained_covariance,
+                (const std::uint8_t* rgb, std::int64_t p, std::int64_t count), (rgb, p, count))
 
 // A pseudo-angle of (x, y) in (-2, 2], increasing with atan2(y, x) over (-π, π], and the angle
 // back from it: 1 - |u| and u are proportional to sin and cos.
-float pseudo_angle(float x, float y) {
+MLTOOL_INLINE float pseudo_angle(float x, float y) {
   const float s = std::fabs(x) + std::fabs(y);
   const float u = s > 0 ? x / s : 1;
   return y >= 0 ? 1 - u : u - 1;
@@ -144,30 +188,38 @@ std::int64_t rank(std::int64_t m, double q) {
 
 // The angle percentiles alpha and 100 - alpha of the `count` stained pixels in the plane of `e`
 // (That = ODhat · [e0 e1], phi = atan2(That1, That0)): exact selections on the pseudo-angle.
-std::array<double, 2> angle_percentiles(const std::uint8_t* rgb, std::int64_t p, std::int64_t count,
-                                        const std::array<Vec3, 2>& e) {
-  std::vector<float> keys(static_cast<std::size_t>(count));
+MLTOOL_INLINE Angles angle_percentiles_body(const std::uint8_t* rgb, std::int64_t p,
+                                            std::int64_t count, const std::array<Vec3, 2>& e) {
+  thread_local std::vector<float> keys;              // reused: a fresh one a tile costs page faults
+  keys.resize(static_cast<std::size_t>(count) + 1);  // + 1: the unstained pixel after the last
   float od[3][kBlock], key[kBlock];
   const float e0[3] = {static_cast<float>(e[0][0]), static_cast<float>(e[0][1]),
                        static_cast<float>(e[0][2])};
   const float e1[3] = {static_cast<float>(e[1][0]), static_cast<float>(e[1][1]),
                        static_cast<float>(e[1][2])};
   std::size_t k = 0;
+  const std::size_t last = static_cast<std::size_t>(count);
   for (std::int64_t b = 0; b < p; b += kBlock) {
     const std::int64_t n = std::min(kBlock, p - b);
     densities(rgb, b, n, od);
     for (std::int64_t i = 0; i < n; ++i)
       key[i] = pseudo_angle(od[0][i] * e0[0] + od[1][i] * e0[1] + od[2][i] * e0[2],
                             od[0][i] * e1[0] + od[1][i] * e1[1] + od[2][i] * e1[2]);
-    for (std::int64_t i = 0; i < n; ++i)
-      if (is_stained(od, i) && k < keys.size()) keys[k++] = key[i];
+    for (std::int64_t i = 0; i < n; ++i) {  // the stained pixels' keys, without a branch
+      keys[std::min(k, last)] = key[i];
+      k += is_stained(od, i) ? 1 : 0;
+    }
   }
-  keys.resize(k);
-  const auto m = static_cast<std::int64_t>(k);
+  keys.resize(std::min(k, last));
+  const auto m = static_cast<std::int64_t>(keys.size());
   const float lo = select_rank(keys, rank(m, kAlpha));
   const float hi = select_rank(keys, rank(m, 100 - kAlpha));
   return {angle(lo), angle(hi)};
 }
+MLTOOL_DISPATCH(Angles, angle_percentiles,
+                (const std::uint8_t* rgb, std::int64_t p, std::int64_t count,
+                 const std::array<Vec3, 2>& e),
+                (rgb, p, count, e))
 
 // The least-squares solution's matrix for stains `he` (3×2): (HeᵀHe)⁻¹Heᵀ, 2×3 row-major.
 std::array<float, 6> pseudo_inverse(const std::array<float, 6>& he) {
@@ -185,8 +237,9 @@ std::array<float, 6> pseudo_inverse(const std::array<float, 6>& he) {
 }
 
 // The concentrations of the block's `n` pixels (densities `od`): (m · od) · scale.
-void concentrations(const float (*od)[kBlock], std::int64_t n, const std::array<float, 6>& m,
-                    std::array<float, 2> scale, float (*c)[kBlock]) {
+MLTOOL_INLINE void concentrations(const float (*od)[kBlock], std::int64_t n,
+                                  const std::array<float, 6>& m, std::array<float, 2> scale,
+                                  float (*c)[kBlock]) {
   for (int s = 0; s < 2; ++s) {
     const float* r = &m[static_cast<std::size_t>(3 * s)];
     for (std::int64_t i = 0; i < n; ++i)
@@ -196,10 +249,10 @@ void concentrations(const float (*od)[kBlock], std::int64_t n, const std::array<
 }
 
 // The 99th percentiles of the concentrations c = m · od of all `p` pixels.
-std::array<float, 2> max_concentrations(const std::uint8_t* rgb, std::int64_t p,
-                                        const std::array<float, 6>& m) {
-  std::vector<float> all[2] = {std::vector<float>(static_cast<std::size_t>(p)),
-                               std::vector<float>(static_cast<std::size_t>(p))};
+MLTOOL_INLINE Pair max_concentrations_body(const std::uint8_t* rgb, std::int64_t p,
+                                           const std::array<float, 6>& m) {
+  thread_local std::vector<float> all[2];  // reused: a fresh one a tile costs page faults
+  for (auto& v : all) v.resize(static_cast<std::size_t>(p));
   float od[3][kBlock], c[2][kBlock];
   for (std::int64_t b = 0; b < p; b += kBlock) {
     const std::int64_t n = std::min(kBlock, p - b);
@@ -210,10 +263,36 @@ std::array<float, 2> max_concentrations(const std::uint8_t* rgb, std::int64_t p,
   const std::int64_t r = rank(p, 99);
   return {select_rank(all[0], r), select_rank(all[1], r)};
 }
+MLTOOL_DISPATCH(Pair, max_concentrations,
+                (const std::uint8_t* rgb, std::int64_t p, const std::array<float, 6>& m),
+                (rgb, p, m))
 
 template <std::size_t N>
 bool finite(const std::array<float, N>& v) {
   return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+}
+
+// exp_ieee's body, here so that normalize's loop inlines and vectorises it (a call to the
+// exported function would not be: it could be interposed).
+MLTOOL_INLINE float exp_fixed(float x) {
+  x = x > 80.f ? 80.f : x;  // a NaN stays one
+  x = x < -87.f ? -87.f : x;
+  const float t = x * 1.44269504088896341f;
+  const float n = (t + 12582912.f) - 12582912.f;  // the nearest integer (1.5 · 2^23)
+  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  const float z = r * r;
+  const float y = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
+                     4.1665795894e-2f) *
+                        r +
+                    1.6666665459e-1f) *
+                       r +
+                   5.0000001201e-1f);
+  const float e = y * z + r + 1.f;
+  const std::uint32_t bits =
+      static_cast<std::uint32_t>(static_cast<std::int32_t>(n == n ? n : 0.f) + 127) << 23;
+  float two_n;
+  std::memcpy(&two_n, &bits, sizeof two_n);
+  return e * two_n;
 }
 
 }  // namespace
@@ -233,7 +312,7 @@ const std::array<float, 256>& od_table() {
 // A percentile near either end is found among the values past a bound that a sample of every
 // 16th value places beyond it (all of them where the sample misjudges).
 float select_rank(std::vector<float>& v, std::int64_t r) {
-  std::vector<float> scratch;
+  thread_local std::vector<float> scratch;
   if (std::any_of(v.begin(), v.end(), [](float x) { return x != x; }))
     return std::numeric_limits<float>::quiet_NaN();
   const auto m = static_cast<std::int64_t>(v.size());
@@ -261,13 +340,14 @@ float select_rank(std::vector<float>& v, std::int64_t r) {
   return v[static_cast<std::size_t>(r - 1)];
 }
 
-std::int64_t stained(const std::uint8_t* rgb, std::int64_t p) {
+MLTOOL_INLINE std::int64_t stained_body(const std::uint8_t* rgb, std::int64_t p) {
   const std::array<float, 256>& t = od_table();
   std::int64_t n = 0;
   for (std::int64_t i = 0; i < p; ++i)
     n += (t[rgb[3 * i]] >= kBeta) & (t[rgb[3 * i + 1]] >= kBeta) & (t[rgb[3 * i + 2]] >= kBeta);
   return n;
 }
+MLTOOL_DISPATCH(std::int64_t, stained, (const std::uint8_t* rgb, std::int64_t p), (rgb, p))
 
 std::optional<Stain> fit(const std::uint8_t* rgb, std::int64_t p, std::int64_t count,
                          const EigenSigns& signs) {
@@ -290,8 +370,8 @@ std::optional<Stain> fit(const std::uint8_t* rgb, std::int64_t p, std::int64_t c
   return out;
 }
 
-bool normalize(const std::uint8_t* rgb, std::int64_t p, const Stain& source, const Stain& target,
-               std::uint8_t* out) {
+MLTOOL_INLINE bool normalize_body(const std::uint8_t* rgb, std::int64_t p, const Stain& source,
+                                  const Stain& target, std::uint8_t* out) {
   const std::array<float, 6> m = pseudo_inverse(source.he);
   const std::array<float, 2> scale = {target.max_c[0] / source.max_c[0],
                                       target.max_c[1] / source.max_c[1]};
@@ -307,7 +387,7 @@ bool normalize(const std::uint8_t* rgb, std::int64_t p, const Stain& source, con
       const float h0 = h[static_cast<std::size_t>(2 * j)],
                   h1 = h[static_cast<std::size_t>(2 * j + 1)];
       for (std::int64_t i = 0; i < n; ++i) {
-        const float x = static_cast<float>(kIo) * exp_ieee(-(h0 * c[0][i] + h1 * c[1][i]));
+        const float x = static_cast<float>(kIo) * exp_fixed(-(h0 * c[0][i] + h1 * c[1][i]));
         nan |= x != x;
         v[j][i] = static_cast<std::int32_t>(x < 255.f ? x : 255.f);  // a NaN: 255, refused below
       }
@@ -318,26 +398,11 @@ bool normalize(const std::uint8_t* rgb, std::int64_t p, const Stain& source, con
   }
   return nan == 0;
 }
+MLTOOL_DISPATCH(bool, normalize,
+                (const std::uint8_t* rgb, std::int64_t p, const Stain& source, const Stain& target,
+                 std::uint8_t* out),
+                (rgb, p, source, target, out))
 
-float exp_ieee(float x) {
-  x = x > 80.f ? 80.f : x;  // a NaN stays one
-  x = x < -87.f ? -87.f : x;
-  const float t = x * 1.44269504088896341f;
-  const float n = (t + 12582912.f) - 12582912.f;  // the nearest integer (1.5 · 2^23)
-  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-  const float z = r * r;
-  const float y = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
-                     4.1665795894e-2f) *
-                        r +
-                    1.6666665459e-1f) *
-                       r +
-                   5.0000001201e-1f);
-  const float e = y * z + r + 1.f;
-  const std::uint32_t bits =
-      static_cast<std::uint32_t>(static_cast<std::int32_t>(n == n ? n : 0.f) + 127) << 23;
-  float two_n;
-  std::memcpy(&two_n, &bits, sizeof two_n);
-  return e * two_n;
-}
+float exp_ieee(float x) { return exp_fixed(x); }
 
 }  // namespace mltool::features::macenko

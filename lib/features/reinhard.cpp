@@ -81,7 +81,7 @@ void lab(const std::uint8_t* rgb, std::int64_t begin, std::int64_t n, float (*ou
       const float x = (lin[0][i] * kRgbToXyz[c][0] + lin[1][i] * kRgbToXyz[c][1] +
                        lin[2][i] * kRgbToXyz[c][2]) *
                       k.inv_white[c];
-      f[c][i] = x > 0.008856f ? cbrt_ieee(x) : 7.787f * x + 16.f / 116.f;
+      f[c][i] = x > 0.008856f ? static_cast<float>(cube_root(x)) : 7.787f * x + 16.f / 116.f;
     }
   for (std::int64_t i = 0; i < n; ++i) {
     out[0][i] = ((116.f * f[1][i]) - 16.f) * 2.55f / 2.55f;

@@ -10,7 +10,9 @@
 //   the two selected ones go through atan2, cos and sin; percentiles are exact selections
 //   (torchstain's nearest rank);
 // - the least-squares concentrations through the 2×3 pseudo-inverse, which is unique;
-// - e^x from its own polynomial (exp_ieee), the same bits wherever it runs.
+// - e^x from its own polynomial (exp_ieee), the same bits wherever it runs;
+// - its pixel loops compiled for AVX2 and for any x86-64 (ATEN_CPU_CAPABILITY=default takes
+//   the latter, as it does LibTorch's kernels): the same operations, so the same bits.
 // Not bit-equal to torchstain's float32 tensors, but within the bounds (mean absolute
 // difference <= 1 level, tests/cli/stain_test.py).
 #pragma once

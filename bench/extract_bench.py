@@ -296,6 +296,66 @@ def run_mltool(a, store, model_path, amp, out):
                "devices": s["devices"], "rows": s["rows"], "dims": s["dims"]}
 
 
+# ---------------------------------------------------------------- --stain (issue 39)
+
+class MeanPixel(torch.nn.Module):
+    """A model that does next to nothing: each tile's mean pixel (3 features)."""
+
+    def forward(self, x):
+        return x.mean(dim=(2, 3))
+
+
+def stain_runs(a, store, model_path, amp, log):
+    """--stain-norm macenko on the device: mltool extract with the benchmark's model with and
+    without it (goal: >= 90% of the rate without), and with a do-nothing model (MeanPixel)
+    with and without it, whose difference is the normalisation's own time (goal: >= 20,000
+    tiles/s of 256 px on a GPU). The reference: a synthetic H&E tile of 512 px. Returns
+    ({name: seconds}, markdown lines)."""
+    from PIL import Image
+    ref = os.path.join(a.work, "stain-ref.png")
+    Image.fromarray(tile_store.tile_pixels("REF/000000_000000", 512)).save(ref)
+    mean_pixel = os.path.join(a.work, "mean-pixel.pt")
+    torch.jit.script(MeanPixel()).save(mean_pixel)
+    stain = ["--stain-norm", "macenko", "--stain-reference", ref]
+    bare = ["--input-size", str(a.tile_size), "--mean", "0,0,0", "--std", "1,1,1"]
+    runs = {"model": (model_path, ["--input-size", str(a.input_size)]),
+            "model_stain": (model_path, ["--input-size", str(a.input_size), *stain]),
+            "bare": (mean_pixel, bare), "bare_stain": (mean_pixel, [*bare, *stain])}
+    seconds, summary = {}, {}
+    for name, (model, extra) in runs.items():
+        out = os.path.join(a.work, "features-stain")
+        shutil.rmtree(out, ignore_errors=True)
+        cmd = [a.mltool, "extract", store, "-o", out, "--model", model, "--batch", str(a.batch),
+               "--device", a.device, "--amp", amp, *extra, "--json"]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr[-3000:]}")
+        s = json.loads(p.stdout)
+        seconds[name], summary[name] = s["seconds"], s
+        log(f"[{amp}] stain {name}: {s['tiles_per_second']:.0f} tiles/s")
+    shutil.rmtree(os.path.join(a.work, "features-stain"), ignore_errors=True)
+    norm = seconds["bare_stain"] - seconds["bare"]
+    keep = seconds["model"] / seconds["model_stain"]
+    rate = a.tiles / norm if norm > 0 else float("inf")
+    lines = ["", f"--stain-norm macenko ({amp}; reference: a synthetic 512-px H&E tile):", "",
+             "| run | seconds | tiles/s |", "|---|---:|---:|"]
+    for name, label in (("model", "extract, the model"),
+                        ("model_stain", "extract --stain-norm macenko, the model"),
+                        ("bare", "extract, a do-nothing model (mean pixel)"),
+                        ("bare_stain", "extract --stain-norm macenko, a do-nothing model")):
+        lines.append(f"| {label} | {seconds[name]:.2f} | {a.tiles / seconds[name]:.0f} |")
+    unchanged = summary["model_stain"].get("stain_unchanged", 0)
+    lines += ["", f"- the normalisation alone: {rate:.0f} tiles/s of {a.tile_size} px (goal >= "
+              f"20,000: {'met' if rate >= 20000 else 'MISSED'}); {unchanged} of {a.tiles} "
+              "tiles had too little stain and passed through",
+              f"- extract with it / without it: {100 * keep:.0f}% (goal >= 90%: "
+              f"{'met' if keep >= 0.9 else 'MISSED'}); stain_seconds "
+              f"{summary['model_stain'].get('stain_seconds', 0):.2f} of "
+              f"{summary['model_stain']['seconds']:.2f} s"]
+    return {"seconds": seconds, "normalisation_tiles_per_second": rate,
+            "rate_kept": keep}, lines
+
+
 # ---------------------------------------------------------------- main
 
 def machine():
@@ -323,6 +383,9 @@ def main():
     ap.add_argument("--amps", default="bf16,none")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--cpu-smoke", action="store_true")
+    ap.add_argument("--stain", action="store_true",
+                    help="also --stain-norm macenko with the model and with a do-nothing model "
+                    "(the first of --amps; issue 39's device goals)")
     ap.add_argument("--encoder", help="a file scripts/encoders.py exported (its card's "
                     "preprocessing: mltool with no flags, the baseline with the card's "
                     "Pillow/torchvision transform in its workers) instead of ResNet-50")
@@ -434,6 +497,15 @@ def main():
         failed += sum("error" in r[k] for k in ("model_only", "mltool", "baseline"))
         save()
     shutil.rmtree(os.path.join(a.work, "features"), ignore_errors=True)
+    stain_lines = []
+    if a.stain and amps:
+        try:
+            results["stain"], stain_lines = stain_runs(a, store, model_path, amps[0], log)
+        except Exception as e:  # noqa: BLE001  (reported in the table and the JSON)
+            results["stain"] = {"error": f"{type(e).__name__}: {e}"[-2000:]}
+            stain_lines = ["", f"--stain-norm runs FAILED: {results['stain']['error'][-600:]}"]
+            failed += 1
+        save()
 
     # 4. The table.
     def rate(r, name):
@@ -502,6 +574,7 @@ def main():
         g2 = f"{100 * ro:.0f}% (goal >= 90%): {'met' if ro >= 0.9 else 'MISSED'}" if ro else \
             "not measured"
         w(f"- {label}: mltool / DataLoader {g1}; mltool / model only {g2}")
+    lines += stain_lines
     text = "\n".join(lines) + "\n"
     with open(os.path.join(a.out, "extract-bench.md"), "w") as f:
         f.write(text)

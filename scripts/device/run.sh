@@ -21,7 +21,8 @@
 #      .device/wheels into /tmp/site (PYTHONPATH); `mltool --version` and ldd prove it loads
 #   2. ctest -L gpu (-V: the measured differences are in the log even when they pass), the
 #      slides of gpu_extract's `slides` check from .device/fixtures (MLTOOL_GPU_SLIDES)
-#   3. bench/run-extract.sh $OUT/bench (ResNet-50), again with UNI (ViT-L/16, exported by
+#   3. bench/run-extract.sh $OUT/bench --stain (ResNet-50; with --stain-norm macenko too, issue
+#      39's device goals), again with UNI (ViT-L/16, exported by
 #      scripts/encoders.py with random weights; UNI_BENCH_N tiles, default 8192), then
 #      bench/run-train.sh $OUT/bench, then bench/run-sections.sh $OUT/bench (issue 7's
 #      seed-003 case), each with what is left (the UNI and sections tables are appended to
@@ -225,7 +226,8 @@ if (( built )); then
       note "bench: $n tiles (limit ${bench_limit}s)"
       extract_n=()
       (( rehearse )) || extract_n=(EXTRACT_BENCH_N="$n")
-      bench extract "$bench_limit" "$out/bench" "${extract_n[@]}" EXTRACT_BENCH_WORK=/tmp/mltool-extract-bench
+      bench extract "$bench_limit" "$out/bench" "${extract_n[@]}" EXTRACT_BENCH_WORK=/tmp/mltool-extract-bench \
+        -- --stain
     fi
     # A foundation-model encoder: UNI (ViT-L/16) from scripts/encoders.py, random weights
     # (they cost what real ones do), bf16 and float32.

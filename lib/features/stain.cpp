@@ -7,6 +7,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <tuple>
@@ -24,6 +25,16 @@ namespace mltool::features {
 namespace {
 
 using stain_math::Density;
+
+// The test seam MLTOOL_STAIN_TENSORS=1 (docs/development.md): CPU batches take the GPU's
+// tensor path (stain_math.hpp), so that a machine without a GPU checks its arithmetic.
+bool tensors_on_cpu() {
+  static const bool yes = [] {
+    const char* v = std::getenv("MLTOOL_STAIN_TENSORS");
+    return v && std::string(v) == "1";
+  }();
+  return yes;
+}
 
 // A reference image larger than this is refused: crop a representative region.
 constexpr std::int64_t kMaxReferencePixels = std::int64_t{1} << 26;
@@ -254,7 +265,7 @@ torch::Tensor StainNormalizer::apply(const torch::Tensor& nhwc,
   const std::int64_t n = nhwc.size(0);
   unchanged.assign(static_cast<std::size_t>(n), 1);
   if (n == 0) return nhwc;
-  if (nhwc.device().is_cpu())
+  if (nhwc.device().is_cpu() && !tensors_on_cpu())
     return method_ == StainNorm::macenko
                ? on_cpu<MacenkoCpu>(nhwc, sources, own, {a_, b_}, unchanged)
                : on_cpu<ReinhardCpu>(nhwc, sources, own, {a_, b_}, unchanged);

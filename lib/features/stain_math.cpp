@@ -42,29 +42,19 @@ torch::Tensor per_tile(const Op& op, const std::vector<torch::Tensor>& args) {
 // torchstain's percentile of each row of `x` (R×P) over its `valid` elements (R×P booleans,
 // undefined: all), n[r] of them: the nearest rank k = 1 + round(q / 100 · (n - 1)), Python's
 // round (half to even, as nearbyint in the default rounding mode), of the row with the others
-// set to +inf, selected by kthvalue (exact). On the CPU the rows are spread over the math
-// threads; elsewhere taken in turn on the caller's stream.
+// set to +inf: the rows sorted at once and each one's k-th value gathered (exact).
 torch::Tensor percentile(const torch::Tensor& x, const torch::Tensor& valid,
                          const std::vector<std::int64_t>& n, double q) {
   const torch::Tensor v =
       valid.defined() ? torch::where(valid, x, std::numeric_limits<double>::infinity()) : x;
-  std::vector<torch::Tensor> out(n.size());
-  const auto row = [&](std::int64_t r) {
-    const std::int64_t m = std::max<std::int64_t>(n[static_cast<std::size_t>(r)], 1);
-    const auto k =
-        1 + static_cast<std::int64_t>(std::nearbyint(.01 * q * static_cast<double>(m - 1)));
-    out[static_cast<std::size_t>(r)] = std::get<0>(v[r].kthvalue(k));
-  };
-  const auto rows = static_cast<std::int64_t>(n.size());
-  if (v.device().is_cpu()) {
-    at::parallel_for(0, rows, 1, [&](std::int64_t begin, std::int64_t end) {
-      const c10::InferenceMode guard;
-      for (std::int64_t r = begin; r < end; ++r) row(r);
-    });
-  } else {
-    for (std::int64_t r = 0; r < rows; ++r) row(r);
+  std::vector<std::int64_t> index;
+  for (const std::int64_t count : n) {
+    const std::int64_t m = std::max<std::int64_t>(count, 1);
+    index.push_back(
+        static_cast<std::int64_t>(std::nearbyint(.01 * q * static_cast<double>(m - 1))));
   }
-  return torch::stack(out);
+  const torch::Tensor k = torch::tensor(index).to(v.device()).unsqueeze(1);
+  return std::get<0>(v.sort(-1)).gather(1, k).squeeze(1);
 }
 
 // Σ_j w(j) · v[:, j] over the 3 channels of N×3×P, in that order of j: the weights scalars or
@@ -80,13 +70,10 @@ torch::Tensor entry(const torch::Tensor& m, std::int64_t i, std::int64_t j) {
 }
 
 // The eigenvectors of the two largest eigenvalues of each symmetric 3×3 matrix (N×3×3):
-// N×3×2, LAPACK's (torch.linalg.eigh on the CPU, torchstain's), one matrix at a time.
+// N×3×2, torch.linalg.eigh's on the batch's device (LAPACK's on the CPU, torchstain's; cuSOLVER's
+// on a GPU, whose signs may differ: they matter only on tiles whose stain angles straddle ±π).
 torch::Tensor eigen_plane(const torch::Tensor& cov) {
-  const torch::Tensor c = cov.to(torch::kCPU);
-  std::vector<torch::Tensor> out;
-  for (std::int64_t i = 0; i < c.size(0); ++i)
-    out.push_back(std::get<1>(torch::linalg_eigh(c[i].clone())).narrow(1, 1, 2));
-  return torch::stack(out).to(cov.device());
+  return std::get<1>(torch::linalg_eigh(cov)).narrow(2, 1, 2);
 }
 
 // torchstain's cov of each tile's stained optical densities: N×3×3 float32.
@@ -200,22 +187,23 @@ torch::Tensor stain_matrices(const Density& d) {
 }
 
 torch::Tensor concentrations(const torch::Tensor& he, const torch::Tensor& od) {
-  // he = QR (LAPACK's geqrf, torch.linalg.lstsq's gelsy starts from it too), c = R⁻¹ Qᵀ od: a
-  // fixed sum of three products per value and a 2×2 back substitution.
-  const torch::Tensor h = he.to(torch::kCPU);
-  std::vector<torch::Tensor> qs, rs;
-  for (std::int64_t i = 0; i < h.size(0); ++i) {
-    auto [q, r] = torch::linalg_qr(h[i].clone());
-    qs.push_back(q);
-    rs.push_back(r);
-  }
-  const torch::Tensor q = torch::stack(qs).to(od.device()), r = torch::stack(rs).to(od.device());
-  const auto y = [&](std::int64_t j) {
-    return channel_sum(od, [&](std::int64_t i) { return entry(q, i, j); });
+  // The least-squares solution is unique: c = (HeᵀHe)⁻¹Heᵀ od, the 2×2 inverse in closed
+  // form, each tile's 2×3 matrix applied as a fixed sum of three products per value.
+  const auto g = [&](std::int64_t j, std::int64_t k) {  // (HeᵀHe)[j][k]: N
+    const auto at = [&](std::int64_t i, std::int64_t c) { return he.select(1, i).select(1, c); };
+    return at(0, j) * at(0, k) + at(1, j) * at(1, k) + at(2, j) * at(2, k);
   };
-  const torch::Tensor c1 = y(1) / entry(r, 1, 1);
-  const torch::Tensor c0 = (y(0) - entry(r, 0, 1) * c1) / entry(r, 0, 0);
-  return torch::stack({c0, c1}, 1);
+  const torch::Tensor g00 = g(0, 0), g01 = g(0, 1), g11 = g(1, 1);
+  const torch::Tensor det = g00 * g11 - g01 * g01;
+  const torch::Tensor inv[2][2] = {{g11 / det, -g01 / det}, {-g01 / det, g00 / det}};
+  const auto row = [&](std::int64_t j) {  // row j of the pseudo-inverse: N×3
+    return inv[j][0].unsqueeze(-1) * he.select(2, 0) + inv[j][1].unsqueeze(-1) * he.select(2, 1);
+  };
+  const torch::Tensor m0 = row(0), m1 = row(1);
+  const auto apply = [&](const torch::Tensor& m) {
+    return channel_sum(od, [&](std::int64_t i) { return m.select(1, i).unsqueeze(-1); });
+  };
+  return torch::stack({apply(m0), apply(m1)}, 1);
 }
 
 torch::Tensor max_concentrations(const torch::Tensor& c) {

@@ -1,16 +1,20 @@
-// The arithmetic of --stain-norm (features/stain.cpp) on a batch of N tiles at once, as tensors
-// on the batch's device (CPU or CUDA, the same code): torchstain's Macenko and Reinhard, each
-// tile's estimate from that tile alone. A tile's bits depend on that tile only, never on the
-// others in the batch, the batch's size or the math threads:
+// The arithmetic of --stain-norm (features/stain.cpp) on a GPU: a batch of N tiles at once, as
+// tensors on the batch's device, a few launches for the whole batch whatever its size
+// (torchstain's Macenko and Reinhard, each tile's estimate from that tile alone). On the CPU
+// the tiles go through macenko.cpp and reinhard.cpp instead; this code runs there only under
+// the test seam MLTOOL_STAIN_TENSORS=1 (docs/development.md), which checks its arithmetic
+// against torchstain on a machine without a GPU. A tile's bits depend on that tile only,
+// never on the others in the batch or the batch's size:
 // - sums over a tile's pixels are taken in float32 (torchstain's type) in one fixed pairwise
 //   order made of elementwise additions (tree_sum), not by the library's reductions, whose
 //   order follows the tensor's shape, the device and the thread split;
-// - the transcendental functions (log, exp, atan2, pow, cos, sin) are applied to each tile on
-//   its own on the CPU (per_tile), since the vectorised and the scalar code that a thread's
+// - on the CPU the transcendental functions (log, exp, atan2, pow, cos, sin) are applied to
+//   each tile on its own (per_tile), since the vectorised and the scalar code that a thread's
 //   share of a tensor ends with differ in their last bit; the optical density is a table of
 //   its 256 values;
-// - percentiles select (kthvalue, row by row), which is exact; the 3×3 eigenvectors and the 3×2 QR
-//   factorisations are LAPACK's on the CPU, one matrix at a time.
+// - percentiles sort each row and take the rank's value, which is exact; the 3×3
+//   eigenvectors are torch.linalg.eigh's on the batch, the least-squares concentrations the
+//   2×3 pseudo-inverse's in closed form.
 #pragma once
 
 #include <torch/torch.h>
@@ -35,7 +39,7 @@ Density select(const Density& d, const std::vector<std::int64_t>& rows);
 /// Macenko's stain matrices (N×3×2, haematoxylin first) of tiles with at least 2 stained pixels.
 torch::Tensor stain_matrices(const Density& d);
 /// The concentrations (N×2×P) of `od` (N×3×P) in the stains `he` (N×3×2): the least-squares
-/// solution through he's QR factorisation.
+/// solution, (HeᵀHe)⁻¹Heᵀ od.
 torch::Tensor concentrations(const torch::Tensor& he, const torch::Tensor& od);
 /// The 99th percentile of each tile's concentrations of each stain: N×2.
 torch::Tensor max_concentrations(const torch::Tensor& c);

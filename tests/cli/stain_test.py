@@ -126,10 +126,10 @@ def torchstain_reference(method, ref_png):
     return n, normalize
 
 
-def compare(method, ref_png):
-    out = tmp(f"f_{method}")
+def compare(method, ref_png, env=None, name=""):
+    out = tmp(f"f_{method}{name}")
     code, summary, err = extract([tmp("st")], out, "--stain-norm", method, "--stain-reference",
-                                 ref_png)
+                                 ref_png, env=env)
     expect(code == 0, f"extract --stain-norm {method}: exit {code}: {err[-2000:]}")
     got, keys, meta = pixels(out)
     fitted, normalize = torchstain_reference(method, ref_png)
@@ -143,7 +143,7 @@ def compare(method, ref_png):
         diffs.append(np.abs(got[row].astype(np.int16) - normalize(tile).astype(np.int16)).ravel())
     d = np.concatenate(diffs)
     mean, p99 = d.mean(), np.percentile(d, 99)
-    print(f"  {method}: {len(diffs)} tiles normalised, {len(unchanged)} unchanged; against "
+    print(f"  {method}{name}: {len(diffs)} tiles normalised, {len(unchanged)} unchanged; against "
           f"torchstain: mean |diff| {mean:.6f}, p99 {p99:.0f}, max {d.max()} (of 255), "
           f"{np.count_nonzero(d)} of {d.size} values differ")
     expect(mean <= 1 and p99 <= 3, f"{method}: mean |diff| {mean:.3f} <= 1, p99 {p99} <= 3")
@@ -174,6 +174,15 @@ def check_macenko():
 def check_reinhard():
     if not skipped():
         compare("reinhard", tmp("ref_tinted.png"))
+
+
+def check_tensor_path():
+    """The GPU's tensor path (lib/features/stain_math.cpp), run on the CPU by the test seam
+    MLTOOL_STAIN_TENSORS=1, agrees with torchstain as the CPU path does, with either method."""
+    if not skipped():
+        for method in ("macenko", "reinhard"):
+            compare(method, tmp("ref_tinted.png"), env={"MLTOOL_STAIN_TENSORS": "1"},
+                    name=" (tensor path)")
 
 
 def check_slides_as_inputs():
@@ -507,7 +516,7 @@ def check_math_paths():
                    "for byte")
 
 
-CHECKS = [check_macenko, check_reinhard, check_slides_as_inputs, check_reference_formats,
+CHECKS = [check_macenko, check_reinhard, check_tensor_path, check_slides_as_inputs, check_reference_formats,
           check_resume_other_reference, check_refusals, check_slide_fit_macenko,
           check_slide_fit_reinhard, check_slide_fit_deterministic, check_slide_fit_resume,
           check_batch_composition, check_math_threads, check_math_paths]

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -683,6 +684,15 @@ std::optional<StainNormalizer> load_stain(const ExtractJob& job) {
   return stain;
 }
 
+// Slides' QC pictures (--qc) show the slide normalised beside it.
+void show_stain_in_qc(const StainNormalizer& stain, ExtractJob& job) {
+  job.tile.qc_recolour = [&stain](const io::RgbImage& image) { return stain.recolour(image); };
+  job.tile.qc_recolour_caption = std::string("right: --stain-norm ") +
+                                 util::name_of(kStainNorms, stain.method()) + " towards " +
+                                 std::filesystem::path(job.stain_reference).filename().string() +
+                                 ", the stain estimated on the picture";
+}
+
 // What the stain normalisation was, in the model object of features.json and the resume
 // fingerprint: a resume with another method, reference image or fit is refused, naming the
 // option.
@@ -721,7 +731,10 @@ ExtractReport extract_features(const ExtractJob& request) {
   ExtractJob& job = resolved.job;
   const util::OutputLock lock(job.output, "mltool extract");  // one writer per feature store
   if (job.overwrite) ChunkedFeatureWriter::remove_all(job.output);
+  const std::optional<StainNormalizer> stain = load_stain(job);
+  if (stain) show_stain_in_qc(*stain, job);
   auto tiled = resolve_inputs(job);  // job.store: the tile store, or the slides' coordinates
+  job.tile.qc_recolour = nullptr;    // it refers to `stain`
   const Tiles tiles = open_tiles(job);
   const ShardPlan& plan = tiles.plan;
 
@@ -734,7 +747,6 @@ ExtractReport extract_features(const ExtractJob& request) {
              : 0;
   const auto replicas = load_replicas(job, resolved.settings, devices, tiles.tile);
   const std::int64_t dims = replicas.front()->dims();
-  const std::optional<StainNormalizer> stain = load_stain(job);
 
   ExtractReport report;
   report.output = job.output;

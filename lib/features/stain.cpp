@@ -300,6 +300,24 @@ torch::Tensor StainNormalizer::apply(const torch::Tensor& nhwc,
                          u8.index_select(0, torch::tensor(from).to(nhwc.device())));
 }
 
+std::optional<io::RgbImage> StainNormalizer::recolour(const io::RgbImage& image) const {
+  const auto one = [&](auto kernel) -> std::optional<io::RgbImage> {
+    using Kernel = decltype(kernel);
+    const std::uint8_t* px = image.pixels.data();
+    const std::int64_t p = std::int64_t{image.width} * image.height;
+    const std::int64_t count = macenko::stained(px, p);
+    if (!enough(count, p)) return std::nullopt;
+    const auto source = Kernel::fit(px, p, count);
+    if (!source) return std::nullopt;
+    io::RgbImage out{image.width, image.height, std::vector<std::uint8_t>(image.pixels.size())};
+    if (!Kernel::normalize(px, p, *source, Kernel::stain({a_, b_}), out.pixels.data()))
+      return std::nullopt;
+    return out;
+  };
+  torch::InferenceMode guard;
+  return method_ == StainNorm::macenko ? one(MacenkoCpu{}) : one(ReinhardCpu{});
+}
+
 std::optional<SourceStain> StainNormalizer::fit_source(const torch::Tensor& tiles) const {
   torch::InferenceMode guard;
   std::vector<std::int64_t> kept;

@@ -182,6 +182,23 @@ std::string number(double v, int digits) {
 
 }  // namespace
 
+io::RgbImage side_by_side(const io::RgbImage& left, const io::RgbImage& right) {
+  const int gap = std::max(4, left.width / 64);
+  io::RgbImage out;
+  out.width = left.width + gap + right.width;
+  out.height = std::max(left.height, right.height);
+  out.pixels.assign(static_cast<std::size_t>(out.width) * out.height * 3, 255);
+  const auto put = [&](const io::RgbImage& im, int x0) {
+    for (int y = 0; y < im.height; ++y)
+      std::copy_n(im.pixels.data() + static_cast<std::size_t>(y) * im.width * 3,
+                  static_cast<std::size_t>(im.width) * 3,
+                  out.pixels.data() + (static_cast<std::size_t>(y) * out.width + x0) * 3);
+  };
+  put(left, 0);
+  put(right, left.width + gap);
+  return out;
+}
+
 io::RgbImage caption_picture(const io::RgbImage& picture, const std::vector<std::string>& lines) {
   return with_caption(picture, lines);
 }

@@ -170,6 +170,23 @@ std::unique_ptr<OwnJpegTiles> passthrough_source(const Slide& slide, const ReadP
   return nullptr;
 }
 
+// The QC picture of `image` with `overlay`, and beside it job.qc_recolour's picture of it with
+// the same overlay, job.qc_recolour_caption added to the caption (where there is one).
+io::RgbImage qc_with_recolour(const io::RgbImage& image, const QcOverlay& overlay,
+                              const TileJob& job) {
+  if (!job.qc_recolour) return qc_picture(image, overlay);
+  const std::optional<io::RgbImage> recoloured = job.qc_recolour(image);
+  std::vector<std::string> lines = overlay.caption;
+  if (!recoloured) {
+    lines.push_back(job.qc_recolour_caption + ": not shown, too little stain in the picture");
+    return caption_picture(qc_picture(image, {overlay.tissue, overlay.kept, {}}), lines);
+  }
+  lines.push_back(job.qc_recolour_caption);
+  const QcOverlay bare{overlay.tissue, overlay.kept, {}};
+  return caption_picture(side_by_side(qc_picture(image, bare), qc_picture(*recoloured, bare)),
+                         lines);
+}
+
 // The QC picture <dir>/<id>.png (qc.hpp): the slide at --qc-size, its tissue outline, the
 // kept tiles and a caption saying what chose them.
 void write_qc(const Slide& slide, const TileJob& job, const ReadPlan& plan, const TileGrid& grid,
@@ -195,7 +212,8 @@ void write_qc(const Slide& slide, const TileJob& job, const ReadPlan& plan, cons
   c.reader = report.reader;
   overlay.caption = caption_lines(c);
   util::make_directories(job.qc_dir);
-  io::write_png(util::join_path(job.qc_dir, report.id + ".png"), qc_picture(image, overlay));
+  io::write_png(util::join_path(job.qc_dir, report.id + ".png"),
+                qc_with_recolour(image, overlay, job));
 }
 
 }  // namespace

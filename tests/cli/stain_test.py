@@ -186,17 +186,30 @@ def check_tensor_path():
 
 
 def check_slides_as_inputs():
-    """The slide itself as input, tiled on the fly: the store's rows, bit for bit."""
+    """The slide itself as input, tiled on the fly: the store's rows, bit for bit. Its QC
+    picture (--qc) shows the slide and, beside it, the slide normalised: the right half is
+    mltool's normalisation of the left half's slide picture (its stain estimated on it), and
+    the caption says so."""
     if skipped():
         return
     args = ["--stain-norm", "macenko", "--stain-reference", tmp("ref_other.png")]
     code, _, err = extract([tmp("st")], tmp("s_store"), *args)
     expect(code == 0, f"extract of the store: exit {code}: {err[-2000:]}")
-    code, _, err = extract([REAL_SVS], tmp("s_slide"), *args, *TILE_ARGS)
+    code, _, err = extract([REAL_SVS], tmp("s_slide"), *args, *TILE_ARGS, "--qc", tmp("s_qc"),
+                           "--qc-size", "512")
     expect(code == 0, f"extract of the slide: exit {code}: {err[-2000:]}")
     a = np.load(tmp("s_store", "features.npy"))
     b = np.load(tmp("s_slide", "features.npy"))
     expect(a.shape == b.shape and np.array_equal(a, b), "slide and store give the same rows")
+    qc = np.asarray(Image.open(tmp("s_qc", f"{SID}.png")).convert("RGB")).astype(int)
+    with openslide.OpenSlide(REAL_SVS) as s:
+        width, height = s.dimensions
+    w = 512 if width >= height else round(512 * width / height)
+    gap = max(4, w // 64)
+    expect(qc.shape[1] == 2 * w + gap, f"QC picture {qc.shape[1]} px wide, want 2 x {w} + {gap}")
+    left, right = qc[:400, :w], qc[:400, w + gap:]
+    moved = np.abs(left - right).mean()
+    expect(moved > 2, f"the right half differs from the left by {moved:.2f} levels on average")
 
 
 def check_reference_formats():

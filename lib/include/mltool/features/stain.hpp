@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mltool/features/extract.hpp"
+#include "mltool/io/image_codec.hpp"
 
 namespace mltool::features {
 
@@ -65,6 +66,11 @@ class StainNormalizer {
   /// one under the other, as one image. Nothing when no tile has enough stain. Its bits do not
   /// depend on the math threads.
   std::optional<SourceStain> fit_source(const torch::Tensor& tiles) const;
+
+  /// An image (a QC picture of a whole slide) normalised with its stain estimated from itself
+  /// on the CPU, as one tile would be; nothing where it has too little stain or the estimate
+  /// is not finite.
+  std::optional<io::RgbImage> recolour(const io::RgbImage& image) const;
 
   /// A source stain as target_json() writes the target, and back (FormatError naming `what`
   /// for a malformed one).

@@ -53,6 +53,9 @@ inline constexpr double kMinBoxPx = 12;
 /// gives the same pixels.
 io::RgbImage qc_picture(const io::RgbImage& slide, const QcOverlay& overlay);
 
+/// `left` and `right` side by side on white, a gap of 1/64 of their width between them
+/// (`right` drawn at its own size from the top).
+io::RgbImage side_by_side(const io::RgbImage& left, const io::RgbImage& right);
 /// `picture` with qc_picture's caption strip below it (the first line bold).
 io::RgbImage caption_picture(const io::RgbImage& picture, const std::vector<std::string>& lines);
 

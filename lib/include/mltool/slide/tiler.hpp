@@ -9,12 +9,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "mltool/io/dicomweb.hpp"
+#include "mltool/io/image_codec.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/slide/mpp_estimate.hpp"
 #include "mltool/slide/region_reader.hpp"
@@ -56,9 +58,14 @@ extern const util::EnumNames<CheckMpp> kCheckMppChoices;
 /// How to tile, beyond the store's settings.
 struct TileJob {
   io::TileSettings settings;
-  int threads = 0;                  ///< read/encode workers; 0 = one per core
-  std::string qc_dir;               ///< where to write <id>.png QC pictures ("" = none)
-  int qc_size = 1024;               ///< long side of the slide in a QC picture, in pixels
+  int threads = 0;     ///< read/encode workers; 0 = one per core
+  std::string qc_dir;  ///< where to write <id>.png QC pictures ("" = none)
+  int qc_size = 1024;  ///< long side of the slide in a QC picture, in pixels
+  /// `extract --stain-norm`: the slide's QC picture recoloured (nothing where it cannot be:
+  /// too little stain), drawn beside the original with qc_recolour_caption under both; unset:
+  /// the original alone.
+  std::function<std::optional<io::RgbImage>(const io::RgbImage&)> qc_recolour;
+  std::string qc_recolour_caption;
   std::size_t commit_every = 2048;  ///< tiles per LMDB transaction
   ReaderChoice reader = ReaderChoice::automatic;
   Passthrough passthrough = Passthrough::automatic;

@@ -675,22 +675,24 @@ Tiles open_tiles(const ExtractJob& job) {
   return t;
 }
 
-// --stain-norm fitted on --stain-reference, or nothing.
-std::optional<StainNormalizer> load_stain(const ExtractJob& job) {
-  if (job.stain_norm == StainNorm::none) return std::nullopt;
-  StainNormalizer stain = StainNormalizer::from_file(job.stain_norm, job.stain_reference);
-  log::info(std::string("--stain-norm ") + util::name_of(kStainNorms, job.stain_norm) +
-            " fitted on " + job.stain_reference + " (sha256 " + stain.sha256() + ")");
-  return stain;
-}
-
 // Slides' QC pictures (--qc) show the slide normalised beside it.
 void show_stain_in_qc(const StainNormalizer& stain, ExtractJob& job) {
-  job.tile.qc_recolour = [&stain](const io::RgbImage& image) { return stain.recolour(image); };
+  job.tile.qc_recolour = [stain](const io::RgbImage& image) { return stain.recolour(image); };
   job.tile.qc_recolour_caption = std::string("right: --stain-norm ") +
                                  util::name_of(kStainNorms, stain.method()) + " towards " +
                                  std::filesystem::path(job.stain_reference).filename().string() +
                                  ", the stain estimated on the picture";
+}
+
+// --stain-norm fitted on --stain-reference, or nothing; slides' QC pictures then show them
+// normalised too.
+std::optional<StainNormalizer> load_stain(ExtractJob& job) {
+  if (job.stain_norm == StainNorm::none) return std::nullopt;
+  StainNormalizer stain = StainNormalizer::from_file(job.stain_norm, job.stain_reference);
+  log::info(std::string("--stain-norm ") + util::name_of(kStainNorms, job.stain_norm) +
+            " fitted on " + job.stain_reference + " (sha256 " + stain.sha256() + ")");
+  show_stain_in_qc(stain, job);
+  return stain;
 }
 
 // What the stain normalisation was, in the model object of features.json and the resume
@@ -732,9 +734,7 @@ ExtractReport extract_features(const ExtractJob& request) {
   const util::OutputLock lock(job.output, "mltool extract");  // one writer per feature store
   if (job.overwrite) ChunkedFeatureWriter::remove_all(job.output);
   const std::optional<StainNormalizer> stain = load_stain(job);
-  if (stain) show_stain_in_qc(*stain, job);
   auto tiled = resolve_inputs(job);  // job.store: the tile store, or the slides' coordinates
-  job.tile.qc_recolour = nullptr;    // it refers to `stain`
   const Tiles tiles = open_tiles(job);
   const ShardPlan& plan = tiles.plan;
 

@@ -1141,8 +1141,8 @@ def script_cnn(seed):
 
 def check_script_image():
     """A TorchScript CNN on an image dataset's pixels: it learns the tints; the host feed and a
-    resumed run give the plain run's weights byte for byte, --sections and --micro-batches
-    within 1e-5 (no batch norm or dropout in it); --augment and
+    resumed run give the plain run's weights byte for byte, --sections, --micro-batches and
+    --nproc 2 within 1e-5 (no batch norm or dropout in it); --augment and
     --stain-norm train and are recorded; a module that cannot take N x 3 x T x T is refused."""
     from PIL import Image
     ds = image_dataset()
@@ -1164,6 +1164,8 @@ def check_script_image():
     tensors_close(tmp("run_simg_s", "model.safetensors"), tmp("run_simg", "model.safetensors"), 1e-5)
     train_ok(*args, "-o", tmp("run_simg_mb"), "--feed", "pinned", "--micro-batches", "3")
     tensors_close(tmp("run_simg_mb", "model.safetensors"), tmp("run_simg", "model.safetensors"), 1e-5)
+    train_ok(*args, "-o", tmp("run_simg_dp"), "--feed", "pinned", "--nproc", "2")
+    tensors_close(tmp("run_simg_dp", "model.safetensors"), tmp("run_simg", "model.safetensors"), 1e-5)
     # --augment and --stain-norm on the uint8 tiles before the module's forward; recorded.
     ref = np.random.default_rng(7).normal(0, 30, (64, 64, 3)) + np.array([170, 100, 185])
     Image.fromarray(np.clip(ref, 0, 255).astype(np.uint8)).save(tmp("simg_ref.png"))

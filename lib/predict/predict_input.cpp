@@ -191,7 +191,8 @@ PredictInput image_input(const json& run, const PredictJob& job) {
     throw InputError(
         at_file(job.input,
                 std::string(is_feature_store(job.input) ? "a feature store" : "not a tile store") +
-                    ", but an image (rescnn) model predicts on a tile store's pixels: give "
+                    ", but an image model (rescnn, or a TorchScript module trained on an image "
+                    "dataset) predicts on a tile store's pixels: give "
                     "the tile store (mltool tile)"));
   if (!job.tiles.empty() && util::absolute_path(job.tiles) != util::absolute_path(job.input))
     throw UsageError("--tiles " + job.tiles +

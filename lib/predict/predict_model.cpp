@@ -78,6 +78,7 @@ Predictor::Predictor(const json& run, records::PackUnit unit, const PredictJob& 
     // The trained module as the run exported it; the chosen weights are loaded over its own.
     ScriptModel s = load_script_model(job.run + "/model.script.pt");
     s.bag = bag_;
+    s.pixels = unit == records::PackUnit::image;
     script_ = s.module;
     model_ = script_block_model(s, classes);
   } else {

@@ -10,6 +10,7 @@
 #include "mltool/io/sha256.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
+#include "models/blocks.hpp"
 
 namespace mltool::train {
 namespace {
@@ -83,11 +84,14 @@ class ScriptBlock : public Block {
     mirror(*this, *m_.module);
   }
 
-  // Tiles: one call on the batch. Bags: one call per bag on its real instances (L_b x D), the
-  // logits stacked.
+  // Tiles: one call on the batch (pixels: converted first). Bags: one call per bag on its real
+  // instances (L_b x D), the logits stacked.
   Activation forward(const Activation& in) override {
     const auto n = in.x.size(0);
-    if (!m_.bag) return {logits_of(m_, call(m_, in.x, "a batch"), n, classes_, "a batch"), {}};
+    if (!m_.bag) {
+      const auto x = m_.pixels ? models::pixels_to_float(in.x) : in.x;
+      return {logits_of(m_, call(m_, x, "a batch"), n, classes_, "a batch"), {}};
+    }
     std::vector<torch::Tensor> rows;
     for (std::int64_t b = 0; b < n; ++b) {
       const auto x = in.mask.defined() ? in.x[b].index({in.mask[b]}) : in.x[b];
@@ -107,18 +111,24 @@ class ScriptBlock : public Block {
 };
 
 // One top-level child of a module whose forward runs its children in sequence: a block of its
-// own, so sections can cut between children. The last one checks the logits.
+// own, so sections can cut between children. The first one converts pixels (ScriptModel::
+// pixels), the last one checks the logits.
 class ChildBlock : public Block {
  public:
-  ChildBlock(const ScriptModel& m, torch::jit::Module child, std::int64_t classes, bool last)
-      : m_(m), child_(std::move(child)), classes_(classes), last_(last) {
+  ChildBlock(const ScriptModel& m, torch::jit::Module child, std::int64_t classes, bool first,
+             bool last)
+      : m_(m),
+        child_(std::move(child)),
+        classes_(classes),
+        pixels_(first && m.pixels),
+        last_(last) {
     mirror(*this, child_);
   }
 
   Activation forward(const Activation& in) override {
     c10::IValue out;
     try {
-      out = child_.forward({in.x});
+      out = child_.forward({pixels_ ? models::pixels_to_float(in.x) : in.x});
     } catch (const torch::jit::JITException& e) {
       throw InputError(at_file(m_.path, "forward failed: " + last_line(e.what())));
     }
@@ -138,13 +148,16 @@ class ChildBlock : public Block {
   ScriptModel m_;
   torch::jit::Module child_;
   std::int64_t classes_;
-  bool last_;
+  bool pixels_, last_;
 };
 
-// The probe's input in messages: "a batch of 2 x D features (float32)", or a bag of 3.
-std::string rows_of(const ScriptModel& m, std::int64_t n, std::int64_t dims) {
-  return (m.bag ? "a bag of " : "a batch of ") + std::to_string(n) + " x " + std::to_string(dims) +
-         " features (float32)";
+// The probe's input in messages: "a batch of 2 x D features (float32)", a bag of 3, or "a
+// batch of 2 x 3 x T x T pixels (float32 in [0, 1])".
+std::string rows_of(const ScriptModel& m, std::int64_t n, const std::vector<std::int64_t>& sample) {
+  std::string shape = std::to_string(n);
+  for (const auto s : sample) shape += " x " + std::to_string(s);
+  return (m.bag ? "a bag of " : "a batch of ") + shape +
+         (m.pixels ? " pixels (float32 in [0, 1])" : " features (float32)");
 }
 
 // The probe's output `y` on n rows is not the logits. If a second forward, on n + 1 rows, shows
@@ -176,7 +189,7 @@ void refuse_other_unit(const ScriptModel& m, const torch::Tensor& y, std::int64_
   const std::string unit = m.bag ? "bag" : "tile";
   throw InputError(at_file(
       m.path,
-      "forward returned " + shape_of(y) + " for " + rows_of(m, n, dims) + " and " + shape_of(z) +
+      "forward returned " + shape_of(y) + " for " + rows_of(m, n, {dims}) + " and " + shape_of(z) +
           " for " + std::to_string(n + 1) + (m.bag ? " instances" : " rows") +
           (bag_model ? ": it pools the rows into one output, as a bag model does " + bag_sig
                      : ": one row of logits per instance, as a tile model returns " + tile_sig) +
@@ -243,16 +256,18 @@ ScriptModel load_script_model(const std::string& path) {
   return m;
 }
 
-void probe_script(const ScriptModel& m, std::int64_t input_dims, std::int64_t classes,
-                  const std::string& manifest) {
+void probe_script(const ScriptModel& m, const std::vector<std::int64_t>& sample,
+                  std::int64_t classes, const std::string& manifest) {
   const std::int64_t n = m.bag ? 3 : 2;
   torch::NoGradGuard no_grad;
   const bool training = m.module->is_training();
   m.module->eval();
-  const auto what = rows_of(m, n, input_dims);
-  const auto out = call(m, torch::zeros({n, input_dims}), what);
-  if (out.isTensor() && !is_logits(m, out.toTensor(), m.bag ? 1 : n, classes))
-    refuse_other_unit(m, out.toTensor(), n, input_dims, manifest);
+  const auto what = rows_of(m, n, sample);
+  std::vector<std::int64_t> shape{n};
+  shape.insert(shape.end(), sample.begin(), sample.end());
+  const auto out = call(m, torch::zeros(shape), what);
+  if (!m.pixels && out.isTensor() && !is_logits(m, out.toTensor(), m.bag ? 1 : n, classes))
+    refuse_other_unit(m, out.toTensor(), n, sample.at(0), manifest);
   m.module->train(training);
   logits_of(m, out, m.bag ? 1 : n, classes, what);
 }
@@ -265,8 +280,9 @@ std::shared_ptr<BlockModel> script_block_model(const ScriptModel& m, std::int64_
     return model;
   }
   for (std::size_t i = 0; i < children.size(); ++i)
-    model->add(children[i], std::make_shared<ChildBlock>(m, m.module->attr(children[i]).toModule(),
-                                                         classes, i + 1 == children.size()));
+    model->add(children[i],
+               std::make_shared<ChildBlock>(m, m.module->attr(children[i]).toModule(), classes,
+                                            i == 0, i + 1 == children.size()));
   return model;
 }
 

@@ -177,23 +177,28 @@ struct Plan {
 };
 
 // --model MODEL.pt: the module loaded; the spec stands for it in run.json (its sha256, so
-// --resume refuses another file). Tile and bag datasets.
+// --resume refuses another file). Every unit: features, bags, pixels.
 void read_script(const TrainJob& job, Plan& p) {
   p.script = load_script_model(job.spec);
   p.spec.family = "torchscript";
   p.spec.document = {{"family", "torchscript"},
                      {"file", util::absolute_path(job.spec)},
                      {"sha256", p.script->sha256}};
-  require<InputError>(
-      p.data.unit != records::PackUnit::image,
-      at_file(job.spec, "a TorchScript model trains on tile or bag datasets, but " +
-                            p.data.manifest_path + " was packed with --unit image"));
   p.script->bag = p.data.unit == records::PackUnit::bag;
+  p.script->pixels = p.data.unit == records::PackUnit::image;
+}
+
+// The TorchScript module's probe (script_model.hpp) on one sample of the rows' shape: a
+// feature vector, or a tile as the module reads it (3 x T x T float, not the rows' T x T x 3).
+void probe(const Plan& p) {
+  auto sample = p.source->row_shape();
+  if (p.script->pixels) sample = {sample.at(2), sample.at(0), sample.at(1)};
+  probe_script(*p.script, sample, p.classes, p.data.manifest_path);
 }
 
 void check_spec_against_data(const TrainJob& job, const Plan& p) {
   const auto& data = p.data;
-  if (!p.script)  // a TorchScript model's unit is checked by read_script
+  if (!p.script)  // a TorchScript model's input is checked by its probe
     require<InputError>(p.spec.unit() == data.unit,
                         at_file(job.spec, "family " + p.spec.family + " trains on " +
                                               records::to_string(p.spec.unit()) + " records, but " +
@@ -213,7 +218,6 @@ void check_spec_against_data(const TrainJob& job, const Plan& p) {
       at_file(job.spec, "/input_dims: " + std::to_string(p.spec.input_dims.value_or(0)) +
                             ", but the features of " + data.manifest_path + " have " +
                             std::to_string(data.dims) + " dimensions"));
-  if (p.script) probe_script(*p.script, data.dims, p.classes, data.manifest_path);
 }
 
 // --augment and --stain-norm work on tile pixels: image datasets only.
@@ -313,6 +317,7 @@ Plan resolve_plan(const TrainJob& job) {
   p.source = p.data.unit == records::PackUnit::image
                  ? image_source(job, p.data, *store, p.train, p.val, p.tile_store)
                  : feature_source(store);
+  if (p.script) probe(p);
   p.named_bounds = check_sections(job, p);
   return p;
 }

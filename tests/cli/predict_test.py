@@ -2,8 +2,9 @@
 torch.nn.functional forward of the exported weights for the MLP (every tile), ABMIL (every
 slide's bag, and the attention) and the residual CNN (every tile's pixels, from a tile store),
 and the TorchScript module's own forward for runs of your own model (loaded in Python from the
-run's model.script.pt); probabilities are their softmax. With --stain-norm, the residual CNN's
-logits equal the forward of tiles normalised by torchstain. A killed prediction resumes to the
+run's model.script.pt: on features, bags, and a tile store's pixels); probabilities are their
+softmax. With --stain-norm, the residual CNN's and a TorchScript CNN's logits equal the forward
+of tiles normalised by torchstain. A killed prediction resumes to the
 same bytes; one writer per output; it refuses runs that are not finished, inputs of the wrong
 kind, features of another dimension or extractor, tiles of another size.
 
@@ -226,7 +227,7 @@ def check_bad_input():
     doc = json.load(open(os.path.join(d, "run.json")))
     doc["dataset"]["unit"] = "image"
     json.dump(doc, open(os.path.join(d, "run.json"), "w"))
-    refused([d, tmp("feat"), "-o", tmp("p_bad")], 2, ["a feature store", "image (rescnn)", "tile store"])
+    refused([d, tmp("feat"), "-o", tmp("p_bad")], 2, ["a feature store", "an image model (rescnn, or a TorchScript module", "tile store"])
     import tile_store
     tile_store.write_store(tmp("onetile.lmdb"), [{"id": "S00", "rows": 2, "cols": 1}], 16, encoding="png")
     refused([tmp("run_mlp"), tmp("onetile.lmdb"), "-o", tmp("p_bad")], 2, ["a tile store", "mltool extract"])
@@ -310,6 +311,39 @@ def check_image_run(tile_store):
     expect(c == 2 and "24 px tiles" in err and "16 px tiles" in err, f"exit {c}: {err.strip()}")
 
 
+def stain_reference():
+    """tmp/stain_ref.png (once): a 64 x 64 pink-purple reference for --stain-norm."""
+    from PIL import Image
+    if not os.path.exists(tmp("stain_ref.png")):
+        rng = np.random.default_rng(7)
+        ref = np.clip(np.array([170, 100, 185]) + rng.normal(0, 30, (64, 64, 3)), 0, 255)
+        Image.fromarray(ref.astype(np.uint8)).save(tmp("stain_ref.png"))
+    return tmp("stain_ref.png")
+
+
+def torchstain_tiles(method, x):
+    """Tiles x (uint8 N x H x W x 3) normalised by torchstain 1.4.1 (torch backend) fitted on
+    stain_reference(), a tile with too little stain passed as it is (mltool's rule), and the
+    number passed."""
+    import torchstain
+    from PIL import Image
+    ref = np.asarray(Image.open(stain_reference()).convert("RGB"))
+    n = torchstain.normalizers.MacenkoNormalizer(backend="torch") if method == "macenko" \
+        else torchstain.normalizers.ReinhardNormalizer(backend="torch")
+    n.fit(torch.from_numpy(ref.transpose(2, 0, 1).copy()))
+    normalised, unchanged = [], 0
+    for tile in x:
+        od = -np.log((tile.reshape(-1, 3).astype(np.float32) + 1) / 240)
+        if (od >= 0.15).all(axis=1).mean() < 0.05:
+            normalised.append(tile)
+            unchanged += 1
+            continue
+        chw = torch.from_numpy(tile.transpose(2, 0, 1).copy())
+        y = n.normalize(I=chw, stains=False)[0] if method == "macenko" else n.normalize(I=chw)
+        normalised.append(y.numpy().astype(np.uint8))
+    return np.stack(normalised), unchanged
+
+
 def check_image_stain(keys, spec):
     """predict --stain-norm on the image run: its logits equal the functional forward of the
     run's weights on the same tiles normalised by torchstain 1.4.1 (torch backend, fitted on the
@@ -321,31 +355,13 @@ def check_image_stain(keys, spec):
     anything. These noise tiles are ill-posed for Macenko (their stain angles straddle ±π),
     so they also check that mltool takes LAPACK's eigenvector signs as torchstain does: with
     others, 2 of the 36 tiles differ by up to 146 levels."""
-    import torchstain
-    from PIL import Image
-    rng = np.random.default_rng(7)
-    ref = np.clip(np.array([170, 100, 185]) + rng.normal(0, 30, (64, 64, 3)), 0, 255)
-    Image.fromarray(ref.astype(np.uint8)).save(tmp("stain_ref.png"))
     x = np.stack([tint_pixels(k, 16) for k in keys])
     for method in ("macenko", "reinhard"):
         out = tmp(f"pred_img_{method}")
         predict_ok(tmp("run_img"), tmp("newtiles.lmdb"), "-o", out, "--batch", "5", "--weights",
-                   "final", "--stain-norm", method, "--stain-reference", tmp("stain_ref.png"))
-        n = torchstain.normalizers.MacenkoNormalizer(backend="torch") if method == "macenko" \
-            else torchstain.normalizers.ReinhardNormalizer(backend="torch")
-        n.fit(torch.from_numpy(ref.astype(np.uint8).transpose(2, 0, 1).copy()))
-        normalised, unchanged = [], 0
-        for tile in x:
-            od = -np.log((tile.reshape(-1, 3).astype(np.float32) + 1) / 240)
-            if (od >= 0.15).all(axis=1).mean() < 0.05:
-                normalised.append(tile)
-                unchanged += 1
-                continue
-            chw = torch.from_numpy(tile.transpose(2, 0, 1).copy())
-            y = n.normalize(I=chw, stains=False)[0] if method == "macenko" else n.normalize(I=chw)
-            normalised.append(y.numpy().astype(np.uint8))
-        want = rescnn_forward(weights(tmp("run_img"), "model.safetensors"),
-                              torch.from_numpy(np.stack(normalised)), spec)
+                   "final", "--stain-norm", method, "--stain-reference", stain_reference())
+        normalised, unchanged = torchstain_tiles(method, x)
+        want = rescnn_forward(weights(tmp("run_img"), "model.safetensors"), torch.from_numpy(normalised), spec)
         preds = csv_rows(os.path.join(out, "predictions.csv"))
         got = torch.tensor([[float(p["logit_blue"]), float(p["logit_red"])] for p in preds])
         plain = csv_rows(os.path.join(tmp("pred_img"), "predictions.csv"))
@@ -393,6 +409,51 @@ def check_script_tiles():
         got = torch.tensor([[float(p[f"logit_{n}"]) for n in names] for p in preds])
         expect(torch.allclose(got, want, atol=1e-5, rtol=1e-5),
                f"{which}: logits differ from model.script.pt's by {(got - want).abs().max().item()}")
+
+
+def check_script_image():
+    """A TorchScript CNN trained on an image dataset predicts on a tile store: logits equal its
+    model.script.pt's forward in Python on the same tiles (x / 255, N x 3 x H x W) to 1e-5,
+    with heatmaps per slide; with --stain-norm, the forward of the tiles torchstain normalises
+    (to 1e-3, as check_image_stain explains)."""
+    import tile_store
+    ds = T.image_dataset("simg")
+    path = T.script_file("pred_cnn_script.pt", T.script_cnn(4))
+    run = tmp("run_simg")
+    T.train_ok(ds, "--model", path, "-o", run, "--epochs", "4", "--batch", "8", "--lr", "0.01")
+    plain, tile_store.tile_pixels = tile_store.tile_pixels, tint_pixels
+    try:
+        new = [{"id": f"T{i:02d}", "rows": 2, "cols": 3} for i in range(20, 26)]
+        keys = tile_store.write_store(tmp("snewtiles.lmdb"), new, 16, encoding="png")
+    finally:
+        tile_store.tile_pixels = plain
+    x = np.stack([tint_pixels(k, 16) for k in keys])
+    module = torch.jit.load(os.path.join(run, "model.script.pt"))
+
+    def forward(tiles):
+        with torch.no_grad():
+            return module(torch.from_numpy(tiles).permute(0, 3, 1, 2).float() / 255.0)
+
+    def logits(out):
+        return torch.tensor([[float(p["logit_blue"]), float(p["logit_red"])]
+                             for p in csv_rows(os.path.join(out, "predictions.csv"))])
+    s = predict_ok(run, tmp("snewtiles.lmdb"), "-o", tmp("pred_simg"), "--batch", "5", "--weights", "final")
+    expect(s["unit"] == "image" and s["samples"] == len(keys) and s["heatmaps"] == 6, f"summary {s}")
+    preds = csv_rows(os.path.join(tmp("pred_simg"), "predictions.csv"))
+    expect([p["sample"] for p in preds] == keys, "samples are not the tile store's keys in order")
+    got, want = logits(tmp("pred_simg")), forward(x)
+    expect(torch.allclose(got, want, atol=1e-5, rtol=1e-5),
+           f"logits differ from model.script.pt's by {(got - want).abs().max().item()}")
+    right = sum(p["prediction"] == ("red" if int(p["slide"][1:]) % 2 == 0 else "blue") for p in preds)
+    expect(right >= 0.9 * len(preds), f"{right} of {len(preds)} new tiles right")
+    for sl in new:
+        expect(os.path.isfile(os.path.join(tmp("pred_simg"), "heatmaps", sl["id"] + ".png")), f"{sl['id']}.png")
+    predict_ok(run, tmp("snewtiles.lmdb"), "-o", tmp("pred_simg_stain"), "--batch", "5", "--weights", "final",
+               "--stain-norm", "macenko", "--stain-reference", stain_reference())
+    stained = logits(tmp("pred_simg_stain"))
+    gap, moved = (stained - forward(torchstain_tiles("macenko", x)[0])).abs().max().item(), \
+        (stained - got).abs().max().item()
+    expect(moved > 0.05 and gap <= 1e-3, f"--stain-norm: logits {gap} from torchstain's tiles', moved {moved}")
 
 
 def check_script_bags():
@@ -492,4 +553,4 @@ def check_sigterm():
 
 if __name__ == "__main__":
     run_checks("predict", [check_mlp, check_slides, check_abmil, check_heatmaps, check_bad_input, check_image,
-                           check_script_tiles, check_script_bags, check_resume, check_sigterm], only, fixtures)
+                           check_script_image, check_script_tiles, check_script_bags, check_resume, check_sigterm], only, fixtures)

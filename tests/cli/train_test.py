@@ -523,21 +523,34 @@ def tinted_pixels(key, size):
     return np.clip(base + rng.normal(0, 25, (size, size, 3)), 0, 255).astype(np.uint8)
 
 
-def check_image():
+def image_dataset(name="img"):
+    """An image dataset, NAMEds (once): slides of reddish or bluish 16x16 tiles in NAMEtiles.lmdb,
+    labelled by their tint, half of the slides to train and half to validate."""
+    if os.path.exists(tmp(name + "ds")):
+        return tmp(name + "ds")
     import tile_store
-    # Slides of reddish or bluish 16x16 tiles.
-    tile_store.tile_pixels = tinted_pixels
-    slides = [{"id": f"T{i:02d}", "rows": 3, "cols": 4} for i in range(12)]
-    keys = tile_store.write_store(tmp("tiles.lmdb"), slides, 16, encoding="png")
-    write_feature_store(tmp("imgfeat"), np.zeros((len(keys), 2)), keys, source={"tile_store": tmp("tiles.lmdb")})
-    write_labels(tmp("imgs.csv"), [(f"T{i:02d}", "red" if i % 2 == 0 else "blue") for i in range(12)])
-    pack(tmp("imgfeat"), tmp("imgs.csv"), tmp("imgds"), "--unit", "image", "--split", "train=0.5,val=0.5")
+    plain, tile_store.tile_pixels = tile_store.tile_pixels, tinted_pixels
+    try:
+        slides = [{"id": f"T{i:02d}", "rows": 3, "cols": 4} for i in range(12)]
+        keys = tile_store.write_store(tmp(name + "tiles.lmdb"), slides, 16, encoding="png")
+    finally:
+        tile_store.tile_pixels = plain
+    write_feature_store(tmp(name + "feat"), np.zeros((len(keys), 2)), keys,
+                        source={"tile_store": tmp(name + "tiles.lmdb")})
+    write_labels(tmp(name + "s.csv"), [(f"T{i:02d}", "red" if i % 2 == 0 else "blue") for i in range(12)])
+    pack(tmp(name + "feat"), tmp(name + "s.csv"), tmp(name + "ds"), "--unit", "image", "--split",
+         "train=0.5,val=0.5")
+    return tmp(name + "ds")
+
+
+def check_image():
+    image_dataset()
     write_json(tmp("cnn.json"), {"family": "rescnn", "channels": [8, 16]})
     args = [tmp("imgds"), "--model", tmp("cnn.json"), "--epochs", "4", "--batch", "8", "--lr", "0.01"]
     s = train_ok(*args, "-o", tmp("run_img_p"), "--feed", "pinned")
     expect(s["validation"]["val_accuracy"] >= 0.95, f"tints not learned: {s['validation']}")
     expect(s["blocks"] == ["stem", "stage1", "stage2", "pool", "head"], f"blocks {s['blocks']}")
-    train_ok(*args, "-o", tmp("run_img_h"), "--feed", "host", "--tiles", tmp("tiles.lmdb"))
+    train_ok(*args, "-o", tmp("run_img_h"), "--feed", "host", "--tiles", tmp("imgtiles.lmdb"))
     expect(open(tmp("run_img_p", "model.safetensors"), "rb").read() ==
            open(tmp("run_img_h", "model.safetensors"), "rb").read(), "image feeds give different weights")
 
@@ -1116,6 +1129,60 @@ def check_script_resume():
     expect(a == b, "the resumed TorchScript run's weights differ from an uninterrupted run's")
 
 
+def script_cnn(seed):
+    """A small CNN on N x 3 x 16 x 16 pixels in [0, 1] for two classes: an nn.Sequential, so
+    each child is a block (--sections cuts between them)."""
+    torch.manual_seed(seed)
+    nn = torch.nn
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(8, 2))
+
+
+def check_script_image():
+    """A TorchScript CNN on an image dataset's pixels: it learns the tints; the host feed and a
+    resumed run give the plain run's weights byte for byte, --sections, --micro-batches and
+    --nproc 2 within 1e-5 (no batch norm or dropout in it); --augment and
+    --stain-norm train and are recorded; a module that cannot take N x 3 x T x T is refused."""
+    from PIL import Image
+    ds = image_dataset()
+    path = script_file("cnn_script.pt", script_cnn(4))
+    args = [ds, "--model", path, "--epochs", "4", "--batch", "8", "--lr", "0.01"]
+    s = train_ok(*args, "-o", tmp("run_simg"), "--feed", "pinned")
+    expect(s["validation"]["val_accuracy"] >= 0.95, f"tints not learned: {s['validation']}")
+    expect(s["blocks"] == [str(i) for i in range(8)], f"blocks {s['blocks']}")
+    expect(os.path.isfile(tmp("run_simg", "model.script.pt")), "no model.script.pt")
+    plain = open(tmp("run_simg", "model.safetensors"), "rb").read()
+    train_ok(*args, "-o", tmp("run_simg_h"), "--feed", "host")
+    expect(open(tmp("run_simg_h", "model.safetensors"), "rb").read() == plain, "host feed: other weights")
+    train_ok(*args, "-o", tmp("run_simg_r"), "--feed", "pinned", "--max-steps", "7")
+    s = train_ok(*args, "-o", tmp("run_simg_r"), "--feed", "pinned", "--resume")
+    expect(s["resumed_from"] == 7, f"resumed from {s['resumed_from']}")
+    expect(open(tmp("run_simg_r", "model.safetensors"), "rb").read() == plain, "resumed: other weights")
+    s = train_ok(*args, "-o", tmp("run_simg_s"), "--feed", "pinned", "--sections", "2")
+    expect(s["memory"]["mode"] == "sections", f"memory {s['memory']}")
+    tensors_close(tmp("run_simg_s", "model.safetensors"), tmp("run_simg", "model.safetensors"), 1e-5)
+    train_ok(*args, "-o", tmp("run_simg_mb"), "--feed", "pinned", "--micro-batches", "3")
+    tensors_close(tmp("run_simg_mb", "model.safetensors"), tmp("run_simg", "model.safetensors"), 1e-5)
+    train_ok(*args, "-o", tmp("run_simg_dp"), "--feed", "pinned", "--nproc", "2")
+    tensors_close(tmp("run_simg_dp", "model.safetensors"), tmp("run_simg", "model.safetensors"), 1e-5)
+    # --augment and --stain-norm on the uint8 tiles before the module's forward; recorded.
+    ref = np.random.default_rng(7).normal(0, 30, (64, 64, 3)) + np.array([170, 100, 185])
+    Image.fromarray(np.clip(ref, 0, 255).astype(np.uint8)).save(tmp("simg_ref.png"))
+    train_ok(*args, "-o", tmp("run_simg_aug"), "--augment", "flip,hed:0.05", "--stain-norm", "macenko",
+             "--stain-reference", tmp("simg_ref.png"))
+    doc = json.load(open(tmp("run_simg_aug", "run.json")))
+    expect(doc["options"]["augment"] == ["flip", "hed:0.05"] and doc["options"]["stain_norm"] == "macenko" and
+           doc.get("stain_norm", {}).get("method") == "macenko", f"run.json {doc['options']} {doc.get('stain_norm')}")
+    expect(open(tmp("run_simg_aug", "model.safetensors"), "rb").read() != plain, "--augment changed nothing")
+    # A module for features, not pixels.
+    torch.manual_seed(0)
+    lin = script_file("linear5.pt", torch.nn.Linear(5, 2))
+    expect_error([ds, "--model", lin, "-o", tmp("run_bad_simg")], 2,
+                 "linear5.pt: forward failed on a batch of 2 x 3 x 16 x 16 pixels (float32 in [0, 1])")
+    expect(not os.path.exists(tmp("run_bad_simg")), "a run directory was created for a refused module")
+
+
 if __name__ == "__main__":
     run_checks("train", [check_mlp_learns, check_feeds_agree, check_resume, check_kill_and_resume, check_sigterm,
                          check_pytorch_loads, check_abmil_learns, check_report_page, check_classification_cv,
@@ -1124,5 +1191,5 @@ if __name__ == "__main__":
                          check_one_writer, check_script_matches_python, check_script_learns,
                          check_script_bad_input, check_script_resume, check_script_bag_matches_python,
                          check_script_bag_adamw_matches_python,
-                         check_script_sections],
+                         check_script_sections, check_script_image],
               only, fixtures)

@@ -1,5 +1,6 @@
-// Blocks more than one model family uses (lib/train/models/): the activation functions, a
-// dense layer and the classification head. Internal to lib/train.
+// Blocks more than one model family uses (lib/train/models/): the activation functions, the
+// pixels' conversion (rescnn and TorchScript modules on image datasets), a dense layer and the
+// classification head. Internal to lib/train.
 #pragma once
 
 #include <torch/torch.h>
@@ -13,6 +14,12 @@ namespace mltool::train::models {
 
 /// relu, gelu, silu or tanh (the schema's enum) applied to `x`.
 torch::Tensor activate(const std::string& name, const torch::Tensor& x);
+
+/// A batch of tiles as a pixel model reads it: uint8 N x H x W x 3 (decoded, after
+/// --stain-norm and --augment) to float32 N x 3 x H x W in [0, 1] (x / 255). On a GPU the
+/// permuted view stays channels-last in memory (cuDNN's fast layout); on the CPU it is
+/// contiguous NCHW.
+torch::Tensor pixels_to_float(const torch::Tensor& x);
 
 // linear [+ batch norm] + activation + dropout, on the last dimension (so per instance for
 // bags, whose mask passes through).

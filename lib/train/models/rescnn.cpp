@@ -31,16 +31,7 @@ class Stem : public Block {
     norm_ = register_module("norm", torch::nn::BatchNorm2d(out));
   }
   Activation forward(const Activation& in) override {
-    // On a GPU the permuted view stays channels-last (NHWC in memory), as PyTorch's own
-    // `x.permute(0, 3, 1, 2).float()` does, so cuDNN runs its channels-last convolutions and
-    // batch norm: the layout of the PyTorch loop that stepped in 79.5 ms where mltool's NCHW
-    // took 177.7 ms (H200, 2026-11-27). On the CPU, contiguous NCHW: on a channels-last input
-    // oneDNN's AVX-512 kernel for a strided 1×1 convolution's weight gradient (the shortcut of
-    // a strided stage) reads out of bounds for larger tiles — a segfault in LibTorch 2.11
-    // reproduced in PyTorch alone.
-    auto x = in.x.permute({0, 3, 1, 2});
-    if (!x.is_cuda()) x = x.contiguous();
-    x = x.to(torch::kFloat32).div(255.0);
+    auto x = pixels_to_float(in.x);
     x = (x - mean_) / std_;
     return {activate(activation_, norm_->forward(conv_->forward(x))), {}};
   }

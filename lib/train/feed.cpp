@@ -105,9 +105,11 @@ class PinnedFeed : public Feed {
       // gathered on the device like any other batch.
       const auto l = detail::layout(samples_, order_.data_ptr<std::int64_t>() + position_, n, true);
       const auto index = int64_tensor(l.rows).to(device_);
+      // A copy: on the CPU .to(device_) would return the view of l.mask, freed at the end of
+      // this scope (the batch's mask then read whatever reused that memory).
       const auto mask =
           torch::from_blob(const_cast<std::uint8_t*>(l.mask.data()), {n, l.length}, torch::kUInt8)
-              .to(device_);
+              .to(device_, /*non_blocking=*/false, /*copy=*/true);
       b = detail::finish(gather(matrix_, index), y, mask, n, l.length, *source_, unit_);
     } else {
       const auto rows = rows_.index_select(0, ids);

@@ -1,8 +1,8 @@
 // Stain normalisation as torchstain computes it (torchstain/torch/normalizers/macenko.py and
-// reinhard.py), the tiles with too little stain left as they are: Macenko on the CPU tile by
-// tile over the math threads (features/macenko.hpp), as are the fits of the reference and of
-// --stain-fit slide; Macenko on another device and Reinhard anywhere on the batch's tiles at
-// once, as tensors (stain_math.hpp).
+// reinhard.py), the tiles with too little stain left as they are: on the CPU tile by tile over
+// the math threads (features/macenko.hpp, reinhard.hpp), as are the fits of the reference and
+// of --stain-fit slide; on another device the batch's tiles at once, as tensors
+// (stain_math.hpp).
 #include "mltool/features/stain.hpp"
 
 #include <ATen/Parallel.h>
@@ -167,6 +167,19 @@ torch::Tensor reinhard_tensors(const torch::Tensor& tiles,
   return stain_math::reinhard_pixels(lab, mu, sd, means, stds);
 }
 
+// One image's `p` pixels normalised by `Kernel` towards `target` into `out`: its stain
+// estimated from itself (`given` null) or given. False (`out` then undefined) where it has too
+// little stain or no finite estimate.
+template <class Kernel>
+bool normalise_one(const std::uint8_t* px, std::int64_t p, const SourceStain* given,
+                   const typename Kernel::Stain& target, std::uint8_t* out) {
+  const std::int64_t count = macenko::stained(px, p);
+  if (!enough(count, p)) return false;
+  const std::optional<typename Kernel::Stain> source =
+      given ? std::optional(Kernel::stain(*given)) : Kernel::fit(px, p, count);
+  return source && Kernel::normalize(px, p, *source, target, out);
+}
+
 // uint8 N×H×W×3 CPU tiles normalised towards `target` by `Kernel`, each tile on its own over
 // the math threads: its stain estimated from itself (`own`) or sources[i]; flags in `unchanged`
 // (N, all 1) the tiles normalised.
@@ -183,13 +196,9 @@ torch::Tensor on_cpu(const torch::Tensor& nhwc, const std::vector<const SourceSt
   at::parallel_for(0, in.size(0), 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) {
       const std::uint8_t* tile = src + 3 * p * i;
-      const std::int64_t count = macenko::stained(tile, p);
       const SourceStain* given = sources[static_cast<std::size_t>(i)];
-      if ((!own && !given) || !enough(count, p)) continue;
-      const std::optional<typename Kernel::Stain> source =
-          own ? Kernel::fit(tile, p, count) : std::optional(Kernel::stain(*given));
-      if (!source) continue;
-      if (Kernel::normalize(tile, p, *source, target, dst + 3 * p * i))
+      if (!own && !given) continue;
+      if (normalise_one<Kernel>(tile, p, own ? nullptr : given, target, dst + 3 * p * i))
         unchanged[static_cast<std::size_t>(i)] = 0;
       else
         std::memcpy(dst + 3 * p * i, tile, static_cast<std::size_t>(3 * p));
@@ -303,14 +312,9 @@ torch::Tensor StainNormalizer::apply(const torch::Tensor& nhwc,
 std::optional<io::RgbImage> StainNormalizer::recolour(const io::RgbImage& image) const {
   const auto one = [&](auto kernel) -> std::optional<io::RgbImage> {
     using Kernel = decltype(kernel);
-    const std::uint8_t* px = image.pixels.data();
-    const std::int64_t p = std::int64_t{image.width} * image.height;
-    const std::int64_t count = macenko::stained(px, p);
-    if (!enough(count, p)) return std::nullopt;
-    const auto source = Kernel::fit(px, p, count);
-    if (!source) return std::nullopt;
     io::RgbImage out{image.width, image.height, std::vector<std::uint8_t>(image.pixels.size())};
-    if (!Kernel::normalize(px, p, *source, Kernel::stain({a_, b_}), out.pixels.data()))
+    if (!normalise_one<Kernel>(image.pixels.data(), std::int64_t{image.width} * image.height,
+                               nullptr, Kernel::stain({a_, b_}), out.pixels.data()))
       return std::nullopt;
     return out;
   };

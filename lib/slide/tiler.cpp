@@ -176,13 +176,13 @@ io::RgbImage qc_with_recolour(const io::RgbImage& image, const QcOverlay& overla
                               const TileJob& job) {
   if (!job.qc_recolour) return qc_picture(image, overlay);
   const std::optional<io::RgbImage> recoloured = job.qc_recolour(image);
+  const QcOverlay bare{overlay.tissue, overlay.kept, {}};
   std::vector<std::string> lines = overlay.caption;
   if (!recoloured) {
     lines.push_back(job.qc_recolour_caption + ": not shown, too little stain in the picture");
-    return caption_picture(qc_picture(image, {overlay.tissue, overlay.kept, {}}), lines);
+    return caption_picture(qc_picture(image, bare), lines);
   }
   lines.push_back(job.qc_recolour_caption);
-  const QcOverlay bare{overlay.tissue, overlay.kept, {}};
   return caption_picture(side_by_side(qc_picture(image, bare), qc_picture(*recoloured, bare)),
                          lines);
 }

@@ -192,14 +192,25 @@ def check_train():
 def check_predict():
     if not os.path.exists(tmp("run_free", "model.safetensors")):
         check_train()
-    base = [mltool, "predict", tmp("run_free"), tmp("feat"), "--batch", "4096", "--device", DEV,
-            "--weights", "final", "--json", "-q"]
-    free, _ = run_ok([*base, "-o", tmp("p_free")])
-    # The cap from the uncapped run's measured peak: its weights stay, half of the rest goes.
-    peak = free["memory"]["device_peak_bytes"]
-    weights = sum(v.size * 4 for v in safetensors(tmp("run_free", "model.safetensors")).values())
-    limit = weights + (peak - weights) // 2
-    summary, _ = run_ok([*base, "-o", tmp("p_capped")], env=capped(limit))
+    # The same rows in 4 slides of 4,096 tiles: a slide's tiles are one batch (up to --batch),
+    # so a batch's activations (4,096 x WIDTH floats a layer) outweigh what no split can shed
+    # (the weights, cuBLAS's workspace, the allocator's rounding), which slides of 256 tiles
+    # measure.
+    if not os.path.exists(tmp("feat_big", "features.npy")):
+        keys = [f"B{i // 4096}/{i % 4096:06d}_000000" for i in range(16384)]
+        write_feature_store(tmp("feat_big"), np.load(tmp("feat", "features.npy")), keys)
+    base = [mltool, "predict", tmp("run_free"), "--batch", "4096", "--device", DEV, "--weights", "final",
+            "--json", "-q"]
+    small, _ = run_ok([*base, tmp("feat"), "-o", tmp("p_small")])
+    free, _ = run_ok([*base, tmp("feat_big"), "-o", tmp("p_free")])
+    # The cap from the two measured peaks: what a batch of 256 tiles needs stays, half of what
+    # 4,096 tiles need beyond it goes.
+    fixed, peak = small["memory"]["device_peak_bytes"], free["memory"]["device_peak_bytes"]
+    expect(SMOKE or peak - fixed >= 64 * MIB,
+           f"the peak of slides of 4,096 tiles ({peak / MIB:.0f} MiB) is not 64 MiB above that of 256 "
+           f"({fixed / MIB:.0f}): no room to cap between them")
+    limit = fixed + (peak - fixed) // 2
+    summary, _ = run_ok([*base, tmp("feat_big"), "-o", tmp("p_capped")], env=capped(limit))
     expect(SMOKE or summary["split_batches"] > 0,
            f"capped at {limit / MIB:.0f} MiB (the uncapped run peaked at {peak / MIB:.0f}): no split")
     import csv
@@ -212,8 +223,8 @@ def check_predict():
                 worst = max(worst, abs(float(u) - float(v)))
             except ValueError:
                 expect(u == v, f"{u} vs {v}")
-    print(f"predict: {summary['split_batches']} split batches (capped at {limit / MIB:.0f} MiB, uncapped peak "
-          f"{peak / MIB:.0f}), max difference {worst:.2e}")
+    print(f"predict: {summary['split_batches']} split batches (capped at {limit / MIB:.0f} MiB; peaks: 256-tile "
+          f"slides {fixed / MIB:.0f}, 4,096-tile {peak / MIB:.0f}), max difference {worst:.2e}")
     expect(worst <= 1e-4, f"capped predictions differ by {worst}")
 
 

@@ -494,38 +494,69 @@ torch::Tensor normalise_stain(Pipeline& p, HostBatch& hb, const torch::Tensor& i
   return out;
 }
 
-// One thread per device: copy (side stream) → preprocess + forward → features to host.
-// `profiled`: this thread records --profile (the first device's).
+// A batch on its device: its features possibly still computing and, on a GPU, on their way
+// to pinned host memory on a side stream (`copied` recorded after), so that the thread can
+// queue the next batch's forward before it waits for this one's rows.
+struct InFlight {
+  HostBatch batch;
+  torch::Tensor features;  // on the device
+  std::optional<util::BatchSplit> split;
+  torch::Tensor host;  // CUDA: the pinned copy, complete once `copied` is
+  std::optional<at::cuda::CUDAEvent> copied;
+};
+
+// Starts `f`'s features on their way to the host: after the forward, on `stream`.
+void copy_to_host(InFlight& f, const c10::cuda::CUDAStream& stream) {
+  const torch::InferenceMode guard;  // the features are an inference tensor; record_stream
+                                     // counts as writing to them
+  at::cuda::CUDAEvent computed;
+  computed.record(c10::cuda::getCurrentCUDAStream(f.features.device().index()));
+  computed.block(stream);
+  const c10::cuda::CUDAStreamGuard on_stream(stream);
+  f.host = torch::empty(f.features.sizes(),
+                        f.features.options().device(torch::kCPU).pinned_memory(true));
+  f.host.copy_(f.features, /*non_blocking=*/true);
+  f.features.record_stream(stream);
+  f.copied.emplace();
+  f.copied->record(stream);
+}
+
+// `f`'s rows to the writer (on a GPU, once their copy is complete) and its buffer to the pool.
+void collect(Pipeline& p, InFlight& f) {
+  Result r;
+  r.first_row = f.batch.first_row;
+  r.size = f.batch.size;
+  if (f.copied) {
+    f.copied->synchronize();
+    r.features = f.host;
+  } else {
+    r.features = f.features.to(torch::kCPU).contiguous();
+  }
+  r.invalid = std::move(f.batch.invalid);
+  r.unstained = std::move(f.batch.unstained);
+  r.split = f.split;
+  p.pool.push(f.batch.pixels);
+  p.results.put(f.batch.index, std::move(r));
+}
+
+// One thread per device: copy (side stream) → preprocess + forward → features to host (side
+// stream). Batch N+1's forward is queued before batch N's rows are waited for, so the device
+// never idles between batches while the host collects. `profiled`: this thread records
+// --profile (the first device's).
 void run_device(Pipeline& p, Extractor& model, bool profiled) {
   try {
     at::init_num_threads();  // this thread's OpenMP team: the math threads set above
     const torch::Device device = model.device();
     util::StepProfiler profiler(profiled ? p.job.profile : util::ProfileRequest{}, device.is_cuda(),
                                 "batch");
-    std::optional<c10::cuda::CUDAStream> copy_stream;
+    std::optional<c10::cuda::CUDAStream> copy_stream, back_stream;
     std::optional<c10::cuda::CUDAGuard> device_guard;
     if (device.is_cuda()) {
       device_guard.emplace(device.index());
       copy_stream = c10::cuda::getStreamFromPool(false, device.index());
+      back_stream = c10::cuda::getStreamFromPool(false, device.index());
     }
-    struct InFlight {
-      HostBatch batch;
-      torch::Tensor features;  // on the device, possibly still computing
-      std::optional<util::BatchSplit> split;
-    };
     std::optional<InFlight> pending;
-    auto finish_pending = [&] {
-      Result r;
-      r.first_row = pending->batch.first_row;
-      r.size = pending->batch.size;
-      r.features = pending->features.to(torch::kCPU).contiguous();  // waits for that forward
-      r.invalid = std::move(pending->batch.invalid);
-      r.unstained = std::move(pending->batch.unstained);
-      r.split = pending->split;
-      p.pool.push(pending->batch.pixels);
-      p.results.put(pending->batch.index, std::move(r));
-      pending.reset();
-    };
     for (bool first = true; !p.failure.stopped; first = false) {
       profiler.end_step();
       profiler.begin_step();
@@ -535,26 +566,18 @@ void run_device(Pipeline& p, Extractor& model, bool profiled) {
         RECORD_USER_SCOPE("extract: waiting for decoded tiles");  // a starved device shows here
         hb = p.ready.pop();
       }
-      if (!first && hb) p.note_wait(std::chrono::duration<double>(Clock::now() - waiting).count());
-      torch::Tensor input;
-      std::optional<at::cuda::CUDAEvent> copied;
-      if (hb) {
-        torch::Tensor host = hb->pixels.narrow(0, 0, hb->size);
-        if (device.is_cuda()) {
-          // Issued before the previous batch is collected, so the copy overlaps its compute.
-          c10::cuda::CUDAStreamGuard on_copy(*copy_stream);
-          input = host.to(device, /*non_blocking=*/true);
-          copied.emplace();
-          copied->record(*copy_stream);
-        } else {
-          input = host;
-        }
-      }
-      if (pending) finish_pending();
       if (!hb) break;
-      if (copied) {
+      if (!first) p.note_wait(std::chrono::duration<double>(Clock::now() - waiting).count());
+      torch::Tensor input = hb->pixels.narrow(0, 0, hb->size);
+      if (device.is_cuda()) {
+        at::cuda::CUDAEvent copied;
+        {
+          const c10::cuda::CUDAStreamGuard on_copy(*copy_stream);
+          input = input.to(device, /*non_blocking=*/true);
+          copied.record(*copy_stream);
+        }
         const auto compute = c10::cuda::getCurrentCUDAStream(device.index());
-        copied->block(compute);
+        copied.block(compute);
         input.record_stream(compute);
       }
       if (p.stain) input = normalise_stain(p, *hb, input);  // before the preprocessing
@@ -562,13 +585,16 @@ void run_device(Pipeline& p, Extractor& model, bool profiled) {
       auto features = p.splitter->forward(
           input, p.batch_ids[hb->index], [&](const torch::Tensor& x) { return model.forward(x); },
           device, model_text(model, p.job.input_size), split);
-      pending = InFlight{std::move(*hb), std::move(features), split};
-      if (pending->features.size(1) != p.dims)
-        throw UsageError("the model produced " + std::to_string(pending->features.size(1)) +
-                         " features for a batch of " + std::to_string(pending->batch.size) +
-                         " tiles, not " + std::to_string(p.dims));
+      if (features.size(1) != p.dims)
+        throw UsageError("the model produced " + std::to_string(features.size(1)) +
+                         " features for a batch of " + std::to_string(hb->size) + " tiles, not " +
+                         std::to_string(p.dims));
+      InFlight next{std::move(*hb), std::move(features), split, {}, {}};
+      if (back_stream) copy_to_host(next, *back_stream);
+      if (pending) collect(p, *pending);  // its forward ran while this one was queued
+      pending = std::move(next);
     }
-    if (pending) finish_pending();
+    if (pending) collect(p, *pending);
   } catch (...) {
     p.failure.set(std::current_exception());
     p.ready.close();

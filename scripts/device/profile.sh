@@ -9,7 +9,9 @@
 # Traces (each skipped, with a line saying so, where its benchmark's data is absent):
 #   train-mlp         the train benchmark's MLP, batch 512, pinned feed (steps 20-29)
 #   sections-k1, -k4  the seed-003 CNN, batch 7,500 (--cpu-smoke: 64), plain and 4 sections
-#   extract-uni-bf16  UNI over the UNI benchmark's tile store, bf16, batch 256 (batches 5-7)
+#   extract-uni-bf16  UNI over the UNI benchmark's tile store, bf16, batch 256 (batches 5-7);
+#                     -start: batches 0-4, -start-nofuser: the same with PYTORCH_TENSOREXPR=0
+#   extract-r50-bf16  the same three of ResNet-50 over the extract benchmark's store
 set -uo pipefail
 mltool=$1
 archive=$2
@@ -56,15 +58,32 @@ else
   echo "profile sections: skipped (no $work/ds-*: the sections benchmark did not run)"
 fi
 
+# extract: the steady batches (5-7) and, apart, the start (batches 0-4: where the first
+# batches' set-up goes), the latter with TorchScript's fuser and without (PYTORCH_TENSOREXPR=0:
+# its kernels are compiled at the second batch).
+amp=(--amp bf16)
+(( smoke )) && amp=(--amp none)
+extract_traces() {  # NAME STORE MODEL [ARG...]: the three traces of one model
+  local name=$1 store=$2 model=$3
+  shift 3
+  local run=("$mltool" extract "$store" --model "$model" -o "$runs/$name" --overwrite --device "$device"
+    "${amp[@]}" --batch 256 -q "$@")
+  profile "$name" "${run[@]}" --profile "$traces/$name.json" --profile-skip 5 --profile-steps 3
+  profile "$name-start" "${run[@]}" --profile "$traces/$name-start.json" --profile-skip 0 --profile-steps 5
+  profile "$name-start-nofuser" env PYTORCH_TENSOREXPR=0 "${run[@]}" \
+    --profile "$traces/$name-start-nofuser.json" --profile-skip 0 --profile-steps 5
+}
 store=$(ls -d /tmp/mltool-extract-bench-uni/tiles-*.lmdb 2> /dev/null | head -1)
 if [ -n "$store" ] && [ -f /tmp/mltool-uni.pt ]; then
-  amp=(--amp bf16)
-  (( smoke )) && amp=(--amp none)
-  profile extract-uni-bf16 "$mltool" extract "$store" --model /tmp/mltool-uni.pt -o "$runs/uni" \
-    --overwrite --device "$device" "${amp[@]}" --batch 256 -q \
-    --profile "$traces/extract-uni-bf16.json" --profile-skip 5 --profile-steps 3
+  extract_traces extract-uni-bf16 "$store" /tmp/mltool-uni.pt
 else
   echo "profile extract-uni: skipped (no UNI benchmark store or model)"
+fi
+store=$(ls -d /tmp/mltool-extract-bench/tiles-*.lmdb 2> /dev/null | head -1)
+if [ -n "$store" ] && [ -f /tmp/mltool-extract-bench/model.pt ]; then
+  extract_traces extract-r50-bf16 "$store" /tmp/mltool-extract-bench/model.pt --input-size 224
+else
+  echo "profile extract-r50: skipped (no extract benchmark store or model)"
 fi
 
 shopt -s nullglob

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """One line per --profile trace (a Chrome trace written by mltool train|extract|predict
---profile): the recorded steps and their mean wall time, the share of that time the GPU spent
+--profile): the recorded steps and their mean wall time (each one's too, up to 8), the share of that time the GPU spent
 in kernels (the union of kernel intervals inside the steps, over the steps' total), the host
 synchronisations inside the steps (CUDA runtime calls that wait: cudaStreamSynchronize,
 cudaDeviceSynchronize, cudaEventSynchronize, cudaMemcpy; and operators that read a value back:
@@ -34,7 +34,7 @@ def summarize(path):
              and e.get("cat") != "gpu_user_annotation"]
     if not steps:
         return f"{path}: no ProfilerStep ranges"
-    spans = [(s["ts"], s["ts"] + s["dur"]) for s in steps]
+    spans = sorted((s["ts"], s["ts"] + s["dur"]) for s in steps)
 
     def within(e):
         return any(lo <= e["ts"] < hi for lo, hi in spans)
@@ -53,7 +53,8 @@ def summarize(path):
     memory = ", ".join(f"{k} peak {v / 2**30:.2f} GiB" for k, v in sorted(peaks.items())) or "no memory events"
     gpu = f"GPU kernels {100 * busy / wall:.0f}% of step time, {len(kernels) / len(steps):.0f} kernels a step" \
         if kernels else "no GPU kernels"
-    return (f"{path}: {len(steps)} steps, {wall / len(steps) / 1000:.2f} ms a step; {gpu}; "
+    each = f" ({', '.join(f'{(hi - lo) / 1000:.1f}' for lo, hi in spans)} ms)" if len(spans) <= 8 else ""
+    return (f"{path}: {len(steps)} steps, {wall / len(steps) / 1000:.2f} ms a step{each}; {gpu}; "
             f"{syncs} host synchronisations in the steps; {memory}")
 
 

@@ -8,15 +8,20 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <memory>
+#include <optional>
 
 #include "distributed.hpp"
 #include "export.hpp"
+#include "graph_step.hpp"
 #include "mltool/io/crc32c.hpp"
 #include "mltool/train/batches.hpp"
+#include "mltool/train/optimizer.hpp"
 #include "mltool/train/sections.hpp"
 #include "mltool/train/step.hpp"
 #include "mltool/util/batch_split.hpp"
 #include "mltool/util/error.hpp"
+#include "mltool/util/log.hpp"
 #include "mltool/util/stop.hpp"
 #include "oom_step.hpp"
 
@@ -178,7 +183,8 @@ struct Training {
   std::int64_t samples_since_log = 0;
   // The rate of the last step done (what an epoch line resumed right at its end reports).
   double lr;
-  std::int64_t used = 0;  // without --last-batch keep, the remainder is left out
+  std::int64_t used = 0;             // without --last-batch keep, the remainder is left out
+  std::unique_ptr<GraphStep> graph;  // CUDA: steps replayed from a graph; null: none
 };
 
 // Drains the step losses first, so the saved sums hold every step done.
@@ -284,6 +290,47 @@ torch::Tensor join_idle(Loop& loop, std::int64_t global) {
       .detach();
 }
 
+// The graph step of a run whose steps can be captured (graph_step.hpp): CUDA, one process,
+// AdamW, no --augment, no --no-cuda-graph; null otherwise. Its work is the eager step's.
+std::unique_ptr<GraphStep> graph_step_for(Training& t) {
+  Loop& loop = t.loop;
+  auto* adamw = dynamic_cast<FusedAdamW*>(&loop.optimizer);
+  if (t.job.no_cuda_graph || loop.dp || loop.augment || !adamw) return nullptr;
+  return make_graph_step(loop.device, *adamw, [&t](const Batch& b) {
+    std::int64_t bytes = 0;
+    const torch::Tensor loss = accumulate(t.loop, b, b.size, &bytes);
+    t.loop.peak_activation_bytes = std::max(t.loop.peak_activation_bytes, bytes);
+    if (t.job.clip_norm > 0) clip_gradients(t.parameters, t.job.clip_norm);
+    t.loop.optimizer.step();
+    return loss;
+  });
+}
+
+// The step on `b` from the run's CUDA graph, where it takes it (one part, no sections, the
+// captured shapes); nothing where it does not. A failure before the capture is complete
+// leaves the run to eager steps, with a warning.
+std::optional<torch::Tensor> graphed_step(Training& t, const Batch& b) {
+  Loop& loop = t.loop;
+  if (t.graph && (loop.micro_batches != 1 || !loop.section_bounds.empty()))
+    t.graph.reset();  // an out-of-memory retry cut the steps: the graph's memory goes too
+  if (!t.graph || !t.graph->takes(b)) return std::nullopt;
+  const bool was_captured = t.graph->captured();
+  try {
+    auto loss = t.graph->step(b, t.lr);
+    if (!was_captured && t.graph->captured())
+      log::info("CUDA graph: steps of " + std::to_string(b.size) +
+                " samples replay the graph captured at step " + std::to_string(t.state.step + 1));
+    return loss;
+  } catch (const std::exception& e) {
+    if (was_captured) throw;
+    log::warn(std::string("CUDA graph: the step could not be captured (") + e.what() +
+              "); every step runs eagerly");
+    t.graph.reset();
+    loop.optimizer.zero_grad(true);
+    return std::nullopt;
+  }
+}
+
 // One optimizer step on the feed's next batch; its loss goes to the book.
 void train_step(Training& t, int epoch, const std::vector<double>& scales) {
   Loop& loop = t.loop;
@@ -309,19 +356,22 @@ void train_step(Training& t, int epoch, const std::vector<double>& scales) {
                                      loop.section_bounds.empty() ? job.micro_batches : 1, b->size)),
                           scales[static_cast<std::size_t>(state.epoch_step)]);
   }
-  std::int64_t activation_bytes = 0;
-  const std::int64_t global = loop.step_sizes[static_cast<std::size_t>(state.epoch_step)];
-  const bool joins = idle && loop.dp && !loop.task->per_sample();
-  const torch::Tensor local_loss =
-      joins  ? join_idle(loop, global)
-      : idle ? torch::zeros({}, torch::TensorOptions().device(loop.device))
-             : with_oom_retry(loop, state, b->size,
-                              [&] { return accumulate(loop, *b, global, &activation_bytes); });
-  loop.peak_activation_bytes = std::max(loop.peak_activation_bytes, activation_bytes);
-  const auto loss = loop.dp ? loop.reducer->finish(local_loss) : local_loss;
-  if (job.clip_norm > 0) clip_gradients(t.parameters, job.clip_norm);
-  loop.optimizer.step();
-  t.book.add(loss, state.step);
+  auto loss = b && !idle ? graphed_step(t, *b) : std::nullopt;
+  if (!loss) {
+    std::int64_t activation_bytes = 0;
+    const std::int64_t global = loop.step_sizes[static_cast<std::size_t>(state.epoch_step)];
+    const bool joins = idle && loop.dp && !loop.task->per_sample();
+    const torch::Tensor local_loss =
+        joins  ? join_idle(loop, global)
+        : idle ? torch::zeros({}, torch::TensorOptions().device(loop.device))
+               : with_oom_retry(loop, state, b->size,
+                                [&] { return accumulate(loop, *b, global, &activation_bytes); });
+    loop.peak_activation_bytes = std::max(loop.peak_activation_bytes, activation_bytes);
+    loss = loop.dp ? loop.reducer->finish(local_loss) : local_loss;
+    if (job.clip_norm > 0) clip_gradients(t.parameters, job.clip_norm);
+    loop.optimizer.step();
+  }
+  t.book.add(*loss, state.step);
   ++state.step;
   ++state.epoch_step;
   t.samples_since_log += loop.step_sizes[static_cast<std::size_t>(state.epoch_step - 1)];
@@ -451,6 +501,7 @@ void end_epoch(Training& t, int epoch) {
 
 LoopState run_loop(Loop& loop, LoopState state) {
   Training t(loop, state);
+  t.graph = graph_step_for(t);
   t.book.on_bad = [&loop](std::int64_t step, double value) { stop_on_bad_loss(loop, step, value); };
   while (state.status == RunStatus::running && state.epoch < loop.job.epochs) {
     const int epoch = state.epoch;

@@ -74,6 +74,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
       group.states.push_back(state);
     }
   }
+  last_stepped_.clear();
   for (std::size_t g = 0; g < groups.size(); ++g) {
     auto& group = groups[g];
     if (group.params.empty()) continue;
@@ -87,14 +88,29 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
       state->step(state->step() + 1);  // the host's count, which checkpoints save
       d.count = state->step();
       steps.push_back(d.value);
+      last_stepped_.push_back(group.params[i].unsafeGetTensorImpl());
     }
     at::_foreach_add_(steps, 1);
     const auto& o = static_cast<const AdamWOptions&>(param_groups_[g].options());
-    at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, {}, steps,
-                      o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(),
-                      o.eps(), /*amsgrad=*/false, /*maximize=*/false);
+    const auto [beta1, beta2] = o.betas();
+    // The rate as a float32 device scalar always, so that an eager step and a graph's replay
+    // run the one kernel on the same values.
+    const torch::Tensor lr =
+        lr_.defined() ? lr_
+                      : torch::full({}, o.lr(), group.params[0].options().dtype(torch::kFloat32));
+    at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, {}, steps, lr,
+                      beta1, beta2, o.weight_decay(), o.eps(), /*amsgrad=*/false,
+                      /*maximize=*/false);
   }
   return loss;
+}
+
+void FusedAdamW::count_replayed(const std::vector<void*>& stepped) {
+  for (void* key : stepped) {
+    auto* state = static_cast<AdamWParamState*>(state_.at(key).get());
+    state->step(state->step() + 1);
+    device_steps_.at(key).count = state->step();
+  }
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainJob& job, BlockModel& model) {

@@ -141,6 +141,11 @@ util::Options<TrainJob> run_options() {
            "(CUDA; no effect on the CPU)")
           .in("runtime"),
       util::no_oom_retry_option(&J::no_oom_retry).in("runtime"),
+      flag("--no-cuda-graph", &J::no_cuda_graph,
+           "CUDA: run every step eagerly; by default a step of the batch's shape is captured "
+           "once as a CUDA graph and replayed (one process, no --sections or --micro-batches, "
+           "AdamW, no --augment; docs/train.md#cuda-graphs)")
+          .in("runtime"),
       option("--lr", &J::lr, "Peak learning rate").positive().in("options"),
       choice("--optimizer", &J::optimizer, kOptimizers, "adamw or sgd (with momentum)")
           .in("options"),

@@ -101,5 +101,35 @@ TEST(FusedAdamW, CheckpointsLoadEitherWay) {
   EXPECT_LT(max_difference(p1, whole), 1e-5);
 }
 
+TEST(FusedAdamW, ARateReadFromADeviceScalarStepsAsTheGroupsOwn) {
+  // What a CUDA graph's replays do (lib/train/graph_step.cpp): the rate in a scalar the
+  // caller fills each step instead of the groups' options; and the host's counts advanced
+  // by count_replayed for the parameters the last fused step updated.
+  const auto a = parameters(), b = parameters();
+  FusedAdamW own(groups_of(a), AdamWOptions(3e-3)), read(groups_of(b), AdamWOptions(3e-3));
+  own.fuse_on_cpu();
+  read.fuse_on_cpu();
+  const auto lr = torch::zeros({});
+  read.read_lr_from(lr);
+  for (int i = 0; i < 12; ++i) {
+    lr.fill_(3e-3 * (1.0 + 0.1 * i));  // what train() gives the groups at step i
+    train(own, a, i, i + 1);
+    train(read, b, i, i + 1);
+  }
+  EXPECT_EQ(max_difference(a, b), 0.0);
+  // A fixed rate of 0 in the scalar: the groups' rate is not read.
+  lr.fill_(0);
+  const auto before = b[0].detach().clone();
+  train(read, b, 12, 13);
+  EXPECT_TRUE(torch::equal(b[0], before));
+  ASSERT_EQ(read.last_stepped().size(), 3u);
+  read.count_replayed(read.last_stepped());
+  for (const auto& p : b)
+    EXPECT_EQ(
+        static_cast<const torch::optim::AdamWParamState&>(*read.state().at(p.unsafeGetTensorImpl()))
+            .step(),
+        14);
+}
+
 }  // namespace
 }  // namespace mltool::train

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <vector>
 
 #include "mltool/train/models.hpp"
 #include "mltool/train/train_job.hpp"
@@ -30,6 +31,15 @@ class FusedAdamW : public torch::optim::AdamW {
   /// Fuses on the CPU too (ATen has a CPU kernel): for tests, which compare the fused step
   /// with LibTorch's loop where no GPU is.
   void fuse_on_cpu() { cpu_ = true; }
+  /// The learning rate the fused steps read from this device scalar instead of the groups'
+  /// own (undefined: the groups'): a step captured in a CUDA graph follows the schedule when
+  /// its replays are given each step's rate there.
+  void read_lr_from(torch::Tensor lr) { lr_ = std::move(lr); }
+  /// The parameters (their TensorImpl) the last fused step updated.
+  const std::vector<void*>& last_stepped() const { return last_stepped_; }
+  /// A replay of a captured fused step advanced the device counts of `stepped`: the host's
+  /// counts (what checkpoints save) advance with them.
+  void count_replayed(const std::vector<void*>& stepped);
 
  private:
   // Per parameter, its step as a float tensor on its device (what the fused kernel reads) and
@@ -39,6 +49,8 @@ class FusedAdamW : public torch::optim::AdamW {
     std::int64_t count = -1;
   };
   std::unordered_map<void*, DeviceStep> device_steps_;
+  std::vector<void*> last_stepped_;
+  torch::Tensor lr_;
   bool cpu_ = false;
 };
 

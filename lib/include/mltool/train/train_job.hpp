@@ -65,6 +65,7 @@ struct TrainJob {
   /// An out-of-memory error in a step ends the run instead of redoing the step with more
   /// micro-batches (docs/memory-modes.md#out-of-memory).
   bool no_oom_retry = false;
+  bool no_cuda_graph = false;       ///< CUDA: every step eager, none replayed from a graph
   bool offload_boundaries = false;  ///< sections: keep the section inputs in pinned host memory
   LastBatch last_batch = LastBatch::keep;
   double lr = 1e-3;

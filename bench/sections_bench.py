@@ -88,10 +88,11 @@ def make_dataset(mltool, work, tiles, slides):
     return ds
 
 
-def mltool_run(mltool, ds, spec, out, batch, sections, steps, device):
+def mltool_run(mltool, ds, spec, out, batch, sections, steps, device, graph=False):
+    """Eager steps, as PyTorch's (graph: plain steps replayed from a CUDA graph, mltool's default)."""
     cmd = [mltool, "train", ds, "--model", spec, "-o", out, "--overwrite", "--device", device,
            "--feed", "pinned", "--batch", str(batch), "--sections", str(sections), "--epochs", "1",
-           "--max-steps", str(steps), "--log-every", "1", "--json", "-q"]
+           "--max-steps", str(steps), "--log-every", "1", "--json", "-q", *([] if graph else ["--no-cuda-graph"])]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         return None, p.stderr.strip()
@@ -256,6 +257,12 @@ def main():
         log(f"K={k}: mltool peak {m['peak_bytes']}, {m['step_seconds'] * 1e3:.1f} ms/step; "
             f"PyTorch peak {p['peak_bytes']}, {p['step_seconds'] * 1e3:.1f} ms/step")
 
+    # mltool's default for plain steps on CUDA: replayed from a graph (docs/train.md#cuda-graphs).
+    g, err = mltool_run(a.mltool, ds, spec_path, os.path.join(runs, "k1-graph"), a.batch, 1, a.steps, device, True)
+    results["plain_graph"] = g
+    if g:
+        log(f"K=1, CUDA graph: mltool peak {g['peak_bytes']}, {g['step_seconds'] * 1e3:.1f} ms/step")
+
     if a.largest:
         big = make_dataset(a.mltool, a.work, a.largest_tiles, a.largest_tiles // 2000)
         kmax = max(int(s) for s in a.sections.split(","))
@@ -280,6 +287,10 @@ def main():
         name = "plain" if m["sections"] == 1 else f"{m['sections']} sections"
         rows.append(f"| {name} | {gib(mm['peak_bytes'])} | {gib(pp['peak_bytes'])} | {ratio} | "
                     f"{mm['step_seconds'] * 1e3:.1f} | {pp['step_seconds'] * 1e3:.1f} | {over:+.0f}% |")
+    if g:
+        rows.append("")
+        rows.append(f"Plain steps replayed from a CUDA graph (mltool's default; the rows above are eager, as "
+                    f"PyTorch's): peak {gib(g['peak_bytes'])} GiB, {g['step_seconds'] * 1e3:.1f} ms a step.")
     if a.largest:
         kmax = max(int(s) for s in a.sections.split(","))
         l1, lk = results["largest_batch_k1"], results[f"largest_batch_k{kmax}"]

@@ -150,8 +150,10 @@ def torch_model(spec, classes):
     return blocks
 
 
-def torch_run(spec, images, labels, batch, segments, steps, device):
-    """segments: lists of block names (None: plain). Returns peak bytes and median step time."""
+def torch_run(spec, images, labels, batch, segments, steps, device, trace=None):
+    """segments: lists of block names (None: plain). Returns peak bytes and median step time.
+    trace: a path for a Chrome trace (torch.profiler, memory included) of one more step, the
+    counterpart of mltool's --profile trace, to see where the two peaks part."""
     import torch
     from torch import nn
     from torch.utils.checkpoint import checkpoint_sequential
@@ -191,6 +193,21 @@ def torch_run(spec, images, labels, batch, segments, steps, device):
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
     peak = torch.cuda.max_memory_allocated() if cuda else None
+    if trace:
+        from torch.profiler import ProfilerActivity, profile, record_function
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        with profile(activities=activities, profile_memory=True) as prof:
+            with record_function("ProfilerStep#0"):
+                idx = torch.randint(0, x_all.shape[0], (batch,), device=device)
+                x, y = x_all[idx], y_all[idx]
+                opt.zero_grad(set_to_none=True)
+                out = model(x) if segments is None else checkpoint_sequential(model, len(segments), x,
+                                                                               use_reentrant=False)
+                nn.functional.cross_entropy(out, y).backward()
+                opt.step()
+                if cuda:
+                    torch.cuda.synchronize()
+        prof.export_chrome_trace(trace)
     del model, opt, x_all, y_all
     if cuda:
         torch.cuda.empty_cache()
@@ -221,6 +238,9 @@ def main():
     ap.add_argument("--largest", action="store_true", help="also bisect the largest batch that fits")
     ap.add_argument("--largest-tiles", type=int, default=240000)
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny, on the CPU: checks the script")
+    ap.add_argument("--torch-traces", help="a directory for PyTorch's trace of one step at K = "
+                    "--torch-trace-k (pytorch-kK.json), beside mltool's --profile traces")
+    ap.add_argument("--torch-trace-k", type=int, default=4)
     a = ap.parse_args()
     import torch
     device = "cuda" if torch.cuda.is_available() and not a.cpu_smoke else "cpu"
@@ -252,7 +272,11 @@ def main():
             log(f"mltool --sections {k}: failed: {err[-500:]}")
             results["modes"].append({"sections": k, "mltool": None, "error": err[-500:]})
             continue
-        p = torch_run(spec, images, labels, a.batch, None if k == 1 else m["sections"], a.steps, device)
+        trace = None
+        if a.torch_traces and k == a.torch_trace_k:
+            os.makedirs(a.torch_traces, exist_ok=True)
+            trace = os.path.join(a.torch_traces, f"pytorch-k{k}.json")
+        p = torch_run(spec, images, labels, a.batch, None if k == 1 else m["sections"], a.steps, device, trace)
         results["modes"].append({"sections": k, "segments": m["sections"], "mltool": m, "pytorch": p})
         log(f"K={k}: mltool peak {m['peak_bytes']}, {m['step_seconds'] * 1e3:.1f} ms/step; "
             f"PyTorch peak {p['peak_bytes']}, {p['step_seconds'] * 1e3:.1f} ms/step")

@@ -8,7 +8,9 @@
 #
 # Traces (each skipped, with a line saying so, where its benchmark's data is absent):
 #   train-mlp         the train benchmark's MLP, batch 512, pinned feed (steps 20-29)
-#   sections-k1, -k4  the seed-003 CNN, batch 7,500 (--cpu-smoke: 64), plain and 4 sections
+#   sections-k1, -k4  the seed-003 CNN, batch 7,500 (--cpu-smoke: 64), plain and 4 sections;
+#                     sections-k4-pytorch: checkpoint_sequential's step at 4 segments (written
+#                     by the sections benchmark, --torch-traces)
 #   extract-uni-bf16  UNI over the UNI benchmark's tile store, bf16, batch 256 (batches 5-7);
 #                     -start: batches 0-4, -start-nofuser: the same with PYTORCH_TENSOREXPR=0
 #   extract-r50-bf16  the same three of ResNet-50 over the extract benchmark's store
@@ -54,6 +56,10 @@ if [ -n "$ds" ] && [ -f "$work/cnn.json" ]; then
       --device "$device" --feed pinned --batch "$batch" --sections "$k" --epochs 1 --max-steps 6 \
       --log-every 1000 -q --profile "$traces/sections-k$k.json" --profile-skip 3 --profile-steps 2
   done
+  # PyTorch's checkpoint_sequential at 4 segments, traced by the sections benchmark, beside
+  # mltool's: where the two peaks part
+  cp /tmp/mltool-sections-traces/pytorch-k4.json "$traces/sections-k4-pytorch.json" 2> /dev/null ||
+    echo "profile sections-k4-pytorch: missing (the sections benchmark wrote no PyTorch trace)"
 else
   echo "profile sections: skipped (no $work/ds-*: the sections benchmark did not run)"
 fi

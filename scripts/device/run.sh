@@ -251,7 +251,8 @@ if (( built )); then
     if wants sections; then
       # shellcheck disable=SC2086  # SECTIONS_BENCH_ARGS: options of sections_bench.py, split
       bench sections "$(min $(( $(left) - 60 )) 400)" "$out/bench" \
-        SECTIONS_BENCH_WORK=/tmp/mltool-sections-bench -- ${SECTIONS_BENCH_ARGS:-}
+        SECTIONS_BENCH_WORK=/tmp/mltool-sections-bench -- --torch-traces /tmp/mltool-sections-traces \
+        ${SECTIONS_BENCH_ARGS:-}
       append "$out/bench" sections-bench
     fi
     # The profiling pass: traces of train, sections and UNI steps on the benchmarks' data,

@@ -178,8 +178,8 @@ TEST(Sections, AUnitsActivationRunsWithoutItsBranchesOutputs) {
   util::reset_peak_memory(cpu);
   const std::int64_t kept = util::peak_memory(cpu);
   const auto one = static_cast<std::int64_t>(out.nbytes());
-  EXPECT_LE(during - kept, 2 * one + one / 2) << "above what it keeps: " << during - kept
-                                          << " bytes; the output: " << one;
+  EXPECT_LE(during - kept, 2 * one + one / 2)
+      << "above what it keeps: " << during - kept << " bytes; the output: " << one;
 }
 
 }  // namespace

@@ -12,6 +12,10 @@ what it lets a CPU-only machine check of a GPU step:
   sections_memory --sections K lowers the peak of allocated bytes (memory.device_peak_bytes:
                   on the CPU, mltool's counting allocator) as K grows, on a residual CNN
                   whose activations dominate
+  sections_vs_checkpoint  --sections K adds no more to the plain step's peak than PyTorch's
+                  checkpoint_sequential over the same segments (bench/sections_bench.py's
+                  step, its peak from torch.profiler's memory events), with sections that end
+                  on a projecting residual unit
   extract_predict extract and predict --profile: batches as ProfilerStep ranges, the model's
                   operators inside; a run shorter than --profile-skip writes nothing and says so
 
@@ -127,6 +131,57 @@ def check_sections_memory():
     expect(peaks[2] < peaks[1] and peaks[4] < peaks[2], f"the peak does not fall as K grows: {peaks}")
 
 
+def torch_sections_peak(segments, images, labels, batch, steps):
+    """The peak of PyTorch's allocated CPU bytes over bench/sections_bench.py's torch_run (plain,
+    or checkpoint_sequential over `segments`), from the profiler's memory events: its model, its
+    optimizer and its steps are all allocated inside the profiled range."""
+    from torch.profiler import ProfilerActivity, profile
+    import sections_bench
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as prof:
+        sections_bench.torch_run(SECTIONS_SPEC, images, labels, batch, segments, steps, "cpu")
+    path = tmp("checkpoint.trace.json")
+    prof.export_chrome_trace(path)
+    events, _ = trace(path)
+    return max(e["args"]["Total Allocated"] for e in events if e.get("name") == "[memory]")
+
+
+# Stage 2 projects 8 channels to 64 at half the resolution: its first unit's shortcut output is
+# the size of the largest activations, and --sections 3 and 4 end sections on that unit.
+SECTIONS_SPEC = {"family": "rescnn", "channels": [8, 64], "blocks_per_stage": 2, "stem_stride": 1}
+
+
+def check_sections_vs_checkpoint():
+    import torch
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+    torch.set_num_threads(1)
+    T.write_json(tmp("cnn_wide.json"), SECTIONS_SPEC)
+    batch, steps = 64, 2
+    # The pixels as rescnn's stem sees them on the CPU (pixels_to_float: contiguous N x 3 x H x W):
+    # the bench's stem permutes N x H x W x 3, here a view of that layout.
+    images = torch.randint(0, 256, (192, 3, 32, 32), dtype=torch.uint8).permute(0, 2, 3, 1)
+    labels = torch.randint(0, 2, (192,))
+    peaks = {}
+    for k in (1, 3, 4):
+        s = T.train_ok(tmp("imgds"), "--model", tmp("cnn_wide.json"), "-o", tmp(f"run_ckpt{k}"), "--device", "cpu",
+                       "--batch", str(batch), "--epochs", "1", "--max-steps", str(steps), "--sections", str(k),
+                       "--math-threads", "1")
+        segments = s["memory"]["sections"]
+        ours = s["memory"]["device_peak_bytes"]
+        theirs = torch_sections_peak(None if k == 1 else segments, images, labels, batch, steps)
+        peaks[k] = (ours, theirs)
+        print(f"  --sections {k} {segments}: peak {ours} bytes; checkpoint_sequential {theirs}")
+        expect(k == 1 or any(seg[-1] == "stage2.0" for seg in segments),
+               f"--sections {k}: no section ends on the projecting unit stage2.0: {segments}")
+    # Each process holds its own things besides the step (the dataset, the feed): compare what
+    # sectioning changes from each one's plain step. One activation of the largest size is 4 MiB;
+    # the sections' generator states are a few KiB each.
+    for k in (3, 4):
+        ours, theirs = peaks[k][0] - peaks[1][0], peaks[k][1] - peaks[1][1]
+        expect(ours <= theirs + 64 * 1024,
+               f"--sections {k}: peak {ours:+} bytes from plain's; checkpoint_sequential over the same segments "
+               f"{theirs:+} ({ours - theirs} bytes more)")
+
+
 def check_extract_predict():
     prof = tmp("extract.trace.json")
     code, out, err = run([mltool, "extract", tmp("tiles.lmdb"), "-o", tmp("feat_prof"), "--device", "cpu",
@@ -158,5 +213,6 @@ def check_extract_predict():
 
 
 if __name__ == "__main__":
-    run_checks("profile", [check_train_trace, check_no_host_reads, check_sections_memory, check_extract_predict],
+    run_checks("profile", [check_train_trace, check_no_host_reads, check_sections_memory,
+                          check_sections_vs_checkpoint, check_extract_predict],
                only, fixtures)

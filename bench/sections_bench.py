@@ -177,8 +177,7 @@ def torch_run(spec, images, labels, batch, segments, steps, device, trace=None):
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    times = []
-    for step in range(steps):
+    def one_step():  # its seconds
         idx = torch.randint(0, x_all.shape[0], (batch,), device=device)
         x, y = x_all[idx], y_all[idx]
         t = time.perf_counter()
@@ -191,24 +190,18 @@ def torch_run(spec, images, labels, batch, segments, steps, device, trace=None):
         opt.step()
         if cuda:
             torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
+        return time.perf_counter() - t
+
+    times = [one_step() for _ in range(steps)]
     peak = torch.cuda.max_memory_allocated() if cuda else None
     if trace:
         from torch.profiler import ProfilerActivity, profile, record_function
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         with profile(activities=activities, profile_memory=True) as prof:
             with record_function("ProfilerStep#0"):
-                idx = torch.randint(0, x_all.shape[0], (batch,), device=device)
-                x, y = x_all[idx], y_all[idx]
-                opt.zero_grad(set_to_none=True)
-                out = model(x) if segments is None else checkpoint_sequential(model, len(segments), x,
-                                                                               use_reentrant=False)
-                nn.functional.cross_entropy(out, y).backward()
-                opt.step()
-                if cuda:
-                    torch.cuda.synchronize()
+                one_step()
         prof.export_chrome_trace(trace)
-    del model, opt, x_all, y_all
+    model = opt = x_all = y_all = None  # freed before empty_cache (one_step holds the same cells)
     if cuda:
         torch.cuda.empty_cache()
     return {"peak_bytes": peak, "step_seconds": statistics.median(times[2:] or times)}

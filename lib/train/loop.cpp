@@ -290,6 +290,12 @@ torch::Tensor join_idle(Loop& loop, std::int64_t global) {
       .detach();
 }
 
+// The update once the gradients are in: clipped (--clip-norm), then the optimizer's step.
+void update(Training& t) {
+  if (t.job.clip_norm > 0) clip_gradients(t.parameters, t.job.clip_norm);
+  t.loop.optimizer.step();
+}
+
 // The graph step of a run whose steps can be captured (graph_step.hpp): CUDA, one process,
 // AdamW, no --augment, no --no-cuda-graph; null otherwise. Its work is the eager step's.
 std::unique_ptr<GraphStep> graph_step_for(Training& t) {
@@ -300,8 +306,7 @@ std::unique_ptr<GraphStep> graph_step_for(Training& t) {
     std::int64_t bytes = 0;
     const torch::Tensor loss = accumulate(t.loop, b, b.size, &bytes);
     t.loop.peak_activation_bytes = std::max(t.loop.peak_activation_bytes, bytes);
-    if (t.job.clip_norm > 0) clip_gradients(t.parameters, t.job.clip_norm);
-    t.loop.optimizer.step();
+    update(t);
     return loss;
   });
 }
@@ -368,8 +373,7 @@ void train_step(Training& t, int epoch, const std::vector<double>& scales) {
                                 [&] { return accumulate(loop, *b, global, &activation_bytes); });
     loop.peak_activation_bytes = std::max(loop.peak_activation_bytes, activation_bytes);
     loss = loop.dp ? loop.reducer->finish(local_loss) : local_loss;
-    if (job.clip_norm > 0) clip_gradients(t.parameters, job.clip_norm);
-    loop.optimizer.step();
+    update(t);
   }
   t.book.add(*loss, state.step);
   ++state.step;

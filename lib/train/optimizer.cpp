@@ -75,6 +75,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
     }
   }
   last_stepped_.clear();
+  group_rates_.resize(groups.size());
   for (std::size_t g = 0; g < groups.size(); ++g) {
     auto& group = groups[g];
     if (group.params.empty()) continue;
@@ -94,10 +95,17 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
     const auto& o = static_cast<const AdamWOptions&>(param_groups_[g].options());
     const auto [beta1, beta2] = o.betas();
     // The rate as a float32 device scalar always, so that an eager step and a graph's replay
-    // run the one kernel on the same values.
-    const torch::Tensor lr =
-        lr_.defined() ? lr_
-                      : torch::full({}, o.lr(), group.params[0].options().dtype(torch::kFloat32));
+    // run the one kernel on the same values; the group's own scalar is refilled only when its
+    // rate changed (never with a constant schedule).
+    auto& rate = group_rates_[g];
+    if (!lr_.defined() && (!rate.value.defined() || rate.rate != o.lr())) {
+      if (rate.value.defined() && rate.value.device() == group.params[0].device())
+        rate.value.fill_(o.lr());
+      else
+        rate.value = torch::full({}, o.lr(), group.params[0].options().dtype(torch::kFloat32));
+      rate.rate = o.lr();
+    }
+    const torch::Tensor& lr = lr_.defined() ? lr_ : rate.value;
     at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, {}, steps, lr,
                       beta1, beta2, o.weight_decay(), o.eps(), /*amsgrad=*/false,
                       /*maximize=*/false);

@@ -49,6 +49,13 @@ class FusedAdamW : public torch::optim::AdamW {
     std::int64_t count = -1;
   };
   std::unordered_map<void*, DeviceStep> device_steps_;
+  // Per group, its learning rate as the float32 device scalar the fused kernel reads, and the
+  // rate it holds.
+  struct DeviceRate {
+    torch::Tensor value;
+    double rate = 0;
+  };
+  std::vector<DeviceRate> group_rates_;
   std::vector<void*> last_stepped_;
   torch::Tensor lr_;
   bool cpu_ = false;

@@ -7,6 +7,8 @@
 #
 #   scripts/device/rehearse.sh [OUTDIR [LABELS]]   # run.sh's $OUT (default
 #                                                  # /tmp/mltool-rehearsal) and LABELS
+# The files land in OUTDIR/gpu-runs/<date>-rehearsal/ (scripts/device/keep.sh refuses them: a
+# rehearsal's figures are CPU ones) and OUTDIR/traces.tar.gz.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ -f .device/build.tar.xz ] || { echo "rehearse: run scripts/device/prepare.sh first" >&2; exit 1; }

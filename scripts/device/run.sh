@@ -3,11 +3,13 @@
 # carried): unpacks the build that scripts/device/prepare.sh made here (mltool with OpenSlide
 # and libvips, the test programs, the libraries they need; LibTorch is the machine's own torch
 # 2.11.0+cu130, the wheel that build linked), runs the gpu tests, the GPU benchmarks, then the
-# unit tests. Nothing is compiled there: the session's device time goes to the GPU. Results and
-# logs go to $OUT.
+# unit tests. Nothing is compiled there: the session's device time goes to the GPU. The run's
+# text files go to $OUT/gpu-runs/<date>-<gpu>/, to be kept in the project (below).
 #
 #   from a session:  scripts/device/prepare.sh, then the device tool's run with
 #     command: bash scripts/device/run.sh     carry: [".device"]     timeout_s: 600
+#   then, here:      scripts/device/keep.sh FILES_AT   (the run's files_at folder), and commit
+#     bench/gpu-runs/<date>-<gpu>/
 #   rehearsal here:  scripts/device/rehearse.sh   (run.sh --rehearse from a clone elsewhere,
 #     .device copied in: every step, the gpu tests and benchmarks in their --cpu-smoke forms)
 #
@@ -21,12 +23,11 @@
 #      .device/wheels into /tmp/site (PYTHONPATH); `mltool --version` and ldd prove it loads
 #   2. ctest -L gpu (-V: the measured differences are in the log even when they pass), the
 #      slides of gpu_extract's `slides` check from .device/fixtures (MLTOOL_GPU_SLIDES)
-#   3. bench/run-extract.sh $OUT/bench --stain (ResNet-50; with --stain-norm macenko too, issue
-#      39's device goals), again with UNI (ViT-L/16, exported by
+#   3. bench/run-extract.sh /tmp/mltool-device-bench --stain (ResNet-50; with --stain-norm
+#      macenko too, issue 39's device goals), again with UNI (ViT-L/16, exported by
 #      scripts/encoders.py with random weights; UNI_BENCH_N tiles, default 8192), then
-#      bench/run-train.sh $OUT/bench, then bench/run-sections.sh $OUT/bench (issue 7's
-#      seed-003 case), each with what is left (the UNI and sections tables are appended to
-#      summary.txt), then scripts/device/profile.sh (--profile traces of train, sections and
+#      bench/run-train.sh, then bench/run-sections.sh (issue 7's seed-003 case), each with what
+#      is left (every table is appended to summary.txt), then scripts/device/profile.sh (--profile traces of train, sections and
 #      UNI steps on the benchmarks' data: one summary line each in summary.txt, the traces in
 #      $OUT/traces.tar.gz); DEVICE_BENCH (default "extract uni train sections profile") picks
 #      which, e.g. DEVICE_BENCH="train sections profile" in a second call
@@ -36,12 +37,23 @@
 # step's timeout is what is left, and the benchmark's tile count (EXTRACT_BENCH_N, else 20000)
 # shrinks when little is left.
 #
-# $OUT (the device tool brings back at most 8 files): summary.txt (one line per step, the
-# ctest totals and the benchmark tables; also printed at the end), env.txt (GPU, tools,
-# versions, mltool --version, the manifest), ctest-gpu.log, ctest-unit.log, bench.log,
-# profile.log, traces.tar.gz,
-# bench/extract-bench.md, bench/train-bench.md (the .json the benchmarks write beside them are
-# moved to /tmp/mltool-bench-json, to keep within the 8 files; the .md tables hold the figures).
+# Where the files go. Only what is written under $OUT comes back from the GPU machine (8 files
+# at most, no deeper than $OUT/a/b/file), and ../shared is read-only for the project, what is
+# written there lost: a run's text files are kept in the project, in bench/gpu-runs/<date>-<gpu>/
+# (bench/gpu-runs/README.md). So run.sh writes them into $OUT/gpu-runs/<date>-<gpu>/ (the UTC
+# date; the GPU's short lowercase name from nvidia-smi, else torch: h100, h200, a100, rtx4090;
+# `rehearsal` in a rehearsal; -2, -3, ... where bench/gpu-runs/ or $OUT/gpu-runs/ has the name
+# already), text only, each file cut to its first and last 500,000 bytes where it passes 1 MB,
+# and the session runs scripts/device/keep.sh FILES_AT here afterwards, which copies that folder
+# into bench/gpu-runs/ (refusing any file over 1 MB or not text):
+#   $OUT/gpu-runs/<date>-<gpu>/  summary.txt (one line per step, the ctest totals, every
+#                  benchmark table, one line per profile trace; also printed at the end),
+#                  env.txt (GPU, tools, versions, mltool --version, the manifest),
+#                  ctest-gpu.log, ctest-unit.log, bench.log, profile.log
+#   $OUT/traces.tar.gz  the raw --profile traces (Chrome traces, often over 1 MB: not kept in
+#                  the project; their summaries are in summary.txt and profile.log)
+# The benchmarks write their tables and .json into /tmp/mltool-device-bench on the machine; the
+# tables are folded into summary.txt, to keep within the 8 files.
 set -uo pipefail
 rehearse=0
 if [[ ${1:-} == --rehearse ]]; then
@@ -51,11 +63,7 @@ fi
 labels=${1:-gpu|unit}
 budget=${RUN_BUDGET_S:-500}
 t_start=$SECONDS
-out=${OUT:-/tmp/mltool-device-out}
-mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-summary=$out/summary.txt
-: > "$summary"
 failures=0
 
 left() { echo $(( budget - (SECONDS - t_start) )); }
@@ -102,6 +110,35 @@ torch_lib=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(t
 torch_version=$("$python" -c 'import torch; print(torch.__version__)')
 # The CUDA runtime torch loads (mltool-torch.so needs libcudart.so.13 too), wherever it lies.
 cuda_lib=$("$python" -c 'import os, torch; print(next((os.path.dirname(l.split()[-1]) for l in open("/proc/self/maps") if "libcudart.so" in l), ""))')
+
+# The run's folder, $OUT/gpu-runs/<date>-<gpu> (see above).
+gpu_name() {  # the GPU's short lowercase name: "NVIDIA H100 80GB HBM3" -> h100
+  local name tok short=
+  name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -1)
+  [[ -n $name ]] || name=$("$python" -c 'import torch
+print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2> /dev/null)
+  name=$(echo "$name" | tr '[:upper:]' '[:lower:]' | sed -E 's/\b(nvidia|tesla|geforce)\b//g; s/[^a-z0-9]+/ /g')
+  for tok in $name; do  # the words up to the first with a digit: a100, rtx 4090, l40s
+    short+=$tok
+    [[ $tok == *[0-9]* ]] && break
+  done
+  echo "${short:-nogpu}"
+}
+top=${OUT:-/tmp/mltool-device-out}
+gpu=rehearsal
+(( rehearse )) || gpu=$(gpu_name)
+run_name=$(date -u +%F)-$gpu
+for (( i = 2; ; i++ )); do
+  [[ -e bench/gpu-runs/$run_name || -e $top/gpu-runs/$run_name ]] || break
+  run_name=$(date -u +%F)-$gpu-$i
+done
+out=$top/gpu-runs/$run_name
+mkdir -p "$out"
+summary=$out/summary.txt
+: > "$summary"
+# The benchmarks' tables and .json: kept on the machine (the tables go into summary.txt).
+bench_dir=/tmp/mltool-device-bench
+rm -rf "$bench_dir"
 
 env_txt=$out/env.txt
 {
@@ -226,7 +263,7 @@ if (( built )); then
       note "bench: $n tiles (limit ${bench_limit}s)"
       extract_n=()
       (( rehearse )) || extract_n=(EXTRACT_BENCH_N="$n")
-      bench extract "$bench_limit" "$out/bench" "${extract_n[@]}" EXTRACT_BENCH_WORK=/tmp/mltool-extract-bench \
+      bench extract "$bench_limit" "$bench_dir" "${extract_n[@]}" EXTRACT_BENCH_WORK=/tmp/mltool-extract-bench \
         -- --stain
     fi
     # A foundation-model encoder: UNI (ViT-L/16) from scripts/encoders.py, random weights
@@ -245,21 +282,21 @@ if (( built )); then
     fi
     # The train benchmark (pinned vs host vs sync feeds vs PyTorch loops) with what is left.
     if wants train; then
-      bench train "$(min $(( $(left) - 60 )) 200)" "$out/bench" TRAIN_BENCH_WORK=/tmp/mltool-train-bench
+      bench train "$(min $(( $(left) - 60 )) 200)" "$bench_dir" TRAIN_BENCH_WORK=/tmp/mltool-train-bench
     fi
     # Sections vs checkpoint_sequential (seed 003), with what is left.
     if wants sections; then
       # shellcheck disable=SC2086  # SECTIONS_BENCH_ARGS: options of sections_bench.py, split
-      bench sections "$(min $(( $(left) - 60 )) 400)" "$out/bench" \
+      bench sections "$(min $(( $(left) - 60 )) 400)" "$bench_dir" \
         SECTIONS_BENCH_WORK=/tmp/mltool-sections-bench -- --torch-traces /tmp/mltool-sections-traces \
         ${SECTIONS_BENCH_ARGS:-}
-      append "$out/bench" sections-bench
+      append "$bench_dir" sections-bench
     fi
     # The profiling pass: traces of train, sections and UNI steps on the benchmarks' data,
     # summarised into summary.txt, the traces in $OUT/traces.tar.gz.
     if wants profile; then
       step "scripts/device/profile.sh" "$out/profile.log" "$(min $(( $(left) - 30 )) 150)" \
-        env MLTOOL_PYTHON="$python" bash scripts/device/profile.sh "$mltool" "$out/traces.tar.gz" \
+        env MLTOOL_PYTHON="$python" bash scripts/device/profile.sh "$mltool" "$top/traces.tar.gz" \
         "${smoke[@]}"
       grep -E '^(profile |[a-z0-9-]+\.json: )' "$out/profile.log" >> "$summary"
     fi
@@ -282,9 +319,6 @@ if (( built )) && [[ $labels != none ]]; then
     ctest --test-dir build-device --output-on-failure -R '^(cli_help|cli_index)$'
 fi
 
-# The device tool brings back 8 files at most: the .json beside the .md tables stay here.
-mkdir -p /tmp/mltool-bench-json && mv "$out"/bench/*.json /tmp/mltool-bench-json/ 2> /dev/null
-
 # Totals.
 {
   echo
@@ -293,13 +327,26 @@ mkdir -p /tmp/mltool-bench-json && mv "$out"/bench/*.json /tmp/mltool-bench-json
     grep -hE 'tests passed|tests failed|^\s+[0-9]+ - .*\((Failed|Timeout|Not Run|SEGFAULT|Subprocess aborted)|Total Test time' "$out/$log" | sed "s/^/$log: /"
   done
   for table in extract-bench.md train-bench.md; do
-    [ -f "$out/bench/$table" ] || continue
+    [ -f "$bench_dir/$table" ] || continue
     echo
-    cat "$out/bench/$table"
+    cat "$bench_dir/$table"
   done
   echo
   echo "run.sh: $failures step(s) not ok; $((SECONDS - t_start))s of the ${budget}s budget"
+  echo "run.sh: the run's files are in gpu-runs/$run_name under \$OUT; keep them with"
+  echo "  scripts/device/keep.sh FILES_AT   (here, then commit bench/gpu-runs/$run_name)"
 } >> "$summary"
+# The project keeps files of at most 1 MB: a longer log keeps its first and last 500,000 bytes.
+for f in "$out"/*; do
+  size=$(stat -c %s "$f")
+  (( size > 1048576 )) || continue
+  { head -c 500000 "$f"
+    printf '\n[... %d bytes cut here by run.sh: the project keeps files of at most 1 MB ...]\n' \
+      $(( size - 1000000 ))
+    tail -c 500000 "$f"
+  } > "$f.cut" && mv "$f.cut" "$f"
+  [[ $f == "$summary" ]] || note "run.sh: $(basename "$f") cut from $size bytes to 1 MB"
+done
 echo "================ summary.txt"
 cat "$summary"
 (( failures == 0 ))

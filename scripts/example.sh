@@ -96,7 +96,7 @@ if [ -n "$slides_dir$labels_in" ]; then
     die "--slides $slides_dir: no slide files in it (extensions ${extensions//|/ }; subdirectories are not searched)"
 fi
 
-scripts/setup.sh
+MLTOOL_SETUP_FOR=example scripts/setup.sh  # mltool alone: no test programs, no test references
 mltool=build/bin/mltool
 python=.venv/bin/python
 mkdir -p "$work"

@@ -4,6 +4,10 @@
 #
 #   scripts/setup.sh                 # packages + venv + configure + build
 #   MLTOOL_BUILD_DIR=build-x scripts/setup.sh
+#   MLTOOL_SETUP_FOR=example scripts/setup.sh   # what scripts/example.sh needs, no more: no
+#                                    # test-only packages or references, mltool alone built
+#                                    # (tests and benchmarks configured off where the build is
+#                                    # new; a later plain setup turns them on and builds them)
 #
 # Caches live outside the clone so a fresh clone on the same machine rebuilds fast:
 #   ~/.cache/mltool/venv-<hash>  the Python venv (torch), linked as .venv; keyed by
@@ -20,6 +24,12 @@ sudo_cmd=()
 [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
 
 log() { printf 'setup: %s\n' "$*" >&2; }
+for_example=0
+case ${MLTOOL_SETUP_FOR:-all} in
+  all) ;;
+  example) for_example=1 ;;
+  *) echo "setup: MLTOOL_SETUP_FOR is all or example, not '${MLTOOL_SETUP_FOR}'" >&2; exit 1 ;;
+esac
 
 # --- Debian packages -------------------------------------------------------------------
 # OpenSlide is not among them: mltool links OpenSlide 4 from the openslide-bin wheel (below,
@@ -28,11 +38,14 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git python3 python3-venv python3-pip
   libcli11-dev nlohmann-json3-dev liblmdb-dev lmdb-utils libprotobuf-dev protobuf-compiler
   libvips-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libhdf5-dev libtiff-dev
-  libgtest-dev libgmock-dev libbenchmark-dev clang-format
   fonts-dejavu-core  # the font of the QC captions (vips_text) and the charts; named, not left to chance
   librsvg2-2  # libvips' svgload, which renders the charts' SVG to PNG (a libvips42 dependency today)
-  chromium  # headless, for the tests that load report.html in a real browser
   libcurl4-openssl-dev  # slides over DICOMweb (HTTP, TLS with the system CA store)
+)
+# What only the tests, the benchmarks and the format check use: not for the example.
+(( for_example )) || packages+=(
+  libgtest-dev libgmock-dev libbenchmark-dev clang-format
+  chromium  # headless, for the tests that load report.html in a real browser
   orthanc orthanc-dicomweb  # the DICOMweb server tests/cli/dicomweb_test.py serves slides from
 )
 missing=()
@@ -61,8 +74,16 @@ fi
 # Test references that need not key the venv (scripts/requirements-extra.txt): installed into
 # it when the marker of this file's hash is missing, so a second run costs nothing and
 # changing the list never rebuilds the venv (nor, through torch's path, the build).
+# nvJPEG's header and library (extract --decode device; the library is loaded at run time):
+# before configuring, whatever else is installed, so that every build of this venv has it.
+nvjpeg_wheel=nvidia-nvjpeg==13.0.4.44
+if [ ! -f "$venv/.nvjpeg-${nvjpeg_wheel##*==}" ]; then
+  log "installing $nvjpeg_wheel into $venv"
+  "$venv/bin/pip" install -q "$nvjpeg_wheel"
+  touch "$venv/.nvjpeg-${nvjpeg_wheel##*==}"
+fi
 extra_hash=$(sha256sum scripts/requirements-extra.txt | cut -c1-16)
-if [ ! -f "$venv/.extra-$extra_hash" ]; then
+if (( ! for_example )) && [ ! -f "$venv/.extra-$extra_hash" ]; then
   log "installing scripts/requirements-extra.txt into $venv"
   "$venv/bin/pip" install -q -r scripts/requirements-extra.txt
   touch "$venv/.extra-$extra_hash"
@@ -102,9 +123,18 @@ fi
 # --- Configure and build ----------------------------------------------------------------
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 launcher="env;CCACHE_DIR=$CCACHE_DIR;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;CCACHE_BASEDIR=$root;ccache"
+# The example configures a new build without tests and benchmarks (GoogleTest and Google
+# Benchmark are not installed for it); a plain setup turns them on in a build that has them off.
+parts=(-DMLTOOL_BUILD_TESTS=ON -DMLTOOL_BUILD_BENCH=ON)
+(( for_example )) && parts=(-DMLTOOL_BUILD_TESTS=OFF -DMLTOOL_BUILD_BENCH=OFF)
+if [ -f "$build/build.ninja" ] && (( ! for_example )) &&
+   grep -q '^MLTOOL_BUILD_TESTS:BOOL=OFF' "$build/CMakeCache.txt"; then
+  log "configuring $build with the tests and benchmarks"
+  cmake -S . -B "$build" "${parts[@]}" --log-level=ERROR >/dev/null
+fi
 if [ ! -f "$build/build.ninja" ]; then
   log "configuring $build"
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${parts[@]}" \
     -DCMAKE_PREFIX_PATH="$torch_prefix" \
     -DPython3_EXECUTABLE="$root/.venv/bin/python" \
     -DCMAKE_C_COMPILER_LAUNCHER="$launcher" -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
@@ -112,5 +142,7 @@ if [ ! -f "$build/build.ninja" ]; then
     --log-level=ERROR ${MLTOOL_CMAKE_ARGS:-} >/dev/null
 fi
 jobs=${MLTOOL_JOBS:-$(nproc)}
-cmake --build "$build" -j "$jobs"
+targets=()
+(( for_example )) && targets=(--target mltool)  # the program and its LibTorch modules
+cmake --build "$build" -j "$jobs" "${targets[@]}"
 log "built $build/bin/mltool"

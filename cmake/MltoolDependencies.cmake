@@ -68,6 +68,36 @@ if(MLTOOL_WITH_CUDA AND MLTOOL_WITH_TORCH)
   endif()
 endif()
 
+# nvJPEG (extract --decode device): its header at build time, from the CUDA toolkit or, where
+# the toolkit has none (one assembled from PyPI), from the nvidia-nvjpeg wheel that
+# scripts/setup.sh installs in the venv; its library is loaded at run time (lib/cuda/
+# jpeg_decode.cpp), so where it is missing extract decodes on the host.
+set(MLTOOL_HAVE_NVJPEG OFF)
+if(MLTOOL_HAVE_CUDA)
+  find_package(Python3 COMPONENTS Interpreter)
+  set(_mltool_nvjpeg_hints)
+  if(Python3_EXECUTABLE)
+    execute_process(
+      COMMAND "${Python3_EXECUTABLE}" -c
+              "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], 'cu13'))"
+      OUTPUT_VARIABLE _mltool_nvidia OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    if(_mltool_nvidia)
+      set(_mltool_nvjpeg_hints "${_mltool_nvidia}")
+    endif()
+  endif()
+  get_filename_component(_mltool_cuda_root "${CMAKE_CUDA_COMPILER}" DIRECTORY)
+  find_path(MLTOOL_NVJPEG_INCLUDE_DIR nvjpeg.h
+            HINTS "${_mltool_cuda_root}/../include" ${_mltool_nvjpeg_hints}
+            PATH_SUFFIXES include NO_DEFAULT_PATH)
+  find_file(MLTOOL_NVJPEG_LIBRARY NAMES libnvjpeg.so.13
+            HINTS "${_mltool_cuda_root}/../lib64" "${_mltool_cuda_root}/../lib" ${_mltool_nvjpeg_hints}
+            PATH_SUFFIXES lib NO_DEFAULT_PATH)
+  if(MLTOOL_NVJPEG_INCLUDE_DIR)
+    set(MLTOOL_HAVE_NVJPEG ON)
+  endif()
+  message(STATUS "nvJPEG: header ${MLTOOL_NVJPEG_INCLUDE_DIR}, library ${MLTOOL_NVJPEG_LIBRARY}")
+endif()
+
 if(MLTOOL_WITH_TORCH)
   # LibTorch from the PyPI wheel: scripts/setup.sh passes torch.utils.cmake_prefix_path.
   # Torch's config warns about optional pieces (kineto, nvtx) we do not use.

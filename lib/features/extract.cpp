@@ -22,6 +22,7 @@
 #include <string_view>
 #include <thread>
 
+#include "../cuda/jpeg_decode.hpp"
 #include "extract_inputs.hpp"
 #include "mltool/features/chunked_writer.hpp"
 #include "mltool/features/extractor.hpp"
@@ -57,6 +58,10 @@ struct HostBatch {
   torch::Tensor pixels;  // pool buffer, batch × T × T × 3 uint8
   std::vector<std::uint8_t> invalid;
   std::vector<std::uint8_t> unstained;  // --stain-norm left the tile as it was (set on the device)
+  // --decode device: each tile's JPEG stream (empty: none), decoded by the device thread, and
+  // the tiles read on the host instead, in the first slots of `pixels` in this order.
+  std::vector<std::string> jpegs;
+  std::vector<std::int64_t> on_host;
 };
 
 struct Result {
@@ -153,8 +158,11 @@ std::string value_text(const json& v) { return v.is_string() ? v.get<std::string
 
 // "--batch 7 (now 8)".
 std::string option_value(const std::string& field, const json& before, const json& now) {
-  return option_of(field) + " " + (before.is_null() ? "unset" : value_text(before)) + " (now " +
-         value_text(now) + ")";
+  // A model without "decode" decoded on the host (libjpeg-turbo).
+  const auto text = [&](const json& v) {
+    return v.is_null() ? (field == "decode" ? "host (libjpeg-turbo)" : "unset") : value_text(v);
+  };
+  return option_of(field) + " " + text(before) + " (now " + text(now) + ")";
 }
 
 // Refuses a resume whose settings would give other bits than the partial run's, naming the
@@ -193,6 +201,8 @@ void check_resume(const std::string& dir, const json& stored, const json& now) {
       refuse(option_value("stain_fit", before.value("fit", json()), value.value("fit", json())));
     if (before != value) refuse(option_value(field, before, value));
   }
+  if (model_before.is_object() && model_before.contains("decode"))  // now on the host
+    refuse(option_value("decode", model_before.at("decode"), "host (libjpeg-turbo)"));
   refuse("other settings (" + util::join_path(partial, "config.json") + ")");
 }
 
@@ -338,6 +348,7 @@ struct PipelineInputs {
   std::vector<torch::Device> devices;              // one device thread each
   const StainNormalizer* stain = nullptr;          // --stain-norm, or null
   const SlideStains* slide_stains = nullptr;       // --stain-fit slide, or null
+  bool device_decode = false;                      // JPEG tiles decoded by nvJPEG (--decode)
 };
 
 // The three stages and what they share: a reader fills pool buffers with decoded batches,
@@ -353,6 +364,7 @@ struct Pipeline {
         dims(in.dims),
         stain(in.stain),
         slide_stains(in.slide_stains),
+        device_decode(in.device_decode),
         first(in.first),
         batch(static_cast<std::uint64_t>(in.job->batch)),
         first_row(in.first < in.plan->rows ? in.plan->store_row(in.first) : in.keys->size()),
@@ -392,6 +404,7 @@ struct Pipeline {
   const std::int64_t dims;
   const StainNormalizer* stain;
   const SlideStains* slide_stains;
+  const bool device_decode;
   const std::uint64_t first;  // rows committed by an earlier run
   const std::uint64_t batch;
   // The store row of the first row to write; the batch's rows before it, and rows of other
@@ -411,7 +424,8 @@ struct Pipeline {
   // The writer's: when the first batch's rows were written, and how many.
   Clock::time_point first_done;
   std::uint64_t first_rows = 0;
-  std::uint64_t stain_unchanged = 0;  // rows written as they were (--stain-norm)
+  std::uint64_t stain_unchanged = 0;             // rows written as they were (--stain-norm)
+  std::atomic<std::uint64_t> device_decoded{0};  // tiles nvJPEG decoded (--decode device)
 };
 
 // The out-of-memory size rule where the batches before this run's first left it: the splits
@@ -438,28 +452,50 @@ std::string model_text(const Extractor& model, int input_size) {
          " at input size " + std::to_string(input_size);
 }
 
-// Batch `b` of this run read into `buffer` (slide::TilePixels: decoded from the store, or read
-// from the slides of a coordinates store, on --threads workers).
+// Tiles `which` of batch `hb` read on the host (slide::TilePixels: decoded from the store, or
+// read from the slides of a coordinates store, on --threads workers) into its buffer's slots
+// from `slot` on, in that order. A tile that fails is marked invalid under --keep-going (or
+// when its row is not written by this run); otherwise its error ends the run.
+void read_on_host(Pipeline& p, HostBatch& hb, const std::vector<std::int64_t>& which,
+                  std::int64_t slot) {
+  if (which.empty()) return;
+  const std::string* keys = p.keys.data() + hb.first_row;
+  const std::size_t tile_bytes = static_cast<std::size_t>(p.tile) * p.tile * 3;
+  p.pixels.read(
+      which.size(), [&](std::size_t j) -> const std::string& { return keys[which[j]]; },
+      p.job.threads, hb.pixels.data_ptr<std::uint8_t>() + slot * tile_bytes,
+      [&](std::size_t j, const Error& e) {
+        const auto i = static_cast<std::uint64_t>(which[j]);
+        const bool recomputed = !p.writes(hb.first_row + i);  // committed already, or not ours
+        if (!p.job.keep_going && !recomputed) throw;          // the read's error, as it is
+        if (!recomputed) log::warn(std::string(e.what()) + "; its row is marked invalid (NaN)");
+        hb.invalid[i] = 1;
+      });
+}
+
+// Batch `b` of this run read into `buffer`: every tile decoded on the host, or with --decode
+// device each tile's JPEG stream, the tiles without one decoded on the host.
 HostBatch decode_batch(Pipeline& p, std::uint64_t b, torch::Tensor buffer) {
-  const ExtractJob& job = p.job;
   HostBatch hb;
   hb.index = b;
   hb.first_row = p.batch_ids[b] * p.batch;
   hb.size =
-      static_cast<std::int64_t>(std::min<std::uint64_t>(job.batch, p.keys.size() - hb.first_row));
+      static_cast<std::int64_t>(std::min<std::uint64_t>(p.job.batch, p.keys.size() - hb.first_row));
   hb.pixels = buffer;
   hb.invalid.assign(hb.size, 0);
+  std::vector<std::int64_t> all(static_cast<std::size_t>(hb.size));
+  for (std::int64_t i = 0; i < hb.size; ++i) all[i] = i;
+  if (!p.device_decode) {
+    read_on_host(p, hb, all, 0);
+    return hb;
+  }
   const std::string* keys = p.keys.data() + hb.first_row;
-  p.pixels.read(
+  p.pixels.read_jpeg(
       static_cast<std::size_t>(hb.size),
-      [keys](std::size_t i) -> const std::string& { return keys[i]; }, job.threads,
-      hb.pixels.data_ptr<std::uint8_t>(),
-      [&](std::size_t i, const Error& e) {
-        const bool recomputed = !p.writes(hb.first_row + i);  // committed already, or not ours
-        if (!job.keep_going && !recomputed) throw;            // the read's error, as it is
-        if (!recomputed) log::warn(std::string(e.what()) + "; its row is marked invalid (NaN)");
-        hb.invalid[i] = 1;
-      });
+      [keys](std::size_t i) -> const std::string& { return keys[i]; }, p.job.threads, hb.jpegs);
+  for (const std::int64_t i : all)
+    if (hb.jpegs[i].empty()) hb.on_host.push_back(i);
+  read_on_host(p, hb, hb.on_host, 0);
   return hb;
 }
 
@@ -539,6 +575,60 @@ void collect(Pipeline& p, InFlight& f) {
   p.results.put(f.batch.index, std::move(r));
 }
 
+// Decoded tiles on their way to the device on `copy_stream`, which the compute stream waits
+// for; on the CPU, as they are.
+torch::Tensor upload(torch::Tensor input, const std::optional<c10::cuda::CUDAStream>& copy_stream) {
+  if (!copy_stream) return input;
+  at::cuda::CUDAEvent copied;
+  {
+    const c10::cuda::CUDAStreamGuard on_copy(*copy_stream);
+    input = input.to(copy_stream->device(), /*non_blocking=*/true);
+    copied.record(*copy_stream);
+  }
+  const auto compute = c10::cuda::getCurrentCUDAStream(copy_stream->device_index());
+  copied.block(compute);
+  input.record_stream(compute);
+  return input;
+}
+
+// nvJPEG on this thread's device (--decode device), or ResourceError saying why not.
+std::unique_ptr<cuda::JpegDecoder> open_decoder(const torch::Device& device) {
+  std::string why_not;
+  auto decoder = cuda::JpegDecoder::open(why_not);
+  if (!decoder)
+    throw ResourceError("--decode device on " + device.str() + ": " + why_not +
+                        "; decode on the host with --decode host");
+  return decoder;
+}
+
+// --decode device: batch `hb`'s JPEG tiles decoded by nvJPEG into a device tensor on the
+// compute stream, with no host copy of their pixels; the others — read on the host by the
+// reader (hb.on_host), or refused by nvJPEG and read on the host here — copied into their rows.
+torch::Tensor decode_on_device(Pipeline& p, HostBatch& hb, cuda::JpegDecoder& decoder,
+                               const torch::Device& device) {
+  const auto stream = c10::cuda::getCurrentCUDAStream(device.index());
+  torch::Tensor out = torch::empty({hb.size, p.tile, p.tile, 3},
+                                   torch::TensorOptions().dtype(torch::kUInt8).device(device));
+  const std::vector<std::string_view> jpegs(hb.jpegs.begin(), hb.jpegs.end());
+  const auto decoded = decoder.decode(jpegs, p.tile, out.data_ptr<std::uint8_t>(), stream.stream());
+  std::vector<std::int64_t> refused;
+  std::uint64_t on_device = 0;
+  for (std::int64_t i = 0; i < hb.size; ++i) {
+    on_device += decoded[i];
+    if (!hb.jpegs[i].empty() && !decoded[i]) refused.push_back(i);
+  }
+  p.device_decoded += on_device;
+  read_on_host(p, hb, refused, static_cast<std::int64_t>(hb.on_host.size()));
+  std::vector<std::int64_t> rows = hb.on_host;
+  rows.insert(rows.end(), refused.begin(), refused.end());
+  if (!rows.empty()) {
+    const auto n = static_cast<std::int64_t>(rows.size());
+    const torch::Tensor index = torch::tensor(rows, torch::kLong).to(device, true);
+    out.index_copy_(0, index, hb.pixels.narrow(0, 0, n).to(device, /*non_blocking=*/true));
+  }
+  return out;
+}
+
 // One thread per device: copy (side stream) → preprocess + forward → features to host (side
 // stream). Batch N+1's forward is queued before batch N's rows are waited for, so the device
 // never idles between batches while the host collects. `profiled`: this thread records
@@ -551,10 +641,12 @@ void run_device(Pipeline& p, Extractor& model, bool profiled) {
                                 "batch");
     std::optional<c10::cuda::CUDAStream> copy_stream, back_stream;
     std::optional<c10::cuda::CUDAGuard> device_guard;
+    std::unique_ptr<cuda::JpegDecoder> decoder;  // --decode device
     if (device.is_cuda()) {
       device_guard.emplace(device.index());
       copy_stream = c10::cuda::getStreamFromPool(false, device.index());
       back_stream = c10::cuda::getStreamFromPool(false, device.index());
+      if (p.device_decode) decoder = open_decoder(device);
     }
     std::optional<InFlight> pending;
     for (bool first = true; !p.failure.stopped; first = false) {
@@ -568,18 +660,8 @@ void run_device(Pipeline& p, Extractor& model, bool profiled) {
       }
       if (!hb) break;
       if (!first) p.note_wait(std::chrono::duration<double>(Clock::now() - waiting).count());
-      torch::Tensor input = hb->pixels.narrow(0, 0, hb->size);
-      if (device.is_cuda()) {
-        at::cuda::CUDAEvent copied;
-        {
-          const c10::cuda::CUDAStreamGuard on_copy(*copy_stream);
-          input = input.to(device, /*non_blocking=*/true);
-          copied.record(*copy_stream);
-        }
-        const auto compute = c10::cuda::getCurrentCUDAStream(device.index());
-        copied.block(compute);
-        input.record_stream(compute);
-      }
+      torch::Tensor input = decoder ? decode_on_device(p, *hb, *decoder, device)
+                                    : upload(hb->pixels.narrow(0, 0, hb->size), copy_stream);
       if (p.stain) input = normalise_stain(p, *hb, input);  // before the preprocessing
       std::optional<util::BatchSplit> split;
       auto features = p.splitter->forward(
@@ -748,6 +830,74 @@ std::optional<SlideStains> fit_slide_stains(const ExtractJob& job, const StainNo
   return fits;
 }
 
+// --decode device without a GPU: refused before anything is read or written.
+void check_decode(const ExtractJob& job, const std::vector<torch::Device>& devices) {
+  if (job.decode == Decode::device && !devices.front().is_cuda())
+    throw UsageError(
+        "--decode device decodes JPEG tiles on a GPU, and this run has none "
+        "(--device " +
+        job.device + "): use --decode host or auto");
+}
+
+// The decoder of this run's JPEG tiles (--decode): nvJPEG's backend on the GPUs, or
+// libjpeg-turbo on the host. --decode device where it cannot be had: UsageError (no GPU, PNG
+// tiles) or ResourceError (nvJPEG missing).
+std::string choose_decoder(const ExtractJob& job, const std::vector<torch::Device>& devices,
+                           const slide::TilePixels& pixels) {
+  const std::string host = "libjpeg-turbo";
+  if (job.decode == Decode::host) return host;
+  const bool forced = job.decode == Decode::device;
+  if (!devices.front().is_cuda()) return host;  // --decode device: refused by check_decode
+  if (!pixels.may_be_jpeg()) {
+    if (forced)
+      throw UsageError("--decode device decodes JPEG tiles: " + job.store +
+                       " holds PNG tiles; use --decode host or auto");
+    return host;
+  }
+  const c10::cuda::CUDAGuard guard(devices.front().index());
+  std::string why_not;
+  const auto decoder = cuda::JpegDecoder::open(why_not);
+  if (!decoder) {
+    if (forced) throw ResourceError("--decode device: " + why_not + "; use --decode host");
+    log::info("JPEG tiles decoded on the host (libjpeg-turbo): " + why_not);
+    return host;
+  }
+  log::info("JPEG tiles decoded on the GPU by nvJPEG " + decoder->version() + " (" +
+            decoder->backend() + "); tiles of other kinds on the host");
+  return decoder->backend();
+}
+
+// What the pipeline did, into the report and the log: waits, stain, decoding, rates.
+void note_run(const Pipeline& p, std::uint64_t written, Clock::time_point start,
+              Clock::time_point run_start, ExtractReport& report) {
+  report.input_wait_seconds = p.wait_seconds;
+  report.max_input_wait_seconds = p.max_wait_seconds;
+  report.stain_unchanged = p.stain_unchanged;
+  report.stain_seconds = p.stain_seconds;
+  report.device_decoded = p.device_decoded;
+  if (p.device_decode)
+    log::info(std::to_string(report.device_decoded) + " tiles decoded by " + report.decoder + ", " +
+              std::to_string(written) +
+              " written in all (tiles of other kinds, or that "
+              "nvJPEG refused, were decoded on the host)");
+  if (p.stain) {
+    char took[64];
+    std::snprintf(took, sizeof took, "; the normalisation took %.2f s", p.stain_seconds);
+    log::info(std::to_string(p.stain_unchanged) + " of " + std::to_string(written) +
+              " tiles had too little stain to normalise and were left as they were" + took);
+  }
+  const auto end = Clock::now();
+  report.seconds = std::chrono::duration<double>(end - start).count();
+  const double run_seconds = std::chrono::duration<double>(end - run_start).count();
+  report.tiles_per_second = run_seconds > 0 ? written / run_seconds : 0;
+  if (p.first_rows > 0) {
+    report.first_batch_seconds = std::chrono::duration<double>(p.first_done - start).count();
+    const double steady = std::chrono::duration<double>(end - p.first_done).count();
+    if (written > p.first_rows && steady > 0)
+      report.steady_tiles_per_second = static_cast<double>(written - p.first_rows) / steady;
+  }
+}
+
 }  // namespace
 
 ExtractReport extract_features(const ExtractJob& request) {
@@ -755,6 +905,7 @@ ExtractReport extract_features(const ExtractJob& request) {
   check_job(request);
   const auto devices = util::resolve_devices(request.device);
   const bool on_cpu = devices.front().is_cpu();
+  check_decode(request, devices);
   Resolved resolved = resolve_model(request, on_cpu);
   ExtractJob& job = resolved.job;
   const util::OutputLock lock(job.output, "mltool extract");  // one writer per feature store
@@ -781,6 +932,9 @@ ExtractReport extract_features(const ExtractJob& request) {
   report.dims = dims;
   report.model = replicas.front()->describe();
   if (stain) record_stain(*stain, job.stain_fit, report.model);
+  report.decoder = choose_decoder(job, devices, *tiles.pixels);
+  const bool device_decode = report.decoder != "libjpeg-turbo";
+  if (device_decode) report.model["decode"] = report.decoder;  // absent: on the host
   for (const auto& d : devices) report.devices.push_back(d.str());
   report.math_threads = math_threads;
   report.shard = plan.shard.whole() ? "" : plan.shard.text();
@@ -817,6 +971,7 @@ ExtractReport extract_features(const ExtractJob& request) {
   inputs.devices = devices;
   inputs.stain = stain ? &*stain : nullptr;
   inputs.slide_stains = slide_stains ? &*slide_stains : nullptr;
+  inputs.device_decode = device_decode;
   Pipeline pipeline(inputs);
   start_splitter(pipeline, writer);
   Clock::time_point run_start;
@@ -826,28 +981,9 @@ ExtractReport extract_features(const ExtractJob& request) {
     throw ResourceError("extraction stopped after " + std::to_string(written) + " of " +
                         std::to_string(total) + " tiles");
 
-  report.input_wait_seconds = pipeline.wait_seconds;
-  report.max_input_wait_seconds = pipeline.max_wait_seconds;
   report.invalid = writer.finish(job.dtype, report.model, recorded,
                                  slide_stains ? slide_stains->to_json() : json());
-  report.stain_unchanged = pipeline.stain_unchanged;
-  report.stain_seconds = pipeline.stain_seconds;
-  if (stain) {
-    char took[64];
-    std::snprintf(took, sizeof took, "; the normalisation took %.2f s", pipeline.stain_seconds);
-    log::info(std::to_string(pipeline.stain_unchanged) + " of " + std::to_string(written) +
-              " tiles had too little stain to normalise and were left as they were" + took);
-  }
-  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  const auto end = Clock::now();
-  const double run_seconds = std::chrono::duration<double>(end - run_start).count();
-  report.tiles_per_second = run_seconds > 0 ? written / run_seconds : 0;
-  if (pipeline.first_rows > 0) {
-    report.first_batch_seconds = std::chrono::duration<double>(pipeline.first_done - start).count();
-    const double steady = std::chrono::duration<double>(end - pipeline.first_done).count();
-    if (written > pipeline.first_rows && steady > 0)
-      report.steady_tiles_per_second = static_cast<double>(written - pipeline.first_rows) / steady;
-  }
+  note_run(pipeline, written, start, run_start, report);
   return report;
 }
 

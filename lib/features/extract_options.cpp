@@ -53,6 +53,8 @@ util::Option<ExtractJob> noted(util::Option<ExtractJob> o) {
 const util::EnumNames<StainNorm> kStainNorms = {
     {StainNorm::none, "none"}, {StainNorm::macenko, "macenko"}, {StainNorm::reinhard, "reinhard"}};
 const util::EnumNames<StainFit> kStainFits = {{StainFit::tile, "tile"}, {StainFit::slide, "slide"}};
+const util::EnumNames<Decode> kDecodes = {
+    {Decode::host, "host"}, {Decode::device, "device"}, {Decode::automatic, "auto"}};
 
 // The shortest text of each float that reads back as it: "0.485,0.456,0.406".
 std::string rgb_text(const std::array<float, 3>& t) {
@@ -95,6 +97,11 @@ const util::Options<ExtractJob>& extract_options() {
       noted(choice("--amp", &J::amp, kAmps,
                    "Mixed precision for the forward (CUDA autocast on a GPU, CPU autocast on the "
                    "CPU): none, f16 or bf16; default on a GPU: the card's")),
+      choice("--decode", &J::decode, kDecodes,
+             "Where JPEG tiles are decoded: host (libjpeg-turbo on --threads workers), device "
+             "(nvJPEG on each GPU: its hardware decoder where the GPU has one; recorded in "
+             "features.json, a resume must repeat it) or auto (device on CUDA when the tiles are "
+             "JPEG and nvJPEG loads, else host)"),
       noted(choice("--dtype", &J::dtype, kFeatureDTypes,
                    "Stored feature type: f32 or f16; default: the card's")),
       option("--chunk-rows", &J::chunk_rows, "Rows per committed chunk: what a killed run keeps")
@@ -146,6 +153,8 @@ nlohmann::json to_json(const ExtractReport& r) {
           {"invalid", r.invalid},
           {"stain_unchanged", r.stain_unchanged},
           {"stain_seconds", r.stain_seconds},
+          {"decoder", r.decoder},
+          {"device_decoded", r.device_decoded},
           {"devices", r.devices},
           {"math_threads", r.math_threads},
           {"shard", r.shard.empty() ? nlohmann::json() : nlohmann::json(r.shard)},

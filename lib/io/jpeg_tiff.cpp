@@ -88,9 +88,8 @@ bool is_sof(unsigned char marker) {
   return marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
 }
 
-// The colour libjpeg-turbo reads three components as from `jpeg`'s own markers
-// (jdapimin.c: JFIF, then Adobe's transform, then the component ids), or nothing where it
-// would only default, or where decoders might disagree (both JFIF and Adobe, not 3 components).
+}  // namespace
+
 std::optional<JpegColour> implied_colour(std::string_view jpeg, const std::string& what) {
   check_soi(jpeg, what);
   bool jfif = false;
@@ -114,8 +113,6 @@ std::optional<JpegColour> implied_colour(std::string_view jpeg, const std::strin
   if (adobe == 0 || (adobe < 0 && ids == "RGB")) return JpegColour::rgb;
   return std::nullopt;
 }
-
-}  // namespace
 
 const char* colour_name(JpegColour colour) { return colour == JpegColour::rgb ? "rgb" : "ycbcr"; }
 

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "mltool/io/jpeg_tiff.hpp"
 #include "mltool/slide/image.hpp"
 #include "mltool/slide/openslide.hpp"
 #include "mltool/slide/region_reader.hpp"
@@ -41,29 +42,43 @@ struct OpenSlideTiles {
     read_region(x, y, rgb);
   }
 
+  // Tile (x, y)'s own JPEG stream, where tiles are read from them: what own_tile decodes.
+  std::optional<std::string> own_jpeg(std::int64_t x, std::int64_t y) const {
+    if (!own) return std::nullopt;
+    auto jpeg = own->jpeg_at(x, y);
+    if (!jpeg || !own_agree(x, y, *jpeg)) return std::nullopt;
+    return jpeg;
+  }
+
  private:
   void read_region(std::int64_t x, std::int64_t y, std::uint8_t* rgb) const {
     if (reader) return reader->read_rgb(x, y, read_size, read_size, rgb);
     slide.read_rgb(x, y, level, read_size, read_size, rgb);
   }
-  // Tile (x, y) decoded from the slide's own JPEG tile, if it is one and they agree.
-  bool own_tile(std::int64_t x, std::int64_t y, std::uint8_t* rgb) const {
-    const auto jpeg = own->jpeg_at(x, y);
-    if (!jpeg) return false;
-    thread_local io::RgbImage image;
-    io::decode_image(jpeg->data(), jpeg->size(), image, slide.path() + ": its own JPEG tile");
-    const std::size_t bytes = static_cast<std::size_t>(read_size * read_size * 3);
-    if (image.width != read_size || image.height != read_size) return false;
+  // Whether the own tiles decode to exactly what the reader reads: found once, on the first
+  // one asked for (tile (x, y), `jpeg`).
+  bool own_agree(std::int64_t x, std::int64_t y, const std::string& jpeg) const {
     std::call_once(own_checked, [&] {
-      std::vector<std::uint8_t> theirs(bytes);
+      io::RgbImage image;
+      io::decode_image(jpeg.data(), jpeg.size(), image, slide.path() + ": its own JPEG tile");
+      std::vector<std::uint8_t> theirs(static_cast<std::size_t>(read_size * read_size * 3));
       read_region(x, y, theirs.data());
-      own_agrees = std::equal(theirs.begin(), theirs.end(), image.pixels.begin());
+      own_agrees = image.width == read_size && image.height == read_size &&
+                   std::equal(theirs.begin(), theirs.end(), image.pixels.begin());
       log::debug(slide.path() + (own_agrees ? ": tiles decoded from its own JPEG tiles"
                                             : ": its own JPEG tiles decode otherwise than the "
                                               "reader reads them; tiles are read as regions"));
     });
-    if (!own_agrees) return false;
-    std::memcpy(rgb, image.pixels.data(), bytes);
+    return own_agrees;
+  }
+  // Tile (x, y) decoded from the slide's own JPEG tile, if it is one and they agree.
+  bool own_tile(std::int64_t x, std::int64_t y, std::uint8_t* rgb) const {
+    const auto jpeg = own_jpeg(x, y);
+    if (!jpeg) return false;
+    thread_local io::RgbImage image;
+    io::decode_image(jpeg->data(), jpeg->size(), image, slide.path() + ": its own JPEG tile");
+    if (image.width != read_size || image.height != read_size) return false;
+    std::memcpy(rgb, image.pixels.data(), static_cast<std::size_t>(read_size * read_size * 3));
     return true;
   }
 };
@@ -153,6 +168,7 @@ TilePixels::TilePixels(const io::TileStore& store, const io::DicomwebOptions& we
                              "not a tile store, or no slide is complete in it (no "
                              "meta 'store' record)"));
   tile_ = settings->tile_size;
+  jpeg_tiles_ = settings->pixels && settings->encoding == io::TileEncoding::jpeg;
   if (!settings->pixels) slides_ = std::make_unique<Slides>(store, web);
 }
 
@@ -196,6 +212,50 @@ void TilePixels::read(std::size_t n, const std::function<const std::string&(std:
     } catch (const Error& e) {
       std::memset(slot, 0, tile_bytes);
       failed(i, e);
+    }
+  });
+}
+
+bool TilePixels::may_be_jpeg() const { return slides_ || jpeg_tiles_; }
+
+namespace {
+
+// `jpeg` when it is a JPEG stream whose colour every decoder reads alike (YCbCr), else empty.
+std::string if_ycbcr_jpeg(std::string_view jpeg, const std::string& what) {
+  if (jpeg.size() < 4 || static_cast<unsigned char>(jpeg[0]) != 0xFF ||
+      static_cast<unsigned char>(jpeg[1]) != 0xD8)
+    return {};
+  try {
+    if (io::implied_colour(jpeg, what) != io::JpegColour::ycbcr) return {};
+  } catch (const Error&) {
+    return {};  // read() decodes it, and says what is wrong
+  }
+  return std::string(jpeg);
+}
+
+}  // namespace
+
+void TilePixels::read_jpeg(std::size_t n, const std::function<const std::string&(std::size_t)>& key,
+                           int threads, std::vector<std::string>& out) const {
+  out.assign(n, std::string());
+  if (!may_be_jpeg()) return;
+  if (!slides_) {
+    const io::TileStore::Snapshot snapshot = store_.snapshot();
+    for (std::size_t i = 0; i < n; ++i)
+      if (const auto value = snapshot.find(key(i)))
+        out[i] = if_ycbcr_jpeg(*value, store_.path() + ": tile '" + key(i) + "'");
+    return;
+  }
+  util::parallel_for(n, threads, [&](std::size_t i) {
+    try {
+      const std::string& k = key(i);
+      const auto slide = slides_->get(std::string(io::slide_of_key(k)));
+      const auto at = slide->at.find(k);
+      if (at == slide->at.end() || slide->read_size != tile_) return;
+      if (const auto jpeg = slide->own_jpeg(at->second.first, at->second.second))
+        out[i] = if_ycbcr_jpeg(*jpeg, slide->slide.path() + ": its own JPEG tile");
+    } catch (const Error&) {
+      // read() reads this tile again and reports the error
     }
   });
 }

@@ -1012,7 +1012,8 @@ def check_bad_options():
     problems = []
     for args in (["--mean", "0.5,0.5"], ["--std", "0.2,0,0.2"], ["--batch", "0"],
                  ["--input-size", "0"], ["--chunk-rows", "0"], ["--dtype", "f64"],
-                 ["--amp", "f8"], ["--device", "tpu"], ["--shard", "3/3"], ["--shard", "1"]):
+                 ["--amp", "f8"], ["--device", "tpu"], ["--shard", "3/3"], ["--shard", "1"],
+                 ["--decode", "gpu"]):
         out = tmp("f_opts")
         code, s, err = extract(STORE, out, "--device", "cpu", *args)
         what = " ".join(args)
@@ -1026,10 +1027,39 @@ def check_bad_options():
     expect(not problems, "; ".join(problems))
 
 
+def check_decode_choice():
+    """--decode on the CPU: a store of JPEG tiles decoded with auto gives the bytes of
+    --decode host (libjpeg-turbo) and records no decoder in features.json; --decode device
+    (nvJPEG) needs a GPU: refused with exit 1 naming --decode, before anything is written."""
+    store = tmp("tiles-jpeg.lmdb")
+    if not os.path.isdir(store):
+        code, _, err = run([mltool, "tile", tmp("C.tif"), "-o", store, "--mpp", "0.5",
+                            "--tile-size", str(TS), "--format", "jpeg", "-q"])
+        expect(code == 0, f"mltool tile --format jpeg exits 0 (got {code}): {err}")
+    runs = {}
+    for mode in ("host", "auto"):
+        out = tmp(f"f_decode_{mode}")
+        s = extract_ok(store, out, "--device", "cpu", "--batch", "7", "--decode", mode)
+        expect(s["decoder"] == "libjpeg-turbo" and s["device_decoded"] == 0,
+               f"--decode {mode} on the CPU: decoder {s['decoder']}, "
+               f"{s['device_decoded']} tiles on a device")
+        _, _, meta = load_features(out)
+        expect("decode" not in meta["model"], f"--decode {mode}: features.json model "
+                                              f"{meta['model']}")
+        runs[mode] = files_of(out)["features.npy"]
+    expect(runs["host"] == runs["auto"], "--decode auto on the CPU = --decode host, byte for byte")
+    out = tmp("f_decode_device")
+    code, s, err = extract(store, out, "--device", "cpu", "--decode", "device")
+    expect(code == 1 and s is None and "--decode device" in err and "GPU" in err,
+           f"--decode device on the CPU exits 1 naming it (got {code}): {err[-500:]}")
+    expect(not os.path.exists(out), f"--decode device on the CPU: {out} was created")
+
+
 CHECKS = [check_torchscript, check_f16, check_color_texture, check_resume, check_resume_anywhere,
           check_shard_merge, check_shard_refusals, check_one_writer, check_changed_inputs,
           check_corrupt_tile,
-          check_bad_model, check_bad_options, check_not_a_store, check_sigterm]
+          check_bad_model, check_bad_options, check_not_a_store, check_sigterm,
+          check_decode_choice]
 
 
 def main():

@@ -29,6 +29,10 @@ Checks (each prints "ok: NAME (seconds)"; all run; exit 1 if any failed):
                  CPU run within (a)'s allowance, on generated JPEG slides at --mpp 0.5 and
                  on ../shared's CMU-1-Small-Region.svs at --level 0 (its own JPEG tiles)
 
+  nvjpeg         (f) --decode device: nvJPEG's pixels within a few levels of libjpeg-turbo's
+                 (printed: mean and max), every tile decoded on the GPU, the decoder recorded;
+                 PNG tiles refused; --merge across decoders refused naming --decode
+
 Without a GPU visible to torch it fails (exit 1): the gpu label only runs where one is.
 --cpu-smoke runs the store writing and the checks with every "GPU" run on the CPU instead
 (other batch sizes), so the writer and the comparisons can be tried on a machine without one.
@@ -217,7 +221,11 @@ _runs = {}
 
 
 def features(enc, device, *a):
-    """Runs extract on the store of `enc` (cached by arguments); returns (X, summary, meta)."""
+    """Runs extract on the store of `enc` (cached by arguments); returns (X, summary, meta).
+    JPEG is decoded on the host (libjpeg-turbo) unless `a` says otherwise with --decode: the
+    checks compare devices and models on the same pixels; check_nvjpeg compares decoders."""
+    if "--decode" not in a:
+        a = a + ("--decode", "host")
     key = (enc, device) + a
     if key not in _runs:
         out = tmp("f%d" % len(_runs))
@@ -582,7 +590,7 @@ def check_slides():
                 ("slides cpu", slides, "cpu", "7", geometry)):
             out = tmp(f"fs-{name}-{label.replace(' ', '-')}")
             s = mltool_json("extract", *inputs, "-o", out, "--device", dev, "--batch", batch,
-                         *model, *extra)
+                            "--decode", "host", *model, *extra)
             runs[label] = extracted(out) + (s,)
         Xs, keys, _ = runs["store"]
         Xf, kf, sf = runs["slides"]
@@ -608,8 +616,60 @@ def check_slides():
     expect(not problems, "; ".join(problems))
 
 
+def check_nvjpeg():
+    """--decode device: JPEG tiles decoded by nvJPEG into the batch's device tensor. The
+    identity model gives its pixels: within a few levels of libjpeg-turbo's (another IDCT,
+    not another picture: a swapped channel or a tile in the wrong row is far off), every
+    tile decoded on the GPU, the decoder recorded in features.json and the summary; a PNG
+    store is refused; --merge of shards decoded differently is refused naming --decode. In
+    --cpu-smoke: auto = host bit for bit, device refused (no GPU)."""
+    ident = ["--model", tmp("identity.pt"), "--input-size", str(TS), "--mean", "0,0,0",
+             "--std", "1,1,1", "--allow-wide-features", "--batch", dev_batch(16)]
+    Xh, sh, _ = features("jpeg", DEV, *ident, "--decode", "host")
+    expect(sh["decoder"] == "libjpeg-turbo", f"--decode host: decoder {sh['decoder']}")
+    if SMOKE:
+        Xa, sa, meta = features("jpeg", DEV, *ident, "--decode", "auto")
+        expect(np.array_equal(Xa, Xh) and sa["decoder"] == "libjpeg-turbo"
+               and "decode" not in meta["model"], "--decode auto on the CPU = host")
+        code, s, err = extract(STORES["jpeg"], tmp("f-nvjpeg-cpu"), "--device", "cpu",
+                               "--decode", "device")
+        expect(code == 1 and "--decode" in err, f"--decode device on the CPU exits 1 naming "
+                                                f"--decode (got {code}): {err[-500:]}")
+        print("  cpu: auto = host bit for bit; device refused")
+        return
+    Xd, sd, meta = features("jpeg", DEV, *ident, "--decode", "device")
+    expect(sd["decoder"].startswith("nvjpeg-") and meta["model"].get("decode") == sd["decoder"],
+           f"decoder {sd['decoder']}, features.json model.decode {meta['model'].get('decode')}")
+    expect(sd["device_decoded"] == N_TILES, f"{sd['device_decoded']} of {N_TILES} tiles "
+                                            f"decoded by nvJPEG")
+    ph = np.rint(Xh * 255.0)
+    pd = np.rint(Xd * 255.0)
+    diff = np.abs(pd - ph)
+    print(f"  {sd['decoder']}: pixels vs libjpeg-turbo over {N_TILES} tiles: mean "
+          f"{diff.mean():.4f}, max {diff.max():.0f} levels, {(diff > 0).mean() * 100:.2f}% "
+          f"of values differ")
+    expect(diff.mean() < 1.0 and diff.max() <= 48,
+           f"nvJPEG's pixels are another picture: mean {diff.mean():.3f}, max {diff.max()}")
+    code, s, err = extract(STORES["png"], tmp("f-nvjpeg-png"), "--device", DEV,
+                           "--decode", "device")
+    expect(code == 1 and "PNG" in err, f"--decode device on PNG tiles exits 1 (got {code}): "
+                                       f"{err[-300:]}")
+    shards = []
+    for i, mode in enumerate(("device", "host")):
+        out = tmp(f"f-nvjpeg-shard{i}")
+        code, s, err = extract(STORES["jpeg"], out, "--device", DEV, "--shard", f"{i}/2",
+                               "--decode", mode, *ident[:-2])
+        expect(code == 0, f"--shard {i}/2 --decode {mode} exits 0 (got {code}): {err[-500:]}")
+        shards.append(out)
+    p = subprocess.run([mltool, "extract", "--merge", *shards, "-o", tmp("f-nvjpeg-merged")],
+                       capture_output=True, text=True, timeout=600)
+    expect(p.returncode == 1 and "--decode" in p.stderr,
+           f"--merge across decoders exits 1 naming --decode (got {p.returncode}): "
+           f"{p.stderr[-500:]}")
+
+
 CHECKS = [check_decode, check_torchscript, check_color_texture, check_amp, check_multi_gpu,
-          check_encoder_card, check_slides]
+          check_encoder_card, check_slides, check_nvjpeg]
 
 
 def main():

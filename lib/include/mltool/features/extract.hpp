@@ -38,6 +38,12 @@ extern const util::EnumNames<StainNorm> kStainNorms;
 enum class StainFit { tile, slide };
 extern const util::EnumNames<StainFit> kStainFits;
 
+/// Where JPEG tiles are decoded: libjpeg-turbo on the host, nvJPEG on each GPU (the batch's
+/// pixels never on the host), or auto (device on CUDA when the tiles are JPEG and nvJPEG loads,
+/// else host).
+enum class Decode { host, device, automatic };
+extern const util::EnumNames<Decode> kDecodes;
+
 /// The options of `mltool extract`, declared once (lib/features/extract_options.cpp): the
 /// command line, check_options and the names a resume refusal gives come from it.
 struct ExtractJob {
@@ -54,6 +60,7 @@ struct ExtractJob {
   int batch = 256;
   std::string device = "auto";  ///< auto (every GPU, else CPU), cpu, cuda (every GPU), cuda:N
   Amp amp = Amp::none;
+  Decode decode = Decode::automatic;  ///< where JPEG tiles are decoded (--decode)
   io::DType dtype = io::DType::float32;
   int threads = 0;  ///< decode threads; 0 = one per core
   /// LibTorch's intra-op (math) threads on the CPU; 0 = a partial run's when resuming, else
@@ -96,6 +103,11 @@ struct ExtractReport {
   std::uint64_t stain_unchanged = 0;
   /// The seconds the devices spent normalising stain (--stain-norm), in all.
   double stain_seconds = 0;
+  /// The decoder of JPEG tiles: "libjpeg-turbo", or nvJPEG's backend ("nvjpeg-hardware",
+  /// "nvjpeg-hybrid"; --decode device), and how many of this run's tiles nvJPEG decoded (the
+  /// others, not JPEG or refused by it, on the host).
+  std::string decoder = "libjpeg-turbo";
+  std::uint64_t device_decoded = 0;
   bool skipped = false;  ///< the store was complete already, with these settings
   double seconds = 0;
   double tiles_per_second = 0;  ///< tiles extracted by this run / seconds

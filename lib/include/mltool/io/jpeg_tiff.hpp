@@ -6,6 +6,7 @@
 // space from markers the tile does not carry. `mltool tile --passthrough` stores such tiles.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -26,6 +27,12 @@ const char* colour_name(JpegColour colour);
 /// FormatError "<what>: ..." when either is not a JPEG stream (no SOI, a truncated segment).
 std::string standalone_jpeg(std::string_view tile, std::string_view tables, JpegColour colour,
                             const std::string& what);
+
+/// The colour libjpeg-turbo reads the three components of `jpeg` as, from its own markers
+/// (jdapimin.c: JFIF, then Adobe's transform, then the component ids), or nothing where it
+/// would only default, or where decoders might disagree (both JFIF and Adobe, not three
+/// components). FormatError "<what>: ..." when `jpeg` is not a JPEG stream.
+std::optional<JpegColour> implied_colour(std::string_view jpeg, const std::string& what);
 
 /// `jpeg` (a whole JPEG file: a DICOM frame) as one that libjpeg, libjpeg-turbo and Pillow
 /// decode as `colour` components: `jpeg` itself when its own markers already say so — a JFIF

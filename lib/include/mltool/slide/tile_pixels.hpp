@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mltool/io/dicomweb.hpp"
 #include "mltool/io/tile_pixels.hpp"
@@ -44,10 +45,22 @@ class TilePixels : public io::TilePixelReader {
             std::uint8_t* out,
             const std::function<void(std::size_t, const Error&)>& failed) const override;
 
+  /// Whether tiles can be JPEG streams that decode alone to the tile, for a decoder other than
+  /// read()'s (extract --decode device): a store of JPEG tiles, or a coordinates store, whose
+  /// tiles may be their slides' own JPEG tiles.
+  bool may_be_jpeg() const;
+  /// The `n` tiles' JPEG streams on `threads` workers: out[i] the i-th tile's, or empty where
+  /// the tile is no JPEG that decodes alone as read() reads it — a PNG tile, an RGB-coded JPEG
+  /// (decoders differ on those), a region read or resized from a slide, a tile whose read
+  /// fails: read() those (it reports their errors).
+  void read_jpeg(std::size_t n, const std::function<const std::string&(std::size_t)>& key,
+                 int threads, std::vector<std::string>& out) const;
+
  private:
   class Slides;  // the open slide files of a coordinates store
   const io::TileStore& store_;
   int tile_ = 0;
+  bool jpeg_tiles_ = false;  // a store of JPEG tiles
   std::unique_ptr<Slides> slides_;
 };
 

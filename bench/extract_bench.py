@@ -27,6 +27,11 @@ Run through bench/run-extract.sh, which finds the binary and the Python.
    (goal >= 2x) and mltool/model-only (goal >= 90%); OUTDIR/extract-bench.json holds every
    number and is rewritten after each measurement, so a run cut short keeps what it got.
 
+--decode (issue 50): with the first of --amps, mltool extract with --decode host and device
+on every core and on 4 (taskset), against the model alone; the features' difference between
+the decoders, and the pixels' (mean, max, share differing) over every tile, from a model that
+gives back the decoded pixels. On the CPU --decode device is refused: run it on a GPU.
+
 --cpu-smoke: the same steps on the CPU with a small CNN, 96 tiles, input 64, batch 32 (and a
 check that the local ResNet-50 definition scripts and runs), to try the script without a GPU.
 """
@@ -356,6 +361,108 @@ def stain_runs(a, store, model_path, amp, log):
             "rate_kept": keep}, lines
 
 
+# ---------------------------------------------------------------- --decode (issue 50)
+
+class PackedPixels(torch.nn.Module):
+    """Each tile's pixels as the integers r * 65536 + g * 256 + b, exact in float32: with
+    --mean 0,0,0 --std 1,1,1 at the tile's own size, the decoded pixels, 4 bytes a pixel."""
+
+    def forward(self, x):
+        p = torch.round(x * 255.0)
+        return (p[:, 0] * 65536.0 + p[:, 1] * 256.0 + p[:, 2]).flatten(1)
+
+
+def extract_json(a, store, out, model, extra, cores=None):
+    """mltool extract STORE -o OUT --model MODEL EXTRA --json, on the first `cores` cores
+    (taskset, --threads) when given; returns its summary."""
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [a.mltool, "extract", store, "-o", out, "--model", model, "--batch", str(a.batch),
+           "--device", a.device, *extra, "--json"]
+    if cores:
+        cmd = ["taskset", "-c", f"0-{cores - 1}", *cmd, "--threads", str(cores)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout)
+
+
+def pixel_difference(a, store, log):
+    """nvJPEG's pixels against libjpeg-turbo's over every tile of the store: PackedPixels
+    extracted with --decode host and --decode device, compared in chunks. Returns the
+    figures (mean and max |difference| in levels over every value, the share of values that
+    differ, the decoder)."""
+    model = os.path.join(a.work, "packed-pixels.pt")
+    torch.jit.script(PackedPixels().eval()).save(model)
+    extra = ["--input-size", str(a.tile_size), "--mean", "0,0,0", "--std", "1,1,1", "--amp",
+             "none", "--dtype", "f32", "--allow-wide-features"]
+    outs, decoder = {}, None
+    for mode in ("host", "device"):
+        outs[mode] = os.path.join(a.work, f"pixels-{mode}")
+        s = extract_json(a, store, outs[mode], model, [*extra, "--decode", mode])
+        decoder = s["decoder"] if mode == "device" else decoder
+        log(f"pixels --decode {mode}: {s['tiles_per_second']:.0f} tiles/s ({s['decoder']})")
+    H = np.load(os.path.join(outs["host"], "features.npy"), mmap_mode="r")
+    D = np.load(os.path.join(outs["device"], "features.npy"), mmap_mode="r")
+    total, count, differ, worst = 0.0, 0, 0, 0
+    for i in range(0, H.shape[0], 512):
+        h = H[i:i + 512].astype(np.int64)
+        d = D[i:i + 512].astype(np.int64)
+        diff = np.stack([np.abs((h >> k & 255) - (d >> k & 255)) for k in (16, 8, 0)])
+        total += float(diff.sum())
+        count += diff.size
+        differ += int((diff > 0).sum())
+        worst = max(worst, int(diff.max()))
+    del H, D
+    for out in outs.values():
+        shutil.rmtree(out, ignore_errors=True)
+    return {"decoder": decoder, "tiles": a.tiles, "mean_levels": total / count,
+            "max_levels": worst, "share_differing": differ / count}
+
+
+def decode_runs(a, store, model_path, amp, model_rate, log):
+    """--decode device (nvJPEG) against host (libjpeg-turbo): extract with the benchmark's
+    model on every core and on 4 (taskset; issue 50's goal: device on 4 cores >= 90% of the
+    model alone), the features' difference the decoder makes, and the pixels' over every
+    tile. Returns (figures, markdown lines)."""
+    runs, feats = {}, {}
+    for decode, cores in (("host", None), ("host", 4), ("device", 4), ("device", None)):
+        name = f"{decode}-{cores or 'all'}"
+        out = os.path.join(a.work, "features-decode")
+        runs[name] = extract_json(a, store, out, model_path, ["--input-size", str(a.input_size),
+                                                              "--amp", amp, "--decode", decode],
+                                  cores)
+        if cores is None:
+            feats[decode] = np.load(os.path.join(out, "features.npy")).astype(np.float64)
+        log(f"[{amp}] --decode {decode} on {cores or 'all'} cores: "
+            f"{runs[name]['tiles_per_second']:.0f} tiles/s ({runs[name]['decoder']})")
+    shutil.rmtree(os.path.join(a.work, "features-decode"), ignore_errors=True)
+    diff = feats["device"] - feats["host"]
+    agreement = {"relative": float(np.linalg.norm(diff) / max(np.linalg.norm(feats["host"]), 1e-30)),
+                 "max_abs": float(np.abs(diff).max())}
+    del feats, diff
+    pixels = pixel_difference(a, store, log)
+    lines = ["", f"JPEG decoding ({amp}): --decode host (libjpeg-turbo) against device "
+             f"({runs['device-all']['decoder']}), {a.tiles} tiles, host cores by taskset:", "",
+             "| --decode | host cores | tiles/s | steady tiles/s | / model only | steady / model only |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, r in runs.items():
+        decode, cores = name.split("-")
+        st = r.get("steady_tiles_per_second") or 0
+        lines.append(f"| {decode} | {cores if cores != 'all' else os.cpu_count()} | "
+                     f"{r['tiles_per_second']:.0f} | {st:.0f} | "
+                     f"{100 * r['tiles_per_second'] / model_rate:.0f}% | {100 * st / model_rate:.0f}% |")
+    goal = runs["device-4"]["tiles_per_second"] / model_rate
+    lines += ["", f"- device on 4 cores / model only: {100 * goal:.0f}% (goal >= 90%: "
+              f"{'met' if goal >= 0.9 else 'MISSED'}); host on 4 cores: "
+              f"{100 * runs['host-4']['tiles_per_second'] / model_rate:.0f}%",
+              f"- features, device vs host decode: {agreement['relative']:.2e} relative "
+              f"(Frobenius), max |diff| {agreement['max_abs']:.3g}",
+              f"- pixels, {pixels['decoder']} vs libjpeg-turbo over {pixels['tiles']} tiles: mean "
+              f"{pixels['mean_levels']:.4f} levels, max {pixels['max_levels']}, "
+              f"{100 * pixels['share_differing']:.2f}% of values differ"]
+    return {"runs": runs, "features": agreement, "pixels": pixels, "goal_ratio": goal}, lines
+
+
 # ---------------------------------------------------------------- main
 
 def machine():
@@ -386,6 +493,9 @@ def main():
     ap.add_argument("--stain", action="store_true",
                     help="also --stain-norm macenko with the model and with a do-nothing model "
                     "(the first of --amps; issue 39's device goals)")
+    ap.add_argument("--decode", action="store_true",
+                    help="also --decode device (nvJPEG) against host on every core and on 4, "
+                    "and the pixel and feature differences (the first of --amps; issue 50)")
     ap.add_argument("--encoder", help="a file scripts/encoders.py exported (its card's "
                     "preprocessing: mltool with no flags, the baseline with the card's "
                     "Pillow/torchvision transform in its workers) instead of ResNet-50")
@@ -507,6 +617,19 @@ def main():
             failed += 1
         save()
 
+    decode_lines = []
+    model_rate = results["runs"].get(amps[0], {}).get("model_only", {}).get("tiles_per_second") \
+        if amps else None
+    if a.decode and model_rate:
+        try:
+            results["decode"], decode_lines = decode_runs(a, store, model_path, amps[0],
+                                                          model_rate, log)
+        except Exception as e:  # noqa: BLE001  (reported in the table and the JSON)
+            results["decode"] = {"error": f"{type(e).__name__}: {e}"[-2000:]}
+            decode_lines = ["", f"--decode runs FAILED: {results['decode']['error'][-600:]}"]
+            failed += 1
+        save()
+
     # 4. The table.
     def rate(r, name):
         return r[name].get("tiles_per_second")
@@ -574,7 +697,7 @@ def main():
         g2 = f"{100 * ro:.0f}% (goal >= 90%): {'met' if ro >= 0.9 else 'MISSED'}" if ro else \
             "not measured"
         w(f"- {label}: mltool / DataLoader {g1}; mltool / model only {g2}")
-    lines += stain_lines
+    lines += stain_lines + decode_lines
     text = "\n".join(lines) + "\n"
     with open(os.path.join(a.out, "extract-bench.md"), "w") as f:
         f.write(text)

@@ -56,6 +56,14 @@ ldd "${programs[@]}" 2> /dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | 
     [[ $system_libs == *" $(basename "$lib") "* ]] && continue
     cp -L "$lib" "$out/lib/deps/$(basename "$lib")"
   done
+# nvJPEG (extract --decode device) is loaded with dlopen, so ldd does not list it: carried
+# into deps/, which the module's RUNPATH names, unless the GPU machine's torch has its own.
+nvjpeg=$(sed -n 's/^MLTOOL_NVJPEG_LIBRARY:FILEPATH=//p' "$build/CMakeCache.txt")
+if [ -n "$nvjpeg" ] && [ -f "$nvjpeg" ]; then
+  cp -L "$nvjpeg" "$out/lib/deps/"
+else
+  echo "device: no nvJPEG library found at configure time: --decode device will be refused there" >&2
+fi
 for f in "$out"/bin/*; do patchelf --set-rpath '$ORIGIN/../lib:$ORIGIN/../lib/deps' "$f"; done
 for f in "$out"/lib/*.so; do patchelf --set-rpath '$ORIGIN:$ORIGIN/deps' "$f"; done
 for f in "$out"/lib/deps/*; do chmod u+w "$f" && patchelf --set-rpath '$ORIGIN' "$f"; done

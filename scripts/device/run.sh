@@ -23,8 +23,9 @@
 #      .device/wheels into /tmp/site (PYTHONPATH); `mltool --version` and ldd prove it loads
 #   2. ctest -L gpu (-V: the measured differences are in the log even when they pass), the
 #      slides of gpu_extract's `slides` check from .device/fixtures (MLTOOL_GPU_SLIDES)
-#   3. bench/run-extract.sh /tmp/mltool-device-bench --stain (ResNet-50; with --stain-norm
-#      macenko too, issue 39's device goals), again with UNI (ViT-L/16, exported by
+#   3. bench/run-extract.sh /tmp/mltool-device-bench --stain --decode (ResNet-50; with
+#      --stain-norm macenko too, issue 39's device goals; --decode device against host on
+#      every core and on 4, and nvJPEG's pixel and feature differences, issue 50's), again with UNI (ViT-L/16, exported by
 #      scripts/encoders.py with random weights; UNI_BENCH_N tiles, default 8192), then
 #      bench/run-train.sh, then bench/run-sections.sh (issue 7's seed-003 case), each with what
 #      is left (every table is appended to summary.txt), then scripts/device/profile.sh (--profile traces of train, sections and
@@ -262,9 +263,11 @@ if (( built )); then
     if wants extract; then
       note "bench: $n tiles (limit ${bench_limit}s)"
       extract_n=()
+      decode_flag=(--decode)  # nvJPEG against libjpeg-turbo (issue 50); not on the CPU
+      (( rehearse )) && decode_flag=()
       (( rehearse )) || extract_n=(EXTRACT_BENCH_N="$n")
       bench extract "$bench_limit" "$bench_dir" "${extract_n[@]}" EXTRACT_BENCH_WORK=/tmp/mltool-extract-bench \
-        -- --stain
+        -- --stain "${decode_flag[@]}"
     fi
     # A foundation-model encoder: UNI (ViT-L/16) from scripts/encoders.py, random weights
     # (they cost what real ones do), bf16 and float32.

@@ -206,7 +206,11 @@ void check_resume(const std::string& dir, const json& stored, const json& now) {
   refuse("other settings (" + util::join_path(partial, "config.json") + ")");
 }
 
-void check_job(const ExtractJob& job) { util::check_options(extract_options(), job); }
+// Phase 1: the options, then what the run reads (check_inputs), before --overwrite empties.
+void check_job(const ExtractJob& job) {
+  util::check_options(extract_options(), job);
+  check_inputs(job, builtin_names());
+}
 
 // One copy of the model per device.
 std::vector<std::unique_ptr<Extractor>> load_replicas(const ExtractJob& job,
@@ -908,9 +912,9 @@ ExtractReport extract_features(const ExtractJob& request) {
   check_decode(request, devices);
   Resolved resolved = resolve_model(request, on_cpu);
   ExtractJob& job = resolved.job;
-  const util::OutputLock lock(job.output, "mltool extract");  // one writer per feature store
+  const std::optional<StainNormalizer> stain = load_stain(job);  // before --overwrite empties
+  const util::OutputLock lock(job.output, "mltool extract");     // one writer per feature store
   if (job.overwrite) ChunkedFeatureWriter::remove_all(job.output);
-  const std::optional<StainNormalizer> stain = load_stain(job);
   auto tiled = resolve_inputs(job);  // job.store: the tile store, or the slides' coordinates
   const Tiles tiles = open_tiles(job);
   const ShardPlan& plan = tiles.plan;

@@ -4,8 +4,10 @@
 #include <set>
 
 #include "mltool/io/tile_store.hpp"
+#include "mltool/slide/slide_inputs.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
+#include "mltool/util/input_check.hpp"
 #include "mltool/util/log.hpp"
 
 namespace mltool::features {
@@ -40,7 +42,41 @@ bool names_store(const std::string& path) {
   return true;
 }
 
+// The run over the slides that tiles them into the coordinates store.
+slide::CohortJob cohort_of(const ExtractJob& job) {
+  slide::CohortJob cohort;
+  cohort.tile = job.tile;
+  cohort.tile.threads = job.threads;
+  cohort.tile.settings.pixels = false;
+  cohort.store = util::join_path(job.output, kCoordinatesStore);
+  cohort.keep_going = job.keep_going;
+  cohort.overwrite = job.overwrite;
+  return cohort;
+}
+
+// --model: a built-in's name, or a file that is there (what it holds, load_extractor checks).
+void check_model(const std::string& model, const std::vector<std::string>& builtins) {
+  const std::string prefix = "builtin:";
+  if (model.rfind(prefix, 0) != 0) return util::require_input(model, "--model");
+  std::string known;
+  for (const auto& name : builtins) {
+    if (model == prefix + name) return;
+    known += (known.empty() ? "" : ", ") + prefix + name;
+  }
+  throw UsageError("--model " + model + ": no such built-in extractor; built-ins: " + known);
+}
+
 }  // namespace
+
+void check_inputs(const ExtractJob& job, const std::vector<std::string>& builtins) {
+  check_model(job.model, builtins);
+  if (job.stain_norm != StainNorm::none)
+    util::require_input(job.stain_reference, "--stain-reference");
+  if (job.inputs.empty()) throw UsageError("no input: give a tile store, or slides");
+  if (job.inputs.size() == 1 && names_store(job.inputs.front()))
+    return util::require_input(job.inputs.front(), "the tile store");
+  slide::check_slides(job.inputs, cohort_of(job));
+}
 
 std::optional<slide::CohortReport> resolve_inputs(ExtractJob& job) {
   if (job.inputs.empty()) throw UsageError("no input: give a tile store, or slides");
@@ -55,13 +91,7 @@ std::optional<slide::CohortReport> resolve_inputs(ExtractJob& job) {
   for (const auto& input : job.inputs)
     if (names_store(input))
       throw UsageError(at_file(input, "is a tile store: give one tile store, or slides, not both"));
-  slide::CohortJob cohort;
-  cohort.tile = job.tile;
-  cohort.tile.threads = job.threads;
-  cohort.tile.settings.pixels = false;
-  cohort.store = util::join_path(job.output, kCoordinatesStore);
-  cohort.keep_going = job.keep_going;
-  cohort.overwrite = job.overwrite;
+  const slide::CohortJob cohort = cohort_of(job);
   log::info("tiling " + std::to_string(job.inputs.size()) +
             " slide(s) into the coordinates store " + cohort.store);
   auto tiled = slide::tile_slides(job.inputs, cohort);

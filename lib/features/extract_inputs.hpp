@@ -4,6 +4,8 @@
 #pragma once
 
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "mltool/features/extract.hpp"
 
@@ -11,6 +13,13 @@ namespace mltool::features {
 
 /// The coordinates store's name in the feature store directory.
 inline constexpr const char* kCoordinatesStore = "coordinates.lmdb";
+
+/// The cheap checks of what extract reads, made before the output is locked and --overwrite
+/// empties it (docs/cli.md#overwrite): --model one of `builtins` ("builtin:NAME") or a file
+/// that is there, --stain-reference there, the tile store there, or the slides as
+/// slide::check_slides checks them. InputError (exit 2) or UsageError (exit 1) naming the first
+/// bad one.
+void check_inputs(const ExtractJob& job, const std::vector<std::string>& builtins);
 
 /// Sets job.store: the one input when it names a tile store (an LMDB directory, a path ending
 /// in .lmdb, or a directory that is no DICOM series) (UsageError if a tile option was

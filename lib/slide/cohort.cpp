@@ -5,13 +5,17 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
+#include "mltool/io/dicomweb.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/slide/qc.hpp"
+#include "mltool/slide/slide_inputs.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
+#include "mltool/util/input_check.hpp"
 #include "mltool/util/log.hpp"
 #include "mltool/util/parallel.hpp"
 #include "mltool/util/shard.hpp"
@@ -90,7 +94,27 @@ std::vector<std::string> shard_slides(const std::vector<std::string>& slides,
   return out;
 }
 
-// The store, emptied first under --overwrite, with the run's settings and shard adopted.
+void check_slides(const std::vector<std::string>& slides, const CohortJob& job) {
+  const bool each = !job.keep_going || job.overwrite;  // else a bad one fails alone
+  std::optional<io::DicomwebSeriesUrl> web;
+  for (const auto& path : slides) {
+    if (!io::is_dicomweb_url(path)) {
+      if (each) util::require_input(path, "a slide of the list");
+    } else if (each || !web) {
+      try {
+        web = io::parse_dicomweb_url(path);
+      } catch (const UsageError&) {
+        if (each) throw;
+      }
+    }
+  }
+  if (web) {
+    const io::DicomwebClient reads_token(*web, job.tile.dicomweb);  // and sends no request
+  }
+}
+
+// The store, emptied first under --overwrite (after check_slides), with the run's settings and
+// shard adopted.
 io::TileStore open_store(const CohortJob& job, const util::Shard& part,
                          const std::vector<std::string>& mine) {
   auto store = io::TileStore::open(job.store, true);
@@ -116,6 +140,7 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
   const util::Shard part = util::resolve_shard(job.shard, job.shards);
   job.shard = part.whole() ? "" : part.text();
   const std::vector<std::string> mine = shard_slides(slides, part);
+  check_slides(mine, job);
   auto store = open_store(job, part, mine);
   CohortReport report;
   report.threads = util::thread_count(job.tile.threads);

@@ -20,9 +20,10 @@
 // typical deblurred core and at most 4 times it (the cores' scale filters out specks and
 // merged nuclei) are nuclei, and their area-weighted median equivalent diameter is taken as
 // kNucleusUm (a lymphocyte's nucleus, the literature's size, not fitted). Its interval is
-// kNucleusSpread plus the spread between regions. The cores' estimate stands alone where
-// fewer than kMinNuclei whole nuclei are found. docs/info.md has the measured error, and
-// where the accuracy goal is not met.
+// kNucleusSpread plus the spread between regions, or what the number of whole nuclei allows
+// (kNucleusMixSpread), whichever is wider; fewer than kMinCertainNuclei make it uncertain. The
+// cores' estimate stands alone, uncertain, where fewer than kMinNuclei whole nuclei are found.
+// docs/info.md has the measured error, and where the accuracy goal is not met.
 #pragma once
 
 #include <array>

@@ -11,7 +11,10 @@ A crop is taken where at least half of it is stained (HSV saturation above 0.12,
 estimate's pixels; a third from 1536 px on, the tissue being a narrow strip): POSITIONS
 evenly spaced over those positions of a grid of stride size/4, in reading order.
 
-    info_crop_bench.py MLTOOL [OUTDIR] [--rows]
+With `--jpeg` the crops are JPEG quality 90 (Pillow's default 4:2:0 chroma subsampling), as
+flat exports often are.
+
+    info_crop_bench.py MLTOOL [OUTDIR] [--rows] [--jpeg]
 """
 import json
 import os
@@ -55,13 +58,14 @@ def crops(image, size):
     return [ok[int((i + 0.5) * len(ok) / POSITIONS)] for i in range(POSITIONS)]
 
 
-def make(image, out):
+def make(image, out, jpeg=False):
     from PIL import Image
     made = []
     for size in SIZES:
         for x, y in crops(image, size):
-            path = os.path.join(out, f"crop-{size}-{x}-{y}.png")
-            Image.fromarray(image[y:y + size, x:x + size]).save(path)
+            path = os.path.join(out, f"crop-{size}-{x}-{y}.{'jpg' if jpeg else 'png'}")
+            crop = Image.fromarray(image[y:y + size, x:x + size])
+            crop.save(path, **({"quality": 90} if jpeg else {}))
             made.append((size, x, y, path))
     return made
 
@@ -88,7 +92,7 @@ def main():
     mltool = os.path.abspath(args[0])
     out = args[1] if len(args) > 1 else tempfile.mkdtemp(prefix="info_crop_bench_")
     os.makedirs(out, exist_ok=True)
-    made = make(level0(), out)
+    made = make(level0(), out, jpeg="--jpeg" in sys.argv)
     by_size = {}
     for size, x, y, path in made:
         t0 = time.perf_counter()

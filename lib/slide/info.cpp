@@ -47,14 +47,23 @@ MetadataMpp from_value(std::optional<double> mpp, std::string source) {
   return m;
 }
 
+bool is_centimeter(const std::string& unit) { return unit == "centimeter" || unit == "cm"; }
+bool is_inch(const std::string& unit) { return unit == "inch" || unit == "in"; }
+
+// `per_unit` pixels per `unit` in dots per inch (0 for a unit that is neither): libvips
+// writes its resolution in centimetres, so its 72 dpi is 28.35 px/cm.
+double dots_per_inch(double per_unit, const std::string& unit) {
+  return is_inch(unit) ? per_unit : is_centimeter(unit) ? per_unit * 2.54 : 0;
+}
+
 // A resolution of `per_unit` pixels per `unit`, as TIFF tags or libvips give it.
 MetadataMpp from_resolution(std::optional<double> per_unit, const std::string& unit,
                             std::string source) {
   if (!per_unit || *per_unit <= 0) return {std::nullopt, source, "missing"};
-  if (unit == "inch" && is_placeholder_dpi(*per_unit))
-    return {std::nullopt, source, "placeholder " + round_text(*per_unit, 1) + " dpi"};
-  if (unit == "centimeter" || unit == "cm") return from_value(10000.0 / *per_unit, source);
-  if (unit == "inch" || unit == "in") return from_value(25400.0 / *per_unit, source);
+  if (const double dpi = dots_per_inch(*per_unit, unit); is_placeholder_dpi(dpi))
+    return {std::nullopt, source, "placeholder " + round_text(dpi, 1) + " dpi"};
+  if (is_centimeter(unit)) return from_value(10000.0 / *per_unit, source);
+  if (is_inch(unit)) return from_value(25400.0 / *per_unit, source);
   return {std::nullopt, source, "resolution unit " + (unit.empty() ? "none" : unit)};
 }
 
@@ -77,10 +86,11 @@ MetadataMpp metadata_mpp(const Slide& slide) {
   if (slide.flat_info()) return flat_metadata(slide);
   if (slide.dicomweb()) return from_value(slide_mpp(slide.geometry()), "DICOM PixelSpacing");
   // OpenSlide 4 derives openslide.mpp-x from a generic TIFF's resolution tags, placeholders
-  // included (72 dpi reads as 352.8 µm/px): name the placeholder for what it is.
+  // included (72 dpi reads as 352.8 µm/px, or 352.7 from libvips' 28.35 px/cm): name the
+  // placeholder for what it is.
   const auto resolution = property_number(slide.property("tiff.XResolution"));
   const std::string unit = slide.property("tiff.ResolutionUnit").value_or("");
-  if (resolution && unit == "inch" && is_placeholder_dpi(*resolution))
+  if (resolution && is_placeholder_dpi(dots_per_inch(*resolution, unit)))
     return from_resolution(resolution, unit, "TIFF resolution");
   const auto x = property_number(slide.property("openslide.mpp-x"));
   const auto y = property_number(slide.property("openslide.mpp-y"));
@@ -222,8 +232,8 @@ std::string to_text(const SlideInfo& info) {
       << (info.tissue_fraction ? round_text(*info.tissue_fraction * 100, 1) + "% of the slide"
                                : std::string("-"))
       << "\n";
-  out << "  estimated µm/px: " << estimate_text(info.estimate) << ", from " << info.estimate.nuclei
-      << " nuclei in " << info.estimate.regions << " regions\n";
+  out << "  estimated µm/px: " << estimate_text(info.estimate) << ", from "
+      << estimate_basis(info.estimate) << "\n";
   out << "  verdict:        " << info.verdict << "\n";
   return out.str();
 }

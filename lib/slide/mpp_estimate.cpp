@@ -302,7 +302,7 @@ MppEstimate core_estimate(const std::vector<NucleusSample>& regions, double down
     e.mpp = std::sqrt(*e.low * *e.high);
     return e;
   }
-  if (e.uncertain) half = std::max(half, 0.4);
+  if (e.uncertain) half = std::max(half, kUncertainHalfWidth);
   e.mpp = mpp;
   e.low = std::max(kMinPlausibleMpp, mpp * std::exp(-half));
   e.high = std::min(kMaxPlausibleMpp, mpp * std::exp(half));
@@ -331,6 +331,38 @@ double spread_of(const std::vector<double>& logs) {
   return std::sqrt(sum / (logs.size() - 1));
 }
 
+// The half-width (natural-log units) of the whole nuclei's interval: the ruler's own
+// (kNucleusSpread) and how far the nuclei read may be from the slide's mix of cells — the
+// spread between `regions` regions where there are enough to measure it, and never less than
+// a sample of `nuclei` whole nuclei allows (kNucleusMixSpread): one small image is one
+// neighbourhood, whose cells need not be the slide's.
+double nucleus_half_width(std::int64_t nuclei, std::size_t regions, double spread) {
+  const double between = regions >= 2 ? 4 * spread * spread / regions : 0;
+  const double mix = 4 * kNucleusMixSpread * kNucleusMixSpread /
+                     static_cast<double>(std::max<std::int64_t>(1, nuclei));
+  return std::sqrt(kNucleusSpread * kNucleusSpread + std::max(between, mix));
+}
+
+std::string too_few_nuclei(std::int64_t nuclei) {
+  return "too few whole nuclei (" + std::to_string(nuclei) + ", fewer than " +
+         std::to_string(kMinCertainNuclei) + ")";
+}
+
+// Too few whole nuclei: the cores' estimate stands alone. Already uncertain for the cores' own
+// doubts, it keeps them; else it is uncertain now (the cores' ruler was fitted on one slide,
+// and the few whole nuclei found say little of the slide's mix of cells), its interval at
+// least as wide as that many whole nuclei (kMinMixNuclei at least) would allow.
+void cores_alone(MppEstimate& e) {
+  if (e.uncertain) return;
+  e.uncertain = true;
+  e.why = too_few_nuclei(e.whole_nuclei) + "; the nuclear cores' ruler alone";
+  const std::int64_t nuclei = std::max<std::int64_t>(e.whole_nuclei, kMinMixNuclei);
+  const double half =
+      std::max({nucleus_half_width(nuclei, 0, 0), kUncertainHalfWidth, std::log(*e.high / *e.mpp)});
+  e.low = std::max(kMinPlausibleMpp, *e.mpp * std::exp(-half));
+  e.high = std::min(kMaxPlausibleMpp, *e.mpp * std::exp(half));
+}
+
 // The whole-nucleus estimate replacing `e`'s (the cores'), when enough round nuclei are found.
 // The cores give the scale of the speck filter: a whole nucleus is at least as wide as the
 // typical core (deblurred) and at most kMaxNucleusOverCore times it (wider: touching nuclei).
@@ -347,20 +379,24 @@ void nucleus_estimate(const std::vector<NucleusSample>& regions, double downsamp
     if (n >= kMinRegionNuclei) logs.push_back(std::log(kNucleusUm / (d * downsample)));
   }
   const double d = median_nucleus(all, lo, hi, e.whole_nuclei);
-  if (e.whole_nuclei < kMinNuclei) return;
+  if (e.whole_nuclei < kMinNuclei) return cores_alone(e);
   e.nucleus_px = d * downsample;
   const double mpp = kNucleusUm / e.nucleus_px;
   e.from_cores = e.mpp;
   e.from_nuclei = mpp;
+  e.nucleus_regions = static_cast<int>(logs.size());
   const double spread = spread_of(logs);
-  double half = std::sqrt(kNucleusSpread * kNucleusSpread +
-                          4 * spread * spread / std::max<std::size_t>(1, logs.size()));
   // The core estimate's own doubts (too few cores, cores too blurred to deblur) no longer
   // apply; the whole nuclei's do.
-  e.uncertain = spread > kMaxRegionSpread;
-  e.why =
-      e.uncertain ? "tissue regions disagree (spread " + decimal_text(spread * 100, 0) + "%)" : "";
-  if (e.uncertain) half = std::max(half, 0.4);
+  double half = nucleus_half_width(e.whole_nuclei, logs.size(), spread);
+  e.uncertain = true;
+  if (spread > kMaxRegionSpread)
+    e.why = "tissue regions disagree (spread " + decimal_text(spread * 100, 0) + "%)";
+  else if (e.whole_nuclei < kMinCertainNuclei)
+    e.why = too_few_nuclei(e.whole_nuclei);
+  else
+    e.uncertain = false, e.why.clear();
+  if (e.uncertain) half = std::max(half, kUncertainHalfWidth);
   e.mpp = mpp;
   e.low = std::max(kMinPlausibleMpp, mpp * std::exp(-half));
   e.high = std::min(kMaxPlausibleMpp, mpp * std::exp(half));
@@ -508,6 +544,7 @@ nlohmann::json to_json(const MppEstimate& e) {
           {"seconds", e.seconds},
           {"chroma_subsampled", e.chroma_subsampled},
           {"whole_nuclei", e.whole_nuclei},
+          {"nucleus_regions", e.nucleus_regions},
           {"nucleus_px", e.nucleus_px},
           {"from_cores", value(e.from_cores)},
           {"from_nuclei", value(e.from_nuclei)}};
@@ -522,6 +559,19 @@ std::string decimal_text(double v, int decimals) {
     if (out.back() == '.') out.pop_back();
   }
   return out == "-0" ? "0" : out;
+}
+
+std::string estimate_basis(const MppEstimate& e) {
+  const auto count = [](std::int64_t n, const char* one, const char* many) {
+    return std::to_string(n) + " " + (n == 1 ? one : many);
+  };
+  const std::string regions = " in " + count(e.regions, "region", "regions");
+  if (e.from_nuclei)
+    return count(e.whole_nuclei, "whole nucleus", "whole nuclei") + regions + " (" +
+           count(e.nuclei, "nuclear core", "nuclear cores") + ")";
+  return count(e.nuclei, "nuclear core", "nuclear cores") + regions + " (" +
+         count(e.whole_nuclei, "whole nucleus", "whole nuclei") + ", fewer than " +
+         std::to_string(kMinNuclei) + ")";
 }
 
 std::string estimate_text(const MppEstimate& e) {

@@ -216,6 +216,11 @@ io::RgbImage qc_picture(const io::RgbImage& slide, const QcOverlay& overlay) {
   return with_caption(out, overlay.caption);
 }
 
+std::string metadata_mpp_text(const std::optional<double>& mpp, const std::string& problem) {
+  if (mpp) return number(*mpp, 4) + " µm/px";
+  return problem.empty() || problem == "missing" ? "none" : "unusable: " + problem;
+}
+
 std::vector<std::string> caption_lines(const QcCaption& c) {
   const std::string size = std::to_string(c.width) + " × " + std::to_string(c.height) + " px";
   const std::string mpp = c.mpp ? number(*c.mpp, 4) + " µm/px (" + c.mpp_source + ")"
@@ -230,9 +235,8 @@ std::vector<std::string> caption_lines(const QcCaption& c) {
           : std::string("tissue: none (every tile of the grid kept)");
   std::vector<std::string> lines = {c.id, "level 0: " + size + ", " + mpp};
   if (!c.estimate.empty())
-    lines.push_back(
-        "µm/px metadata: " + (c.metadata_mpp ? number(*c.metadata_mpp, 4) : std::string("none")) +
-        "; estimated from the tissue: " + c.estimate);
+    lines.push_back("µm/px metadata: " + metadata_mpp_text(c.metadata_mpp, c.metadata_problem) +
+                    "; estimated from the tissue: " + c.estimate);
   for (auto& line : std::vector<std::string>{
            "tiles kept: " + std::to_string(c.tiles) + " / " + std::to_string(c.grid_tiles) +
                " grid (" + std::to_string(c.tile_size) + " px" + at + ", read from level " +

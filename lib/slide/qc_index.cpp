@@ -72,8 +72,8 @@ std::string card(const std::string& dir, const SlideReport& r) {
          (r.reader.empty() ? "" : ", " + io::xml_text(r.reader)) + "</div>\n";
   if (r.mpp_estimate)
     out += "<div class=\"mpp\">metadata " +
-           (r.metadata_mpp ? fixed(*r.metadata_mpp, 4) + " µm/px" : std::string("none")) +
-           "; tissue " + io::xml_text(estimate_text(*r.mpp_estimate)) + "</div>\n";
+           io::xml_text(metadata_mpp_text(r.metadata_mpp, r.metadata_problem)) + "; tissue " +
+           io::xml_text(estimate_text(*r.mpp_estimate)) + "</div>\n";
   if (r.status == SlideStatus::incomplete)
     out += "<div class=\"error\">" + io::xml_text(r.error) + "</div>\n";
   return out + "<div class=\"path\">" + io::xml_text(r.path) + "</div>\n</div>\n";

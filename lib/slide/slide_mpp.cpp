@@ -137,4 +137,30 @@ SlideMpp resolve_slide_mpp(const Slide& slide, const std::string& id, const Tile
   return out;
 }
 
+void fit_target_to_estimate(SlideMpp& mpp, std::optional<double> target_mpp,
+                            const std::string& name, const std::string& id) {
+  if (mpp.source != MppSource::content || !target_mpp || !mpp.mpp || !mpp.estimate ||
+      !mpp.estimate->low)
+    return;
+  const double target = *target_mpp, low = *mpp.estimate->low;
+  if (target >= *mpp.mpp * (1 - kLevelTolerance)) return;  // level 0 resampled: plan_read's
+  const std::string estimate = estimate_text(*mpp.estimate);
+  if (target >= low * (1 - kLevelTolerance)) {
+    mpp.mpp = target;
+    mpp.level0_as_target = true;
+    log::warn(id + ": --mpp " + rounded(target) + " lies inside the interval of the µm/px its " +
+              "tissue gives, " + estimate + ": level 0 serves it, read as it is (no " +
+              "resampling) and recorded as " + rounded(target) + " µm/px (--mpp-from-content)");
+    return;
+  }
+  // The estimate itself is off by its bias (docs/info.md): the interval's fine end, not the
+  // estimate, is the finest target this slide may serve.
+  throw InputError(name + ": --mpp " + rounded(target) +
+                   " is finer than this slide's level 0 can serve: its tissue gives " + estimate +
+                   " (--mpp-from-content), so level 0 is at best " + rounded(low) +
+                   " µm/px. Ask for --mpp " + rounded(low) +
+                   " or coarser, or give the slide's µm/px with --slide-mpp X or "
+                   "--slide-mpp-table CSV where it is known");
+}
+
 }  // namespace mltool::slide

@@ -211,7 +211,9 @@ nlohmann::json slide_json(const SlideReport& r) {
       {"seconds", r.seconds},
       {"reader", r.reader},
       {"reader_version", r.reader_version},
+      {"mpp", r.mpp ? nlohmann::json(*r.mpp) : nlohmann::json(nullptr)},
       {"mpp_source", r.mpp_source},
+      {"mpp_level0_as_target", r.mpp_level0_as_target},
       {"mpp_estimate", r.mpp_estimate ? to_json(*r.mpp_estimate) : nlohmann::json()},
       {"failed_tiles", failed_tiles(r)}};
   if (r.status == SlideStatus::incomplete) out["error"] = r.error;

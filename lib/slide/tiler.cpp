@@ -8,6 +8,7 @@
 
 #include "mltool/slide/geometry.hpp"
 #include "mltool/slide/image.hpp"
+#include "mltool/slide/info.hpp"
 #include "mltool/slide/openslide.hpp"
 #include "mltool/slide/qc.hpp"
 #include "mltool/slide/region_reader.hpp"
@@ -68,6 +69,7 @@ Stored already_tiled(const io::TileStore& store, const std::string& path, const 
   if (done->contains("tissue_fraction") && done->at("tissue_fraction").is_number())
     report.tissue_fraction = done->at("tissue_fraction").get<double>();
   report.mpp_source = existing->value("mpp_source", "");  // "" in stores of earlier versions
+  report.mpp_level0_as_target = existing->value("mpp_level0_as_target", false);
   report.reader = existing->value("reader", done->value("reader", ""));
   report.reader_version = existing->value("reader_version", "");
   if (existing->contains("passthrough") && existing->at("passthrough").is_object())
@@ -203,7 +205,7 @@ void write_qc(const Slide& slide, const TileJob& job, const ReadPlan& plan, cons
   QcCaption c;
   c.id = report.id, c.width = l0.width, c.height = l0.height;
   c.mpp = plan.mpp, c.mpp_source = plan.mpp_source, c.target_mpp = job.settings.mpp;
-  c.metadata_mpp = report.metadata_mpp;
+  c.metadata_mpp = report.metadata_mpp, c.metadata_problem = report.metadata_problem;
   if (report.mpp_estimate) c.estimate = estimate_text(*report.mpp_estimate);
   c.level = plan.level, c.tile_size = job.settings.tile_size;
   c.tiles = static_cast<std::int64_t>(selection.kept.size()), c.grid_tiles = grid.count();
@@ -253,7 +255,8 @@ Prepared prepare(const Slide& slide, const Identity& who, const TileJob& job, Sl
   const auto& s = job.settings;
   const std::string& id = report.id;
   SlideGeometry geometry = slide.geometry();
-  const SlideMpp mpp = resolve_slide_mpp(slide, id, job, !job.qc_dir.empty());
+  SlideMpp mpp = resolve_slide_mpp(slide, id, job, !job.qc_dir.empty());
+  fit_target_to_estimate(mpp, s.mpp, report.path, id);
   geometry.mpp_x = geometry.mpp_y = mpp.mpp;
   if (mpp.source == MppSource::power)
     log::warn(id + ": no usable µm/px metadata; " + util::number_text(*mpp.mpp) +
@@ -263,6 +266,7 @@ Prepared prepare(const Slide& slide, const Identity& who, const TileJob& job, Sl
               " estimated from its tissue (--mpp-from-content)");
   report.mpp_estimate = mpp.estimate;
   report.metadata_mpp = slide_mpp(slide.geometry());
+  if (!report.metadata_mpp) report.metadata_problem = metadata_mpp(slide).problem;
   Prepared p;
   p.plan = plan_read(geometry, s.mpp, s.level, s.tile_size, report.path);
   p.plan.mpp_source = to_string(mpp.source);
@@ -279,7 +283,9 @@ Prepared prepare(const Slide& slide, const Identity& who, const TileJob& job, Sl
   if (mpp.source == MppSource::content) {
     p.record["mpp_estimate"] = to_json(*mpp.estimate);
     p.record["mpp_estimate"].erase("seconds");
+    p.record["mpp_level0_as_target"] = mpp.level0_as_target;
   }
+  report.mpp_level0_as_target = mpp.level0_as_target;
   return p;
 }
 

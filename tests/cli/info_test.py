@@ -246,7 +246,11 @@ def check_tile_from_content():
     expect(abs(rec["size_level0"] - 128 / e["mpp"]) < 1e-6, f"{rec['size_level0']}")
     with open(os.path.join(qc, "index.html")) as f:
         html = f.read()
-    shown = f'<div class="mpp">metadata none; tissue {round(e["mpp"], 3):g} µm/px ('
+    # The metadata as the sheet shows it: "none" when missing, else why it is unusable.
+    _, docs, _ = info(path)
+    problem = docs[path]["metadata_mpp"]["problem"]
+    metadata = "none" if problem == "missing" else f"unusable: {problem}"
+    shown = f'<div class="mpp">metadata {metadata}; tissue {round(e["mpp"], 3):g} µm/px ('
     expect(shown in html, f"index.html does not show {shown!r}")
     expect(os.path.isfile(os.path.join(qc, "gen-0.5.png")), "no QC picture")
     expect("seconds" not in e, f"a timing in the store's record: {e}")

@@ -137,7 +137,9 @@ TEST(MppEstimate, EstimateIsTheRulerOverTheDeblurredCore) {
   ASSERT_TRUE(e.mpp);
   const double expected = kNucleusCoreUm / std::sqrt(d * d - kCoreBlurPx * kCoreBlurPx);
   EXPECT_NEAR(*e.mpp, expected, 1e-9);
-  EXPECT_FALSE(e.uncertain) << e.why;
+  // No whole nuclei: the cores' ruler (fitted on one slide) stands alone, and says so.
+  EXPECT_TRUE(e.uncertain);
+  EXPECT_NE(e.why.find("too few whole nuclei (0, fewer than"), std::string::npos) << e.why;
   EXPECT_LT(*e.low, expected);
   EXPECT_GT(*e.high, expected);
   EXPECT_EQ(e.nuclei, 200);
@@ -161,7 +163,9 @@ TEST(MppEstimate, WholeNucleiGiveTheEstimate) {
   EXPECT_NEAR(*e.from_cores, kNucleusCoreUm / std::sqrt(100 - kCoreBlurPx * kCoreBlurPx), 1e-9);
   EXPECT_EQ(e.whole_nuclei, 200);
   EXPECT_FALSE(e.uncertain) << e.why;
-  EXPECT_NEAR(*e.high / *e.mpp, std::exp(mltool::slide::kNucleusSpread), 1e-9);
+  // Regions that agree: the ruler's spread and what 200 nuclei can say of the slide's cells.
+  const double mix = 2 * mltool::slide::kNucleusMixSpread / std::sqrt(200.0);
+  EXPECT_NEAR(*e.high / *e.mpp, std::exp(std::hypot(mltool::slide::kNucleusSpread, mix)), 1e-9);
   // Read at a downsample of 2, the same pixels are a slide of half the µm/px.
   EXPECT_NEAR(*estimate_from_samples({a, b}, 2.0).mpp, kNucleusUm / 32, 1e-9);
   // Too few whole nuclei: the cores' estimate stands.
@@ -173,6 +177,54 @@ TEST(MppEstimate, WholeNucleiGiveTheEstimate) {
       {sample_with(10, 12, 100), sample_with(10, 30, 100), sample_with(10, 18, 100)}, 1.0);
   EXPECT_TRUE(apart.uncertain);
   EXPECT_NE(apart.why.find("disagree"), std::string::npos) << apart.why;
+}
+
+// A small image is one neighbourhood of the tissue: however well its regions agree, its few
+// nuclei need not be the slide's mix of cells (issue 51: a 512-px crop of the real slide read
+// +52% with an interval of ±16%). The interval widens with fewer whole nuclei, and under
+// kMinCertainNuclei the estimate is uncertain, saying so.
+TEST(MppEstimate, FewWholeNucleiWidenTheIntervalOrAreUncertain) {
+  using mltool::slide::kMinCertainNuclei;
+  using mltool::slide::kNucleusMixSpread;
+  using mltool::slide::kNucleusSpread;
+  const auto half = [](const MppEstimate& e) { return std::log(*e.high / *e.mpp); };
+  // Three regions of identical nuclei: no spread between them, yet 3 × 60 nuclei.
+  const MppEstimate three = estimate_from_samples(
+      {sample_with(10, 16, 60), sample_with(10, 16, 60), sample_with(10, 16, 60)}, 1.0);
+  ASSERT_TRUE(three.from_nuclei);
+  EXPECT_EQ(three.nucleus_regions, 3);
+  EXPECT_NEAR(half(three), std::hypot(kNucleusSpread, 2 * kNucleusMixSpread / std::sqrt(180.0)),
+              1e-9);
+  EXPECT_GT(half(three), kNucleusSpread + 0.05);
+  EXPECT_EQ(three.uncertain, 180 < kMinCertainNuclei) << three.why;
+  // kMinCertainNuclei is where the whole nuclei's interval alone reaches an uncertain one's.
+  EXPECT_NEAR(std::hypot(kNucleusSpread, 2 * kNucleusMixSpread / std::sqrt(kMinCertainNuclei)),
+              mltool::slide::kUncertainHalfWidth, 0.005);
+  // One region of 70 whole nuclei: uncertain, too few whole nuclei, and at least exp(±0.4).
+  const MppEstimate one = estimate_from_samples({sample_with(10, 16, 70)}, 1.0);
+  ASSERT_TRUE(one.from_nuclei);
+  EXPECT_TRUE(one.uncertain);
+  EXPECT_NE(one.why.find("too few whole nuclei (70, fewer than"), std::string::npos) << one.why;
+  EXPECT_GE(half(one), mltool::slide::kUncertainHalfWidth - 1e-9);
+  // Many nuclei in one region: certain, the interval narrower.
+  const MppEstimate many = estimate_from_samples({sample_with(10, 16, 1000)}, 1.0);
+  EXPECT_FALSE(many.uncertain) << many.why;
+  EXPECT_LT(half(many), half(three));
+  // Fewer than kMinNuclei whole nuclei: the cores stand alone, uncertain, saying why.
+  NucleusSample few = sample_of(10, 100);  // 100 cores, 40 whole nuclei
+  few.nucleus_diameters_px.assign(40, 16);
+  few.nucleus_areas_px.assign(40, M_PI * 64);
+  const MppEstimate cores = estimate_from_samples({few}, 1.0);
+  EXPECT_FALSE(cores.from_nuclei);
+  EXPECT_TRUE(cores.uncertain);
+  EXPECT_NE(cores.why.find("too few whole nuclei (40"), std::string::npos) << cores.why;
+  EXPECT_GE(half(cores),
+            std::hypot(kNucleusSpread, 2 * kNucleusMixSpread / std::sqrt(40.0)) - 1e-9);
+  // What `info` says it was made from: the whole nuclei used, not the cores.
+  EXPECT_EQ(mltool::slide::estimate_basis(three),
+            "180 whole nuclei in 3 regions (180 nuclear cores)");
+  EXPECT_EQ(mltool::slide::estimate_basis(cores),
+            "100 nuclear cores in 1 region (40 whole nuclei, fewer than 60)");
 }
 
 TEST(MppEstimate, FewNucleiOrDisagreeingRegionsAreUncertain) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mltool/slide/image.hpp"
+#include "mltool/slide/info.hpp"
 #include "mltool/slide/openslide.hpp"
 #include "mltool/slide/region_reader.hpp"
 #include "mltool/slide/tiler.hpp"
@@ -442,6 +443,31 @@ TEST_F(SlideIoTiff, OpenReportsPyramidAndMppFromResolution) {
   EXPECT_NEAR(*g.mpp_y, 0.25, 1e-6);
   EXPECT_FALSE(slide.property("no.such.property").has_value());
   EXPECT_EQ(slide.property("openslide.vendor"), "generic-tiff");
+}
+
+// libvips writes its resolution in pixels per centimetre: `vips tiffsave --xres 2.835` (px/mm)
+// is 28.35 px/cm, 72 dpi, which OpenSlide 4 turns into 352.7 µm/px. It is the placeholder,
+// as 72 px/inch is, not an implausible µm/px.
+TEST_F(SlideIoTiff, LibvipsSeventyTwoDpiInCentimetresIsAPlaceholder) {
+  const std::string path = tmp_ / "dpi72.tiff";
+  VipsImage* image = vips_image_new_from_memory_copy(picture_.pixels.data(), picture_.pixels.size(),
+                                                     kWidth, kHeight, 3, VIPS_FORMAT_UCHAR);
+  ASSERT_NE(image, nullptr) << vips_error_buffer();
+  const int rc =
+      vips_tiffsave(image, path.c_str(), "tile", TRUE, "pyramid", TRUE, "compression",
+                    VIPS_FOREIGN_TIFF_COMPRESSION_JPEG, "xres", 2.835, "yres", 2.835, nullptr);
+  g_object_unref(image);
+  ASSERT_EQ(rc, 0) << vips_error_buffer();
+  const Slide slide = Slide::open(path);
+  ASSERT_EQ(slide.property("tiff.ResolutionUnit"), "centimeter");
+  const auto m = mltool::slide::metadata_mpp(slide);
+  EXPECT_FALSE(m.mpp.has_value());
+  EXPECT_EQ(m.problem, "placeholder 72 dpi");
+  EXPECT_EQ(m.source, "TIFF resolution");
+  // A real resolution in centimetres is read as one: 40000 px/cm, 0.25 µm/px.
+  const auto real = mltool::slide::metadata_mpp(Slide::open(path_));
+  ASSERT_TRUE(real.mpp.has_value()) << real.problem;
+  EXPECT_NEAR(*real.mpp, 0.25, 1e-6);
 }
 
 TEST_F(SlideIoTiff, ReadRgbReturnsThePixelsAndWhiteOutside) {

@@ -165,6 +165,20 @@ TEST(QcPicture, CaptionSaysWhatChoseTheTiles) {
   for (const auto& line : caption_lines(c)) text += line + "\n";
   EXPECT_TRUE(has(text, "tissue: none")) << text;
   EXPECT_TRUE(has(text, "µm/px unknown (none)")) << text;
+  // With an estimate, the metadata says why it is unusable (a 72-dpi TIFF), not just "none".
+  c.estimate = "0.553 µm/px (0.445–0.686)";
+  c.metadata_problem = "placeholder 72 dpi";
+  text.clear();
+  for (const auto& line : caption_lines(c)) text += line + "\n";
+  EXPECT_TRUE(has(text, "µm/px metadata: unusable: placeholder 72 dpi; estimated")) << text;
+  c.metadata_problem = "missing";
+  text.clear();
+  for (const auto& line : caption_lines(c)) text += line + "\n";
+  EXPECT_TRUE(has(text, "µm/px metadata: none; estimated")) << text;
+  c.metadata_mpp = 0.25;
+  text.clear();
+  for (const auto& line : caption_lines(c)) text += line + "\n";
+  EXPECT_TRUE(has(text, "µm/px metadata: 0.2500 µm/px; estimated")) << text;
 }
 
 TEST(QcIndex, ListsEverySlideMarksEmptyAndFailedAndEscapes) {

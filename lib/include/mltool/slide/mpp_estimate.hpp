@@ -20,9 +20,10 @@
 // typical deblurred core and at most 4 times it (the cores' scale filters out specks and
 // merged nuclei) are nuclei, and their area-weighted median equivalent diameter is taken as
 // kNucleusUm (a lymphocyte's nucleus, the literature's size, not fitted). Its interval is
-// kNucleusSpread plus the spread between regions. The cores' estimate stands alone where
-// fewer than kMinNuclei whole nuclei are found. docs/info.md has the measured error, and
-// where the accuracy goal is not met.
+// kNucleusSpread plus the spread between regions, or what the number of whole nuclei allows
+// (kNucleusMixSpread), whichever is wider; fewer than kMinCertainNuclei make it uncertain. The
+// cores' estimate stands alone, uncertain, where fewer than kMinNuclei whole nuclei are found.
+// docs/info.md has the measured error, and where the accuracy goal is not met.
 #pragma once
 
 #include <array>
@@ -60,8 +61,22 @@ inline constexpr double kNucleusUm = 7.0;
 inline constexpr double kNucleusSpread = 0.2;
 /// Regions whose median chroma_detail is below this hold 4:2:0-coded colour.
 inline constexpr double kMaxSubsampledChromaDetail = 0.06;
-/// Fewer nuclei than this over all regions: uncertain.
+/// Fewer nuclei than this over all regions: uncertain; fewer whole nuclei, the cores' estimate
+/// stands alone (uncertain too).
 inline constexpr int kMinNuclei = 60;
+/// How far a sample of n whole nuclei may be from the slide's mix of cells, in natural-log
+/// units × sqrt(n): the interval is at least exp(±sqrt(kNucleusSpread² + 4 · this² / n)).
+/// A small image is one neighbourhood of the tissue. On 24 crops of 512-2048 px of the real
+/// slide the widest error of an estimate from whole nuclei needed 0.96 (docs/info.md); 1.5
+/// leaves room for tissues other than that one skin slide.
+inline constexpr double kNucleusMixSpread = 1.5;
+/// An uncertain estimate's interval is at least exp(±this).
+inline constexpr double kUncertainHalfWidth = 0.4;
+/// Fewer whole nuclei than this: uncertain ("too few whole nuclei"). It is where their
+/// interval alone grows past an uncertain one's: 4 · kNucleusMixSpread² / (0.4² − 0.2²) = 75.
+inline constexpr int kMinCertainNuclei = 75;
+/// The interval of the cores standing alone is at least what this many whole nuclei allow.
+inline constexpr int kMinMixNuclei = 10;
 
 /// Nuclear cores found in one RGB region.
 struct NucleusSample {
@@ -84,16 +99,17 @@ struct MppEstimate {
   std::optional<double> mpp;  ///< µm per level-0 pixel; none when no nucleus was found
   std::optional<double> low;  ///< the interval's ends
   std::optional<double> high;
-  bool uncertain = true;              ///< the estimate is a guess: `why` says why
-  std::string why;                    ///< for an uncertain estimate: too few nuclei, ...
-  int regions = 0;                    ///< tissue regions read
-  std::int64_t nuclei = 0;            ///< nuclear cores measured
-  double core_px = 0;                 ///< their area-weighted median diameter at level 0, in pixels
-  std::int64_t whole_nuclei = 0;      ///< whole round nuclei measured
-  double nucleus_px = 0;              ///< their area-weighted median diameter at level 0, in pixels
-  std::optional<double> from_cores;   ///< the cores' estimate, where whole nuclei gave `mpp`
-  std::optional<double> from_nuclei;  ///< the whole nuclei's estimate (then `mpp`)
-  bool chroma_subsampled = false;     ///< colour at half resolution: kSubsampledBlurPx applies
+  bool uncertain = true;          ///< the estimate is a guess: `why` says why
+  std::string why;                ///< for an uncertain estimate: too few nuclei, ...
+  int regions = 0;                ///< tissue regions read
+  std::int64_t nuclei = 0;        ///< nuclear cores measured
+  double core_px = 0;             ///< their area-weighted median diameter at level 0, in pixels
+  std::int64_t whole_nuclei = 0;  ///< whole round nuclei measured
+  int nucleus_regions = 0;  ///< regions with kMinRegionNuclei whole nuclei or more (the spread's)
+  double nucleus_px = 0;    ///< their area-weighted median diameter at level 0, in pixels
+  std::optional<double> from_cores;       ///< the cores' estimate, where whole nuclei gave `mpp`
+  std::optional<double> from_nuclei;      ///< the whole nuclei's estimate (then `mpp`)
+  bool chroma_subsampled = false;         ///< colour at half resolution: kSubsampledBlurPx applies
   std::optional<double> tissue_fraction;  ///< share of the slide that is tissue (thumbnail)
   double seconds = 0;
 };
@@ -134,12 +150,17 @@ std::vector<std::array<std::int64_t, 4>> pick_regions(const std::vector<RegionCa
 MppEstimate estimate_mpp(const Slide& slide, const EstimateOptions& options = {});
 
 /// {"mpp", "low", "high", "uncertain", "why", "regions", "nuclei", "core_px", "seconds",
-/// "chroma_subsampled", "whole_nuclei", "nucleus_px", "from_cores", "from_nuclei"}: in
-/// `mltool info --json`, tile's summary and the tile store's slide record.
+/// "chroma_subsampled", "whole_nuclei", "nucleus_regions", "nucleus_px", "from_cores",
+/// "from_nuclei"}: in `mltool info --json`, tile's summary and the tile store's slide record.
 nlohmann::json to_json(const MppEstimate& estimate);
 
 /// `v` with at most `decimals` decimals, trailing zeros dropped: 20, 0.499, 352.7778.
 std::string decimal_text(double v, int decimals);
+
+/// What the estimate was made from, for a person: "299 whole nuclei in 7 regions (1754
+/// nuclear cores)", or where the cores' estimate stands alone "41 nuclear cores in 1 region
+/// (12 whole nuclei, fewer than 60)".
+std::string estimate_basis(const MppEstimate& estimate);
 
 /// "0.498 µm/px (0.43–0.58)", "0.9 µm/px (0.6–1.4, uncertain: ...)" or "none (why)".
 std::string estimate_text(const MppEstimate& estimate);

@@ -59,6 +59,10 @@ io::RgbImage side_by_side(const io::RgbImage& left, const io::RgbImage& right);
 /// `picture` with qc_picture's caption strip below it (the first line bold).
 io::RgbImage caption_picture(const io::RgbImage& picture, const std::vector<std::string>& lines);
 
+/// The slide's own µm/px metadata as the caption and the contact sheet show it: "0.2500 µm/px",
+/// "none" (missing), or why it is unusable: "unusable: placeholder 72 dpi".
+std::string metadata_mpp_text(const std::optional<double>& mpp, const std::string& problem);
+
 /// What a slide's caption says.
 struct QcCaption {
   std::string id;
@@ -66,6 +70,7 @@ struct QcCaption {
   std::optional<double> mpp;           ///< µm per level-0 pixel
   std::string mpp_source;              ///< ReadPlan::mpp_source
   std::optional<double> metadata_mpp;  ///< the slide's own usable µm/px metadata
+  std::string metadata_problem;        ///< why there is none (MetadataMpp::problem), or ""
   std::string estimate;                ///< estimate_text of the tissue's estimate, or ""
   std::optional<double> target_mpp;    ///< µm per tile pixel (--mpp), or none with --level
   int level = 0;                       ///< the level tiles were read from

@@ -131,6 +131,10 @@ struct SlideReport {
   /// (--mpp-from-content, --check-mpp, --qc)
   std::optional<MppEstimate> mpp_estimate;
   std::optional<double> metadata_mpp;  ///< the slide's own usable µm/px metadata, if any
+  std::string metadata_problem;        ///< why it has none (MetadataMpp::problem), or ""
+  /// --mpp-from-content: the target lay inside the estimate's interval, finer than the
+  /// estimate, and level 0 was read as it is (its µm/px recorded as the target)
+  bool mpp_level0_as_target = false;
   std::string error;  ///< status "failed" (tile_slides with keep_going): the message
   /// status "incomplete": the tiles left out, in key order (also in the done marker)
   std::vector<TileFailure> failed_tiles;

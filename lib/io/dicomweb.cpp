@@ -67,6 +67,59 @@ std::string http_version_name(long v) {
   }
 }
 
+// The server of https `url` on the same port as http://, or "" when `url` is not https.
+std::string as_plain_http(const std::string& url) {
+  if (url.rfind("https://", 0) != 0) return "";
+  const std::string rest = url.substr(8);
+  const auto slash = rest.find('/');
+  std::string authority = rest.substr(0, slash);
+  const auto bracket = authority.rfind(']');  // an IPv6 address: [::1]:8042
+  const auto colon = authority.rfind(':');
+  if (colon == std::string::npos || (bracket != std::string::npos && colon < bracket))
+    authority += ":443";
+  return "http://" + authority + (slash == std::string::npos ? "/" : rest.substr(slash));
+}
+
+// Whether a failed TLS handshake with https `url` met a server that speaks plain HTTP there
+// (OpenSSL says "wrong version number"): a request without TLS gets an HTTP answer. The probe
+// carries no token and follows no redirect.
+bool answers_plain_http(const std::string& url, int timeout) {
+  const std::string plain = as_plain_http(url);
+  if (plain.empty()) return false;
+  CURL* h = curl_easy_init();
+  if (!h) return false;
+  std::string body;
+  curl_easy_setopt(h, CURLOPT_URL, plain.c_str());
+  curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, append_body);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_TIMEOUT, static_cast<long>(std::min(timeout, 10)));
+  const CURLcode code = curl_easy_perform(h);
+  long status = 0;
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+  curl_easy_cleanup(h);
+  return code == CURLE_OK && status >= 100;
+}
+
+// What a request that failed for good met, in words: the HTTP status or libcurl's error, and
+// what to do where it is known.
+std::string failure_text(const std::string& url, const Answer& a, int timeout) {
+  std::string what = a.code == CURLE_OK ? "HTTP " + std::to_string(a.status) : a.error;
+  if (a.code == CURLE_PEER_FAILED_VERIFICATION)
+    what +=
+        " (the server's TLS certificate is not trusted: add its CA to the system store, or "
+        "give --dicomweb-insecure to skip verification)";
+  if (a.code == CURLE_SSL_CONNECT_ERROR && answers_plain_http(url, timeout)) {
+    const std::string plain = as_plain_http(url);
+    const std::string server = plain.substr(0, plain.find('/', 7));
+    what = "the server at " + server.substr(7) +
+           " does not speak TLS (it answers plain HTTP there): give the URL with http:// (" +
+           server + "/...), not https:// (TLS handshake: " + a.error + ")";
+  }
+  return what;
+}
+
 }  // namespace
 
 // The handles, and the token and settings every request carries.
@@ -150,11 +203,7 @@ Answer DicomwebClient::Pool::get(const std::string& url, const std::string& acce
         log::debug(url + ": answered over " + http_version_name(a.http_version));
       return a;
     }
-    std::string what = a.code == CURLE_OK ? "HTTP " + std::to_string(a.status) : a.error;
-    if (a.code == CURLE_PEER_FAILED_VERIFICATION)
-      what +=
-          " (the server's TLS certificate is not trusted: add its CA to the system store, or "
-          "give --dicomweb-insecure to skip verification)";
+    const std::string what = failure_text(url, a, options.timeout);
     if (!transient(a.code, a.status) || attempt >= retries)
       throw DicomwebError(
           url + ": " + what +
@@ -188,9 +237,40 @@ DicomwebClient::~DicomwebClient() = default;
 
 int DicomwebClient::connections() const { return static_cast<int>(pool_->all.size()); }
 
+// A 404 for the series' metadata: which UID the server does not know, told by a QIDO-RS query
+// of the study (a study it has answers with one match, one it lacks with none).
+std::string DicomwebClient::unknown_uid() const {
+  const std::string query = url_.base + "/studies?StudyInstanceUID=" + url_.study;
+  Answer a;
+  try {
+    a = pool_->get(query, "application/dicom+json", pool_->options.retries);
+  } catch (const DicomwebError& e) {
+    return ", and " + query + " gets " +
+           (e.status() ? "HTTP " + std::to_string(e.status()) : std::string("no answer")) +
+           " too: is " + url_.base +
+           " the server's DICOMweb root? (Orthanc's is http://HOST:8042/dicom-web; "
+           "docs/tile.md#finding-a-series-url)";
+  }
+  const auto doc = nlohmann::json::parse(a.body, nullptr, false);
+  const bool found = doc.is_array() && !doc.empty();
+  if (!found)
+    return ": the server knows no study " + url_.study + ": list its studies with curl -H " +
+           "'Accept: application/dicom+json' " + url_.base +
+           "/studies (docs/tile.md#finding-a-series-url)";
+  return ": the server's study " + url_.study + " has no series " + url_.series +
+         ": list the study's series with curl -H 'Accept: application/dicom+json' " + url_.base +
+         "/studies/" + url_.study + "/series (docs/tile.md#finding-a-series-url)";
+}
+
 nlohmann::json DicomwebClient::metadata() const {
   const std::string url = url_.url + "/metadata";
-  const Answer a = pool_->get(url, "application/dicom+json", pool_->options.retries);
+  Answer a;
+  try {
+    a = pool_->get(url, "application/dicom+json", pool_->options.retries);
+  } catch (const DicomwebError& e) {
+    if (e.status() != 404) throw;
+    throw DicomwebError(e.what() + unknown_uid(), 404, url);
+  }
   auto doc = nlohmann::json::parse(a.body, nullptr, false);
   if (doc.is_discarded() || !doc.is_array() || doc.empty())
     throw FormatError(url + ": the answer is not a JSON array of instances' metadata");

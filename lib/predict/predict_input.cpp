@@ -63,8 +63,7 @@ void check_features(const json& run, const io::FeatureStore& store, const std::s
                            (want_encoder.empty() ? "(none)" : want_encoder) +
                            "': extract them with the run's encoder (mltool extract --model)"));
   if (!want.is_null() && want != got)
-    throw InputError(at_file(where, "features of extractor " + got.dump() +
-                                        ", but the run was trained on features of " + want.dump()));
+    throw InputError(at_file(where, extractor_difference(got, want)));
 }
 
 // The tile store for heatmaps: --tiles, else the features' own if it is still there, else

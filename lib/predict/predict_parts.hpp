@@ -73,6 +73,17 @@ std::shared_ptr<const features::StainNormalizer> predict_stain(const nlohmann::j
                                                                const PredictJob& job,
                                                                nlohmann::json& record);
 
+/// How a feature store's features were stain-normalised, from its features.json "model"
+/// (predict_stain.cpp): "none", or e.g. "macenko with reference sha256 1a2b3c4d5e6f
+/// (--stain-fit tile)".
+std::string features_stain_text(const nlohmann::json& model);
+
+/// Why features of extractor `got` (features.json's "model") are not the run's, `want`:
+/// their stain normalisations ("features normalised with none, but the run was trained on
+/// features normalised with macenko with reference sha256 …") or else the fields that differ,
+/// each value shortened, with the extract options that make them again (predict_stain.cpp).
+std::string extractor_difference(const nlohmann::json& got, const nlohmann::json& want);
+
 /// A finished run's model with the chosen weights, in eval mode on its device.
 class Predictor {
  public:

@@ -45,7 +45,60 @@ std::shared_ptr<const StainNormalizer> runs_own(const json& recorded, const Pred
   return stain;
 }
 
+// A features.json field's value as a message shows it: a string as it is, anything else as
+// JSON, either cut to 60 characters (a fitted stain target is a matrix).
+std::string short_text(const json& v) {
+  std::string text = v.is_null() ? "(none)" : v.is_string() ? v.get<std::string>() : v.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+// The extract options that give features normalised as `model`'s were.
+std::string stain_options(const json& model) {
+  const std::string method = model.value("stain_norm", std::string("none"));
+  if (method == "none") return "without --stain-norm";
+  const json ref = model.value("stain_reference", json::object());
+  const std::string fit = ref.is_object() ? ref.value("fit", std::string("tile")) : "tile";
+  return "with --stain-norm " + method + " --stain-reference (the image of sha256 " +
+         (ref.is_object() ? ref.value("sha256", std::string("?")) : std::string("?")) + ")" +
+         (fit == "tile" ? "" : " --stain-fit " + fit);
+}
+
 }  // namespace
+
+std::string features_stain_text(const json& model) {
+  const std::string method =
+      model.is_object() ? model.value("stain_norm", std::string("none")) : "none";
+  if (method == "none") return "none";
+  const json ref = model.value("stain_reference", json::object());
+  if (!ref.is_object()) return method;
+  return method + " with reference sha256 " + ref.value("sha256", std::string("?")).substr(0, 12) +
+         " (--stain-fit " + ref.value("fit", std::string("tile")) + ")";
+}
+
+std::string extractor_difference(const json& got, const json& want) {
+  const std::string stain_got = features_stain_text(got), stain_want = features_stain_text(want);
+  if (stain_got != stain_want)
+    return "features normalised with " + stain_got +
+           ", but the run was trained on features normalised with " + stain_want +
+           ": extract them again " + stain_options(want);
+  std::string fields;
+  const json none = json::object();
+  const json& g = got.is_object() ? got : none;
+  const json& w = want.is_object() ? want : none;
+  json keys = json::object();
+  for (const auto& [k, v] : g.items()) keys[k] = true;
+  for (const auto& [k, v] : w.items()) keys[k] = true;
+  for (const auto& [k, v] : keys.items()) {
+    const json a = g.value(k, json()), b = w.value(k, json());
+    if (a != b)
+      fields += (fields.empty() ? "" : ", ") + k + " " + short_text(a) +
+                " (the run's: " + short_text(b) + ")";
+  }
+  return "features of another extractor than the run's: " +
+         (fields.empty() ? short_text(got) + " (the run's: " + short_text(want) + ")" : fields) +
+         "; extract them with the run's extractor (mltool extract --model)";
+}
 
 std::shared_ptr<const StainNormalizer> predict_stain(const json& run, const PredictJob& job,
                                                      json& record) {

@@ -12,6 +12,7 @@
 #include "mltool/records/pack.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
+#include "mltool/util/log.hpp"
 #include "mltool/util/options.hpp"
 #include "task_spec.hpp"
 
@@ -86,26 +87,63 @@ bool same_outcome(const LabelRecord& a, const LabelRecord& b) {
          std::equal(a.values.begin(), a.values.end(), b.values.begin(), b.values.end(), same);
 }
 
-// Every record with one value of `of` agrees by `same`; else InputError naming both lines.
+// The records with one value of `of` that disagree by `same` with that value's first record:
+// how many values have such a record, and the first one's message naming both lines.
+struct Disagreement {
+  std::size_t values = 0;
+  std::string first;
+};
+
 template <class Of, class Same, class Describe>
-void check_agree(const Labels& labels, const char* what, Of of, Same same, Describe describe) {
+Disagreement disagreement(const Labels& labels, const char* what, Of of, Same same,
+                          Describe describe) {
   std::unordered_map<std::string_view, std::size_t> first_of;
+  std::unordered_set<std::string_view> differing;
+  Disagreement out;
   for (std::size_t i = 0; i < labels.records.size(); ++i) {
     const LabelRecord& r = labels.records[i];
     const auto [it, added] = first_of.emplace(of(r), i);
     const LabelRecord& first = labels.records[it->second];
-    if (!added && !same(first, r))
-      throw InputError(at_file(labels.path, "line " + std::to_string(r.line) + ": " + what + " " +
-                                                json_quoted(of(r)) + " " + describe(r) +
-                                                ", but line " + std::to_string(first.line) + " " +
-                                                describe(first, true)));
+    if (added || same(first, r) || !differing.insert(of(r)).second) continue;
+    if (++out.values == 1)
+      out.first = "line " + std::to_string(r.line) + ": " + what + " " + json_quoted(of(r)) + " " +
+                  describe(r) + ", but line " + std::to_string(first.line) + " " +
+                  describe(first, true);
   }
+  return out;
 }
 
-// The consistency guarantees of select_labels.
+// Every record with one value of `of` agrees by `same`; else InputError naming both lines.
+template <class Of, class Same, class Describe>
+void check_agree(const Labels& labels, const char* what, Of of, Same same, Describe describe) {
+  const Disagreement d = disagreement(labels, what, of, same, describe);
+  if (d.values > 0) throw InputError(at_file(labels.path, d.first));
+}
+
+// A --group-by group keeps its records in one split; it does not own their outcome (a slide's
+// purity, a block's panel). Where the task's outcome is the patient's in practice (survival),
+// a group whose records differ is packed as the table says, with a warning: more often a slip
+// in the table than per-lesion times.
+void warn_group_outcomes(const Labels& out, const LabelColumns& columns, PackTask task) {
+  if (!detail::spec_of(task).patient_outcome) return;
+  const Disagreement d = disagreement(
+      out, "group", [](const LabelRecord& r) -> std::string_view { return r.group; }, same_outcome,
+      [task](const LabelRecord& r, bool then = false) {
+        return (then ? "gave it " : "has ") + outcome_text(r, task);
+      });
+  if (d.values == 0) return;
+  log::warn(at_file(out.path, std::to_string(d.values) + " --group-by " + columns.group +
+                                  (d.values == 1 ? " group gives its" : " groups give their") +
+                                  " records different outcomes (" + d.first +
+                                  "): each record keeps its own; if the outcome is the " +
+                                  columns.group + "'s, correct the table, or pack one record per " +
+                                  columns.group + " with --unit bag --bag-by " + columns.group));
+}
+
+// The consistency guarantees of select_labels: a key lies in one group and one bag, and a
+// key or a bag has one outcome. A group may hold records of different outcomes.
 void check_consistency(const Labels& out, const LabelColumns& columns, PackTask task) {
   const auto key = [](const LabelRecord& r) -> std::string_view { return r.key; };
-  const auto group = [](const LabelRecord& r) -> std::string_view { return r.group; };
   const auto bag = [](const LabelRecord& r) -> std::string_view { return r.bag; };
   if (!columns.group.empty())
     check_agree(
@@ -124,8 +162,8 @@ void check_consistency(const Labels& out, const LabelColumns& columns, PackTask 
     return (then ? "gave it " : "has ") + outcome_text(r, task);
   };
   check_agree(out, "key", key, same_outcome, has);
-  if (!columns.group.empty()) check_agree(out, "group", group, same_outcome, has);
   if (!columns.bag.empty()) check_agree(out, "bag", bag, same_outcome, has);
+  if (!columns.group.empty()) warn_group_outcomes(out, columns, task);
 }
 
 }  // namespace

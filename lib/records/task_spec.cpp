@@ -1,6 +1,8 @@
 // The pack tasks' table (see task_spec.hpp) and the helpers their files share.
 #include "task_spec.hpp"
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "mltool/util/file.hpp"
@@ -28,6 +30,20 @@ InputError OutcomeRow::bad(std::size_t i, const char* option, const std::string&
                                             io::json_quoted(table.columns[col]) + " holds " +
                                             io::json_quoted(row[col]) + ": " + must +
                                             " (the column of " + option + ")"));
+}
+
+std::string float_text(float v) {
+  const double d = v;
+  const double size = std::fabs(d);
+  int digits = 1;  // at least the integer part's: %g writes 10 with one digit as "1e+01"
+  if (size < 1e16)
+    for (double power = 10; power <= size; power *= 10) ++digits;
+  char text[64] = "";
+  for (; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, d);
+    if (std::strtof(text, nullptr) == v) break;
+  }
+  return text;
 }
 
 std::optional<double> parse_number(std::string_view text) {

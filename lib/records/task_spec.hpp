@@ -76,6 +76,9 @@ struct PackTaskSpec {
   /// an option naming them is missing, InputError (table.column) when a column is.
   std::vector<std::size_t> (*find_columns)(const io::Table&, const LabelColumns&);
   bool cells_required;  ///< every outcome cell must be filled (multilabel: an empty one masks)
+  /// The outcome is the patient's in practice (survival): a --group-by group whose records
+  /// differ is warned about; they still keep their own (docs/pack.md#tasks).
+  bool patient_outcome;
   /// The row's outcome into the record, checked; classification moves its label out.
   void (*read_outcome)(const OutcomeRow&, LabelRecord&);
   nlohmann::json (*outcome_columns)(const LabelColumns&);  ///< dataset.json's "outcome"
@@ -107,6 +110,9 @@ const PackTaskSpec& spec_of(PackTask task);
 
 // Helpers the tasks' files share.
 
+/// A stored (32-bit) outcome value as messages show it: the shortest text that reads back as
+/// that float ("0.2", not the double 0.20000000298023224; "10", not "1e+01").
+std::string float_text(float v);
 /// `text` as a number (blanks around it ignored), or nullopt.
 std::optional<double> parse_number(std::string_view text);
 /// The single value of float feature `name`; FormatError naming the record otherwise.

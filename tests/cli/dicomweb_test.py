@@ -682,12 +682,36 @@ def check_large_level_batches():
 
 
 def check_bad_url():
-    """A URL that is not a series URL, and a series the server does not have, are named."""
+    """A URL that is not a series URL, and a series the server does not have, are named: the
+    study or the series UID it does not know, or a root that is not its DICOMweb root; https://
+    against a server without TLS says so."""
     code, _, err = run([MLTOOL, "info", f"http://127.0.0.1:{SERVER['port']}/dicom-web/studies/1.2"])
     expect(code == 1 and "not a DICOMweb series URL" in err, f"exit {code}: {err[-500:]}")
     missing = f"http://127.0.0.1:{SERVER['port']}/dicom-web/studies/1.2/series/3.4"
     code, out, err = run([MLTOOL, "info", missing])  # info reports a slide's error on stdout
     expect(code == 2 and missing + "/metadata: HTTP 404" in out, f"exit {code}: {out}{err[-500:]}")
+    # Which UID the server does not know (issue 51): the study, or the series of a known study.
+    expect(f"the server knows no study 1.2: list its studies with curl -H 'Accept: "
+           f"application/dicom+json' {SERVER['orthanc'].root()}/studies" in out,
+           f"an unknown study: {out}")
+    url = SERVER["series"]["ycc"][0]
+    study = url.split("/studies/")[1].split("/")[0]
+    code, out, err = run([MLTOOL, "info", url.rsplit("/", 1)[0] + "/1.2.3.4"])
+    expect(code == 2 and "HTTP 404" in out and f"the server's study {study} has no series 1.2.3.4: "
+           f"list the study's series with curl -H 'Accept: application/dicom+json' "
+           f"{SERVER['orthanc'].root()}/studies/{study}/series" in out,
+           f"an unknown series: exit {code}: {out}{err[-500:]}")
+    code, _, err = run([MLTOOL, "tile", url.replace("/dicom-web/", "/dicomweb/"), "-o",
+                        tmp("bad-root.lmdb")])
+    expect(code == 2 and f"is http://127.0.0.1:{SERVER['port']}/dicomweb the server's DICOMweb "
+           "root?" in err, f"a wrong root: exit {code}: {err[-800:]}")
+    # https:// against a server without TLS: said so, with the http:// to use.
+    code, _, err = run([MLTOOL, "tile", url.replace("http://", "https://"), "-o",
+                        tmp("no-tls.lmdb")])
+    expect(code == 2 and f"the server at 127.0.0.1:{SERVER['port']} does not speak TLS (it "
+           f"answers plain HTTP there): give the URL with http:// (http://127.0.0.1:"
+           f"{SERVER['port']}/...), not https://" in err,
+           f"https against http: exit {code}: {err[-800:]}")
 
 
 def check_predict():

@@ -47,12 +47,15 @@ def read_dataset(d):
            "dataset.json format")
     problems = validate(manifest, SCHEMA)
     expect(not problems, f"{d}/dataset.json breaks schemas/dataset.schema.json: {problems[:3]}")
-    kinds = {"int64": "int64", "int64_list": "int64", "bytes": "bytes", "float": "float"}
+    kinds = {"int64": "int64", "int64_list": "int64", "bytes": "bytes", "float": "float",
+             "float_list": "float"}
     out, total = {}, 0
     for split, s in manifest["splits"].items():
         expect(len(s["shards"]) == manifest["shards_per_split"], f"{split}: shard count")
         shards = []
-        hist_split = [0] * len(manifest["labels"]["names"])
+        # multilabel: names are the label columns, and there is no label histogram
+        hist_split = [0] * (0 if manifest.get("task") == "multilabel" else
+                            len(manifest["labels"]["names"]))
         for i, sh in enumerate(s["shards"]):
             n = manifest["shards_per_split"]
             expect(sh["file"] == f"{split}-{i:05d}-of-{n:05d}.tfrecord", f"shard name {sh['file']}")
@@ -75,7 +78,7 @@ def read_dataset(d):
                 for name, (kind, values) in ex.items():
                     mk = manifest["record_features"][name]
                     expect(kind == kinds[mk], f"feature {name}: {kind}, manifest {mk}")
-                    if mk == "int64_list":
+                    if mk.endswith("_list"):
                         r[name] = values
                     else:
                         expect(len(values) == 1, f"feature {name}: {len(values)} values")
@@ -568,6 +571,64 @@ def check_folds():
     expect_outcome_stats(m, sp, "regression")
 
 
+def check_group_keeps_unit_outcome():
+    """--group-by keeps a patient's slides in one split; each record keeps its own slide's
+    outcome (issue 51): per-slide regression targets, per-block panels, per-slide survival (with
+    a warning: survival is the patient's in practice)."""
+    patient = {f"S{i}": f"P{i // 2}" for i in range(SLIDES)}
+    purity = {f"S{i}": round(0.1 + 0.1 * i, 2) for i in range(SLIDES)}
+    write_csv(tmp("purity.csv"), ["key", "patient", "purity"],
+              [(sl, patient[sl], purity[sl]) for sl in patient])
+    panel = {f"S{i}": (str(i % 2), "" if i % 3 == 0 else str((i // 2) % 2)) for i in range(SLIDES)}
+    write_csv(tmp("panel.csv"), ["key", "patient", "KRAS", "BRAF"],
+              [(sl, patient[sl], *panel[sl]) for sl in patient])
+    runs = [("regression", "purity.csv", ["--task", "regression", "--target-column", "purity"]),
+            ("multilabel", "panel.csv", ["--task", "multilabel", "--label-columns", "KRAS,BRAF"])]
+    for task, table, args in runs:
+        for unit in ("tile", "bag"):
+            out = tmp(f"ds_gk_{task}_{unit}")
+            pack_ok(tmp("feat"), "--labels", tmp(table), *args, "--unit", unit, "--group-by",
+                    "patient", "--split", "train=0.5,test=0.5", "--seed", "2", "-o", out)
+            manifest, splits = read_dataset(out)
+            expect(set(manifest["group_split"]) == set(patient.values()),
+                   f"{task} {unit}: groups {sorted(manifest['group_split'])}")
+            n = 0
+            for split, r in all_records(splits):
+                sl = r["slide"]
+                expect(manifest["group_split"][patient[sl]] == split,
+                       f"{task} {unit}: {sl} in {split}, its patient in "
+                       f"{manifest['group_split'][patient[sl]]}")
+                if task == "regression":
+                    expect(np.float32(r["target"]) == np.float32(purity[sl]),
+                           f"{unit}: {sl} target {r['target']} vs {purity[sl]}")
+                else:
+                    want = [(float(v) if v else 0.0, 1 if v else 0) for v in panel[sl]]
+                    expect(list(zip(r["labels"], r["label_mask"])) == want,
+                           f"{unit}: {sl} labels {r['labels']} mask {r['label_mask']} vs {want}")
+                n += 1
+            expect(n == (len(STORE["keys"]) if unit == "tile" else SLIDES),
+                   f"{task} {unit}: {n} records")
+    # Survival per slide: packed as the table says, and a warning naming the first group.
+    surv = ["--task", "survival", "--time-column", "os", "--event-column", "status"]
+    write_csv(tmp("surv_slides.csv"), ["key", "patient", "os", "status"],
+              [(sl, patient[sl], 10 + i, i % 2) for i, sl in enumerate(patient)])
+    code, _, err = pack(tmp("feat"), "--labels", tmp("surv_slides.csv"), *surv, "--unit", "bag",
+                        "--group-by", "patient", "--split", "all=1", "-o", tmp("ds_gk_surv"))
+    want = (f'{tmp("surv_slides.csv")}: 4 --group-by patient groups give their records '
+            'different outcomes (line 3: group "P0" has time 11, event 1, but line 2 gave it '
+            'time 10, event 0): each record keeps its own')
+    expect(code == 0 and want in err, f"per-slide survival: exit {code}: {err.strip()}")
+    times = sorted(r["time"] for _, r in all_records(read_dataset(tmp("ds_gk_surv"))[1]))
+    expect(times == list(range(10, 10 + SLIDES)), f"per-slide survival: times {times}")
+    # A true conflict stays refused: one bag (--bag-by patient) with two outcomes.
+    code, _, err = pack(tmp("feat"), "--labels", tmp("purity.csv"), *runs[0][2], "--unit", "bag",
+                        "--bag-by", "patient", "--split", "all=1", "-o", tmp("ds_gk_bag"))
+    want = (f'{tmp("purity.csv")}: line 3: bag "P0" has target 0.2, but line 2 gave it '
+            'target 0.1')
+    expect(code == 2 and want in err, f"a bag with two targets: exit {code}: {err.strip()}")
+    expect(not os.path.exists(tmp("ds_gk_bag")), "a bag with two targets: output written")
+
+
 def check_outcome_errors():
     """Every bad row: exit 2 naming file:line, the column and the option; bad options exit 1."""
     surv = ["--task", "survival", "--time-column", "os", "--event-column", "status"]
@@ -590,8 +651,8 @@ def check_outcome_errors():
          'true/false, yes/no, dead/alive) (the column of --event-column)'),
         (surv, "key,os,status\nS0,3,2\n", 'column "status" holds "2"'),
         (surv, "key,os,status\nS0,3,\n", 'line 2: column "status" is empty (or missing)'),
-        (surv + ["--group-by", "patient"], "key,os,status,patient\nS0,3,1,P0\nS1,4,1,P0\n",
-         'line 3: group "P0" has time 4, event 1, but line 2 gave it time 3, event 1'),
+        (reg + ["--group-by", "patient"], "key,tmb,patient\nS0,1,P0\nS1,2,P0\nS0,3,P0\n",
+         'line 4: key "S0" has target 3, but line 2 gave it target 1'),
         (surv + ["--unit", "bag", "--bag-by", "patient"],
          "key,os,status,patient\nS0,3,1,P0\nS1,3,0,P0\n",
          'line 3: bag "P0" has time 3, event 0, but line 2 gave it time 3, event 1'),
@@ -631,5 +692,6 @@ if __name__ == "__main__":
     run_checks("pack", [check_tile, check_group_by_patient, check_bag, check_errors,
                         check_dedupe, check_determinism,
                         check_invalid_rows_and_gather, check_one_writer, check_regression,
-                        check_survival_bag_by_patient, check_folds, check_outcome_errors],
+                        check_survival_bag_by_patient, check_folds, check_group_keeps_unit_outcome,
+                        check_outcome_errors],
                only, fixtures)

@@ -220,7 +220,21 @@ def check_bad_input():
     m = json.load(open(tmp("feat_other", "features.json")))
     m["model"] = {"name": "another-extractor"}
     json.dump(m, open(tmp("feat_other", "features.json"), "w"))
-    refused([tmp("run_mlp"), tmp("feat_other"), "-o", tmp("p_bad")], 2, ["extractor", "another-extractor"])
+    refused([tmp("run_mlp"), tmp("feat_other"), "-o", tmp("p_bad")], 2,
+            ["another extractor", "name another-extractor (the run's: synthetic)"])
+    # Features normalised to a stain reference, the run's were not: said in words, no JSON
+    # (issue 51).
+    shutil.copytree(tmp("feat"), tmp("feat_stain"))
+    m = json.load(open(tmp("feat_stain", "features.json")))
+    m["model"] = dict(m["model"] or {}, stain_norm="macenko",
+                      stain_reference={"sha256": "ab" * 32, "fit": "tile",
+                                       "target": {"stain_matrix": [[0.5, 0.1]] * 3, "max_c": [1.9, 1.0]}})
+    json.dump(m, open(tmp("feat_stain", "features.json"), "w"))
+    c, _, err = predict(tmp("run_mlp"), tmp("feat_stain"), "-o", tmp("p_bad"))
+    want = ("features normalised with macenko with reference sha256 abababababab (--stain-fit tile), "
+            "but the run was trained on features normalised with none: extract them again without "
+            "--stain-norm")
+    expect(c == 2 and want in err and "{" not in err, f"stain: exit {c}, {err.strip()}")
     # A pixel (rescnn) run is given features; a feature run a tile store.
     d = tmp("run_image")
     shutil.copytree(tmp("run_mlp"), d)

@@ -355,14 +355,58 @@ TEST(LabelsOutcome, SurvivalTimesAndEvents) {
         << bad;
   EXPECT_EQ(err("key,os,status\na,3,\n"),
             "labels.csv: line 2: column \"status\" is empty (or missing)");
-  // One patient (group) with two outcomes.
-  EXPECT_EQ(err("key,os,status,patient\na,3,1,P1\nb,3,0,P1\n", survival_columns("patient")),
-            "labels.csv: line 3: group \"P1\" has time 3, event 0, but line 2 gave it time 3, "
-            "event 1");
   EXPECT_EQ(select_labels(csv("key,os,status,patient\na,3,1,P1\nb,3,dead,P1\n"),
                           survival_columns("patient"), PackTask::survival)
                 .records.size(),
             2u);
+}
+
+// A group (--group-by) keeps its keys in one split; each record keeps its own outcome (issue 51).
+TEST(LabelsOutcome, GroupDoesNotOwnTheOutcome) {
+  LabelColumns reg = regression_columns();
+  reg.group = "patient";
+  const Labels purity = select_labels(csv("key,tmb,patient\ns1,0.3,P1\ns2,0.7,P1\ns3,0.5,P2\n"),
+                                      reg, PackTask::regression);
+  ASSERT_EQ(purity.records.size(), 3u);
+  EXPECT_EQ(purity.records[0].target, 0.3f);
+  EXPECT_EQ(purity.records[1].target, 0.7f);
+  EXPECT_EQ(purity.records[1].group, "P1");
+  LabelColumns panel;
+  panel.labels = {"KRAS", "BRAF"};
+  panel.group = "patient";
+  const Labels blocks = select_labels(csv("key,KRAS,BRAF,patient\ns1,1,0,P1\ns2,0,,P1\n"), panel,
+                                      PackTask::multilabel);
+  ASSERT_EQ(blocks.records.size(), 2u);
+  EXPECT_EQ(blocks.records[0].values[0], 1.0f);
+  EXPECT_EQ(blocks.records[1].values[0], 0.0f);
+  EXPECT_TRUE(std::isnan(blocks.records[1].values[1]));
+  // Survival is the patient's in practice: accepted as the table says, with a warning.
+  ::testing::internal::CaptureStderr();
+  const Labels times = select_labels(csv("key,os,status,patient\na,3,1,P1\nb,4,1,P1\nc,5,0,P1\n"
+                                         "d,6,0,P2\ne,7,1,P2\nf,8,0,P3\n"),
+                                     survival_columns("patient"), PackTask::survival);
+  const std::string warned = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(times.records[1].time, 4.0f);
+  EXPECT_NE(warned.find("labels.csv: 2 --group-by patient groups give their records different "
+                        "outcomes (line 3: group \"P1\" has time 4, event 1, but line 2 gave it "
+                        "time 3, event 1): each record keeps its own; if the outcome is the "
+                        "patient's, correct the table, or pack one record per patient with "
+                        "--unit bag --bag-by patient"),
+            std::string::npos)
+      << warned;
+  // True conflicts stay refused: one key, or one bag, with two outcomes.
+  const auto err = [](std::string_view text, const LabelColumns& c, PackTask task) {
+    return error_of<InputError>([&] { select_labels(csv(text), c, task); });
+  };
+  EXPECT_EQ(err("key,tmb,patient\ns1,0.3,P1\ns2,0.7,P1\ns1,0.4,P1\n", reg, PackTask::regression),
+            "labels.csv: line 4: key \"s1\" has target 0.4, but line 2 gave it target 0.3");
+  EXPECT_EQ(
+      err("key,KRAS,BRAF,patient\ns1,1,0,P1\ns2,0,1,P1\ns2,0,0,P1\n", panel, PackTask::multilabel),
+      "labels.csv: line 4: key \"s2\" has outcomes 0,0, but line 3 gave it outcomes 0,1");
+  LabelColumns bagged = reg;
+  bagged.bag = "patient";
+  EXPECT_EQ(err("key,tmb,patient\ns1,0.3,P1\ns2,0.7,P1\n", bagged, PackTask::regression),
+            "labels.csv: line 3: bag \"P1\" has target 0.7, but line 2 gave it target 0.3");
 }
 
 TEST(LabelsOutcome, BagColumnOneBagAndOutcomePerKeyAndBag) {

@@ -45,6 +45,7 @@ const PackTaskSpec kClassificationPack = {
     {{{"--label-column", label_given}, {nullptr, nullptr}}},
     find_columns,
     /*cells_required=*/true,
+    /*patient_outcome=*/false,
     read_outcome,
     no_columns,
     no_text,

@@ -44,7 +44,7 @@ nlohmann::json columns(const LabelColumns& c) { return {{"label_columns", c.labe
 std::string text(const Outcome& o) {
   std::string out;
   for (const float v : o.values)
-    out += (out.empty() ? "" : ",") + (std::isnan(v) ? "missing" : util::number_text(v));
+    out += (out.empty() ? "" : ",") + (std::isnan(v) ? "missing" : float_text(v));
   return "outcomes " + out;
 }
 
@@ -108,6 +108,7 @@ const PackTaskSpec kMultilabelPack = {
     {{{"--label-columns", labels_given}, {nullptr, nullptr}}},
     find_columns,
     /*cells_required=*/false,
+    /*patient_outcome=*/false,
     read_outcome,
     columns,
     text,

@@ -26,7 +26,7 @@ void read_outcome(const OutcomeRow& row, LabelRecord& rec) {
 }
 
 nlohmann::json columns(const LabelColumns& c) { return {{"target_column", c.target}}; }
-std::string text(const Outcome& o) { return "target " + util::number_text(o.target); }
+std::string text(const Outcome& o) { return "target " + float_text(o.target); }
 
 // The target's quartile bin, #{c in (q25, q50, q75) : target > c}.
 std::vector<std::uint32_t> strata(const std::vector<Outcome>& outcomes) {
@@ -84,6 +84,7 @@ const PackTaskSpec kRegressionPack = {
     {{{"--target-column", target_given}, {nullptr, nullptr}}},
     find_columns,
     /*cells_required=*/true,
+    /*patient_outcome=*/false,
     read_outcome,
     columns,
     text,

@@ -37,7 +37,7 @@ nlohmann::json columns(const LabelColumns& c) {
   return {{"time_column", c.time}, {"event_column", c.event}};
 }
 std::string text(const Outcome& o) {
-  return "time " + util::number_text(o.time) + ", event " + util::number_text(o.event);
+  return "time " + float_text(o.time) + ", event " + float_text(o.event);
 }
 
 // 3·event + the time's tertile bin, #{c in (q1/3, q2/3) : time > c}.
@@ -100,6 +100,7 @@ const PackTaskSpec kSurvivalPack = {
     {{{"--time-column", time_given}, {"--event-column", event_given}}},
     find_columns,
     /*cells_required=*/true,
+    /*patient_outcome=*/true,
     read_outcome,
     columns,
     text,

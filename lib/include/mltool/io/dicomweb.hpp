@@ -83,7 +83,9 @@ class DicomwebClient {
   const DicomwebSeriesUrl& url() const { return url_; }
   int connections() const;
 
-  /// The series' metadata: a JSON array with one DICOM JSON dataset per instance.
+  /// The series' metadata: a JSON array with one DICOM JSON dataset per instance. A 404 is a
+  /// DicomwebError saying which UID the server does not know: the study, or the series of a
+  /// study it has (or that the URL's root is no DICOMweb root).
   nlohmann::json metadata() const;
 
   /// Frames `numbers` (1-based) of instance `sop`, in that order, in one request, tried again
@@ -95,6 +97,7 @@ class DicomwebClient {
 
  private:
   struct Pool;
+  std::string unknown_uid() const;
   DicomwebSeriesUrl url_;
   std::unique_ptr<Pool> pool_;
 };

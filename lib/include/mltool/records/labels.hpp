@@ -74,9 +74,11 @@ struct Labels {
 /// - all rows of one key name the same group ("line 9: key "s1" is in group "p2", but
 ///   line 3 put it in group "p1""), so a split by group never separates a key's rows, and
 ///   the same bag;
-/// - regression, survival: all rows of one key, of one group (when there is a group
-///   column) and of one bag agree on the outcome ("line 9: group "P1" has time 12, event 1,
-///   but line 3 gave it time 10, event 1");
+/// - regression, survival, multilabel: all rows of one key and of one bag agree on the
+///   outcome ("line 9: bag "P1" has time 12, event 1, but line 3 gave it time 10, event 1").
+///   A group keeps its keys in one split but not one outcome: its records keep their own
+///   (a slide's purity, a block's panel); survival, the patient's in practice, logs a warning
+///   naming the first group whose records differ;
 /// - there is at least one row.
 /// A missing column is an InputError listing the columns present; the key and label
 /// columns must differ (UsageError), and a task's outcome columns must be named

@@ -221,6 +221,19 @@ def check_predict_report():
            f"{slide}: want {cells} in {table[:800]}")
 
 
+def check_predict_group_table():
+    """predict --group-table (one bag per patient): the log and --json count the slides read
+    (86), not the groups (60), and say how many groups they made."""
+    code, out, err = run([mltool, "predict", tmp("cv", "fold-0"), tmp("features"), "-o", tmp("pred_groups"),
+                          "--group-table", tmp("panel.csv"), "--group-column", "patient", "--device", "cpu",
+                          "--json"])
+    expect(code == 0, f"predict --group-table: exit {code}: {err.strip()}")
+    slides = len({r["slide"] for r in csv_rows(tmp("panel.csv"))})
+    summary = json.loads(out)
+    expect(summary["slides"] == slides and summary["groups"] == len(OUTCOMES), f"--json {summary}")
+    expect(f"of {slides} slides in {len(OUTCOMES)} groups" in err, f"log: {err.strip()}")
+
+
 def check_run_report():
     """A fold's report.html: the best epoch's metrics (metrics.jsonl's line of run.json's
     best_epoch, the weights predict uses) said to be so, before the final weights' ones; no
@@ -254,4 +267,5 @@ def check_run_report():
 
 if __name__ == "__main__":
     run_checks("multilabel reports", [check_pack_counts, check_cross_validation, check_gather_only,
-                                      check_predict_report, check_run_report], only, fixtures)
+                                      check_predict_report, check_predict_group_table, check_run_report],
+               only, fixtures)

@@ -39,6 +39,7 @@ int run_pack(records::PackJob& job, const CommonOptions& common) {
   log::info(r.output + ": " + std::to_string(r.records) + " records in " +
             std::to_string(r.shards.size()) + " shards" +
             (job.dedupe ? ", " + std::to_string(r.duplicate_rows) + " duplicate rows shared" : ""));
+  for (const auto& line : records::label_count_lines(r.manifest)) log::info("  " + line);
   if (common.json) std::cout << records::to_json(r).dump(2) << "\n";
   return exit_code::ok;
 }

@@ -23,10 +23,11 @@ Command predict_command() {
               const auto r = predict::predict(*job);
               log::info(r.output + ": " + std::to_string(r.samples) + " " + r.unit +
                         " predictions from " + std::to_string(r.tiles) + " tiles of " +
-                        std::to_string(r.slides) + " slides (" + std::to_string(r.resumed) +
-                        " resumed) on " + r.device + " (" + r.weights + " weights), " +
-                        std::to_string(r.heatmaps) + " heatmaps, " + format_fixed(r.seconds, 2) +
-                        " s");
+                        std::to_string(r.slides) + " slides" +
+                        (r.groups ? " in " + std::to_string(r.groups) + " groups" : "") + " (" +
+                        std::to_string(r.resumed) + " resumed) on " + r.device + " (" + r.weights +
+                        " weights), " + std::to_string(r.heatmaps) + " heatmaps, " +
+                        format_fixed(r.seconds, 2) + " s");
               if (common.json) std::cout << predict::to_json(r).dump(2) << "\n";
               return exit_code::ok;
             };

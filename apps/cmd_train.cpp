@@ -54,8 +54,9 @@ void show_progress(const train::TrainProgress& p, bool bar) {
     std::string line = "epoch " + std::to_string(p.epoch) + "/" + std::to_string(p.epochs) +
                        ": train loss " + format_fixed(p.loss, 4);
     for (const auto& [name, value] : p.validation.items())
-      line += ", " + name.substr(name.rfind("val_") == 0 ? 4 : 0) + " " +
-              metric(p.validation, name.c_str());
+      if (!value.is_string())  // val_auc_mean_labels: the names behind val_auc_mean
+        line += ", " + name.substr(name.rfind("val_") == 0 ? 4 : 0) + " " +
+                metric(p.validation, name.c_str());
     log::info(line + (p.improved ? " (best)" : ""));
     return;
   }
@@ -80,14 +81,7 @@ int run_folds(const train::TrainJob& job, const CommonOptions& common, bool bar)
   const auto r = train::cross_validate(
       job, [bar](int, const train::TrainProgress& p) { show_progress(p, bar); });
   if (job.rank != 0) return exit_code::ok;
-  std::string summary;
-  for (const auto& [name, mean] : r.cv.at("mean").items()) {
-    const auto sd = r.cv.at("sd").value(name, nlohmann::json());
-    summary += (summary.empty() ? "" : ", ") + name + " " + format_fixed(mean.get<double>(), 4) +
-               (sd.is_number() ? " ± " + format_fixed(sd.get<double>(), 4) : "");
-  }
-  log::info(r.output + ": " + std::to_string(r.folds) + " folds (" + std::to_string(r.trained) +
-            " trained, " + std::to_string(r.skipped) + " already finished); " + summary);
+  log::info(train::summary_line(r));
   if (common.json) std::cout << r.cv.dump(2) << "\n";
   return exit_code::ok;
 }

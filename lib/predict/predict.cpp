@@ -340,6 +340,7 @@ json to_json(const PredictReport& r) {
           {"samples", r.samples},
           {"tiles", r.tiles},
           {"slides", r.slides},
+          {"groups", r.groups},
           {"resumed", r.resumed},
           {"heatmaps", r.heatmaps},
           {"split_batches", r.split_batches},
@@ -392,7 +393,8 @@ PredictReport predict(const PredictJob& job) {
   r.device = device.str();
   r.weights = util::name_of(kWeights, job.weights);
   r.samples = static_cast<std::int64_t>(c.samples.size());
-  r.slides = static_cast<std::int64_t>(in.slides.size());
+  r.slides = static_cast<std::int64_t>(in.grouped ? in.grouped_slides : in.slides.size());
+  r.groups = in.grouped ? static_cast<std::int64_t>(in.slides.size()) : 0;
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return r;
 }

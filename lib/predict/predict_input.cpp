@@ -139,6 +139,7 @@ void group_slides(PredictInput& in, const PredictJob& job) {
     }
     rows[at->second].insert(rows[at->second].end(), in.rows[s].begin(), in.rows[s].end());
   }
+  in.grouped_slides = in.slides.size();
   in.slides = std::move(groups);
   in.rows = std::move(rows);
   in.grouped = true;

@@ -39,6 +39,7 @@ struct PredictInput {
   std::vector<std::string> keys;    ///< store order
   std::vector<std::string> slides;  ///< in the order of their first row
   bool grouped = false;             ///< --group-table: `slides` are groups (patients), each one bag
+  std::size_t grouped_slides = 0;   ///< --group-table: the slides merged into the groups
   std::vector<std::vector<std::int64_t>> rows;  ///< per slide: its rows, in store order
   std::string tile_store;                       ///< the heatmaps' tile store, or ""
   std::shared_ptr<const io::TileStore> tiles;   ///< it, open (one LMDB environment per process)

@@ -6,11 +6,13 @@
 #include <cmath>
 
 #include "inspect_scan.hpp"
+#include "mltool/io/example.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/manifest.hpp"
 #include "mltool/io/npy.hpp"
 #include "mltool/io/tfrecord.hpp"
 #include "mltool/records/pack.hpp"
+#include "mltool/records/record.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "task_spec.hpp"
@@ -250,6 +252,42 @@ InspectReport finish(const detail::ScanSpec& spec, detail::ScanResult&& scan,
   return report;
 }
 
+// Multilabel (a task with label_counts): each split's outcomes per label, read from its
+// records, against dataset.json's label_counts where it has them.
+void count_labels(const std::string& dir, const std::string& path, const json& doc,
+                  InspectReport& report) {
+  const auto counts = detail::spec_of(report.task).label_counts;
+  if (!counts) return;
+  LabelColumns columns;
+  columns.labels = doc.at("labels").at("names").get<std::vector<std::string>>();
+  const RecordCodec codec(parse_unit(doc.at("unit").get<std::string>()), false, report.task);
+  const RecordLimits limits{static_cast<std::int64_t>(columns.labels.size()),
+                            doc.at("features").at("rows").get<std::int64_t>(), path};
+  Record record;
+  std::size_t g = 0;
+  for (const auto& [name, split] : doc.at("splits").items()) {
+    std::vector<detail::Outcome> outcomes;
+    for (const auto& shard : split.at("shards")) {
+      io::TFRecordReader reader(util::join_path(dir, shard.at("file").get<std::string>()));
+      std::string_view bytes;
+      while (reader.next(bytes)) {
+        codec.decode(io::parse_example(bytes, reader.where()), limits, record);
+        outcomes.push_back({0, 0, 0, record.values});
+      }
+    }
+    const json found = counts(outcomes, columns);
+    if (split.contains("label_counts") && split.at("label_counts") != found)
+      throw FormatError(at_file(path, "/splits/" + name +
+                                          "/label_counts: " + split.at("label_counts").dump() +
+                                          ", but its shards hold " + found.dump()));
+    for (const auto& c : found)
+      report.groups[g].label_counts.push_back(
+          {c.at("label").get<std::string>(), c.at("positives").get<std::uint64_t>(),
+           c.at("negatives").get<std::uint64_t>(), c.at("missing").get<std::uint64_t>()});
+    ++g;
+  }
+}
+
 InspectReport inspect_dataset(const InspectOptions& o) {
   const std::string& dir = o.inputs.front();
   const std::string path = util::join_path(dir, kDatasetManifestFile);
@@ -290,6 +328,7 @@ InspectReport inspect_dataset(const InspectOptions& o) {
   InspectReport report = finish(spec, detail::scan_shards(spec), groups, files, std::move(labels));
   report.dataset = dir;
   check_manifest(path, doc, report);
+  count_labels(dir, path, doc, report);
   return report;
 }
 

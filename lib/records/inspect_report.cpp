@@ -253,6 +253,17 @@ std::string outcome_text(const InspectReport& report, const GroupReport& g) {
   return out;
 }
 
+json label_counts_json(const std::vector<LabelCount>& counts) {
+  if (counts.empty()) return nullptr;
+  json out = json::array();
+  for (const auto& c : counts)
+    out.push_back({{"label", c.label},
+                   {"positives", c.positives},
+                   {"negatives", c.negatives},
+                   {"missing", c.missing}});
+  return out;
+}
+
 }  // namespace
 
 json to_json(const InspectReport& report, const Thresholds* limits,
@@ -292,6 +303,7 @@ json to_json(const InspectReport& report, const Thresholds* limits,
          {"bytes", g.bytes},
          {"unlabeled", g.unlabeled},
          {"label_histogram", g.label_histogram},
+         {"label_counts", label_counts_json(g.label_counts)},
          {"max_min_ratio", number(g.max_min_ratio)},
          {"cv", number(g.cv)},
          {"chi_square", chi},
@@ -353,6 +365,31 @@ LabelLayout label_columns(const InspectReport& report) {
   return c;
 }
 
+// Multilabel: per split, each label's positives / negatives / missing, then the total.
+std::string label_count_text(const InspectReport& report) {
+  std::string out = std::string(to_string(report.task)) +
+                    " records: per label positives / negatives / missing (shards not "
+                    "compared by label)\n";
+  std::vector<LabelCount> total = report.groups.front().label_counts;
+  for (auto& t : total) t.positives = t.negatives = t.missing = 0;
+  const auto line = [](const std::string& name, const std::vector<LabelCount>& counts) {
+    std::string text = "  " + name + ":";
+    for (const auto& c : counts)
+      text += " " + c.label + " " + std::to_string(c.positives) + "/" +
+              std::to_string(c.negatives) + "/" + std::to_string(c.missing);
+    return text + "\n";
+  };
+  for (const auto& g : report.groups) {
+    out += line(g.name, g.label_counts);
+    for (std::size_t l = 0; l < total.size() && l < g.label_counts.size(); ++l) {
+      total[l].positives += g.label_counts[l].positives;
+      total[l].negatives += g.label_counts[l].negatives;
+      total[l].missing += g.label_counts[l].missing;
+    }
+  }
+  return out + line("all", total);
+}
+
 // The report's first lines: what was read, and why label figures may be missing.
 std::string text_heading(const InspectReport& report) {
   std::string out;
@@ -365,7 +402,9 @@ std::string text_heading(const InspectReport& report) {
   out += ", " + std::to_string(report.records) + " records, " + std::to_string(report.bytes) +
          " bytes";
   out += report.deep ? ", every frame, record and index verified\n" : "\n";
-  if (!has_label_map(report.task) && !has_outcome_stats(report.task))
+  if (!report.groups.empty() && !report.groups.front().label_counts.empty())
+    out += label_count_text(report);
+  else if (!has_label_map(report.task) && !has_outcome_stats(report.task))
     out += std::string(to_string(report.task)) + " records: no label or outcome figures\n";
   else if (has_outcome_stats(report.task))
     out += std::string(to_string(report.task)) + " records: no labels; shards compared by " +

@@ -258,12 +258,15 @@ json write_split(const Packing& p, const std::string& dir, std::uint32_t s, Pack
   }
   std::uint64_t groups = 0;
   for (const auto g : p.assignment.group_split) groups += g == s ? 1 : 0;
-  return {{"fraction", p.splits[s].fraction},
-          {"records", members.size()},
-          {"groups", groups},
-          {"label_histogram", split_histogram},
-          {"outcome_stats", detail::outcome_stats(job.task, outcomes)},
-          {"shards", shard_docs}};
+  json doc = {{"fraction", p.splits[s].fraction},
+              {"records", members.size()},
+              {"groups", groups},
+              {"label_histogram", split_histogram},
+              {"outcome_stats", detail::outcome_stats(job.task, outcomes)},
+              {"shards", shard_docs}};
+  if (const auto counts = detail::spec_of(job.task).label_counts)
+    doc["label_counts"] = counts(outcomes, job.columns);
+  return doc;
 }
 
 json nullable(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
@@ -402,6 +405,32 @@ PackReport pack_dataset(const PackJob& job) {
   report.output = job.output;
   report.manifest = std::move(doc);
   return report;
+}
+
+std::vector<std::string> label_count_lines(const json& manifest) {
+  std::vector<std::string> out;
+  json total;
+  const auto line = [](const std::string& name, const json& counts) {
+    std::string text = name + ":";
+    for (const auto& c : counts)
+      text += " " + c.at("label").get<std::string>() + " " + c.at("positives").dump() + "+ " +
+              c.at("negatives").dump() + "− " + c.at("missing").dump() + " missing" +
+              (&c == &counts.back() ? "" : ",");
+    return text;
+  };
+  for (const auto& [name, split] : manifest.at("splits").items()) {
+    if (!split.contains("label_counts")) return {};
+    const json& counts = split.at("label_counts");
+    if (total.is_null())
+      total = counts;
+    else
+      for (std::size_t l = 0; l < counts.size(); ++l)
+        for (const char* k : {"positives", "negatives", "missing"})
+          total[l][k] = total[l][k].get<std::uint64_t>() + counts[l][k].get<std::uint64_t>();
+    out.push_back(line(name, counts));
+  }
+  if (!total.is_null()) out.push_back(line("all records", total));
+  return out;
 }
 
 }  // namespace mltool::records

@@ -92,6 +92,9 @@ struct PackTaskSpec {
   /// dataset.json's outcome_stats of a split; nullptr: the task has none.
   nlohmann::json (*outcome_stats)(const std::vector<Outcome>&);
   OutcomeCodec codec;
+  /// dataset.json's label_counts of a split (per --label-columns column, in order: label,
+  /// positives, negatives, missing); nullptr: the task has none (multilabel has).
+  nlohmann::json (*label_counts)(const std::vector<Outcome>&, const LabelColumns&);
 };
 
 // The tasks, each in its file of lib/records/tasks/.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <numeric>
 
 #include "mltool/io/chart.hpp"
@@ -30,6 +31,9 @@ constexpr double kSize = 16;
 constexpr int kGrid = 101;
 const Axes kUnit{0, 1, 0, 1, 120, 860, 80, 640};
 const std::vector<double> kTicks{0, 0.2, 0.4, 0.6, 0.8, 1};
+constexpr Rgb kPalette[] = {{31, 119, 180},  {255, 127, 14}, {44, 160, 44},   {214, 39, 40},
+                            {148, 103, 189}, {140, 86, 75},  {227, 119, 194}, {127, 127, 127},
+                            {188, 189, 34},  {23, 190, 207}};
 
 std::string fixed(double v, int decimals) {
   if (!std::isfinite(v)) return "n/a";
@@ -285,9 +289,6 @@ json draw_confusion(const std::string& dir, const ClassPredictions& c) {
 // More than two labels: each label's one-vs-rest ROC or precision–recall curve (no band),
 // its AUC or average precision in the legend and the JSON.
 json draw_one_vs_rest(const std::string& dir, const ClassPredictions& c, bool roc) {
-  constexpr Rgb kPalette[] = {{31, 119, 180},  {255, 127, 14}, {44, 160, 44},   {214, 39, 40},
-                              {148, 103, 189}, {140, 86, 75},  {227, 119, 194}, {127, 127, 127},
-                              {188, 189, 34},  {23, 190, 207}};
   const std::string name = roc ? "roc" : "pr";
   Svg svg(kWidth, kHeight);
   svg.text(kUnit.left, 45,
@@ -309,7 +310,7 @@ json draw_one_vs_rest(const std::string& dir, const ClassPredictions& c, bool ro
     const double value = roc ? binary_auc(y, c.prob[k]) : average_precision(y, c.prob[k]);
     per_label[c.names[k]] = std::isfinite(value) ? json(value) : json();
     if (curve.roc.empty()) continue;  // the label is absent, or alone
-    const Rgb colour = kPalette[k % (sizeof kPalette / sizeof kPalette[0])];
+    const Rgb colour = kPalette[k % std::size(kPalette)];
     svg.polyline(to_pixels(roc ? curve.roc : pr_steps(curve.pr)), colour, 2);
     legend.push_back({c.names[k] + (roc ? ", AUC " : ", AUPRC ") + fixed(value, 3), colour,
                       io::LegendEntry::line});
@@ -322,6 +323,44 @@ json draw_one_vs_rest(const std::string& dir, const ClassPredictions& c, bool ro
       kSize, kInk);
   io::write_chart(util::join_path(dir, name + ".png"), svg);
   return {{"file", name + ".png"}, {"svg", name + ".svg"}, {roc ? "auc" : "auprc", per_label}};
+}
+
+// Multilabel: each label's ROC curve over the samples where it is observed, its AUC and
+// counts in the legend; a label with one value only has no curve and says so.
+json draw_multilabel_roc(const std::string& dir, const MultilabelPredictions& m) {
+  Svg svg(kWidth, kHeight);
+  svg.text(kUnit.left, 45, "ROC curves, one per label (observed samples)", 22, kInk, Anchor::start,
+           true);
+  io::draw_axes(svg, kUnit, kTicks, kTicks, "False-positive rate", "True-positive rate");
+  svg.line(kUnit.px(0), kUnit.py(0), kUnit.px(1), kUnit.py(1), kAxis, 1.5, "6 5");
+  std::vector<io::LegendEntry> legend;
+  json per_label = json::object();
+  svg.begin_group("curves");
+  for (std::size_t l = 0; l < m.names.size(); ++l) {
+    std::vector<std::size_t> seen;
+    std::int64_t positives = 0;
+    for (std::size_t i = 0; i < m.truth[l].size(); ++i)
+      if (m.truth[l][i] >= 0) seen.push_back(i), positives += m.truth[l][i];
+    const auto negatives = static_cast<std::int64_t>(seen.size()) - positives;
+    const Curves curve = curves(m.truth[l], m.prob[l], seen);
+    const double auc = m.auc(l, seen);
+    per_label[m.names[l]] = std::isfinite(auc) ? json(auc) : json();
+    const std::string counts =
+        " (" + std::to_string(positives) + "+ / " + std::to_string(negatives) + "−)";
+    const Rgb colour = curve.roc.empty() ? kAxis : kPalette[l % std::size(kPalette)];
+    if (!curve.roc.empty()) svg.polyline(to_pixels(curve.roc), colour, 2);
+    legend.push_back(
+        {m.names[l] + (curve.roc.empty() ? ": no curve" : ", AUC " + fixed(auc, 3)) + counts,
+         colour, io::LegendEntry::line});
+  }
+  svg.end_group();
+  io::draw_legend(svg, 440, 640 - 30 * static_cast<double>(legend.size()), 410, legend, 14);
+  svg.text(20, kHeight - 50,
+           "n = " + std::to_string(m.truth.empty() ? 0 : m.truth[0].size()) +
+               "; each curve over the samples where its label is observed (+ positive, − negative)",
+           kSize, kInk);
+  io::write_chart(util::join_path(dir, "roc.png"), svg);
+  return {{"file", "roc.png"}, {"svg", "roc.svg"}, {"auc", per_label}};
 }
 
 }  // namespace
@@ -346,6 +385,15 @@ json draw_classification_charts(const std::string& dir, const json& task, const 
   out["pr"] = draw_pr(dir, c, whole, pr_band, note);
   out["calibration"] = draw_calibration(dir, c);
   return out;
+}
+
+}  // namespace mltool::train
+
+namespace mltool::train {
+
+json draw_multilabel_charts(const std::string& dir, const json& task, const OutOfFold& table) {
+  if (table.rows.empty()) return json::object();
+  return {{"roc", draw_multilabel_roc(dir, multilabel_predictions(task, table))}};
 }
 
 }  // namespace mltool::train

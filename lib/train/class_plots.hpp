@@ -27,4 +27,11 @@ nlohmann::json draw_classification_charts(const std::string& dir, const nlohmann
                                           const OutOfFold& table, const SampleGroups& groups,
                                           int resamples, std::uint64_t seed);
 
+/// Multilabel (run.json's "task" as `task`, `table` with label_L and prob_L columns): roc.png
+/// and roc.svg in `dir`, one ROC curve per label over the samples where it is observed, each
+/// label's AUC and counts in the legend; returns {"roc": {"file", "svg", "auc": {LABEL: value
+/// or null}}}; {} for an empty table.
+nlohmann::json draw_multilabel_charts(const std::string& dir, const nlohmann::json& task,
+                                      const OutOfFold& table);
+
 }  // namespace mltool::train

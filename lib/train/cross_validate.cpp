@@ -4,6 +4,7 @@
 #include "mltool/train/train.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <optional>
 
@@ -37,14 +38,16 @@ json fold_run(const std::string& output, int fold) {
   return util::exists(path) ? io::read_manifest(path, "train-run") : json();
 }
 
-// Mean and sample standard deviation (n − 1) of each metric the folds report as a number.
-void summarize(const std::vector<json>& validations, json& mean, json& sd) {
+// Mean and sample standard deviation (n − 1) of each metric the folds report as a number,
+// over the folds that report it; `scored` counts those folds for a metric some fold cannot
+// score (a label with one value only in its validation split).
+void summarize(const std::vector<json>& validations, json& mean, json& sd, json& scored) {
   std::map<std::string, std::vector<double>> values;
   for (const auto& v : validations)
     for (const auto& [name, value] : v.items())
       if (value.is_number()) values[name].push_back(value.get<double>());
   for (const auto& [name, xs] : values) {
-    if (xs.size() != validations.size()) continue;  // a fold without it: no summary
+    if (xs.size() != validations.size()) scored[name] = xs.size();
     double m = 0;
     for (const double x : xs) m += x;
     m /= static_cast<double>(xs.size());
@@ -53,6 +56,27 @@ void summarize(const std::vector<json>& validations, json& mean, json& sd) {
     mean[name] = m;
     if (xs.size() > 1) sd[name] = std::sqrt(ss / static_cast<double>(xs.size() - 1));
   }
+}
+
+// cv.json's per_label (multilabel): each label's out-of-fold counts and AUC (Task::
+// label_counts) with its 95% interval, and its folds' mean and sd over the folds that score it.
+json per_label(const Task& task, const OutOfFold& oof, const json& cv, int folds) {
+  json out = task.label_counts(oof);
+  if (!out.is_array()) return nullptr;
+  const json intervals = cv.value("intervals", json());
+  for (auto& l : out) {
+    const std::string metric = "val_auc_" + l.at("label").get<std::string>();
+    if (intervals.is_object() && intervals.at("metrics").contains(metric)) {
+      const json& m = intervals.at("metrics").at(metric);
+      l["auc_low"] = m.at("low");
+      l["auc_high"] = m.at("high");
+    }
+    l["folds_scored"] =
+        cv.at("mean").contains(metric) ? cv.at("scored_folds").value(metric, json(folds)) : json(0);
+    l["fold_mean"] = cv.at("mean").value(metric, json());
+    l["fold_sd"] = cv.at("sd").value(metric, json());
+  }
+  return out;
 }
 
 // oof_predictions.csv: every fold's predictions.csv, `sample` first, then `fold`, then the
@@ -131,8 +155,10 @@ json gather(const TrainJob& job, int folds) {
                         {"run", "fold-" + std::to_string(f)},
                         {"best_epoch", result.at("best_epoch")},
                         {"validation", result.at("validation")}});
+    if (result.contains("label_counts")) per_fold.back()["label_counts"] = result["label_counts"];
   }
-  summarize(validations, mean, sd);
+  json scored = json::object();
+  summarize(validations, mean, sd, scored);
   const json& task = runs.front().value("task", json{{"kind", "classification"}});
   json cv = {{"format", "mltool.cv"},
              {"format_version", 1},
@@ -142,13 +168,16 @@ json gather(const TrainJob& job, int folds) {
              {"folds", folds},
              {"per_fold", per_fold},
              {"mean", mean},
-             {"sd", sd}};
+             {"sd", sd},
+             {"scored_folds", scored}};
   const OutOfFold oof = write_oof(job.output, folds);
   const SampleGroups groups = job.bootstrap > 0 ? oof_groups(job, folds) : SampleGroups{};
   const auto fold_task = run_task(runs.front());
   if (job.bootstrap > 0)
     cv["intervals"] =
         metric_intervals(fold_task->statistics(oof), oof, groups, job.bootstrap, job.seed);
+  const json labels = per_label(*fold_task, oof, cv, folds);
+  if (!labels.is_null()) cv["per_label"] = labels;
   cv["pictures"] = draw_cv_pictures(job.output, fold_task->cv_picture(), oof, medians);
   cv["pictures"].update(fold_task->draw_charts(job.output, oof, groups, job.bootstrap, job.seed));
   io::write_manifest(util::join_path(job.output, "cv.json"), cv, "cv");
@@ -156,7 +185,61 @@ json gather(const TrainJob& job, int folds) {
   return cv;
 }
 
+// For a mean over labels that says which it averages (val_auc_mean_labels): " (without L, in
+// folds F, G)" for each label some fold leaves out; "" otherwise.
+std::string left_out(const json& cv, const std::string& name) {
+  std::map<std::string, std::string> folds_without;
+  std::vector<std::string> order;
+  for (const auto& f : cv.at("per_fold")) {
+    const json averaged = f.at("validation").value(name + "_labels", json());
+    if (!averaged.is_string()) continue;
+    const std::string list = "," + averaged.get<std::string>() + ",";
+    for (const auto& l : cv.at("task").value("labels", std::vector<std::string>{}))
+      if (list.find("," + l + ",") == std::string::npos) {
+        if (!folds_without.count(l)) order.push_back(l);
+        auto& folds = folds_without[l];
+        folds += (folds.empty() ? "" : ", ") + std::to_string(f.value("fold", 0));
+      }
+  }
+  std::string out;
+  for (const auto& l : order)
+    out += (out.empty() ? "" : "; ") + l + " in fold(s) " + folds_without[l];
+  return out.empty() ? "" : " (without " + out + ")";
+}
+
 }  // namespace
+
+std::string summary_line(const CrossValidationReport& r) {
+  const auto fixed4 = [](const json& v) {
+    char t[32];
+    std::snprintf(t, sizeof t, "%.4f", v.get<double>());
+    return std::string(t);
+  };
+  std::string out = r.output + ": " + std::to_string(r.folds) + " folds (" +
+                    (r.gather_only ? "gathered, --gather-only"
+                                   : std::to_string(r.trained) + " trained, " +
+                                         std::to_string(r.skipped) + " already finished") +
+                    ")";
+  const json& cv = r.cv;
+  if (!cv.is_object()) return out;
+  const json task = cv.value("task", json::object());
+  json reported = json::object();
+  for (const auto& f : cv.at("per_fold"))
+    for (const auto& [name, v] : f.at("validation").items()) reported[name] = v;
+  const json scored = cv.value("scored_folds", json::object());
+  std::string metrics;
+  for (const auto& name : metric_order(reported, task)) {
+    const json mean = cv.at("mean").value(name, json()), sd = cv.at("sd").value(name, json());
+    metrics += (metrics.empty() ? "; " : ", ") + name + " " +
+               (mean.is_number() ? fixed4(mean) + (sd.is_number() ? " ± " + fixed4(sd) : "")
+                                 : "not scorable in any fold") +
+               (scored.contains(name)
+                    ? " (" + scored[name].dump() + " of " + std::to_string(r.folds) + " folds)"
+                    : "") +
+               left_out(cv, name);
+  }
+  return out + metrics;
+}
 
 std::string fold_directory(const std::string& output, int fold) {
   return util::join_path(output, "fold-" + std::to_string(fold));
@@ -173,6 +256,7 @@ CrossValidationReport cross_validate(
   CrossValidationReport r;
   r.output = job.output;
   r.folds = folds;
+  r.gather_only = job.gather_only;
   util::make_directories(job.output);
   const bool writer = job.rank == 0;
   std::optional<util::OutputLock> lock;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <memory>
 
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/table.hpp"
@@ -126,30 +127,61 @@ std::vector<NamedStatistic> classification_statistics(const json& task, const Ou
   return out;
 }
 
-// Multilabel: the mean over the labels of each label's ROC AUC over the samples where it is
-// observed (labels whose AUC is undefined in a resample left out).
-std::vector<NamedStatistic> multilabel_statistics(const json& task, const OutOfFold& t) {
-  std::vector<std::vector<std::int64_t>> truth;  // -1 where missing
-  std::vector<std::vector<double>> prob;
-  for (const auto& name : task.at("labels").get<std::vector<std::string>>()) {
+MultilabelPredictions multilabel_predictions(const json& task, const OutOfFold& t) {
+  MultilabelPredictions m;
+  m.names = task.at("labels").get<std::vector<std::string>>();
+  for (const auto& name : m.names) {
     const std::size_t c = column_index(t, "label_" + name);
-    truth.emplace_back();
-    for (const auto& row : t.rows) truth.back().push_back(row[c].empty() ? -1 : row[c] == "1");
-    prob.push_back(numbers(t, "prob_" + name));
+    m.truth.emplace_back();
+    for (const auto& row : t.rows) m.truth.back().push_back(row[c].empty() ? -1 : row[c] == "1");
+    m.prob.push_back(numbers(t, "prob_" + name));
   }
-  return {{"val_auc_mean", [=](const std::vector<std::size_t>& idx) {
-             double sum = 0;
-             int defined = 0;
-             for (std::size_t l = 0; l < truth.size(); ++l) {
-               std::vector<std::int64_t> y;
-               std::vector<double> p;
-               for (const auto i : idx)
-                 if (truth[l][i] >= 0) y.push_back(truth[l][i]), p.push_back(prob[l][i]);
-               const double auc = binary_auc(y, p);
-               if (std::isfinite(auc)) sum += auc, ++defined;
-             }
-             return defined ? sum / defined : std::nan("");
-           }}};
+  return m;
+}
+
+double MultilabelPredictions::auc(std::size_t l, const std::vector<std::size_t>& idx) const {
+  std::vector<std::int64_t> y;
+  std::vector<double> p;
+  for (const auto i : idx)
+    if (truth[l][i] >= 0) y.push_back(truth[l][i]), p.push_back(prob[l][i]);
+  return binary_auc(y, p);
+}
+
+// Multilabel: each label's ROC AUC over the samples where it is observed (val_auc_LABEL), and
+// their mean (val_auc_mean; labels whose AUC is undefined in a resample left out).
+std::vector<NamedStatistic> multilabel_statistics(const json& task, const OutOfFold& t) {
+  const auto m = std::make_shared<const MultilabelPredictions>(multilabel_predictions(task, t));
+  std::vector<NamedStatistic> out{{"val_auc_mean", [m](const std::vector<std::size_t>& idx) {
+                                     double sum = 0;
+                                     int defined = 0;
+                                     for (std::size_t l = 0; l < m->names.size(); ++l) {
+                                       const double auc = m->auc(l, idx);
+                                       if (std::isfinite(auc)) sum += auc, ++defined;
+                                     }
+                                     return defined ? sum / defined : std::nan("");
+                                   }}};
+  for (std::size_t l = 0; l < m->names.size(); ++l)
+    out.push_back({"val_auc_" + m->names[l],
+                   [m, l](const std::vector<std::size_t>& idx) { return m->auc(l, idx); }});
+  return out;
+}
+
+json multilabel_counts(const json& task, const OutOfFold& t) {
+  const auto m = multilabel_predictions(task, t);
+  std::vector<std::size_t> all(t.rows.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  json out = json::array();
+  for (std::size_t l = 0; l < m.names.size(); ++l) {
+    std::uint64_t positives = 0, negatives = 0, missing = 0;
+    for (const auto v : m.truth[l]) (v < 0 ? missing : v == 1 ? positives : negatives) += 1;
+    const double auc = m.auc(l, all);
+    out.push_back({{"label", m.names[l]},
+                   {"positives", positives},
+                   {"negatives", negatives},
+                   {"missing", missing},
+                   {"auc", std::isfinite(auc) ? json(auc) : json()}});
+  }
+  return out;
 }
 
 std::vector<NamedStatistic> regression_statistics(const OutOfFold& t) {

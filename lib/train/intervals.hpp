@@ -37,6 +37,21 @@ struct ClassPredictions {
 };
 ClassPredictions class_predictions(const nlohmann::json& task, const OutOfFold& table);
 
+/// A multilabel task's predictions read from predictions.csv's columns (label_L, prob_L).
+struct MultilabelPredictions {
+  std::vector<std::string> names;                ///< the labels, in --label-columns' order
+  std::vector<std::vector<std::int64_t>> truth;  ///< truth[l][i]: 1, 0, or -1 where missing
+  std::vector<std::vector<double>> prob;         ///< prob[l][i]: label l's probability
+  /// Label l's ROC AUC over the samples `idx` where it is observed; NaN unless both occur.
+  double auc(std::size_t l, const std::vector<std::size_t>& idx) const;
+};
+MultilabelPredictions multilabel_predictions(const nlohmann::json& task, const OutOfFold& table);
+
+/// Per label of a multilabel task (run.json's "task" as `task`), in its order, what `table`
+/// holds: [{"label", "positives", "negatives", "missing", "auc"}] (auc null unless both
+/// values occur).
+nlohmann::json multilabel_counts(const nlohmann::json& task, const OutOfFold& table);
+
 /// A metric `--bootstrap` puts an interval on: its name and how to compute it over any subset
 /// of a predictions table's rows.
 struct NamedStatistic {
@@ -46,8 +61,9 @@ struct NamedStatistic {
 
 /// Each task's statistics (Task::statistics, run.json's "task" as `task`) of predictions
 /// `table` (predictions.csv's columns, or oof_predictions.csv's): classification AUROC
-/// (val_auc) and AUPRC (val_auprc) with two labels, balanced accuracy; multilabel the mean
-/// AUROC (val_auc_mean); regression R² (val_r2); survival the C-index (val_c_index).
+/// (val_auc) and AUPRC (val_auprc) with two labels, balanced accuracy; multilabel each
+/// label's AUROC (val_auc_LABEL) and their mean (val_auc_mean); regression R² (val_r2); survival
+/// the C-index (val_c_index).
 std::vector<NamedStatistic> classification_statistics(const nlohmann::json& task,
                                                       const OutOfFold& table);
 std::vector<NamedStatistic> multilabel_statistics(const nlohmann::json& task,

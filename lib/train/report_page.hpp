@@ -6,8 +6,14 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace mltool::train {
+
+/// The names of `metrics` (a run's validation metrics, cv.json's mean) whose values are numbers
+/// or null, in the order the reports and the log show them: val_loss, the task's own, then
+/// the per-label ones (val_auc_LABEL) in `task`'s label order (--label-columns').
+std::vector<std::string> metric_order(const nlohmann::json& metrics, const nlohmann::json& task);
 
 /// Writes DIR/report.html (atomically) from `run` (the run.json just written) and the charts
 /// in DIR that run.json's result names.

@@ -98,6 +98,13 @@ class Task : public StepLoss {
     (void)dir, (void)table, (void)groups, (void)resamples, (void)seed;
     return nlohmann::json::object();
   }
+  /// Per label of `table` (predictions.csv's or oof_predictions.csv's columns), in the task's
+  /// order: [{"label", "positives", "negatives", "missing", "auc"}] (multilabel); null for a
+  /// task without per-label outcomes.
+  virtual nlohmann::json label_counts(const OutOfFold& table) const {
+    (void)table;
+    return nullptr;
+  }
   /// Whether predict's report page scores the predictions against the labels a run's labels
   /// table knows (classification).
   virtual bool scores_known_labels() const { return false; }

@@ -610,6 +610,8 @@ void summarize_predictions(const TrainJob& job, const Plan& p, const RunDir& run
   if (job.bootstrap > 0)
     result["intervals"] = metric_intervals(p.task->statistics(predictions), predictions, groups,
                                            job.bootstrap, job.seed);
+  const json counts = p.task->label_counts(predictions);
+  if (!counts.is_null()) result["label_counts"] = counts;
   const json charts = p.task->draw_charts(run.dir(), predictions, groups, job.bootstrap, job.seed);
   if (!charts.empty()) result["charts"] = charts;
 }

@@ -54,6 +54,7 @@ const PackTaskSpec kClassificationPack = {
     /*stratum_classes=*/{},
     /*outcome_stats=*/nullptr,
     {{{kLabelFeature, "int64"}}, encode, decode, no_targets, nullptr},
+    /*label_counts=*/nullptr,
 };
 
 }  // namespace mltool::records::detail

@@ -1,6 +1,6 @@
 // Pack's multilabel task (docs/pack.md#tasks): several binary outcomes per record, any of them
 // missing ("labels", 1 or 0 per --label-columns column, and "label_mask", 0 where missing);
-// stratified by the first label.
+// stratified by the first label; each split's label_counts.
 #include <cmath>
 
 #include "../task_spec.hpp"
@@ -95,6 +95,23 @@ void targets(const Record& record, std::vector<float>& out) {
   out.insert(out.end(), record.values.begin(), record.values.end());
 }
 
+// Per label, in --label-columns' order: its positives, negatives and missing outcomes.
+nlohmann::json label_counts(const std::vector<Outcome>& outcomes, const LabelColumns& c) {
+  nlohmann::json out = nlohmann::json::array();
+  for (std::size_t l = 0; l < c.labels.size(); ++l) {
+    std::uint64_t positives = 0, negatives = 0, missing = 0;
+    for (const Outcome& o : outcomes) {
+      const float v = o.values.at(l);
+      (std::isnan(v) ? missing : v == 1 ? positives : negatives) += 1;
+    }
+    out.push_back({{"label", c.labels[l]},
+                   {"positives", positives},
+                   {"negatives", negatives},
+                   {"missing", missing}});
+  }
+  return out;
+}
+
 }  // namespace
 
 const PackTaskSpec kMultilabelPack = {
@@ -117,6 +134,7 @@ const PackTaskSpec kMultilabelPack = {
     /*stratum_classes=*/{},
     /*outcome_stats=*/nullptr,
     {{{kLabels, "float_list"}, {kLabelMask, "int64_list"}}, encode, decode, targets, nullptr},
+    label_counts,
 };
 
 }  // namespace mltool::records::detail

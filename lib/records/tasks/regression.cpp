@@ -93,6 +93,7 @@ const PackTaskSpec kRegressionPack = {
     /*stratum_classes=*/{0, 0, 1, 1},
     stats,
     {{{kTarget, "float"}}, encode, decode, targets, invalid},
+    /*label_counts=*/nullptr,
 };
 
 }  // namespace mltool::records::detail

@@ -109,6 +109,7 @@ const PackTaskSpec kSurvivalPack = {
     /*stratum_classes=*/{0, 0, 0, 1, 1, 1},
     stats,
     {{{kTime, "float"}, {kEvent, "float"}}, encode, decode, targets, invalid},
+    /*label_counts=*/nullptr,
 };
 
 }  // namespace mltool::records::detail

@@ -1,12 +1,14 @@
 // Multilabel: several binary outcomes per sample (a mutation panel: KRAS, BRAF, MSI, ...), any
 // of them missing for a sample; one sigmoid output per label, the binary cross-entropy of the
 // observed outcomes (a missing one masks that output of that sample); per label ROC AUC and
-// their mean (val_auc_LABEL, val_auc_mean); predictions.csv gives each label's outcome (empty
-// where missing) and probability.
+// their mean (val_auc_LABEL, val_auc_mean, and val_auc_mean_labels naming the labels it
+// averages: those both of whose values occur); one ROC chart of every label; predictions.csv gives
+// each label's outcome (empty where missing) and probability.
 #include <torch/torch.h>
 
 #include <cmath>
 
+#include "../class_plots.hpp"
 #include "../export.hpp"
 #include "../task.hpp"
 #include "mltool/train/metrics.hpp"
@@ -62,15 +64,18 @@ class Multilabel : public Task {
     json m = {{"val_loss", number_or_null(loss)}};
     double sum = 0;
     std::size_t defined = 0;
+    std::string averaged;  // the labels val_auc_mean averages, in --label-columns' order
     for (std::size_t l = 0; l < labels_.size(); ++l) {
       const double auc = label_auc(y, p, static_cast<std::int64_t>(l));
       m["val_auc_" + labels_[l]] = number_or_null(auc);
       if (std::isfinite(auc)) {
         sum += auc;
         ++defined;
+        averaged += (averaged.empty() ? "" : ",") + labels_[l];
       }
     }
     m["val_auc_mean"] = defined ? number_or_null(sum / static_cast<double>(defined)) : json();
+    m["val_auc_mean_labels"] = averaged;
     return m;
   }
   bool offers(Monitor m) const override {
@@ -107,6 +112,14 @@ class Multilabel : public Task {
 
   std::vector<NamedStatistic> statistics(const OutOfFold& table) const override {
     return multilabel_statistics(describe(), table);
+  }
+  json draw_charts(const std::string& dir, const OutOfFold& table, const SampleGroups& groups,
+                   int resamples, std::uint64_t seed) const override {
+    (void)groups, (void)resamples, (void)seed;
+    return draw_multilabel_charts(dir, describe(), table);
+  }
+  json label_counts(const OutOfFold& table) const override {
+    return multilabel_counts(describe(), table);
   }
 
   std::string csv_header() const override {

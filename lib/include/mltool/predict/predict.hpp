@@ -77,9 +77,10 @@ struct PredictReport {
   std::string unit;    ///< tile, bag or image
   std::string device;  ///< e.g. "cpu", "cuda:0"
   std::string weights;
-  std::int64_t samples = 0;  ///< rows of predictions.csv
-  std::int64_t tiles = 0;    ///< feature rows read
-  std::int64_t slides = 0;
+  std::int64_t samples = 0;        ///< rows of predictions.csv
+  std::int64_t tiles = 0;          ///< feature rows read
+  std::int64_t slides = 0;         ///< slides read (with --group-table: merged into the groups)
+  std::int64_t groups = 0;         ///< --group-table: the groups (bags) predicted; 0 without
   std::int64_t resumed = 0;        ///< slides whose scores a stopped prediction had journaled
   std::int64_t heatmaps = 0;       ///< slides with a heatmap
   std::int64_t split_batches = 0;  ///< batches this run computed in pieces (out of memory)

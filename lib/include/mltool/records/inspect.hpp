@@ -166,8 +166,17 @@ struct ShardReport {
   double outcome_p = std::numeric_limits<double>::quiet_NaN();
 };
 
+/// Multilabel: one label's outcomes in a split, as its records hold them.
+struct LabelCount {
+  std::string label;
+  std::uint64_t positives = 0, negatives = 0, missing = 0;
+};
+
 struct GroupReport {
   std::string name;  ///< the split, or "files"
+  /// Multilabel datasets: per label, in --label-columns' order, the split's outcomes (checked
+  /// against dataset.json's label_counts); empty for other tasks.
+  std::vector<LabelCount> label_counts;
   std::vector<ShardReport> shards;
   std::uint64_t records = 0;
   std::uint64_t bytes = 0;

@@ -94,6 +94,11 @@ struct PackReport {
 /// The summary `mltool pack --json` prints.
 nlohmann::json to_json(const PackReport& report);
 
+/// Multilabel: pack's summary of dataset.json `manifest`'s label_counts, one line per split
+/// and one for all records: "fold-0: KRAS 5+ 6− 1?, ..." in --label-columns' order; empty
+/// for a task without label counts.
+std::vector<std::string> label_count_lines(const nlohmann::json& manifest);
+
 inline constexpr const char* kDatasetManifestFile = "dataset.json";
 inline constexpr const char* kDatasetFormat = "mltool.dataset";
 inline constexpr int kDatasetFormatVersion = 1;

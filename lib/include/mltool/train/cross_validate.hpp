@@ -19,10 +19,17 @@ namespace mltool::train {
 struct CrossValidationReport {
   std::string output;
   int folds = 0;
-  int trained = 0;    ///< folds trained (or resumed) by this invocation
-  int skipped = 0;    ///< folds already finished, kept as they were
-  nlohmann::json cv;  ///< cv.json as written
+  int trained = 0;           ///< folds trained (or resumed) by this invocation
+  int skipped = 0;           ///< folds already finished, kept as they were
+  bool gather_only = false;  ///< --gather-only: no fold trained, the finished ones gathered
+  nlohmann::json cv;         ///< cv.json as written
 };
+
+/// The log's line of a cross-validation: the folds trained, kept or gathered, then each
+/// metric's mean ± sd over the folds in the reports' order (per-label metrics in
+/// --label-columns' order), those some fold cannot score with "(K of N folds)", and the labels
+/// val_auc_mean averages.
+std::string summary_line(const CrossValidationReport& r);
 
 /// Trains every fold not yet finished (a finished fold, its run.json "complete" or
 /// "early_stopped", is never recomputed; an unfinished one is resumed from its last

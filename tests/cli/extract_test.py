@@ -984,7 +984,7 @@ def check_not_a_store():
     shutil.copytree(tmp("blank.lmdb"), tmp("interrupted.lmdb"))
     put_tiles(tmp("interrupted.lmdb"), {k: get_tile(STORE, KEYS[0]) for k in INCOMPLETE})
 
-    cases = [("missing", tmp("missing.lmdb"), ("does not exist",)),
+    cases = [("missing", tmp("missing.lmdb"), ("no such file or directory",)),
              ("plain dir", tmp("plain"), ("not an LMDB",)),
              ("plain file", tmp("file.lmdb"), ("LMDB",)),
              ("other LMDB", tmp("other.lmdb"), ("not a tile store", "'tiles' does not exist")),

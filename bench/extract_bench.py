@@ -328,14 +328,8 @@ def stain_runs(a, store, model_path, amp, log):
             "bare": (mean_pixel, bare), "bare_stain": (mean_pixel, [*bare, *stain])}
     seconds, summary = {}, {}
     for name, (model, extra) in runs.items():
-        out = os.path.join(a.work, "features-stain")
-        shutil.rmtree(out, ignore_errors=True)
-        cmd = [a.mltool, "extract", store, "-o", out, "--model", model, "--batch", str(a.batch),
-               "--device", a.device, "--amp", amp, *extra, "--json"]
-        p = subprocess.run(cmd, capture_output=True, text=True)
-        if p.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr[-3000:]}")
-        s = json.loads(p.stdout)
+        s = extract_json(a, store, os.path.join(a.work, "features-stain"), model,
+                         ["--amp", amp, *extra])
         seconds[name], summary[name] = s["seconds"], s
         log(f"[{amp}] stain {name}: {s['tiles_per_second']:.0f} tiles/s")
     shutil.rmtree(os.path.join(a.work, "features-stain"), ignore_errors=True)

@@ -160,7 +160,7 @@ std::string value_text(const json& v) { return v.is_string() ? v.get<std::string
 std::string option_value(const std::string& field, const json& before, const json& now) {
   // A model without "decode" decoded on the host (libjpeg-turbo).
   const auto text = [&](const json& v) {
-    return v.is_null() ? (field == "decode" ? "host (libjpeg-turbo)" : "unset") : value_text(v);
+    return v.is_null() ? (field == "decode" ? "libjpeg-turbo" : "unset") : value_text(v);
   };
   return option_of(field) + " " + text(before) + " (now " + text(now) + ")";
 }
@@ -201,8 +201,9 @@ void check_resume(const std::string& dir, const json& stored, const json& now) {
       refuse(option_value("stain_fit", before.value("fit", json()), value.value("fit", json())));
     if (before != value) refuse(option_value(field, before, value));
   }
-  if (model_before.is_object() && model_before.contains("decode"))  // now on the host
-    refuse(option_value("decode", model_before.at("decode"), "host (libjpeg-turbo)"));
+  if (model_before.is_object())  // a field the partial run's model had and this one lacks
+    for (const auto& [field, before] : model_before.items())
+      if (!now.at("model").contains(field)) refuse(option_value(field, before, json()));
   refuse("other settings (" + util::join_path(partial, "config.json") + ")");
 }
 

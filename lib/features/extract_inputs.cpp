@@ -79,7 +79,6 @@ void check_inputs(const ExtractJob& job, const std::vector<std::string>& builtin
 }
 
 std::optional<slide::CohortReport> resolve_inputs(ExtractJob& job) {
-  if (job.inputs.empty()) throw UsageError("no input: give a tile store, or slides");
   if (job.inputs.size() == 1 && names_store(job.inputs.front())) {
     const std::string flag = slide::given_tile_option(job.tile);
     if (!flag.empty())

@@ -27,7 +27,8 @@ void check_inputs(const ExtractJob& job, const std::vector<std::string>& builtin
 /// --shard's, so that each row is batched where one run over them all batches it — are tiled
 /// into the coordinates store with job.tile's options (resumed, --overwrite emptying it,
 /// --keep-going past a bad slide), which must then hold no other slide. Returns that tiling's
-/// report; nothing for a tile store. Called with the output's lock held.
+/// report; nothing for a tile store. Called with the output's lock held, after check_inputs
+/// (which refuses a job without inputs).
 std::optional<slide::CohortReport> resolve_inputs(ExtractJob& job);
 
 }  // namespace mltool::features

@@ -220,15 +220,14 @@ bool TilePixels::may_be_jpeg() const { return slides_ || jpeg_tiles_; }
 
 namespace {
 
-// `jpeg` when it is a JPEG stream whose colour every decoder reads alike (YCbCr), else empty.
-std::string if_ycbcr_jpeg(std::string_view jpeg, const std::string& what) {
-  if (jpeg.size() < 4 || static_cast<unsigned char>(jpeg[0]) != 0xFF ||
-      static_cast<unsigned char>(jpeg[1]) != 0xD8)
-    return {};
+// `jpeg` when it is a JPEG stream whose colour every decoder reads alike (YCbCr), else empty:
+// no JPEG, or a broken one, is left to read(), which says what is wrong with it.
+std::string if_ycbcr_jpeg(std::string_view jpeg) {
+  static const std::string what = "a tile";  // unused: the error is read()'s to report
   try {
     if (io::implied_colour(jpeg, what) != io::JpegColour::ycbcr) return {};
   } catch (const Error&) {
-    return {};  // read() decodes it, and says what is wrong
+    return {};
   }
   return std::string(jpeg);
 }
@@ -242,8 +241,7 @@ void TilePixels::read_jpeg(std::size_t n, const std::function<const std::string&
   if (!slides_) {
     const io::TileStore::Snapshot snapshot = store_.snapshot();
     for (std::size_t i = 0; i < n; ++i)
-      if (const auto value = snapshot.find(key(i)))
-        out[i] = if_ycbcr_jpeg(*value, store_.path() + ": tile '" + key(i) + "'");
+      if (const auto value = snapshot.find(key(i))) out[i] = if_ycbcr_jpeg(*value);
     return;
   }
   util::parallel_for(n, threads, [&](std::size_t i) {
@@ -253,7 +251,7 @@ void TilePixels::read_jpeg(std::size_t n, const std::function<const std::string&
       const auto at = slide->at.find(k);
       if (at == slide->at.end() || slide->read_size != tile_) return;
       if (const auto jpeg = slide->own_jpeg(at->second.first, at->second.second))
-        out[i] = if_ycbcr_jpeg(*jpeg, slide->slide.path() + ": its own JPEG tile");
+        out[i] = if_ycbcr_jpeg(*jpeg);
     } catch (const Error&) {
       // read() reads this tile again and reports the error
     }

@@ -13,6 +13,7 @@
 #include "cli.hpp"
 #include "cli_options.hpp"
 #include "mltool/features/extract.hpp"
+#include "mltool/features/segmenter.hpp"
 #include "mltool/features/shard.hpp"
 #include "mltool/features/slide_encode.hpp"
 #include "mltool/util/error.hpp"
@@ -63,6 +64,7 @@ int run_extract(ExtractOptions& o, const CommonOptions& common) {
   if (job.inputs.empty())
     throw UsageError("a tile store or slides are required (or --merge FEATURES...)");
   job.threads = common.threads;
+  job.tile.open_segmenter = features::open_segmenter;  // --tissue MODEL.pt on slides
   const auto r = features::extract_features(job);
   std::string devices;
   for (const auto& d : r.devices) devices += (devices.empty() ? "" : ",") + d;

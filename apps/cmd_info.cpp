@@ -11,6 +11,7 @@
 #include "cli_options.hpp"
 #include "mltool/slide/info.hpp"
 #include "mltool/util/error.hpp"
+#include "torch_module.hpp"
 
 namespace mltool::cli {
 namespace {
@@ -23,6 +24,12 @@ struct InfoOptions {
 int run_info(const InfoOptions& o, const CommonOptions& common) {
   const auto inputs = expand_stdin_list(o.inputs);
   if (inputs.empty()) throw UsageError("no slides given");
+  if (!o.job->tissue_model.empty()) {
+    std::string why;
+    const TorchModule* module = load_torch_module(why);
+    if (!module) throw ResourceError("--tissue MODEL.pt needs the LibTorch module: " + why);
+    o.job->open_segmenter = module->open_segmenter;
+  }
   bool first = true;
   const auto print = [&](const slide::SlideInfo& info) {
     if (common.json)

@@ -12,6 +12,7 @@
 #include "cli_options.hpp"
 #include "mltool/slide/cohort.hpp"
 #include "mltool/util/error.hpp"
+#include "torch_module.hpp"
 
 namespace mltool::cli {
 namespace {
@@ -32,6 +33,12 @@ int run_tile(TileOptions& o, const CommonOptions& common) {
     const auto merged = slide::merge_stores(job, inputs);
     if (common.json) std::cout << slide::to_json(merged, job.store).dump(2) << "\n";
     return exit_code::ok;
+  }
+  if (job.tile.settings.tissue == io::TissueDetection::model) {
+    std::string why;
+    const TorchModule* module = load_torch_module(why);
+    if (!module) throw ResourceError("--tissue MODEL.pt needs the LibTorch module: " + why);
+    job.tile.open_segmenter = module->open_segmenter;
   }
   const auto r = slide::tile_slides(inputs, job);
   if (common.json) std::cout << slide::to_json(r, job.store).dump(2) << "\n";

@@ -1,6 +1,7 @@
 // The entry point of the LibTorch module (see torch_module.hpp): its command table.
 #include "torch_module.hpp"
 
+#include "mltool/features/segmenter.hpp"
 #include "mltool/io/pt_tensor.hpp"
 #include "mltool/util/build_info.hpp"
 
@@ -19,6 +20,7 @@ mltool_torch_module() {
        mltool::cli::predict_command()},
       &mltool::torch_component_versions,
       &mltool::io::encode_pt_tensor,
+      &mltool::features::open_segmenter,
   };
   return &module;
 }

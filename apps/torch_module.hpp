@@ -10,12 +10,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "cli.hpp"
 #include "mltool/io/npy.hpp"
+#include "mltool/slide/segmenter.hpp"
 
 namespace mltool::cli {
 
@@ -27,6 +29,9 @@ struct TorchModule {
   /// The .pt encoder of `mltool export h5 --format pt` (io::encode_pt_tensor).
   std::string (*encode_pt)(const void* data, std::uint64_t rows, std::uint64_t dims,
                            io::DType dtype);
+  /// The segmenter of `mltool tile --tissue MODEL.pt` (features::open_segmenter).
+  std::shared_ptr<slide::Segmenter> (*open_segmenter)(const std::string& path,
+                                                      const std::string& device);
 };
 
 /// The module's entry point, looked up with dlsym.

@@ -47,6 +47,7 @@ slide::CohortJob cohort_of(const ExtractJob& job) {
   slide::CohortJob cohort;
   cohort.tile = job.tile;
   cohort.tile.threads = job.threads;
+  cohort.tile.device = job.device;  // a segmenter (--tissue MODEL.pt) runs where the model does
   cohort.tile.settings.pixels = false;
   cohort.store = util::join_path(job.output, kCoordinatesStore);
   cohort.keep_going = job.keep_going;

@@ -33,7 +33,7 @@ constexpr std::array<int, 3> kTileColour = {0, 128, 255};
 // Level-0 coordinates to 1/100 pixel: what QuPath's viewer can show, and shorter files.
 double coordinate(double v) { return std::round(v * 100) / 100; }
 
-json classification(const char* name, const std::array<int, 3>& colour) {
+json classification(const std::string& name, const std::array<int, 3>& colour) {
   return {{"name", name}, {"color", colour}};
 }
 
@@ -65,9 +65,10 @@ class FeatureWriter {
   bool first_ = true;
 };
 
-// The tissue outline: one annotation per polygon of the mask. Returns the polygons written.
-std::int64_t write_outline(FeatureWriter& out, const TissueMask& m) {
-  const auto polygons = trace_polygons(m.mask.pixels.data(), m.mask.width, m.mask.height);
+// One annotation per polygon of `mask` (nonzero inside), classified `name` in `colour`.
+std::int64_t write_regions(FeatureWriter& out, const std::uint8_t* mask, const TissueMask& m,
+                           const std::string& name, const json& colour) {
+  const auto polygons = trace_polygons(mask, m.mask.width, m.mask.height);
   for (std::size_t i = 0; i < polygons.size(); ++i) {
     json rings = json::array({ring_json(polygons[i].exterior, m.downsample_x, m.downsample_y)});
     for (const auto& hole : polygons[i].holes)
@@ -76,10 +77,31 @@ std::int64_t write_outline(FeatureWriter& out, const TissueMask& m) {
              {"geometry", {{"type", "Polygon"}, {"coordinates", rings}}},
              {"properties",
               {{"objectType", "annotation"},
-               {"name", std::string(kTissueClass) + " " + std::to_string(i + 1)},
-               {"classification", classification(kTissueClass, kTissueColour)}}}});
+               {"name", name + " " + std::to_string(i + 1)},
+               {"classification", {{"name", name}, {"color", colour}}}}}});
   }
   return static_cast<std::int64_t>(polygons.size());
+}
+
+// The tissue outline: one annotation per polygon of the mask; where a segmenter chose the
+// tiles, one per polygon of each of its tissue and artifact classes, classified by the class's
+// name. Returns the polygons written.
+std::int64_t write_outline(FeatureWriter& out, const TissueMask& m) {
+  if (m.class_names.empty())
+    return write_regions(out, m.mask.pixels.data(), m, kTissueClass, json(kTissueColour));
+  std::int64_t written = 0;
+  std::vector<std::uint8_t> inside(m.classes.pixels.size());
+  for (std::size_t k = 0; k < m.class_names.size(); ++k) {
+    const std::string& name = m.class_names[k];
+    const auto named = [&](const std::vector<std::string>& v) {
+      return std::find(v.begin(), v.end(), name) != v.end();
+    };
+    if (!named(m.tissue_classes) && !named(m.artifact_classes)) continue;
+    for (std::size_t i = 0; i < inside.size(); ++i) inside[i] = m.classes.pixels[i] == k;
+    const std::uint8_t* c = class_colour(static_cast<int>(k));
+    written += write_regions(out, inside.data(), m, name, json::array({c[0], c[1], c[2]}));
+  }
+  return written;
 }
 
 // One square per kept tile, from the "tiles" record's columns. Returns the tiles written.

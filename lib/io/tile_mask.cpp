@@ -56,13 +56,52 @@ std::optional<std::string> base64_decode(std::string_view text) {
 
 std::string TissueMask::to_record() const {
   const std::string png = encode_png_grey(mask.pixels.data(), mask.width, mask.height);
-  return nlohmann::json{{"width", mask.width},
+  nlohmann::json doc = {{"width", mask.width},
                         {"height", mask.height},
                         {"downsample", {downsample_x, downsample_y}},
                         {"encoding", "png"},
-                        {"png", base64_encode(png)}}
-      .dump();
+                        {"png", base64_encode(png)}};
+  if (!class_names.empty())
+    doc["classes"] = {{"names", class_names},
+                      {"tissue", tissue_classes},
+                      {"artifacts", artifact_classes},
+                      {"png", base64_encode(encode_png_grey(classes.pixels.data(), classes.width,
+                                                            classes.height))}};
+  return doc.dump();
 }
+
+namespace {
+
+// The "classes" object of a mask record into `out` (its size must be the mask's).
+void read_classes(const nlohmann::json& doc, const std::string& where, TissueMask& out) {
+  auto bad = [&](const std::string& what) { return FormatError(where + ": 'classes': " + what); };
+  const auto names = [&](const char* key) {
+    const auto& v = doc.value(key, nlohmann::json());
+    if (!v.is_array()) throw bad(std::string("'") + key + "' must be a list of names");
+    std::vector<std::string> out_names;
+    for (const auto& n : v) {
+      if (!n.is_string()) throw bad(std::string("'") + key + "' holds " + n.dump());
+      out_names.push_back(n.get<std::string>());
+    }
+    return out_names;
+  };
+  if (!doc.is_object() || !doc.value("png", nlohmann::json()).is_string())
+    throw bad("expected {\"names\", \"tissue\", \"artifacts\", \"png\"}");
+  out.class_names = names("names");
+  out.tissue_classes = names("tissue");
+  out.artifact_classes = names("artifacts");
+  const auto png = base64_decode(doc.at("png").get<std::string>());
+  if (!png) throw bad("'png' is not base64");
+  out.classes = decode_png_grey(png->data(), png->size(), where);
+  if (out.classes.width != out.mask.width || out.classes.height != out.mask.height)
+    throw bad("the class map is not the mask's size");
+  for (auto v : out.classes.pixels)
+    if (v >= out.class_names.size())
+      throw bad("a pixel names class " + std::to_string(v) + " of " +
+                std::to_string(out.class_names.size()));
+}
+
+}  // namespace
 
 TissueMask TissueMask::from_record(const nlohmann::json& doc, const std::string& where) {
   auto bad = [&](const std::string& what) { return FormatError(where + ": " + what); };
@@ -87,7 +126,16 @@ TissueMask TissueMask::from_record(const nlohmann::json& doc, const std::string&
               std::to_string(out.mask.height) + ", the record says " +
               std::to_string(doc.at("width").get<int>()) + "x" +
               std::to_string(doc.at("height").get<int>()));
+  if (doc.contains("classes")) read_classes(doc.at("classes"), where, out);
   return out;
+}
+
+const std::uint8_t* class_colour(int index) {
+  static constexpr std::uint8_t kPalette[][3] = {
+      {0, 170, 80},   {230, 60, 40},  {250, 170, 0},  {160, 40, 200},  {0, 150, 220},
+      {240, 90, 170}, {130, 110, 60}, {60, 200, 200}, {110, 110, 110}, {200, 200, 40}};
+  constexpr int n = sizeof kPalette / sizeof kPalette[0];
+  return kPalette[((index % n) + n) % n];
 }
 
 std::optional<TissueMask> TileStore::tissue_mask(const std::string& id) const {

@@ -27,23 +27,29 @@ std::string describe(const nlohmann::json& v) { return v.is_null() ? "none" : v.
 }  // namespace
 
 const util::EnumNames<TissueDetection> kTissueDetections = {{TissueDetection::otsu, "otsu"},
-                                                            {TissueDetection::none, "none"}};
+                                                            {TissueDetection::none, "none"},
+                                                            {TissueDetection::model, "model"}};
 const util::EnumNames<ArtifactFilter> kArtifactFilters = {{ArtifactFilter::exclude, "exclude"},
                                                           {ArtifactFilter::keep, "keep"}};
 
 nlohmann::json TileSettings::to_json() const {
-  return {{"format", "mltool.tile-store"},
-          {"format_version", 1},
-          {"tile_size", tile_size},
-          {"overlap", overlap},
-          {"mpp", optional_json(mpp)},
-          {"level", optional_json(level)},
-          {"encoding", encoding_info(encoding).name},
-          {"quality", quality},
-          {"tissue", util::name_of(kTissueDetections, tissue)},
-          {"min_tissue", min_tissue},
-          {"artifacts", util::name_of(kArtifactFilters, artifacts)},
-          {"pixels", pixels}};
+  nlohmann::json doc = {{"format", "mltool.tile-store"},
+                        {"format_version", 1},
+                        {"tile_size", tile_size},
+                        {"overlap", overlap},
+                        {"mpp", optional_json(mpp)},
+                        {"level", optional_json(level)},
+                        {"encoding", encoding_info(encoding).name},
+                        {"quality", quality},
+                        {"tissue", util::name_of(kTissueDetections, tissue)},
+                        {"min_tissue", min_tissue},
+                        {"artifacts", util::name_of(kArtifactFilters, artifacts)},
+                        {"pixels", pixels}};
+  if (tissue == TissueDetection::model) {
+    doc["segmenter"] = segmenter;
+    doc["max_artifact"] = max_artifact;
+  }
+  return doc;
 }
 
 TileSettings TileSettings::from_json(const nlohmann::json& doc, const std::string& where) {
@@ -65,6 +71,12 @@ TileSettings TileSettings::from_json(const nlohmann::json& doc, const std::strin
     s.artifacts = util::parse_enum(kArtifactFilters, doc.at("artifacts").get<std::string>(),
                                    where + ": 'artifacts'");  // the schema's enum
   s.pixels = doc.value("pixels", true);  // absent: a store written before coordinates stores
+  if (s.tissue == TissueDetection::model) {
+    if (!doc.contains("segmenter") || !doc.contains("max_artifact"))
+      throw FormatError(where + ": tissue \"model\" needs 'segmenter' and 'max_artifact'");
+    s.segmenter = doc.at("segmenter");
+    s.max_artifact = doc.at("max_artifact").get<double>();
+  }
   if (s.mpp.has_value() == s.level.has_value())
     throw FormatError(where + ": exactly one of 'mpp' and 'level' must be set");
   if ((s.mpp && !(*s.mpp > 0)) || (s.level && *s.level < 0) || s.overlap >= s.tile_size)
@@ -75,16 +87,29 @@ TileSettings TileSettings::from_json(const nlohmann::json& doc, const std::strin
 void TileSettings::require_same(const TileSettings& other, const std::string& store) const {
   const auto mine = to_json();
   const auto theirs = other.to_json();
-  for (auto it = mine.begin(); it != mine.end(); ++it) {
-    const auto& b = theirs.at(it.key());
-    if (it.key() == "pixels" && it.value() != b)
+  if (mine.contains("segmenter") && theirs.contains("segmenter") &&
+      mine.at("segmenter").value("sha256", "") != theirs.at("segmenter").value("sha256", ""))
+    throw UsageError(at_file(
+        store, "the store's tissue was found by the segmenter " +
+                   mine.at("segmenter").value("file", std::string("?")) + " (sha256 " +
+                   mine.at("segmenter").value("sha256", std::string("?")) + "), not " +
+                   theirs.at("segmenter").value("file", std::string("?")) + " (sha256 " +
+                   theirs.at("segmenter").value("sha256", std::string("?")) +
+                   "); give --tissue that file, use another store, or --overwrite to replace it"));
+  auto keys = mine;
+  keys.update(theirs);
+  for (auto it = keys.begin(); it != keys.end(); ++it) {
+    if (it.key() == "segmenter") continue;  // compared by its sha256 above
+    const auto a = mine.value(it.key(), nlohmann::json());
+    const auto b = theirs.value(it.key(), nlohmann::json());
+    if (it.key() == "pixels" && a != b)
       throw UsageError(at_file(
           store, pixels ? "holds tile pixels (mltool tile), not a coordinates store"
                         : "is a coordinates store (mltool extract SLIDE...: no tile pixels), not a "
                           "tile store; use another store, or --overwrite to replace it"));
-    if (it.value() != b)
+    if (a != b)
       throw UsageError(at_file(
-          store, "the store was made with " + it.key() + " " + describe(it.value()) + ", not " +
+          store, "the store was made with " + it.key() + " " + describe(a) + ", not " +
                      describe(b) +
                      "; use another store, the same settings, or --overwrite to replace it"));
   }

@@ -137,6 +137,7 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
   if (!s.mpp && !s.level) s.mpp = kDefaultMpp;
   util::check_options(cohort_options(), job);
   validate(job.tile);
+  open_tissue_model(job.tile);  // before any slide is read: a bad segmenter is refused first
   const util::Shard part = util::resolve_shard(job.shard, job.shards);
   job.shard = part.whole() ? "" : part.text();
   const std::vector<std::string> mine = shard_slides(slides, part);

@@ -9,7 +9,9 @@
 #include "flat_image.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/slide/dicomweb_options.hpp"
+#include "mltool/util/common_options.hpp"
 #include "mltool/util/error.hpp"
+#include "mltool/util/parallel.hpp"
 
 namespace mltool::slide {
 
@@ -19,6 +21,18 @@ const util::Options<InfoJob>& info_options() {
                    "Tissue regions of the finest level the µm/px estimate reads (768 px each)")
           .at_least(1)
           .at_most(64),
+      util::custom<InfoJob>(
+          "--tissue", "otsu|MODEL.pt",
+          "The tissue share from Otsu's threshold on a thumbnail, or from a TorchScript "
+          "segmenter (docs/tile.md)",
+          [](InfoJob& j, const std::string& text) {
+            if (text != "otsu") check_segmenter_file(text, "otsu");
+            j.tissue_model = text == "otsu" ? "" : text;
+          },
+          [](const InfoJob& j) {
+            return nlohmann::json(j.tissue_model.empty() ? "otsu" : j.tissue_model);
+          }),
+      util::device_option(&InfoJob::device),
       dicomweb_connections_option(&InfoJob::dicomweb),
       dicomweb_token_file_option(&InfoJob::dicomweb),
       dicomweb_insecure_option(&InfoJob::dicomweb),
@@ -127,6 +141,33 @@ std::string format_of(const Slide& slide) {
   return slide.vendor();
 }
 
+// {class: share}, or null without a segmenter.
+nlohmann::json class_fractions_json(const SlideInfo& info) {
+  if (info.tissue_by == "otsu") return nullptr;
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, share] : info.class_fractions) out[name] = share;
+  return out;
+}
+
+// --tissue MODEL.pt: the tissue share and class shares from the segmenter (none where the
+// slide's µm/px is unknown: the segmenter cannot be given its pixel size).
+void segmented_tissue(const Slide& slide, Segmenter& model, const std::string& file,
+                      SlideInfo& info) {
+  info.tissue_by = file.substr(file.rfind('/') + 1);
+  info.tissue_fraction.reset();
+  if (!info.metadata.mpp) return;
+  const ClassMap map = segment_slide(slide, *info.metadata.mpp, model, util::thread_count(0));
+  std::int64_t all = 0, tissue = 0;
+  for (auto n : map.class_pixels) all += n;
+  const auto& c = model.contract();
+  for (std::size_t k = 0; k < c.classes.size(); ++k) {
+    if (c.is_tissue(static_cast<int>(k))) tissue += map.class_pixels[k];
+    info.class_fractions.emplace_back(c.classes[k],
+                                      all ? static_cast<double>(map.class_pixels[k]) / all : 0.0);
+  }
+  info.tissue_fraction = all ? static_cast<double>(tissue) / all : 0.0;
+}
+
 }  // namespace
 
 SlideInfo describe_slide(const std::string& path, const InfoJob& job) {
@@ -149,16 +190,23 @@ SlideInfo describe_slide(const std::string& path, const InfoJob& job) {
   info.estimate = estimate_mpp(slide, options);
   info.tissue_fraction = info.estimate.tissue_fraction;
   info.verdict = mpp_verdict(info.metadata, info.estimate);
+  if (job.segmenter) segmented_tissue(slide, *job.segmenter, job.tissue_model, info);
   return info;
 }
 
 std::vector<SlideInfo> describe_slides(const std::vector<std::string>& paths, const InfoJob& job,
                                        const std::function<void(const SlideInfo&)>& each) {
   util::check_options(info_options(), job);
+  InfoJob opened = job;
+  if (!job.tissue_model.empty() && !job.segmenter) {
+    if (!job.open_segmenter)
+      throw UsageError("--tissue " + job.tissue_model + ": this program cannot run a segmenter");
+    opened.segmenter = job.open_segmenter(job.tissue_model, job.device);
+  }
   std::vector<SlideInfo> out;
   for (const auto& path : paths) {
     try {
-      out.push_back(describe_slide(path, job));
+      out.push_back(describe_slide(path, opened));
     } catch (const InputError& e) {
       SlideInfo failed;
       failed.path = path;
@@ -201,6 +249,8 @@ json to_json(const SlideInfo& info) {
           {"objective_power", optional_json(info.objective_power)},
           {"associated_images", associated},
           {"tissue_fraction", optional_json(info.tissue_fraction)},
+          {"tissue_by", info.tissue_by},
+          {"class_fractions", class_fractions_json(info)},
           {"estimated_mpp", to_json(info.estimate)},
           {"verdict", info.verdict}};
 }
@@ -231,7 +281,11 @@ std::string to_text(const SlideInfo& info) {
   out << "  tissue:         "
       << (info.tissue_fraction ? round_text(*info.tissue_fraction * 100, 1) + "% of the slide"
                                : std::string("-"))
-      << "\n";
+      << (info.tissue_by == "otsu" ? "" : " (segmenter " + info.tissue_by + ")") << "\n";
+  for (const auto& [name, share] : info.class_fractions)
+    out << "    " << name << ": " << round_text(share * 100, 1) << "%\n";
+  if (info.tissue_by != "otsu" && !info.tissue_fraction)
+    out << "    (no µm/px metadata: the segmenter cannot be given the slide)\n";
   out << "  estimated µm/px: " << estimate_text(info.estimate) << ", from "
       << estimate_basis(info.estimate) << "\n";
   out << "  verdict:        " << info.verdict << "\n";

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
+#include <tuple>
 
 #include "mltool/slide/image.hpp"
 #include "mltool/util/error.hpp"
@@ -174,6 +176,74 @@ io::RgbImage with_caption(const io::RgbImage& picture, const std::vector<std::st
   return out;
 }
 
+// Each pixel of `image` whose cell (nearest) is in a tissue or artifact class, tinted 40% toward
+// its class's colour.
+void tint_classes(io::RgbImage& image, const ClassMap& map, const SegmenterContract& contract) {
+  const int w = image.width, h = image.height;
+  if (map.width <= 0 || map.height <= 0) return;
+  for (int y = 0; y < h; ++y) {
+    const int cy = std::min(map.height - 1, static_cast<int>((y + 0.5) * map.height / h));
+    for (int x = 0; x < w; ++x) {
+      const int cx = std::min(map.width - 1, static_cast<int>((x + 0.5) * map.width / w));
+      const int k = map.classes[static_cast<std::size_t>(cy) * map.width + cx];
+      if (!contract.is_tissue(k) && !contract.is_artifact(k)) continue;
+      const std::uint8_t* c = io::class_colour(k);
+      std::uint8_t* px = image.pixels.data() + (static_cast<std::size_t>(y) * w + x) * 3;
+      for (int i = 0; i < 3; ++i) px[i] = static_cast<std::uint8_t>((px[i] * 3 + c[i] * 2 + 2) / 5);
+    }
+  }
+}
+
+// A white strip `width` wide: a swatch of each tinted class's colour and its name (with
+// "tissue" or "artifact"), left to right, wrapped.
+io::RgbImage legend_strip(const SegmenterContract& contract, int width, int font_px) {
+  const int pad = std::max(4, font_px / 2), swatch = font_px;
+  io::RgbImage out{width, 0, {}};
+  int x = pad, y = pad, line_h = swatch;
+  std::vector<std::pair<Box, int>> swatches;  // where each swatch goes, and its class
+  std::vector<std::tuple<int, int, ImagePtr>> labels;
+  for (int k = 0; k < static_cast<int>(contract.classes.size()); ++k) {
+    if (!contract.is_tissue(k) && !contract.is_artifact(k)) continue;
+    const std::string label =
+        contract.classes[k] + (contract.is_tissue(k) ? " (tissue)" : " (artifact)");
+    ImagePtr text = render_text({label}, std::max(1, width - 2 * pad - swatch - pad), font_px);
+    const int need = swatch + pad / 2 + text->Xsize + 2 * pad;
+    if (x > pad && x + need > width) x = pad, y += line_h + pad, line_h = swatch;
+    swatches.push_back({Box{double(x), double(y), double(x + swatch), double(y + swatch)}, k});
+    line_h = std::max(line_h, text->Ysize);
+    labels.emplace_back(x + swatch + pad / 2, y, std::move(text));
+    x += need;
+  }
+  out.height = y + line_h + pad;
+  out.pixels.assign(static_cast<std::size_t>(out.width) * out.height * 3, 255);
+  for (const auto& [b, k] : swatches)
+    for (int yy = static_cast<int>(b.y0); yy < static_cast<int>(b.y1) && yy < out.height; ++yy)
+      for (int xx = static_cast<int>(b.x0); xx < static_cast<int>(b.x1) && xx < width; ++xx)
+        std::copy_n(io::class_colour(k), 3,
+                    out.pixels.data() + (static_cast<std::size_t>(yy) * width + xx) * 3);
+  for (const auto& [lx, ly, text] : labels) {
+    std::size_t size = 0;
+    void* raw = vips_image_write_to_memory(text.get(), &size);
+    if (!raw) throw ResourceError("libvips: the QC legend: " + vips_message());
+    const std::unique_ptr<void, decltype(&g_free)> ink(raw, g_free);
+    const auto* a = static_cast<const std::uint8_t*>(raw);
+    for (int ty = 0; ty < text->Ysize && ly + ty < out.height; ++ty)
+      for (int tx = 0; tx < text->Xsize && lx + tx < width; ++tx) {
+        const int v = 255 - (a[static_cast<std::size_t>(ty) * text->Xsize + tx] * 230 + 127) / 255;
+        std::fill_n(out.pixels.data() + (static_cast<std::size_t>(ly + ty) * width + lx + tx) * 3,
+                    3, static_cast<std::uint8_t>(v));
+      }
+  }
+  return out;
+}
+
+// `top` with `bottom` (as wide) below it.
+io::RgbImage stacked(const io::RgbImage& top, const io::RgbImage& bottom) {
+  io::RgbImage out{top.width, top.height + bottom.height, top.pixels};
+  out.pixels.insert(out.pixels.end(), bottom.pixels.begin(), bottom.pixels.end());
+  return out;
+}
+
 std::string number(double v, int digits) {
   char text[64];
   std::snprintf(text, sizeof text, "%.*f", digits, v);
@@ -206,14 +276,18 @@ io::RgbImage caption_picture(const io::RgbImage& picture, const std::vector<std:
 io::RgbImage qc_picture(const io::RgbImage& slide, const QcOverlay& overlay) {
   io::RgbImage out = slide;
   const int w = out.width, h = out.height, long_side = std::max(w, h);
+  if (overlay.classes && overlay.contract && w > 0 && h > 0)
+    tint_classes(out, *overlay.classes, *overlay.contract);
   if (overlay.tissue && w > 0 && h > 0) {
     const int radius = std::max(1, static_cast<int>(std::lround(long_side / 1024.0)));
     const Bits outline = edges(scale_mask(*overlay.tissue, w, h), w, h, true);
     paint(out, dilate(outline, w, h, radius - 1), kTissueOutline);
   }
   draw_kept(out, overlay.kept, std::max(1, static_cast<int>(std::lround(long_side / 2048.0))));
-  if (overlay.caption.empty()) return out;
-  return with_caption(out, overlay.caption);
+  if (!overlay.caption.empty()) out = with_caption(out, overlay.caption);
+  if (overlay.classes && overlay.contract && w > 0)
+    out = stacked(out, legend_strip(*overlay.contract, w, std::max(10, long_side / 64)));
+  return out;
 }
 
 std::string metadata_mpp_text(const std::optional<double>& mpp, const std::string& problem) {
@@ -227,7 +301,13 @@ std::vector<std::string> caption_lines(const QcCaption& c) {
                                 : "µm/px unknown (" + c.mpp_source + ")";
   const std::string at = c.target_mpp ? " at " + number(*c.target_mpp, 3) + " µm/px" : "";
   const std::string tissue =
-      c.tissue_threshold
+      !c.segmenter.empty()
+          ? "tissue: segmenter " + c.segmenter +
+                (c.tissue_fraction ? ", " + number(*c.tissue_fraction * 100, 1) + "% of the slide"
+                                   : "") +
+                "; tiles kept with ≥ " + number(c.min_tissue * 100, 0) + "% tissue and ≤ " +
+                number(c.max_artifact * 100, 0) + "% artifacts"
+      : c.tissue_threshold
           ? "tissue: saturation > " + std::to_string(*c.tissue_threshold) + " (Otsu)" +
                 (c.tissue_fraction ? ", " + number(*c.tissue_fraction * 100, 1) + "% of the slide"
                                    : "") +

@@ -53,6 +53,18 @@ util::Option<J> level_option() {
       .check([](const J& j) { return !j.settings.level || *j.settings.level >= 0; }, ">= 0");
 }
 
+// --tissue: otsu, none, or a segmenter's file (opened by tile_slides, before any slide).
+void parse_tissue(J& j, const std::string& text) {
+  j.tissue_model.clear();
+  if (text == "otsu" || text == "none") {
+    j.settings.tissue = util::parse_enum(io::kTissueDetections, text, "--tissue");
+    return;
+  }
+  check_segmenter_file(text, "otsu, none");
+  j.settings.tissue = io::TissueDetection::model;
+  j.tissue_model = text;
+}
+
 // "jpeg or png": io::kEncodings' names.
 std::string encodings_text() {
   std::vector<std::string> names;
@@ -111,9 +123,16 @@ const util::Options<TileJob>& tile_options() {
       option_at<J>(
           "--overlap", [](J& j) -> int& { return j.settings.overlap; },
           "Pixels shared by neighbouring tiles"),
-      choice_at<J>(
-          "--tissue", [](J& j) -> io::TissueDetection& { return j.settings.tissue; },
-          io::kTissueDetections, "Tissue detection: otsu or none (every tile)"),
+      util::custom<J>(
+          "--tissue", "otsu|none|MODEL.pt",
+          "Tissue detection: otsu (saturation on a thumbnail), none (every tile), or a "
+          "TorchScript segmenter that finds tissue and artifacts (docs/tile.md)",
+          [](J& j, const std::string& text) { parse_tissue(j, text); },
+          [](const J& j) {
+            return nlohmann::json(j.settings.tissue == io::TissueDetection::model
+                                      ? j.tissue_model
+                                      : util::name_of(io::kTissueDetections, j.settings.tissue));
+          }),
       choice_at<J>(
           "--artifacts", [](J& j) -> io::ArtifactFilter& { return j.settings.artifacts; },
           io::kArtifactFilters,
@@ -122,6 +141,12 @@ const util::Options<TileJob>& tile_options() {
       option_at<J>(
           "--min-tissue", [](J& j) -> double& { return j.settings.min_tissue; },
           "Keep tiles with at least this tissue fraction")
+          .at_least(0)
+          .at_most(1),
+      option_at<J>(
+          "--max-artifact", [](J& j) -> double& { return j.settings.max_artifact; },
+          "--tissue MODEL.pt: drop tiles with more than this share in the model's artifact "
+          "classes")
           .at_least(0)
           .at_most(1),
       util::option("--qc", &J::qc_dir,
@@ -161,6 +186,7 @@ const util::Options<TileJob>& tile_store_options() {
                    "Store a tile that is exactly one of the slide's own JPEG TIFF tiles or DICOM "
                    "frames as its compressed bytes, not decoded and encoded again (auto; "
                    "--format jpeg only), or never"),
+      util::device_option(&J::device),
   };
   return table;
 }

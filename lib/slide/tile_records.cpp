@@ -83,17 +83,42 @@ json slide_json(const Slide& slide, const Identity& who, const ReadPlan& plan, c
                                  {"level", thumb->level},
                                  {"downsample", (thumb->dx + thumb->dy) / 2}}
                           : json(nullptr)},
-      {"tissue_threshold", mask ? json(mask->threshold) : json(nullptr)},
+      {"tissue_threshold", mask && !selection.classes ? json(mask->threshold) : json(nullptr)},
   };
 }
 
-std::string mask_record(const Mask& mask, const Thumbnail& thumb) {
+std::string mask_record(const Selection& selection) {
+  const Mask& mask = *selection.mask;
   io::TissueMask record;
   record.mask.width = mask.width, record.mask.height = mask.height;
   record.mask.pixels.resize(mask.data.size());
   for (std::size_t i = 0; i < mask.data.size(); ++i) record.mask.pixels[i] = mask.data[i] ? 255 : 0;
-  record.downsample_x = thumb.dx, record.downsample_y = thumb.dy;
+  if (selection.classes) {
+    const ClassMap& map = *selection.classes;
+    record.downsample_x = record.downsample_y = map.level0_per_cell();
+    record.classes = {map.width, map.height, map.classes};
+    record.class_names = selection.contract->classes;
+    record.tissue_classes = selection.contract->tissue;
+    record.artifact_classes = selection.contract->artifacts;
+  } else {
+    record.downsample_x = selection.thumb->dx, record.downsample_y = selection.thumb->dy;
+  }
   return record.to_record();
+}
+
+json class_areas_json(const ClassMap& map, const SegmenterContract& contract) {
+  std::int64_t total = 0;
+  for (auto n : map.class_pixels) total += n;
+  const double mm2_per_pixel = contract.mpp * contract.mpp * 1e-6;
+  json out = json::object();
+  for (std::size_t k = 0; k < contract.classes.size(); ++k) {
+    const std::int64_t n = k < map.class_pixels.size() ? map.class_pixels[k] : 0;
+    out[contract.classes[k]] = {
+        {"pixels", n},
+        {"fraction", total ? std::round(1e6 * static_cast<double>(n) / total) / 1e6 : 0.0},
+        {"mm2", std::round(1e4 * static_cast<double>(n) * mm2_per_pixel) / 1e4}};
+  }
+  return out;
 }
 
 json done_json(const SlideReport& report) {

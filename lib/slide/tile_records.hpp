@@ -10,6 +10,7 @@
 
 #include "mltool/slide/geometry.hpp"
 #include "mltool/slide/openslide.hpp"
+#include "mltool/slide/segmenter.hpp"
 #include "mltool/slide/tiler.hpp"
 #include "mltool/slide/tissue.hpp"
 #include "thumbnail.hpp"
@@ -27,9 +28,11 @@ struct Identity {
 /// The tiles to keep, and what chose them: the thumbnail (for tissue or QC) and tissue mask.
 struct Selection {
   std::optional<Thumbnail> thumb;
-  std::optional<Mask> mask;
-  std::optional<double> tissue_fraction;  ///< otsu only
-  std::vector<KeptTile> kept;             ///< in key order
+  std::optional<Mask> mask;  ///< otsu: on the thumbnail; model: the class map's tissue cells
+  std::optional<double> tissue_fraction;        ///< otsu, model
+  std::optional<ClassMap> classes;              ///< model
+  const SegmenterContract* contract = nullptr;  ///< model
+  std::vector<KeptTile> kept;                   ///< in key order
 };
 
 /// The "slides" record: the slide, how it is read and tiled, and the thumbnail.
@@ -48,7 +51,12 @@ nlohmann::json done_json(const SlideReport& report);
 /// naming `where` when the list is malformed.
 std::vector<TileFailure> recorded_failures(const nlohmann::json& done, const std::string& where);
 
-/// The "mask" record: the tissue mask tiles were kept by, for outlines (export).
-std::string mask_record(const Mask& mask, const Thumbnail& thumb);
+/// The "mask" record: the tissue mask tiles were kept by, for outlines (export), with the class
+/// map where a segmenter made it. `selection` has a mask.
+std::string mask_record(const Selection& selection);
+
+/// A segmented slide's classes for its "slides" record: {name: {"pixels", "fraction", "mm2"}} in
+/// the model's class order, the model's pixels being `model_mpp` µm wide.
+nlohmann::json class_areas_json(const ClassMap& map, const SegmenterContract& contract);
 
 }  // namespace mltool::slide

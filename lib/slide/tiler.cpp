@@ -6,6 +6,7 @@
 #include <exception>
 #include <set>
 
+#include "mltool/io/sha256.hpp"
 #include "mltool/slide/geometry.hpp"
 #include "mltool/slide/image.hpp"
 #include "mltool/slide/info.hpp"
@@ -16,6 +17,7 @@
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
+#include "mltool/util/parallel.hpp"
 #include "own_jpeg_tiles.hpp"
 #include "slide_mpp.hpp"
 #include "thumbnail.hpp"
@@ -79,7 +81,46 @@ Stored already_tiled(const io::TileStore& store, const std::string& path, const 
   return Stored::complete;
 }
 
-// Tissue on a thumbnail; tiles kept by their tissue fraction.
+// --tissue MODEL.pt: the slide segmented at the model's µm/px; tiles kept by their share in
+// tissue classes (--min-tissue) and in artifact classes (--max-artifact).
+void select_by_model(const Slide& slide, const ReadPlan& plan, const TileGrid& grid,
+                     const TileJob& job, Selection& out) {
+  const auto& s = job.settings;
+  if (!plan.mpp)
+    throw InputError(at_file(slide.path(),
+                             "--tissue MODEL.pt reads the slide at the segmenter's µm/px, and the "
+                             "slide's µm/px is unknown: give --slide-mpp, --slide-mpp-table or "
+                             "--mpp-from-content"));
+  out.contract = &job.segmenter->contract();
+  out.classes = segment_slide(slide, *plan.mpp, *job.segmenter, util::thread_count(job.threads));
+  const ClassMap& map = *out.classes;
+  const int unit = map.cell * map.cell;
+  const IntegralMask tissue(map.width, map.height, map.tissue, unit);
+  const IntegralMask artifact(map.width, map.height, map.artifact, unit);
+  const double c = map.level0_per_cell();
+  const double side = grid.size_level0 / c;
+  for (const TileRect& t : tile_grid(slide.geometry().levels[0], plan, s.tile_size, s.overlap)) {
+    const double x = t.x / c, y = t.y / c;
+    const double f = tissue.fraction(x, y, x + side, y + side);
+    if (f >= s.min_tissue - 1e-9 &&
+        artifact.fraction(x, y, x + side, y + side) <= s.max_artifact + 1e-9)
+      out.kept.push_back({t.row, t.col, t.x, t.y, f});
+  }
+  Mask mask;
+  mask.width = map.width, mask.height = map.height;
+  mask.data.resize(map.classes.size());
+  for (std::size_t i = 0; i < mask.data.size(); ++i)
+    mask.data[i] = out.contract->is_tissue(map.classes[i]) ? 1 : 0;
+  out.mask = std::move(mask);
+  std::int64_t tissue_px = 0, all_px = 0;
+  for (std::size_t k = 0; k < map.class_pixels.size(); ++k) {
+    all_px += map.class_pixels[k];
+    if (out.contract->is_tissue(static_cast<int>(k))) tissue_px += map.class_pixels[k];
+  }
+  out.tissue_fraction = all_px ? static_cast<double>(tissue_px) / all_px : 0.0;
+}
+
+// Tissue on a thumbnail (otsu) or by a segmenter (model); tiles kept by their tissue fraction.
 Selection select_tiles(const Slide& slide, const ReadPlan& plan, const TileGrid& grid,
                        const TileJob& job) {
   const auto& s = job.settings;
@@ -87,6 +128,10 @@ Selection select_tiles(const Slide& slide, const ReadPlan& plan, const TileGrid&
   Selection out;
   if (s.tissue == io::TissueDetection::otsu || !job.qc_dir.empty())
     out.thumb = make_thumbnail(slide, grid.size_level0);
+  if (s.tissue == io::TissueDetection::model) {
+    select_by_model(slide, plan, grid, job, out);
+    return out;
+  }
   if (s.tissue != io::TissueDetection::otsu) {
     for (const TileRect& t : tile_grid(level0, plan, s.tile_size, s.overlap))
       out.kept.push_back({t.row, t.col, t.x, t.y, 1.0});
@@ -178,7 +223,8 @@ io::RgbImage qc_with_recolour(const io::RgbImage& image, const QcOverlay& overla
                               const TileJob& job) {
   if (!job.qc_recolour) return qc_picture(image, overlay);
   const std::optional<io::RgbImage> recoloured = job.qc_recolour(image);
-  const QcOverlay bare{overlay.tissue, overlay.kept, {}};
+  QcOverlay bare = overlay;
+  bare.caption.clear();
   std::vector<std::string> lines = overlay.caption;
   if (!recoloured) {
     lines.push_back(job.qc_recolour_caption + ": not shown, too little stain in the picture");
@@ -199,6 +245,8 @@ void write_qc(const Slide& slide, const TileJob& job, const ReadPlan& plan, cons
   const double sy = static_cast<double>(image.height) / l0.height;
   QcOverlay overlay;
   overlay.tissue = selection.mask ? &*selection.mask : nullptr;
+  overlay.classes = selection.classes ? &*selection.classes : nullptr;
+  overlay.contract = selection.contract;
   for (const auto& k : selection.kept)
     overlay.kept.push_back(
         {k.x * sx, k.y * sy, (k.x + grid.size_level0) * sx, (k.y + grid.size_level0) * sy});
@@ -211,6 +259,8 @@ void write_qc(const Slide& slide, const TileJob& job, const ReadPlan& plan, cons
   c.tiles = static_cast<std::int64_t>(selection.kept.size()), c.grid_tiles = grid.count();
   if (selection.mask) c.tissue_threshold = selection.mask->threshold;
   c.tissue_fraction = selection.tissue_fraction, c.min_tissue = job.settings.min_tissue;
+  if (selection.classes) c.segmenter = job.settings.segmenter.value("file", std::string());
+  c.max_artifact = job.settings.max_artifact;
   c.reader = report.reader;
   overlay.caption = caption_lines(c);
   util::make_directories(job.qc_dir);
@@ -229,6 +279,20 @@ const char* to_string(SlideStatus status) {
     case SlideStatus::failed: return "failed";
   }
   return "?";
+}
+
+void open_tissue_model(TileJob& job) {
+  if (job.settings.tissue != io::TissueDetection::model || job.segmenter) return;
+  if (!job.open_segmenter)
+    throw UsageError("--tissue " + job.tissue_model +
+                     ": this program cannot run a segmenter (it has no LibTorch module)");
+  job.segmenter = job.open_segmenter(job.tissue_model, job.device);
+  const util::MappedFile file(job.tissue_model);
+  job.settings.segmenter = {
+      {"file", job.tissue_model.substr(job.tissue_model.rfind('/') + 1)},
+      {"sha256",
+       io::sha256_hex(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()))},
+      {"contract", job.segmenter->contract().doc}};
 }
 
 void validate(const TileJob& job) {
@@ -277,6 +341,16 @@ Prepared prepare(const Slide& slide, const Identity& who, const TileJob& job, Sl
   p.selection = select_tiles(slide, p.plan, p.grid, job);
   report.tissue_fraction = p.selection.tissue_fraction;
   p.record = slide_json(slide, who, p.plan, p.grid, s, p.selection);
+  if (p.selection.classes) {
+    const ClassMap& map = *p.selection.classes;
+    p.record["class_areas"] = class_areas_json(map, *p.selection.contract);
+    p.record["class_map"] = {{"model_width", map.model_width},
+                             {"model_height", map.model_height},
+                             {"cell", map.cell},
+                             {"windows", map.windows}};
+    for (const auto& name : p.selection.contract->classes)
+      report.class_fractions.emplace_back(name, p.record["class_areas"][name]["fraction"]);
+  }
   // The estimate is the store's only where the µm/px came from it (--mpp-from-content); one
   // made for the QC pictures or --check-mpp is not, so a slide's record is the same whatever
   // else was asked, and without its timing, which no two runs share.
@@ -343,8 +417,7 @@ void tile_new(io::TileStore& store, const Slide& slide, const TileJob& job, Prep
       report.failed_tiles = std::move(w.failed);
     }
     if (!job.qc_dir.empty()) write_qc(slide, job, p.plan, p.grid, p.selection, report);
-    if (p.selection.mask)
-      batch.put_record("mask", mask_record(*p.selection.mask, *p.selection.thumb));
+    if (p.selection.mask) batch.put_record("mask", mask_record(p.selection));
     publish(batch, p, src, report, start);
   } catch (...) {
     batch.drop();

@@ -178,31 +178,55 @@ Mask tissue_mask(const std::uint8_t* rgb, int width, int height, const TissueOpt
   return mask;
 }
 
-IntegralMask::IntegralMask(const Mask& mask) : width_(mask.width), height_(mask.height) {
-  const std::size_t n = pixel_count(width_, height_);
-  if (n >= (std::size_t{1} << 32)) {
-    throw ResourceError("tissue mask of " + std::to_string(width_) + "x" + std::to_string(height_) +
-                        " pixels is too large for its integral image; use a smaller thumbnail");
-  }
-  if (mask.data.size() != n) {
-    throw UsageError("tissue mask data holds " + std::to_string(mask.data.size()) +
-                     " pixels, expected " + std::to_string(n));
-  }
-  const std::size_t stride = static_cast<std::size_t>(width_) + 1;
-  table_.assign(stride * (static_cast<std::size_t>(height_) + 1), 0);
-  for (int y = 0; y < height_; ++y) {
+namespace {
+
+// The summed-area table of `value(i)` over a width × height image, row-major.
+template <class Value>
+std::vector<std::uint32_t> summed_area(int width, int height, const Value& value) {
+  const std::size_t stride = static_cast<std::size_t>(width) + 1;
+  std::vector<std::uint32_t> table(stride * (static_cast<std::size_t>(height) + 1), 0);
+  for (int y = 0; y < height; ++y) {
     std::uint32_t row_sum = 0;
     const std::size_t above = static_cast<std::size_t>(y) * stride;
     const std::size_t here = above + stride;
-    for (int x = 0; x < width_; ++x) {
-      row_sum += mask.data[static_cast<std::size_t>(y) * static_cast<std::size_t>(width_) +
-                           static_cast<std::size_t>(x)]
-                     ? 1u
-                     : 0u;
-      table_[here + static_cast<std::size_t>(x) + 1] =
-          table_[above + static_cast<std::size_t>(x) + 1] + row_sum;
+    for (int x = 0; x < width; ++x) {
+      row_sum += value(static_cast<std::size_t>(y) * static_cast<std::size_t>(width) +
+                       static_cast<std::size_t>(x));
+      table[here + static_cast<std::size_t>(x) + 1] =
+          table[above + static_cast<std::size_t>(x) + 1] + row_sum;
     }
   }
+  return table;
+}
+
+void check_integral_size(int width, int height, std::size_t held, std::uint64_t most) {
+  const std::size_t n = pixel_count(width, height);
+  if (n >= (std::size_t{1} << 32) || most >= (std::uint64_t{1} << 32)) {
+    throw ResourceError("tissue mask of " + std::to_string(width) + "x" + std::to_string(height) +
+                        " pixels is too large for its integral image; use a smaller thumbnail");
+  }
+  if (held != n) {
+    throw UsageError("tissue mask data holds " + std::to_string(held) + " pixels, expected " +
+                     std::to_string(n));
+  }
+}
+
+}  // namespace
+
+IntegralMask::IntegralMask(const Mask& mask) : width_(mask.width), height_(mask.height) {
+  check_integral_size(width_, height_, mask.data.size(), 0);
+  table_ = summed_area(width_, height_, [&](std::size_t i) { return mask.data[i] ? 1u : 0u; });
+}
+
+IntegralMask::IntegralMask(int width, int height, const std::vector<std::uint16_t>& counts,
+                           int unit)
+    : width_(width), height_(height), unit_(unit) {
+  if (unit < 1) throw UsageError("IntegralMask: unit must be at least 1");
+  check_integral_size(
+      width_, height_, counts.size(),
+      static_cast<std::uint64_t>(pixel_count(width, height)) * static_cast<std::uint64_t>(unit));
+  table_ = summed_area(width_, height_,
+                       [&](std::size_t i) { return static_cast<std::uint32_t>(counts[i]); });
 }
 
 double IntegralMask::integral(double x, double y) const {
@@ -225,7 +249,8 @@ double IntegralMask::integral(double x, double y) const {
   const double f10 = at(ix + 1, iy);
   const double f01 = at(ix, iy + 1);
   const double f11 = at(ix + 1, iy + 1);
-  return f00 * (1 - fx) * (1 - fy) + f10 * fx * (1 - fy) + f01 * (1 - fx) * fy + f11 * fx * fy;
+  return (f00 * (1 - fx) * (1 - fy) + f10 * fx * (1 - fy) + f01 * (1 - fx) * fy + f11 * fx * fy) /
+         unit_;
 }
 
 double IntegralMask::tissue_area(double x0, double y0, double x1, double y1) const {

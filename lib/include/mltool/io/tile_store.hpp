@@ -38,8 +38,9 @@
 namespace mltool::io {
 
 /// The settings that make tiles comparable; every slide of one store shares them.
-/// How tissue is found: Otsu's threshold on a thumbnail, or none (every tile is kept).
-enum class TissueDetection { otsu, none };
+/// How tissue is found: Otsu's threshold on a thumbnail, none (every tile is kept), or a
+/// segmentation model (`--tissue MODEL.pt`; slide/segmenter.hpp).
+enum class TissueDetection { otsu, none, model };
 extern const util::EnumNames<TissueDetection> kTissueDetections;
 /// Whether Otsu tissue detection calls pen ink, black borders and out-of-slide areas
 /// background (exclude; slide::ArtifactRules) or judges them by saturation alone (keep).
@@ -61,6 +62,11 @@ struct TileSettings {
   /// no tiles; their pixels are read from the slide files the "slides" records name
   /// (slide::TilePixels). A record without "pixels" (stores written before) reads as true.
   bool pixels = true;
+  /// tissue model: the segmenter, {"file": its name, "sha256": of its bytes, "contract": its
+  /// mltool.json}; a store is appended to and merged only with the same sha256.
+  nlohmann::json segmenter;
+  /// tissue model: drop a tile whose footprint has more than this share in artifact classes.
+  double max_artifact = 0.1;
 
   /// The "store" record (format mltool.tile-store, schemas/tile-store.schema.json).
   nlohmann::json to_json() const;
@@ -93,11 +99,22 @@ struct TissueMask {
   GreyImage mask;  ///< nonzero: tissue
   double downsample_x = 1;
   double downsample_y = 1;
+  /// --tissue MODEL.pt: the segmenter's classes (record "classes": {"names", "tissue",
+  /// "artifacts", "png"}): each pixel of `classes` is its class's index in class_names (the most
+  /// frequent class of the model's pixels it covers); `mask` is then the pixels of tissue classes.
+  /// Empty otherwise.
+  GreyImage classes;
+  std::vector<std::string> class_names, tissue_classes, artifact_classes;
 
   std::string to_record() const;
   /// FormatError naming `where` if the record is malformed or its PNG does not decode.
   static TissueMask from_record(const nlohmann::json& doc, const std::string& where);
 };
+
+/// The colour of a segmenter's class `index` (its channel) wherever mltool draws classes: the QC
+/// pictures' tint and legend, and export geojson's annotations. A fixed palette of 10, in class
+/// order (docs/tile.md#the-qc-picture-of-a-segmented-slide).
+const std::uint8_t* class_colour(int index);
 
 /// An open tile store.
 class TileStore {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "mltool/slide/geometry.hpp"
 #include "mltool/slide/mpp_estimate.hpp"
 #include "mltool/slide/openslide.hpp"
+#include "mltool/slide/segmenter.hpp"
 #include "mltool/util/options.hpp"
 
 namespace mltool::slide {
@@ -24,6 +26,11 @@ namespace mltool::slide {
 struct InfoJob {
   int regions = EstimateOptions{}.regions;  ///< tissue regions the estimate reads
   io::DicomwebOptions dicomweb;             ///< slides given as DICOMweb series URLs
+  /// --tissue MODEL.pt: the tissue share found by this segmenter, not the thumbnail's ("" = otsu)
+  std::string tissue_model;
+  std::string device = "auto";           ///< where the segmenter runs (--device)
+  SegmenterOpener open_segmenter;        ///< opens it (the caller's: slide/ has no LibTorch)
+  std::shared_ptr<Segmenter> segmenter;  ///< opened once by describe_slides
 };
 
 /// The options of `mltool info`, declared once (lib/slide/info.cpp).
@@ -59,6 +66,11 @@ struct SlideInfo {
   std::optional<double> objective_power;
   std::vector<AssociatedImage> associated;
   std::optional<double> tissue_fraction;  ///< share of the slide that is tissue (thumbnail)
+  /// "otsu", or the segmenter's file name (--tissue MODEL.pt)
+  std::string tissue_by = "otsu";
+  /// --tissue MODEL.pt: each class's share of the slide, in the model's class order; empty
+  /// (and tissue_fraction none) for a slide without µm/px metadata, which it cannot read
+  std::vector<std::pair<std::string, double>> class_fractions;
   MppEstimate estimate;
   std::string verdict;  ///< mpp_verdict
 };

@@ -18,6 +18,7 @@
 
 #include "mltool/io/image_codec.hpp"
 #include "mltool/slide/openslide.hpp"
+#include "mltool/slide/segmenter.hpp"
 #include "mltool/slide/tiler.hpp"
 #include "mltool/slide/tissue.hpp"
 
@@ -35,6 +36,11 @@ struct QcOverlay {
   const Mask* tissue = nullptr;
   std::vector<Box> kept;             ///< the kept tiles, in picture pixels
   std::vector<std::string> caption;  ///< plain-text lines under the picture; the first is bold
+  /// --tissue MODEL.pt: the class map, each tissue and artifact class tinted in its colour
+  /// (io::class_colour) over the slide and named in a legend strip under the caption; null
+  /// otherwise.
+  const ClassMap* classes = nullptr;
+  const SegmenterContract* contract = nullptr;
 };
 
 /// The colours of the overlay (documented in docs/tile.md).
@@ -79,6 +85,8 @@ struct QcCaption {
   std::optional<int> tissue_threshold;  ///< Otsu's saturation threshold; none = --tissue none
   std::optional<double> tissue_fraction;
   double min_tissue = 0;
+  std::string segmenter;    ///< --tissue MODEL.pt: its file name, else ""
+  double max_artifact = 0;  ///< --max-artifact, with a segmenter
   std::string reader;
 };
 

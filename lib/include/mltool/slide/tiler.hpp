@@ -20,6 +20,7 @@
 #include "mltool/io/tile_store.hpp"
 #include "mltool/slide/mpp_estimate.hpp"
 #include "mltool/slide/region_reader.hpp"
+#include "mltool/slide/segmenter.hpp"
 
 namespace mltool::slide {
 
@@ -88,6 +89,15 @@ struct TileJob {
   CheckMpp check_mpp = CheckMpp::off;
   /// How slides given as DICOMweb series URLs are fetched (--dicomweb-*).
   io::DicomwebOptions dicomweb;
+  /// --tissue MODEL.pt: the segmenter's file (settings.tissue is then model), else "".
+  std::string tissue_model;
+  /// Where the segmenter runs (--device).
+  std::string device = "auto";
+  /// Opens tissue_model: features::open_segmenter, handed down by the caller (slide/ has no
+  /// LibTorch). Unset: --tissue MODEL.pt is refused.
+  SegmenterOpener open_segmenter;
+  /// The segmenter, opened once by tile_slides (open_tissue_model) before any slide is read.
+  std::shared_ptr<Segmenter> segmenter;
 };
 
 /// What happened to one slide: tiled; empty (complete with zero tiles); skipped (already
@@ -120,7 +130,9 @@ struct SlideReport {
   std::int64_t tiles = 0;                 ///< tiles kept and written
   std::int64_t grid_tiles = 0;            ///< tiles of the full grid
   std::int64_t passthrough = 0;           ///< tiles stored as the slide's own JPEG bytes
-  std::optional<double> tissue_fraction;  ///< share of the slide that is tissue (otsu only)
+  std::optional<double> tissue_fraction;  ///< share of the slide that is tissue (otsu, model)
+  /// --tissue MODEL.pt: each class's share of the slide, in the model's class order
+  std::vector<std::pair<std::string, double>> class_fractions;
   double seconds = 0;
   std::string reader;  ///< what decoded the tiles: "openslide", "libvips-tiff", "libvips-flat"
   std::string reader_version;  ///< "OpenSlide 4.0.1" or "libvips 8.14.1"
@@ -153,6 +165,12 @@ std::string given_tile_option(const TileJob& job);
 /// The options of the tiles' storage, `mltool tile`'s alone: --format, --quality,
 /// --commit-every, --passthrough.
 const util::Options<TileJob>& tile_store_options();
+
+/// --tissue MODEL.pt: opens job.tissue_model with job.open_segmenter on job.device (once: a job
+/// whose segmenter is open is left as it is) and records it in job.settings.segmenter (file
+/// name, SHA-256, contract). UsageError where there is no opener or the file breaks the
+/// contract. Nothing to do for otsu and none.
+void open_tissue_model(TileJob& job);
 
 /// Checks a job before any slide is opened (its options against tile_options(), then
 /// exactly one of mpp and level): UsageError for a bad setting.

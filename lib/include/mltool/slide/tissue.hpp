@@ -97,6 +97,10 @@ class IntegralMask {
   /// Builds the table; (width + 1) × (height + 1) 32-bit counts. Throws
   /// ResourceError if the mask has 2^32 pixels or more.
   explicit IntegralMask(const Mask& mask);
+  /// The table of a map whose pixel i counts `counts[i]` of `unit` sub-pixels as tissue (a
+  /// class map's cells, segmenter.hpp): areas are in whole pixels, counts[i] / unit each.
+  /// ResourceError if the counts can add up to 2^32 or more.
+  IntegralMask(int width, int height, const std::vector<std::uint16_t>& counts, int unit);
 
   int width() const { return width_; }
   int height() const { return height_; }
@@ -118,6 +122,7 @@ class IntegralMask {
 
   int width_ = 0;
   int height_ = 0;
+  double unit_ = 1;
   std::vector<std::uint32_t> table_;  // (width_ + 1) * (height_ + 1), row-major
 };
 

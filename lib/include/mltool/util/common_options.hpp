@@ -44,7 +44,8 @@ Option<Job> device_option(std::string Job::*member) {
   return option("--device", member,
                 "auto (the GPUs, else the CPU), cpu, cuda (the GPUs) or cuda:N. The GPUs: "
                 "every visible one for extract (a slide encoder: the first); one for train "
-                "(its rank's under --nproc, else the first) and predict (the first)");
+                "(its rank's under --nproc, else the first), predict and a segmenter "
+                "(--tissue MODEL.pt: the first)");
 }
 
 /// --group-table and --group-column: slides joined into groups (patients) by a table.

@@ -7,7 +7,7 @@ and tissue/artifact segmenters (kind segmenter) for `mltool tile --tissue MODEL.
     encoders.py export NAME -o NAME.pt [--weights FILE | --hf-cache DIR] [--random-weights]
                        [--seed N]
     encoders.py export grandqc-tissue | grandqc-artifact[-5x|-10x] | hest-tissue -o FILE.pt
-                       [--weights FILE | --random-weights]
+                       [--weights FILE | --hf-cache DIR | --random-weights [--seed N]]
 
 Segmenters (docs/segmenters.md): GrandQC's tissue and artifact networks (need the package
 segmentation-models-pytorch, pinned in scripts/requirements-extra.txt) and HEST's DeepLabV3;

@@ -27,6 +27,7 @@ Where the values come from (read in each project's source):
   auxiliary classifier's keys dropped), 512-px windows at 1 um/px, ImageNet mean and std;
   output 'out', channel 1 tissue.
 """
+import _compat_pickle
 import copyreg
 import collections
 import json
@@ -135,6 +136,10 @@ _ALLOWED = {("collections", "OrderedDict"): collections.OrderedDict,
 
 class _StubUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
+        # Python 2 names that protocol-2 pickles (torch.save's) carry, as pickle maps them
+        if (module, name) in _compat_pickle.NAME_MAPPING:
+            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+        module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         if (module, name) in _ALLOWED:
             return _ALLOWED[(module, name)]
         if module == "torch" and isinstance(getattr(torch, name, None),
@@ -353,12 +358,15 @@ def example_input(size, n, seed):
 
 
 def trace(preset, wrapped):
-    """torch.jit.trace on a batch of 2 at the input size, checked against the Python forward
-    on a batch of 1 (a batch size baked into the graph would show there)."""
+    """torch.jit.trace on a batch of 2 windows of 128 px (the networks are convolutional: the
+    graph holds no size; tracing at the input size costs 16 times as much on a CPU), checked
+    against the Python forward on one window at the input size (a batch or window size baked
+    into the graph would show there)."""
     s, c = preset.input_size, len(preset.classes)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        traced = torch.jit.trace(wrapped, example_input(s, 2, 1234), check_trace=False)
+        traced = torch.jit.trace(wrapped, example_input(min(s, 128), 2, 1234),
+                                 check_trace=False)
         x = example_input(s, 1, 1235)
         want, got = wrapped(x), traced(x)
     if tuple(got.shape) != (1, c, s, s):

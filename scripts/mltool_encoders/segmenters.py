@@ -30,7 +30,6 @@ Where the values come from (read in each project's source):
 import _compat_pickle
 import copyreg
 import collections
-import json
 import os
 import pickle
 import sys
@@ -83,8 +82,7 @@ def import_smp():
 
 class Segmenter(nn.Module):
     """forward(x: float32 N x 3 x S x S, RGB in [0, 1]) -> N x C x S x S logits: the card's
-    normalisation ((x - mean) / std per channel), then the network. `out_key`: the network
-    returns a dict (torchvision's segmentation models) whose entry this is."""
+    normalisation ((x - mean) / std per channel), then the network."""
 
     def __init__(self, model, mean, std):
         super().__init__()

@@ -1,10 +1,19 @@
 #!/usr/bin/env python3
 """Pathology foundation models as TorchScript files that carry their model card's
-preprocessing (mltool.json inside; schemas/encoder.schema.json), for `mltool extract --model`.
+preprocessing (mltool.json inside; schemas/encoder.schema.json), for `mltool extract --model`;
+and tissue/artifact segmenters (kind segmenter) for `mltool tile --tissue MODEL.pt`.
 
     encoders.py list [--json]
     encoders.py export NAME -o NAME.pt [--weights FILE | --hf-cache DIR] [--random-weights]
                        [--seed N]
+    encoders.py export grandqc-tissue | grandqc-artifact[-5x|-10x] | hest-tissue -o FILE.pt
+                       [--weights FILE | --hf-cache DIR | --random-weights [--seed N]]
+
+Segmenters (docs/segmenters.md): GrandQC's tissue and artifact networks (need the package
+segmentation-models-pytorch, pinned in scripts/requirements-extra.txt) and HEST's DeepLabV3;
+forward takes float32 N x 3 x S x S RGB in [0, 1] and returns N x C x S x S logits; their
+checkpoint files (Tissue_Detection_MPP10.pth, GrandQC_MPP15.pth, deeplabv3_seg_v4.ckpt, ...)
+come from the user with --weights, nothing is downloaded.
 
 export builds the architecture as the model's card does (timm / transformers / conch), loads the
 file the hub repository publishes strictly (its key names; missing or unexpected keys are named
@@ -35,9 +44,15 @@ def slide_presets():
     return dict(getattr(slide, "SLIDE_PRESETS", {}))
 
 
+def segmenter_presets():
+    """mltool_encoders.segmenters.SEGMENTER_PRESETS (name -> preset)."""
+    from mltool_encoders.segmenters import SEGMENTER_PRESETS
+    return dict(SEGMENTER_PRESETS)
+
+
 def all_presets():
     presets = dict(PATCH_PRESETS)
-    for name, p in slide_presets().items():
+    for name, p in list(slide_presets().items()) + list(segmenter_presets().items()):
         presets.setdefault(name, p)
     return presets
 
@@ -64,6 +79,15 @@ def cmd_list(args):
         print()
         return 0
     for r in rows:
+        if r.get("kind") == "segmenter":
+            print(f"{r['name']}  [segmenter] {r['title']}  input {r['input_size']} at "
+                  f"{r['mpp']:g} µm/px\n"
+                  f"    {r['arch']}; mean/std {_mean_std(r['preprocess'])}\n"
+                  f"    classes: {', '.join(r['classes'])}; tissue: {', '.join(r['tissue'])}; "
+                  f"artifacts: {', '.join(r['artifacts']) or 'none'}\n"
+                  f"    checkpoints: " + "; ".join(f"{f} ({how})" for f, how in r["files"].items())
+                  + f"\n    license {r['license']}")
+            continue
         if r.get("kind", "patch") != "patch":
             print(f"{r['name']}  [{r.get('kind')}] {r.get('title', '')}  dims {r.get('dims', '?')}"
                   + ("" if r.get("exportable", True) else
@@ -98,6 +122,8 @@ def cmd_export(args):
         log = lambda m: print(m, file=sys.stderr)  # noqa: E731
         if getattr(p, "kind", "patch") == "patch" and hasattr(p, "build"):
             card = export_patch(p, args.output, log=log, **kw)
+        elif getattr(p, "kind", "") == "segmenter":
+            card = p.export(args.output, log=log, **kw)
         elif hasattr(p, "export"):  # a slide preset exports itself
             if args.patch_encoder:  # mean pooling: the patch encoder whose features it takes
                 patch = PATCH_PRESETS.get(args.patch_encoder)
@@ -112,7 +138,7 @@ def cmd_export(args):
         return 2
     summary = {"output": os.path.abspath(args.output), "seconds": round(time.time() - t0, 1)}
     if isinstance(card, dict):
-        summary.update({k: card[k] for k in ("name", "dims", "weights") if k in card})
+        summary.update({k: card[k] for k in ("name", "dims", "weights", "kind") if k in card})
     print(json.dumps(summary, sort_keys=True))
     return 0
 
@@ -122,11 +148,14 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     ls = sub.add_parser("list", help="every preset: dims, input, preprocessing, weights, license")
     ls.add_argument("--json", action="store_true", help="one JSON array")
-    ex = sub.add_parser("export", help="a preset as TorchScript with mltool.json inside")
+    ex = sub.add_parser("export", help="a preset as TorchScript with mltool.json inside "
+                        "(encoders; segmenters: grandqc-tissue, grandqc-artifact[-5x|-10x], "
+                        "hest-tissue)")
     ex.add_argument("name")
     ex.add_argument("-o", "--output", required=True, help="the .pt file to write")
     ex.add_argument("--weights", metavar="FILE",
-                    help="the hub's weights file (pytorch_model.bin / *.safetensors)")
+                    help="the hub's weights file (pytorch_model.bin / *.safetensors); "
+                         "segmenters: their checkpoint (list names them)")
     ex.add_argument("--hf-cache", metavar="DIR",
                     help="a Hugging Face cache holding the hub file (no network)")
     ex.add_argument("--random-weights", action="store_true",

@@ -98,7 +98,7 @@ std::int64_t write_outline(FeatureWriter& out, const TissueMask& m) {
     };
     if (!named(m.tissue_classes) && !named(m.artifact_classes)) continue;
     for (std::size_t i = 0; i < inside.size(); ++i) inside[i] = m.classes.pixels[i] == k;
-    const std::uint8_t* c = class_colour(static_cast<int>(k));
+    const std::uint8_t* c = class_colour(name, m.tissue_classes, m.artifact_classes);
     written += write_regions(out, inside.data(), m, name, json::array({c[0], c[1], c[2]}));
   }
   return written;

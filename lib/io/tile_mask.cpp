@@ -130,12 +130,19 @@ TissueMask TissueMask::from_record(const nlohmann::json& doc, const std::string&
   return out;
 }
 
-const std::uint8_t* class_colour(int index) {
-  static constexpr std::uint8_t kPalette[][3] = {
-      {0, 170, 80},   {230, 60, 40},  {250, 170, 0},  {160, 40, 200},  {0, 150, 220},
-      {240, 90, 170}, {130, 110, 60}, {60, 200, 200}, {110, 110, 110}, {200, 200, 40}};
-  constexpr int n = sizeof kPalette / sizeof kPalette[0];
-  return kPalette[((index % n) + n) % n];
+const std::uint8_t* class_colour(const std::string& name, const std::vector<std::string>& tissue,
+                                 const std::vector<std::string>& artifacts) {
+  static constexpr std::uint8_t kTissue[][3] = {
+      {0, 170, 80}, {0, 150, 220}, {60, 200, 200}, {200, 200, 40}};
+  static constexpr std::uint8_t kArtifacts[][3] = {{230, 60, 40},  {250, 170, 0},  {160, 40, 200},
+                                                   {240, 90, 170}, {130, 110, 60}, {110, 110, 110}};
+  static constexpr std::uint8_t kOther[3] = {160, 160, 160};
+  const auto rank = [&](const std::vector<std::string>& v) {
+    return static_cast<std::size_t>(std::find(v.begin(), v.end(), name) - v.begin());
+  };
+  if (const auto t = rank(tissue); t < tissue.size()) return kTissue[t % 4];
+  if (const auto a = rank(artifacts); a < artifacts.size()) return kArtifacts[a % 6];
+  return kOther;
 }
 
 std::optional<TissueMask> TileStore::tissue_mask(const std::string& id) const {

@@ -187,7 +187,8 @@ void tint_classes(io::RgbImage& image, const ClassMap& map, const SegmenterContr
       const int cx = std::min(map.width - 1, static_cast<int>((x + 0.5) * map.width / w));
       const int k = map.classes[static_cast<std::size_t>(cy) * map.width + cx];
       if (!contract.is_tissue(k) && !contract.is_artifact(k)) continue;
-      const std::uint8_t* c = io::class_colour(k);
+      const std::uint8_t* c =
+          io::class_colour(contract.classes[k], contract.tissue, contract.artifacts);
       std::uint8_t* px = image.pixels.data() + (static_cast<std::size_t>(y) * w + x) * 3;
       for (int i = 0; i < 3; ++i) px[i] = static_cast<std::uint8_t>((px[i] * 3 + c[i] * 2 + 2) / 5);
     }
@@ -219,7 +220,7 @@ io::RgbImage legend_strip(const SegmenterContract& contract, int width, int font
   for (const auto& [b, k] : swatches)
     for (int yy = static_cast<int>(b.y0); yy < static_cast<int>(b.y1) && yy < out.height; ++yy)
       for (int xx = static_cast<int>(b.x0); xx < static_cast<int>(b.x1) && xx < width; ++xx)
-        std::copy_n(io::class_colour(k), 3,
+        std::copy_n(io::class_colour(contract.classes[k], contract.tissue, contract.artifacts), 3,
                     out.pixels.data() + (static_cast<std::size_t>(yy) * width + xx) * 3);
   for (const auto& [lx, ly, text] : labels) {
     std::size_t size = 0;

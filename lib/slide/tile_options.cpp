@@ -243,6 +243,12 @@ nlohmann::json slide_json(const SlideReport& r) {
       {"mpp_estimate", r.mpp_estimate ? to_json(*r.mpp_estimate) : nlohmann::json()},
       {"failed_tiles", failed_tiles(r)}};
   if (r.status == SlideStatus::incomplete) out["error"] = r.error;
+  if (r.segment_seconds) {  // --tissue MODEL.pt
+    out["segment_seconds"] = *r.segment_seconds;
+    nlohmann::json classes = nlohmann::json::object();
+    for (const auto& [name, share] : r.class_fractions) classes[name] = share;
+    out["class_fractions"] = std::move(classes);
+  }
   return out;
 }
 

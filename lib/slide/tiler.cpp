@@ -348,6 +348,7 @@ Prepared prepare(const Slide& slide, const Identity& who, const TileJob& job, Sl
                              {"model_height", map.model_height},
                              {"cell", map.cell},
                              {"windows", map.windows}};
+    report.segment_seconds = map.seconds;
     for (const auto& name : p.selection.contract->classes)
       report.class_fractions.emplace_back(name, p.record["class_areas"][name]["fraction"]);
   }

@@ -111,10 +111,12 @@ struct TissueMask {
   static TissueMask from_record(const nlohmann::json& doc, const std::string& where);
 };
 
-/// The colour of a segmenter's class `index` (its channel) wherever mltool draws classes: the QC
-/// pictures' tint and legend, and export geojson's annotations. A fixed palette of 10, in class
-/// order (docs/tile.md#the-qc-picture-of-a-segmented-slide).
-const std::uint8_t* class_colour(int index);
+/// The colour of a segmenter's class `name` wherever mltool draws classes (the QC pictures' tint
+/// and legend, export geojson's annotations): the n-th class of `tissue` takes the n-th of green,
+/// blue, cyan, olive; the n-th of `artifacts` the n-th of red, orange, purple, pink, brown, grey
+/// (then again); any other class grey (docs/tile.md#tissue-found-by-a-model).
+const std::uint8_t* class_colour(const std::string& name, const std::vector<std::string>& tissue,
+                                 const std::vector<std::string>& artifacts);
 
 /// An open tile store.
 class TileStore {

@@ -133,6 +133,8 @@ struct SlideReport {
   std::optional<double> tissue_fraction;  ///< share of the slide that is tissue (otsu, model)
   /// --tissue MODEL.pt: each class's share of the slide, in the model's class order
   std::vector<std::pair<std::string, double>> class_fractions;
+  /// --tissue MODEL.pt: seconds spent segmenting (reading the windows and the model)
+  std::optional<double> segment_seconds;
   double seconds = 0;
   std::string reader;  ///< what decoded the tiles: "openslide", "libvips-tiff", "libvips-flat"
   std::string reader_version;  ///< "OpenSlide 4.0.1" or "libvips 8.14.1"

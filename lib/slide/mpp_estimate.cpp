@@ -553,7 +553,9 @@ MppEstimate estimate_mpp(const Slide& slide, const EstimateOptions& options) {
   std::vector<NucleusSample> samples;
   std::vector<std::uint8_t> rgb;
   double fraction = 0;
-  const io::RgbImage* held = held_level0(slide, thumbnail_level(slide, map_downsample(slide)));
+  const io::RgbImage* held = options.share_level0
+                                 ? held_level0(slide, thumbnail_level(slide, map_downsample(slide)))
+                                 : nullptr;
   for (const auto& box :
        tissue_regions(slide, held, options.regions, options.region_px, fraction)) {
     rgb.resize(static_cast<std::size_t>(box[2]) * box[3] * 3);

@@ -13,6 +13,7 @@
 
 #include "flat_image.hpp"
 #include "mltool/util/error.hpp"
+#include "mltool/util/parallel.hpp"
 #include "vips_internal.hpp"
 
 namespace mltool::slide {
@@ -198,6 +199,31 @@ int generate_level(VipsRegion* out, void* /*seq*/, void* a, void* /*b*/, gboolea
   return 0;
 }
 
+// `source`'s level as a libvips image read on demand. Where its downsample is a whole number
+// it is read in strips of whole rows, each strip once: vips_resize asks for overlapping lines,
+// and read line by line (as it asks) each line was read again for every output line that
+// needed it, 6.8 times over on the real slide. Another level is read as libvips asks, as
+// before: OpenSlide resamples a fractional level position, so its pixels depend on where
+// each read starts.
+ImagePtr streamed_level(const Slide& slide, const LevelSource& source) {
+  const Level& l = slide.geometry().levels[source.level];
+  ImagePtr image(vips_image_new());
+  vips_image_init_fields(image.get(), static_cast<int>(l.width), static_cast<int>(l.height), 3,
+                         VIPS_FORMAT_UCHAR, VIPS_CODING_NONE, VIPS_INTERPRETATION_sRGB, 1.0, 1.0);
+  if (vips_image_pipelinev(image.get(), VIPS_DEMAND_STYLE_SMALLTILE, nullptr) != 0 ||
+      vips_image_generate(image.get(), nullptr, generate_level, nullptr,
+                          const_cast<LevelSource*>(&source), nullptr) != 0)
+    throw ResourceError(at_file(slide.path(), "libvips: " + vips_message()));
+  if (l.downsample != std::floor(l.downsample)) return image;
+  VipsImage* cached = nullptr;
+  const int threads = util::allowed_cpus();  // shrink_to_memory streams on every core
+  if (vips_tilecache(image.get(), &cached, "tile_width", static_cast<int>(l.width), "tile_height",
+                     static_cast<int>(strip_rows(slide, source.level)), "max_tiles",
+                     2 * threads + 2, "threaded", TRUE, nullptr) != 0)
+    throw ResourceError(at_file(slide.path(), "libvips tilecache: " + vips_message()));
+  return ImagePtr(cached);
+}
+
 }  // namespace
 
 io::RgbImage read_thumbnail(const Slide& slide, int level, double scale) {
@@ -205,17 +231,15 @@ io::RgbImage read_thumbnail(const Slide& slide, int level, double scale) {
   if (const flat::Info* info = slide.flat_info())
     return flat::thumbnail(slide.path(), *info, scale * slide.geometry().levels[level].downsample);
   const Level& l = slide.geometry().levels[level];
-  LevelSource source{&slide, level, l.downsample};
-  ImagePtr image(vips_image_new());
-  vips_image_init_fields(image.get(), static_cast<int>(l.width), static_cast<int>(l.height), 3,
-                         VIPS_FORMAT_UCHAR, VIPS_CODING_NONE, VIPS_INTERPRETATION_sRGB, 1.0, 1.0);
-  if (vips_image_pipelinev(image.get(), VIPS_DEMAND_STYLE_SMALLTILE, nullptr) != 0 ||
-      vips_image_generate(image.get(), nullptr, generate_level, nullptr, &source, nullptr) != 0)
-    throw ResourceError(at_file(slide.path(), "libvips: " + vips_message()));
   scale = std::min(scale, 1.0);
   const int out_w = std::max(1, static_cast<int>(std::lround(l.width * scale)));
   const int out_h = std::max(1, static_cast<int>(std::lround(l.height * scale)));
-  return detail::shrink_to_memory(std::move(image), out_w, out_h, slide.path());
+  // A small level is read once and held by the Slide, for every picture made of it.
+  if (const io::RgbImage* held = slide.held_level(level))
+    return detail::shrink_to_memory(wrap_rgb(held->pixels.data(), held->width, held->height), out_w,
+                                    out_h, slide.path());
+  const LevelSource source{&slide, level, l.downsample};
+  return detail::shrink_to_memory(streamed_level(slide, source), out_w, out_h, slide.path());
 }
 
 std::string libvips_version() { return std::string("libvips ") + vips_version_string(); }

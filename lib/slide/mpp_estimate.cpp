@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 
 #include "flat_image.hpp"
@@ -425,7 +426,24 @@ constexpr int kSampleGrid = 16;
 constexpr int kSamplePx = 32;
 constexpr double kMaxThumbnailSourcePx = 2e6;
 
-TissueMap sampled_map(const Slide& slide) {
+// Level 0 held in memory (Slide::held_level) where the estimate's tissue map comes from level 0:
+// then every read of the estimate, and the slide's tissue thumbnail and QC picture, share one
+// read of it. Null where level 0 is too large to hold, or a coarser level serves the map.
+const io::RgbImage* held_level0(const Slide& slide, int map_level) {
+  return map_level == 0 ? slide.held_level(0) : nullptr;
+}
+
+// w × h level-0 pixels at (x, y), inside the slide: from `held` where given, else read.
+void read_level0(const Slide& slide, const io::RgbImage* held, std::int64_t x, std::int64_t y,
+                 std::int64_t w, std::int64_t h, std::uint8_t* rgb) {
+  if (!held) return slide.read_rgb(x, y, 0, w, h, rgb);
+  const auto row = static_cast<std::size_t>(w) * 3;
+  for (std::int64_t j = 0; j < h; ++j)
+    std::memcpy(rgb + j * row,
+                held->pixels.data() + (static_cast<std::size_t>(y + j) * held->width + x) * 3, row);
+}
+
+TissueMap sampled_map(const Slide& slide, const io::RgbImage* held) {
   const Level& l0 = slide.geometry().levels[0];
   TissueMap map;
   map.mask.width = map.mask.height = kSampleGrid;
@@ -441,7 +459,7 @@ TissueMap sampled_map(const Slide& slide) {
           std::clamp<std::int64_t>(std::llround((i + 0.5) * map.dx) - pw / 2, 0, l0.width - pw);
       const auto y =
           std::clamp<std::int64_t>(std::llround((j + 0.5) * map.dy) - ph / 2, 0, l0.height - ph);
-      slide.read_rgb(x, y, 0, pw, ph, rgb.data());
+      read_level0(slide, held, x, y, pw, ph, rgb.data());
       std::int64_t count = 0;
       for (std::int64_t k = 0; k < pw * ph; ++k) count += stained(&rgb[3 * k]);
       map.mask.data[j * kSampleGrid + i] = 2 * count >= pw * ph;
@@ -449,10 +467,27 @@ TissueMap sampled_map(const Slide& slide) {
   return map;
 }
 
-TissueMap tissue_map(const Slide& slide) {
+// The downsample of the tissue map's thumbnail: 512 pixels along the slide's long side.
+double map_downsample(const Slide& slide) {
+  const Level& l0 = slide.geometry().levels[0];
+  return static_cast<double>(std::max(l0.width, l0.height)) / 512.0;
+}
+
+// The level a thumbnail at `downsample` is made from: the coarsest at or finer than it.
+int thumbnail_level(const Slide& slide, double downsample) {
+  const auto& levels = slide.geometry().levels;
+  int out = 0;
+  for (std::size_t l = 0; l < levels.size(); ++l)
+    if (levels[l].downsample <= downsample * (1 + kLevelTolerance) &&
+        levels[l].downsample >= levels[out].downsample)
+      out = static_cast<int>(l);
+  return out;
+}
+
+TissueMap tissue_map(const Slide& slide, const io::RgbImage* held) {
   const auto& levels = slide.geometry().levels;
   const Level& l0 = levels[0];
-  const double downsample = static_cast<double>(std::max(l0.width, l0.height)) / 512.0;
+  const double downsample = map_downsample(slide);
   // What the thumbnail would decode: the coarsest level at or finer than its downsample.
   double source_px = static_cast<double>(l0.width) * l0.height;
   for (const auto& l : levels)
@@ -460,7 +495,7 @@ TissueMap tissue_map(const Slide& slide) {
       source_px = std::min(source_px, static_cast<double>(l.width) * l.height);
   const auto* flat = slide.flat_info();
   const bool whole_decode = flat && flat->format != "tiff";  // PNG, JPEG: decoded whole anyway
-  if (source_px > kMaxThumbnailSourcePx && !whole_decode) return sampled_map(slide);
+  if (source_px > kMaxThumbnailSourcePx && !whole_decode) return sampled_map(slide, held);
   const Thumbnail thumb = slide_thumbnail(slide, downsample);
   return {tissue_mask(thumb.image.pixels.data(), thumb.image.width, thumb.image.height, {}),
           thumb.dx, thumb.dy};
@@ -469,10 +504,11 @@ TissueMap tissue_map(const Slide& slide) {
 // Up to `count` boxes of at most `side` level-0 pixels where the tissue is: the slide cut into
 // a grid of `side`-pixel tiles (those at the right and bottom edges clipped to the slide),
 // picked by pick_regions.
-std::vector<std::array<std::int64_t, 4>> tissue_regions(const Slide& slide, int count,
+std::vector<std::array<std::int64_t, 4>> tissue_regions(const Slide& slide,
+                                                        const io::RgbImage* held, int count,
                                                         std::int64_t side, double& fraction) {
   const Level& l0 = slide.geometry().levels[0];
-  const TissueMap map = tissue_map(slide);
+  const TissueMap map = tissue_map(slide, held);
   const IntegralMask integral(map.mask);
   fraction = integral.fraction(0, 0, map.mask.width, map.mask.height);
   std::vector<RegionCandidate> tiles;
@@ -517,9 +553,13 @@ MppEstimate estimate_mpp(const Slide& slide, const EstimateOptions& options) {
   std::vector<NucleusSample> samples;
   std::vector<std::uint8_t> rgb;
   double fraction = 0;
-  for (const auto& box : tissue_regions(slide, options.regions, options.region_px, fraction)) {
+  const io::RgbImage* held = options.share_level0
+                                 ? held_level0(slide, thumbnail_level(slide, map_downsample(slide)))
+                                 : nullptr;
+  for (const auto& box :
+       tissue_regions(slide, held, options.regions, options.region_px, fraction)) {
     rgb.resize(static_cast<std::size_t>(box[2]) * box[3] * 3);
-    slide.read_rgb(box[0], box[1], 0, box[2], box[3], rgb.data());
+    read_level0(slide, held, box[0], box[1], box[2], box[3], rgb.data());
     samples.push_back(
         measure_nuclei(rgb.data(), static_cast<int>(box[2]), static_cast<int>(box[3])));
   }

@@ -11,12 +11,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 
 #include "dicomweb_slide.hpp"
 #include "flat_image.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
+#include "mltool/util/parallel.hpp"
 
 namespace mltool::slide {
 
@@ -26,6 +28,8 @@ struct Slide::Handle {
   std::unique_ptr<flat::RandomAccess> pixels;  // read by random access when asked
   std::once_flag pixels_once;
   std::unique_ptr<DicomwebSeries> web;  // or a DICOMweb series
+  std::mutex held_mutex;                // held_level's: levels read whole, by level
+  std::map<int, std::unique_ptr<io::RgbImage>> held;
   ~Handle() {
     if (osr) openslide_close(osr);
   }
@@ -213,6 +217,44 @@ void Slide::read_rgb(std::int64_t x, std::int64_t y, int level, std::int64_t w, 
                                         ") level " + std::to_string(level) +
                                         ": OpenSlide: " + err));
   argb_to_rgb_on_white(argb.data(), pixels, rgb);
+}
+
+std::int64_t strip_rows(const Slide& slide, int level) {
+  const auto tile =
+      property_number(slide.property("openslide.level[" + std::to_string(level) + "].tile-height"));
+  std::int64_t rows = 256;
+  if (tile && *tile >= 1 && *tile <= 4096) {
+    const auto t = static_cast<std::int64_t>(*tile);
+    rows = (256 + t - 1) / t * t;
+  }
+  const std::int64_t width = slide.geometry().levels.at(static_cast<std::size_t>(level)).width;
+  constexpr std::int64_t kMaxStripPx = std::int64_t{4} << 20;
+  return std::max<std::int64_t>(1, std::min(rows, kMaxStripPx / std::max<std::int64_t>(1, width)));
+}
+
+const io::RgbImage* Slide::held_level(int level) const {
+  if (handle_->flat || level < 0 || level >= static_cast<int>(geometry_.levels.size()))
+    return nullptr;
+  const Level& l = geometry_.levels[level];
+  if (l.width * l.height > kMaxHeldLevelPx || l.downsample != std::floor(l.downsample))
+    return nullptr;
+  const std::lock_guard<std::mutex> lock(handle_->held_mutex);
+  auto& slot = handle_->held[level];
+  if (slot) return slot.get();
+  auto image = std::make_unique<io::RgbImage>();
+  image->width = static_cast<int>(l.width);
+  image->height = static_cast<int>(l.height);
+  image->pixels.resize(static_cast<std::size_t>(l.width * l.height * 3));
+  const std::int64_t rows = strip_rows(*this, level);
+  const auto strips = static_cast<std::size_t>((l.height + rows - 1) / rows);
+  util::parallel_for(strips, 0, [&](std::size_t i) {
+    const std::int64_t top = static_cast<std::int64_t>(i) * rows;
+    read_rgb(0, top * static_cast<std::int64_t>(l.downsample), level, l.width,
+             std::min(rows, l.height - top),
+             image->pixels.data() + static_cast<std::size_t>(top * l.width * 3));
+  });
+  slot = std::move(image);
+  return slot.get();
 }
 
 }  // namespace mltool::slide

@@ -72,6 +72,13 @@ namespace {
 
 std::string rounded(double v) { return decimal_text(v, 4); }
 
+// tile's estimate: its tissue thumbnail and QC picture read the same level 0 of a small slide.
+EstimateOptions shared_level0() {
+  EstimateOptions options;
+  options.share_level0 = true;
+  return options;
+}
+
 // --check-mpp: the metadata's `mpp` against the tissue's estimate; `name` is the slide as
 // given.
 void check_metadata(const std::string& name, double mpp, const MppEstimate& e, CheckMpp check) {
@@ -90,7 +97,7 @@ void check_metadata(const std::string& name, double mpp, const MppEstimate& e, C
 SlideMpp from_metadata_or_content(const Slide& slide, const std::string& id, const TileJob& job,
                                   std::optional<MppEstimate>& estimate) {
   const auto estimated = [&]() -> const MppEstimate& {
-    if (!estimate) estimate = estimate_mpp(slide);
+    if (!estimate) estimate = estimate_mpp(slide, shared_level0());
     return *estimate;
   };
   if (const auto mpp = slide_mpp(slide.geometry())) {
@@ -132,7 +139,7 @@ SlideMpp resolve_slide_mpp(const Slide& slide, const std::string& id, const Tile
       out = {it->second, MppSource::table};
   if (!out.mpp && job.slide_mpp) out = {*job.slide_mpp, MppSource::override};
   if (!out.mpp) out = from_metadata_or_content(slide, id, job, estimate);
-  if (estimate_too && !estimate) estimate = estimate_mpp(slide);
+  if (estimate_too && !estimate) estimate = estimate_mpp(slide, shared_level0());
   out.estimate = std::move(estimate);
   return out;
 }

@@ -122,6 +122,10 @@ MppEstimate estimate_from_samples(const std::vector<NucleusSample>& regions, dou
 struct EstimateOptions {
   int regions = 8;      ///< tissue regions at most
   int region_px = 768;  ///< their side, in pixels of the level read
+  /// Where the tissue map comes from level 0 and Slide::held_level holds it: read level 0
+  /// whole once and take the patches and regions from it, for a caller that reads the level
+  /// anyway (tile's tissue thumbnail and QC picture). Off, only those are read (`mltool info`).
+  bool share_level0 = false;
 };
 
 /// A tile of the finest level's grid: its box (x, y, width, height) and its tissue fraction.

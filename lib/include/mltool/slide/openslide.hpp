@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mltool/io/dicomweb.hpp"
+#include "mltool/io/image_codec.hpp"
 #include "mltool/slide/geometry.hpp"
 
 namespace mltool::slide {
@@ -19,6 +20,10 @@ namespace flat {
 struct Info;
 }
 class DicomwebSeries;
+
+/// A level of at most this many pixels (48 MiB as RGB) is read whole once and held
+/// (Slide::held_level); a larger one is streamed by whoever reads it.
+inline constexpr std::int64_t kMaxHeldLevelPx = std::int64_t{16} << 20;
 
 /// An image stored beside the pyramid (OpenSlide's associated images): "label", "macro",
 /// "thumbnail", ...
@@ -68,6 +73,16 @@ class Slide {
   void read_rgb(std::int64_t x, std::int64_t y, int level, std::int64_t w, std::int64_t h,
                 std::uint8_t* rgb) const;
 
+  /// The whole of `level` as read_rgb reads it, read once (in strips of whole rows of the
+  /// level's tiles, on every allowed core) and held for the Slide's life: the one read of a
+  /// small slide that its tissue thumbnail, its QC picture and its µm/px estimate share. Null
+  /// for a level over kMaxHeldLevelPx pixels, a level whose downsample is not a whole number
+  /// (OpenSlide resamples a fractional level position, so its pixels depend on where each
+  /// read starts: those levels are read as before) and a flat image (libvips shrinks those
+  /// while it decodes them). Thread-safe; a failed read throws as read_rgb does and holds
+  /// nothing.
+  const io::RgbImage* held_level(int level) const;
+
  private:
   struct Handle;
   Slide() = default;
@@ -78,6 +93,11 @@ class Slide {
   SlideGeometry geometry_;
   std::unique_ptr<Handle> handle_;
 };
+
+/// Rows of `level` to read at a time where it is read whole (Slide::held_level, thumbnails
+/// streamed from a level): whole rows of its tiles (openslide.level[N].tile-height, where the
+/// slide says) of about 256 rows, fewer where that would pass 4 Mi pixels.
+std::int64_t strip_rows(const Slide& slide, int level);
 
 /// "OpenSlide 4.0.1": the OpenSlide this process reads slides with.
 std::string openslide_version();

@@ -31,19 +31,27 @@ const util::EnumNames<TissueDetection> kTissueDetections = {{TissueDetection::ot
 const util::EnumNames<ArtifactFilter> kArtifactFilters = {{ArtifactFilter::exclude, "exclude"},
                                                           {ArtifactFilter::keep, "keep"}};
 
+const util::EnumNames<RoiMissing> kRoiMissing = {
+    {RoiMissing::refuse, "refuse"}, {RoiMissing::skip, "skip"}, {RoiMissing::all, "all"}};
+
 nlohmann::json TileSettings::to_json() const {
-  return {{"format", "mltool.tile-store"},
-          {"format_version", 1},
-          {"tile_size", tile_size},
-          {"overlap", overlap},
-          {"mpp", optional_json(mpp)},
-          {"level", optional_json(level)},
-          {"encoding", encoding_info(encoding).name},
-          {"quality", quality},
-          {"tissue", util::name_of(kTissueDetections, tissue)},
-          {"min_tissue", min_tissue},
-          {"artifacts", util::name_of(kArtifactFilters, artifacts)},
-          {"pixels", pixels}};
+  nlohmann::json out = {{"format", "mltool.tile-store"},
+                        {"format_version", 1},
+                        {"tile_size", tile_size},
+                        {"overlap", overlap},
+                        {"mpp", optional_json(mpp)},
+                        {"level", optional_json(level)},
+                        {"encoding", encoding_info(encoding).name},
+                        {"quality", quality},
+                        {"tissue", util::name_of(kTissueDetections, tissue)},
+                        {"min_tissue", min_tissue},
+                        {"artifacts", util::name_of(kArtifactFilters, artifacts)},
+                        {"pixels", pixels}};
+  if (roi)  // only with --roi: the records of stores without it are as before
+    out["roi"] = {{"classes", roi->classes},
+                  {"min_roi", roi->min_roi},
+                  {"missing", util::name_of(kRoiMissing, roi->missing)}};
+  return out;
 }
 
 TileSettings TileSettings::from_json(const nlohmann::json& doc, const std::string& where) {
@@ -65,6 +73,13 @@ TileSettings TileSettings::from_json(const nlohmann::json& doc, const std::strin
     s.artifacts = util::parse_enum(kArtifactFilters, doc.at("artifacts").get<std::string>(),
                                    where + ": 'artifacts'");  // the schema's enum
   s.pixels = doc.value("pixels", true);  // absent: a store written before coordinates stores
+  if (doc.contains("roi")) {             // absent: no --roi (the schema checks its fields)
+    const auto& r = doc.at("roi");
+    s.roi =
+        RoiSettings{r.at("classes").get<std::vector<std::string>>(), r.at("min_roi").get<double>(),
+                    util::parse_enum(kRoiMissing, r.at("missing").get<std::string>(),
+                                     where + ": 'roi.missing'")};
+  }
   if (s.mpp.has_value() == s.level.has_value())
     throw FormatError(where + ": exactly one of 'mpp' and 'level' must be set");
   if ((s.mpp && !(*s.mpp > 0)) || (s.level && *s.level < 0) || s.overlap >= s.tile_size)
@@ -73,8 +88,11 @@ TileSettings TileSettings::from_json(const nlohmann::json& doc, const std::strin
 }
 
 void TileSettings::require_same(const TileSettings& other, const std::string& store) const {
-  const auto mine = to_json();
-  const auto theirs = other.to_json();
+  auto mine = to_json();
+  auto theirs = other.to_json();
+  if (mine.contains("roi") || theirs.contains("roi")) {  // --roi on one side only: null
+    mine.emplace("roi", nullptr), theirs.emplace("roi", nullptr);
+  }
   for (auto it = mine.begin(); it != mine.end(); ++it) {
     const auto& b = theirs.at(it.key());
     if (it.key() == "pixels" && it.value() != b)

@@ -17,6 +17,7 @@
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
 #include "own_jpeg_tiles.hpp"
+#include "roi_tiles.hpp"
 #include "slide_mpp.hpp"
 #include "thumbnail.hpp"
 #include "tile_records.hpp"
@@ -178,7 +179,8 @@ io::RgbImage qc_with_recolour(const io::RgbImage& image, const QcOverlay& overla
                               const TileJob& job) {
   if (!job.qc_recolour) return qc_picture(image, overlay);
   const std::optional<io::RgbImage> recoloured = job.qc_recolour(image);
-  const QcOverlay bare{overlay.tissue, overlay.kept, {}};
+  QcOverlay bare = overlay;
+  bare.caption.clear();
   std::vector<std::string> lines = overlay.caption;
   if (!recoloured) {
     lines.push_back(job.qc_recolour_caption + ": not shown, too little stain in the picture");
@@ -212,6 +214,7 @@ void write_qc(const Slide& slide, const TileJob& job, const ReadPlan& plan, cons
   if (selection.mask) c.tissue_threshold = selection.mask->threshold;
   c.tissue_fraction = selection.tissue_fraction, c.min_tissue = job.settings.min_tissue;
   c.reader = report.reader;
+  roi_overlay(selection, sx, sy, job.roi.min_roi, overlay, c);
   overlay.caption = caption_lines(c);
   util::make_directories(job.qc_dir);
   io::write_png(util::join_path(job.qc_dir, report.id + ".png"),
@@ -227,6 +230,7 @@ const char* to_string(SlideStatus status) {
     case SlideStatus::skipped: return "skipped";
     case SlideStatus::incomplete: return "incomplete";
     case SlideStatus::failed: return "failed";
+    case SlideStatus::no_roi: return "no_roi";
   }
   return "?";
 }
@@ -236,6 +240,7 @@ void validate(const TileJob& job) {
   util::check_options(tile_store_options(), job);
   const auto& s = job.settings;
   check_tile_size(s.tile_size, s.overlap);
+  check_roi_options(job.roi);
   if (s.mpp.has_value() == s.level.has_value())
     throw UsageError("give exactly one of --mpp and --level");
 }
@@ -251,7 +256,8 @@ struct Prepared {
 };
 
 // The µm/px, the read plan, the grid, the tiles kept and the "slides" record.
-Prepared prepare(const Slide& slide, const Identity& who, const TileJob& job, SlideReport& report) {
+Prepared prepare(const Slide& slide, const Identity& who, const TileJob& job, const SlideRoi& roi,
+                 SlideReport& report) {
   const auto& s = job.settings;
   const std::string& id = report.id;
   SlideGeometry geometry = slide.geometry();
@@ -277,6 +283,7 @@ Prepared prepare(const Slide& slide, const Identity& who, const TileJob& job, Sl
   p.selection = select_tiles(slide, p.plan, p.grid, job);
   report.tissue_fraction = p.selection.tissue_fraction;
   p.record = slide_json(slide, who, p.plan, p.grid, s, p.selection);
+  apply_roi(p.selection, p.record, roi, p.grid.size_level0, job.roi.min_roi);  // --roi
   // The estimate is the store's only where the µm/px came from it (--mpp-from-content); one
   // made for the QC pictures or --check-mpp is not, so a slide's record is the same whatever
   // else was asked, and without its timing, which no two runs share.
@@ -433,11 +440,17 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
   report.path = path;
   report.id = io::slide_id_for(path);
   const std::string& id = report.id;
+  const SlideRoi roi = slide_roi(job.roi, path);  // --roi: checked before the slide is read
+  if (roi.skip) {
+    report.status = SlideStatus::no_roi;
+    return report;
+  }
   const Slide slide = Slide::open(path, job.dicomweb);
   // A DICOMweb series is its URL (recorded) and its series UID (the id, the same on any server).
   const Identity who{id, slide.property("openslide.quickhash-1").value_or(""),
                      slide.dicomweb() ? path : util::absolute_path(path)};
   const Stored stored = already_tiled(store, path, who, report);
+  if (stored != Stored::none) require_same_roi(store, id, roi, path);
   if (stored == Stored::complete) {
     report.seconds = seconds_since(start);
     return report;
@@ -445,7 +458,7 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
   if (stored == Stored::none)
     if (const auto removed = store.discard_incomplete(id))
       log::info(id + ": removed " + std::to_string(removed) + " tiles of an interrupted run");
-  Prepared p = prepare(slide, who, job, report);
+  Prepared p = prepare(slide, who, job, roi, report);
   if (stored == Stored::incomplete)
     fill_failed(store, slide, job, p, report, keep_going, start);
   else

@@ -4,6 +4,8 @@
 #include <cstdio>
 
 #include "mltool/util/error.hpp"
+#include "mltool/util/log.hpp"
+#include "mltool/util/options.hpp"
 
 namespace mltool::slide {
 
@@ -13,6 +15,16 @@ void apply_roi(Selection& selection, nlohmann::json& record, const SlideRoi& roi
   selection.roi = roi;
   record["roi"] = roi_json(roi);
   if (!roi.roi) return;  // no file, --roi-missing all: the tissue test alone
+  const std::vector<double> b = roi.roi->bounds();
+  const double width = record.value("width", 0.0), height = record.value("height", 0.0);
+  if (b[2] <= 0 || b[3] <= 0 || b[0] >= width || b[1] >= height)
+    log::warn(record.value("id", "") + ": the regions of " + roi.file + " (x " +
+              util::number_text(b[0]) + "–" + util::number_text(b[2]) + ", y " +
+              util::number_text(b[1]) + "–" + util::number_text(b[3]) +
+              ") lie outside the slide (" + util::number_text(width) + " × " +
+              util::number_text(height) +
+              " level-0 pixels): no tile is kept; are they another image's, or not in level-0 "
+              "pixels?");
   std::vector<KeptTile> kept;
   kept.reserve(selection.kept.size());
   for (KeptTile k : selection.kept) {

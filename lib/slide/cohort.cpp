@@ -112,7 +112,10 @@ void check_slides(const std::vector<std::string>& slides, const CohortJob& job) 
   if (web) {
     const io::DicomwebClient reads_token(*web, job.tile.dicomweb);  // and sends no request
   }
-  check_rois(job.tile.roi, slides, each);  // --roi: every file read and checked (each)
+  // --roi: every slide's file checked before the first is tiled; a lone slide's needs no
+  // early check (tile_slide reads it before anything of the slide is written) but under
+  // --overwrite, which empties the store first.
+  check_rois(job.tile.roi, slides, each && (slides.size() > 1 || job.overwrite));
 }
 
 // The store, emptied first under --overwrite (after check_slides), with the run's settings and

@@ -5,6 +5,7 @@
 #include <geos_c.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -223,10 +224,26 @@ struct Roi::Impl {
   std::int64_t regions = 0, skipped = 0;
   std::set<std::string> classes;
   std::string file, sha256;
+  // The union clipped to the last row of tiles asked (share): tiles come row by row, and a
+  // tile that straddles the boundary is clipped from its row's strip, not the whole union.
+  GEOSGeometry* strip = nullptr;
+  double strip_y = 0, strip_size = -1;
 
   ~Impl() {
+    if (strip) GEOSGeom_destroy_r(geos.ctx, strip);
     if (prepared) GEOSPreparedGeom_destroy_r(geos.ctx, prepared);
     if (geom) GEOSGeom_destroy_r(geos.ctx, geom);
+  }
+
+  // The union clipped to [x0 - 1, x1 + 1] × [y, y + size) (the row of tiles at y).
+  const GEOSGeometry* row_strip(double y, double size) {
+    if (strip && strip_y == y && strip_size == size) return strip;
+    if (strip) GEOSGeom_destroy_r(geos.ctx, strip);
+    strip = GEOSClipByRect_r(geos.ctx, geom, x0 - 1, y, x1 + 1, y + size);
+    strip_y = y, strip_size = size;
+    if (!strip)
+      throw ResourceError(file + ": GEOS could not clip the regions (" + geos.error + ")");
+    return strip;
   }
 
   // The polygonal parts of `g` (a repaired geometry may hold lines and points too), cloned.
@@ -258,20 +275,85 @@ struct Roi::Impl {
     polygons_of(repaired.g, parts);
   }
 
-  // The union of `parts` (taken), prepared, with its area and envelope.
+  // Groups of `parts` whose envelopes meet (touching counts), as indices: a sweep in x with
+  // union-find. Past kMaxTests envelope tests (a pathological file) everything is one group.
+  std::vector<std::vector<std::size_t>> meeting_groups(const std::vector<GEOSGeometry*>& parts) {
+    constexpr std::int64_t kMaxTests = 20'000'000;
+    const std::size_t n = parts.size();
+    std::vector<std::array<double, 4>> env(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      GEOSGeom_getXMin_r(geos.ctx, parts[i], &env[i][0]);
+      GEOSGeom_getYMin_r(geos.ctx, parts[i], &env[i][1]);
+      GEOSGeom_getXMax_r(geos.ctx, parts[i], &env[i][2]);
+      GEOSGeom_getYMax_r(geos.ctx, parts[i], &env[i][3]);
+    }
+    std::vector<std::size_t> order(n), parent(n);
+    for (std::size_t i = 0; i < n; ++i) order[i] = parent[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](std::size_t a, std::size_t b) { return env[a][0] < env[b][0]; });
+    const auto root = [&](std::size_t i) {
+      while (parent[i] != i) i = parent[i] = parent[parent[i]];
+      return i;
+    };
+    std::vector<std::size_t> active;
+    std::int64_t tests = 0;
+    for (const std::size_t i : order) {
+      active.erase(std::remove_if(active.begin(), active.end(),
+                                  [&](std::size_t a) { return env[a][2] < env[i][0]; }),
+                   active.end());
+      for (const std::size_t a : active)
+        if (env[a][1] <= env[i][3] && env[i][1] <= env[a][3]) parent[root(a)] = root(i);
+      tests += static_cast<std::int64_t>(active.size());
+      if (tests > kMaxTests) return {order};
+      active.push_back(i);
+    }
+    std::map<std::size_t, std::vector<std::size_t>> groups;
+    for (std::size_t i = 0; i < n; ++i) groups[root(i)].push_back(i);
+    std::vector<std::vector<std::size_t>> out;
+    for (auto& [r, members] : groups) out.push_back(std::move(members));
+    return out;
+  }
+
+  // The union of `parts` (taken): a polygon whose envelope meets no other's is its own union
+  // (they are valid, and their interiors apart), each group of meeting ones is united with
+  // GEOS's unary union; then prepared, with its area and envelope.
   void unite(std::vector<GEOSGeometry*>& parts) {
-    GeomPtr all(geos.ctx,
-                GEOSGeom_createCollection_r(geos.ctx, GEOS_GEOMETRYCOLLECTION, parts.data(),
-                                            static_cast<unsigned>(parts.size())));
-    if (!all.g) {
-      for (auto* p : parts) GEOSGeom_destroy_r(geos.ctx, p);
-      throw InputError(at_file(file, "GEOS could not collect the regions (" + geos.error + ")"));
+    std::vector<GEOSGeometry*> polygons;
+    try {
+      for (const auto& group : meeting_groups(parts)) {
+        if (group.size() == 1) {
+          polygons.push_back(std::exchange(parts[group[0]], nullptr));
+          continue;
+        }
+        std::vector<GEOSGeometry*> members;
+        for (const std::size_t i : group) members.push_back(std::exchange(parts[i], nullptr));
+        GeomPtr all(geos.ctx,
+                    GEOSGeom_createCollection_r(geos.ctx, GEOS_GEOMETRYCOLLECTION, members.data(),
+                                                static_cast<unsigned>(members.size())));
+        if (!all.g) {
+          for (auto* p : members) GEOSGeom_destroy_r(geos.ctx, p);
+          throw InputError(
+              at_file(file, "GEOS could not collect the regions (" + geos.error + ")"));
+        }
+        GeomPtr united(geos.ctx, GEOSUnaryUnion_r(geos.ctx, all.g));
+        if (!united.g)
+          throw InputError(at_file(file, "GEOS could not unite the regions (" + geos.error +
+                                             "); correct them in QuPath (--roi)"));
+        polygons_of(united.g, polygons);
+      }
+    } catch (...) {
+      for (auto* p : parts)
+        if (p) GEOSGeom_destroy_r(geos.ctx, p);
+      for (auto* p : polygons) GEOSGeom_destroy_r(geos.ctx, p);
+      parts.clear();
+      throw;
     }
     parts.clear();
-    geom = GEOSUnaryUnion_r(geos.ctx, all.g);
-    if (!geom)
-      throw InputError(at_file(file, "GEOS could not unite the regions (" + geos.error +
-                                         "); correct them in QuPath (--roi)"));
+    geom = polygons.size() == 1
+               ? polygons[0]
+               : GEOSGeom_createCollection_r(geos.ctx, GEOS_MULTIPOLYGON, polygons.data(),
+                                             static_cast<unsigned>(polygons.size()));
+    if (!geom) throw ResourceError(file + ": GEOS could not collect the regions");
     prepared = GEOSPrepare_r(geos.ctx, geom);
     if (!prepared) throw ResourceError(file + ": GEOS could not prepare the regions");
     GEOSArea_r(geos.ctx, geom, &area);
@@ -316,6 +398,31 @@ void check_classes(const Census& census, const std::vector<std::string>& classes
                           "give another --roi"));
 }
 
+bool polygonal(const std::string& type) { return type == "Polygon" || type == "MultiPolygon"; }
+
+// The type of feature `f`'s geometry: "" where it has none (null), "untyped" for an object
+// without a type. InputError (through `reader`) for an entry that is not a Feature.
+std::string geometry_type(const json& f, const FeatureReader& reader, const std::string& where) {
+  if (!f.is_object() || (f.contains("type") && f["type"] != "Feature"))
+    reader.fail(where, "not a GeoJSON Feature");
+  const auto g = f.find("geometry");
+  if (g == f.end() || g->is_null()) return "";
+  if (!g->is_object()) reader.fail(where, "its geometry is not a GeoJSON object");
+  const auto t = g->find("type");
+  return t != g->end() && t->is_string() ? t->get<std::string>() : "untyped";
+}
+
+// The note on the features skipped for having no area, naming the first five.
+void note_no_area(const std::string& file, const Census& census) {
+  if (census.no_area.empty()) return;
+  std::string list;
+  for (std::size_t i = 0; i < census.no_area.size() && i < 5; ++i)
+    list += (i ? ", " : "") + census.no_area[i];
+  note_once(false, file + ": " + std::to_string(census.no_area.size()) +
+                       " feature(s) without an area skipped (points, lines): feature " + list +
+                       (census.no_area.size() > 5 ? ", ..." : ""));
+}
+
 }  // namespace
 
 Roi::Roi(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -324,7 +431,7 @@ Roi& Roi::operator=(Roi&&) noexcept = default;
 Roi::~Roi() = default;
 
 Roi Roi::parse(const std::string& text, const std::string& file,
-               const std::vector<std::string>& classes) {
+               const std::vector<std::string>& classes, bool check_only) {
   auto impl = std::make_unique<Impl>();
   impl->file = file;
   const json doc = parse_json(text, file);
@@ -344,25 +451,21 @@ Roi Roi::parse(const std::string& text, const std::string& file,
       const json& f = features[i];
       const std::string cls = class_of(f);
       const std::string where = feature_name(i, f, cls);
-      if (!f.is_object() || (f.contains("type") && f["type"] != "Feature"))
-        reader.fail(where, "not a GeoJSON Feature");
-      const auto g = f.find("geometry");
-      const std::string type = g != f.end() && g->is_object() ? g->value("type", "") : "";
-      if (g == f.end() || g->is_null() || without_area(type)) {
+      const std::string type = geometry_type(f, reader, where);
+      if (type.empty() || without_area(type)) {
         census.no_area.push_back(std::to_string(i) + " (" + (type.empty() ? "no geometry" : type) +
                                  ")");
         continue;
       }
       const bool kept = wanted.empty() || wanted.count(cls);
-      if (!kept && (type == "Polygon" || type == "MultiPolygon")) {
+      if (!kept && polygonal(type)) {
         ++census.regions_by_class[cls];
         continue;  // another class's region: not read further
       }
-      if (type != "Polygon" && type != "MultiPolygon")
-        reader.fail(where, "its geometry is " + (type.empty() ? std::string("untyped") : type) +
-                               ", not a Polygon or MultiPolygon");
+      if (!polygonal(type))
+        reader.fail(where, "its geometry is " + type + ", not a Polygon or MultiPolygon");
       ++census.regions_by_class[cls];
-      impl->add(reader.build(*g, type, where), where, parts);
+      impl->add(reader.build(f["geometry"], type, where), where, parts);
       ++impl->regions;
       impl->classes.insert(cls);
     }
@@ -372,19 +475,16 @@ Roi Roi::parse(const std::string& text, const std::string& file,
     throw;
   }
   impl->skipped = static_cast<std::int64_t>(census.no_area.size());
-  if (!census.no_area.empty()) {
-    std::string list;
-    for (std::size_t i = 0; i < census.no_area.size() && i < 5; ++i)
-      list += (i ? ", " : "") + census.no_area[i];
-    note_once(false, file + ": " + std::to_string(census.no_area.size()) +
-                         " feature(s) without an area skipped (points, lines): feature " + list +
-                         (census.no_area.size() > 5 ? ", ..." : ""));
+  note_no_area(file, census);
+  if (!check_only) {
+    impl->unite(parts);
+  } else {
+    for (auto* p : parts) GEOSGeom_destroy_r(impl->geos.ctx, p);
   }
-  impl->unite(parts);
   return Roi(std::move(impl));
 }
 
-Roi Roi::load(const std::string& file, const std::vector<std::string>& classes) {
+Roi Roi::load(const std::string& file, const std::vector<std::string>& classes, bool check_only) {
   if (!util::exists(file) || util::is_directory(file))
     throw InputError(at_file(file,
                              "no such file: give a QuPath GeoJSON file, or a directory of "
@@ -401,19 +501,20 @@ Roi Roi::load(const std::string& file, const std::vector<std::string>& classes) 
   } catch (const Error& e) {
     throw InputError(std::string(e.what()) + " (--roi)");
   }
-  Roi roi = parse(text, file, classes);
+  Roi roi = parse(text, file, classes, check_only);
   roi.impl_->sha256 = io::sha256_hex(text);
   return roi;
 }
 
 double Roi::share(double x, double y, double size) const {
-  const Impl& m = *impl_;
+  Impl& m = *impl_;
   if (m.empty || !(size > 0) || x >= m.x1 || x + size <= m.x0 || y >= m.y1 || y + size <= m.y0)
     return 0;
   GeomPtr box(m.geos.ctx, GEOSGeom_createRectangle_r(m.geos.ctx, x, y, x + size, y + size));
   if (GEOSPreparedContains_r(m.geos.ctx, m.prepared, box.g) == 1) return 1;
   if (GEOSPreparedIntersects_r(m.geos.ctx, m.prepared, box.g) != 1) return 0;
-  GeomPtr clipped(m.geos.ctx, GEOSClipByRect_r(m.geos.ctx, m.geom, x, y, x + size, y + size));
+  GeomPtr clipped(m.geos.ctx,
+                  GEOSClipByRect_r(m.geos.ctx, m.row_strip(y, size), x, y, x + size, y + size));
   double a = 0;
   if (!clipped.g || !GEOSArea_r(m.geos.ctx, clipped.g, &a))
     throw ResourceError(m.file + ": GEOS could not clip the regions to a tile (" + m.geos.error +
@@ -444,7 +545,7 @@ std::vector<Ring> Roi::rings() const {
     out.push_back(std::move(r));
   };
   std::vector<GEOSGeometry*> polygons;
-  m.polygons_of(m.geom, polygons);
+  if (m.geom) m.polygons_of(m.geom, polygons);
   for (GEOSGeometry* p : polygons) {
     add(GEOSGetExteriorRing_r(m.geos.ctx, p));
     const int holes = GEOSGetNumInteriorRings_r(m.geos.ctx, p);
@@ -486,13 +587,13 @@ std::string roi_file_for(const std::string& path, const std::string& slide_path)
   return id_there ? by_id : name_there ? by_name : "";
 }
 
-SlideRoi slide_roi(const RoiJob& job, const std::string& slide_path) {
+SlideRoi slide_roi(const RoiJob& job, const std::string& slide_path, bool check_only) {
   SlideRoi out;
   if (job.path.empty()) return out;
   out.enabled = true;
   out.file = roi_file_for(job.path, slide_path);
   if (!out.file.empty()) {
-    out.roi = std::make_shared<const Roi>(Roi::load(out.file, job.classes));
+    out.roi = std::make_shared<const Roi>(Roi::load(out.file, job.classes, check_only));
     return out;
   }
   const std::string id = io::slide_id_for(slide_path);
@@ -516,7 +617,7 @@ void check_rois(const RoiJob& job, const std::vector<std::string>& slides, bool 
                      std::to_string(slides.size()) +
                      " slides are given: give a directory of <slide id>.geojson, one a slide");
   if (each)
-    for (const auto& path : slides) slide_roi(job, path);
+    for (const auto& path : slides) slide_roi(job, path, true);
 }
 
 json roi_json(const SlideRoi& r) {

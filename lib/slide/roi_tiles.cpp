@@ -1,6 +1,7 @@
 // tile --roi in a slide's tiling (roi_tiles.hpp).
 #include "roi_tiles.hpp"
 
+#include <chrono>
 #include <cstdio>
 
 #include "mltool/util/error.hpp"
@@ -25,12 +26,19 @@ void apply_roi(Selection& selection, nlohmann::json& record, const SlideRoi& roi
               util::number_text(height) +
               " level-0 pixels): no tile is kept; are they another image's, or not in level-0 "
               "pixels?");
+  const auto start = std::chrono::steady_clock::now();
   std::vector<KeptTile> kept;
   kept.reserve(selection.kept.size());
   for (KeptTile k : selection.kept) {
     k.roi = roi.roi->share(static_cast<double>(k.x), static_cast<double>(k.y), size_level0);
     if (k.roi >= min_roi - 1e-9) kept.push_back(k);
   }
+  log::debug(record.value("id", "") + ": ROI shares of " + std::to_string(selection.kept.size()) +
+             " tiles in " +
+             util::number_text(
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count()) +
+             " ms; " + std::to_string(kept.size()) + " kept");
   selection.kept = std::move(kept);
 }
 

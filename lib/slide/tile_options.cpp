@@ -53,6 +53,35 @@ util::Option<J> level_option() {
       .check([](const J& j) { return !j.settings.level || *j.settings.level >= 0; }, ">= 0");
 }
 
+// --roi, --roi-class, --min-roi, --roi-missing (roi.hpp).
+util::Option<J> roi_path_option() {
+  return util::option_at<J>(
+      "--roi", [](J& j) -> std::string& { return j.roi.path; },
+      "Tile only inside regions drawn in QuPath: a GeoJSON file as QuPath's Export objects "
+      "as GeoJSON writes it (level-0 pixels), or a directory of <slide id>.geojson");
+}
+
+util::Option<J> roi_class_option() {
+  return util::option_at<J>(
+      "--roi-class", [](J& j) -> std::vector<std::string>& { return j.roi.classes; },
+      "Keep the regions of this QuPath class only (repeatable); default: every region");
+}
+
+util::Option<J> min_roi_option() {
+  return util::option_at<J>(
+             "--min-roi", [](J& j) -> double& { return j.roi.min_roi; },
+             "Keep tiles with at least this share of their area inside the regions")
+      .at_least(0)
+      .at_most(1);
+}
+
+util::Option<J> roi_missing_option() {
+  return util::choice_at<J>(
+      "--roi-missing", [](J& j) -> io::RoiMissing& { return j.roi.missing; }, io::kRoiMissing,
+      "A slide without an ROI file in the --roi directory: refuse, skip it, or tile it whole "
+      "(all)");
+}
+
 // "jpeg or png": io::kEncodings' names.
 std::string encodings_text() {
   std::vector<std::string> names;
@@ -124,23 +153,10 @@ const util::Options<TileJob>& tile_options() {
           "Keep tiles with at least this tissue fraction")
           .at_least(0)
           .at_most(1),
-      // --roi: regions of interest drawn in QuPath (roi.hpp)
-      option_at<J>(
-          "--roi", [](J& j) -> std::string& { return j.roi.path; },
-          "Tile only inside regions drawn in QuPath: a GeoJSON file as QuPath's Export objects "
-          "as GeoJSON writes it (level-0 pixels), or a directory of <slide id>.geojson"),
-      option_at<J>(
-          "--roi-class", [](J& j) -> std::vector<std::string>& { return j.roi.classes; },
-          "Keep the regions of this QuPath class only (repeatable); default: every region"),
-      option_at<J>(
-          "--min-roi", [](J& j) -> double& { return j.roi.min_roi; },
-          "Keep tiles with at least this share of their area inside the regions")
-          .at_least(0)
-          .at_most(1),
-      choice_at<J>(
-          "--roi-missing", [](J& j) -> io::RoiMissing& { return j.roi.missing; }, io::kRoiMissing,
-          "A slide without an ROI file in the --roi directory: refuse, skip it, or tile it "
-          "whole (all)"),
+      roi_path_option(),  // --roi: regions of interest drawn in QuPath (roi.hpp)
+      roi_class_option(),
+      min_roi_option(),
+      roi_missing_option(),
       util::option("--qc", &J::qc_dir,
                    "Write a QC picture per slide and the run's index.html into this directory"),
       util::option("--qc-size", &J::qc_size, "Long side of the slide in a QC picture, in pixels")

@@ -215,3 +215,19 @@ TEST(Roi, QcPictureDrawsTheRegions) {
   EXPECT_EQ(lines[lines.size() - 2], c.roi);
   EXPECT_NE(lines.back().find("orange: regions of interest"), std::string::npos);
 }
+
+TEST(Roi, GroupedUnionAndRowStrips) {
+  // A and B overlap; C touches B at a corner (their envelopes meet: one group); D is apart.
+  const Roi roi = Roi::parse(collection({feature("Polygon", "[" + square(0, 0, 10, 10) + "]"),
+                                         feature("Polygon", "[" + square(5, 5, 15, 15) + "]"),
+                                         feature("Polygon", "[" + square(15, 15, 20, 20) + "]"),
+                                         feature("Polygon", "[" + square(100, 0, 110, 10) + "]")}),
+                             "g.geojson", {});
+  EXPECT_NEAR(roi.area(), 100 + 100 - 25 + 25 + 100, 1e-9);
+  EXPECT_NEAR(roi.share(0, 0, 20), 200.0 / 400, 1e-12);
+  EXPECT_DOUBLE_EQ(roi.share(0, 0, 10), 1);  // same row, another size
+  EXPECT_NEAR(roi.share(0, 0, 12), 124.0 / 144, 1e-12);
+  EXPECT_NEAR(roi.share(95, 0, 10), 0.5, 1e-12);          // D, in the same row's strip
+  EXPECT_NEAR(roi.share(10, 10, 10), 50.0 / 100, 1e-12);  // B's corner and C
+  EXPECT_NEAR(roi.share(0, 0, 12), 124.0 / 144, 1e-12);   // back to an earlier row
+}

@@ -52,13 +52,17 @@ class Roi {
   /// (a warning naming the file and the feature), and united. Features without an area
   /// (Point, LineString, Multi*, null geometry) are skipped with a note. InputError naming the
   /// file, the feature's index and the option that fixes it, for anything else.
+  /// `check_only`: the checks and warnings alone, nothing united (share() may not be called).
   static Roi parse(const std::string& text, const std::string& file,
-                   const std::vector<std::string>& classes);
+                   const std::vector<std::string>& classes, bool check_only = false);
   /// Reads `file` (at most kMaxRoiFileBytes) and parses it; sha256() is the file's.
-  static Roi load(const std::string& file, const std::vector<std::string>& classes);
+  static Roi load(const std::string& file, const std::vector<std::string>& classes,
+                  bool check_only = false);
 
   /// The share, 0–1, of the box [x, x + size) × [y, y + size) inside the regions: 1 for a box
-  /// inside (prepared geometry), 0 for one apart, else the area of its intersection / size².
+  /// inside (prepared geometry), 0 for one apart, else the area of its intersection / size²
+  /// (clipped from the union's strip at y, kept for the next box of the row: not for two
+  /// threads at once).
   double share(double x, double y, double size) const;
   /// The union's area, level-0 pixels².
   double area() const;
@@ -93,9 +97,9 @@ struct SlideRoi {
 /// when both exist); "" when the directory has neither.
 std::string roi_file_for(const std::string& path, const std::string& slide_path);
 
-/// --roi for one slide: its file loaded, or (no file) refused with InputError naming
-/// --roi-missing, skipped or tiled whole as job.missing says.
-SlideRoi slide_roi(const RoiJob& job, const std::string& slide_path);
+/// --roi for one slide: its file loaded (`check_only`: checked, Roi::parse), or (no file)
+/// refused with InputError naming --roi-missing, skipped or tiled whole as job.missing says.
+SlideRoi slide_roi(const RoiJob& job, const std::string& slide_path, bool check_only = false);
 
 /// UsageError for one --roi FILE given more than one slide; with `each`, every slide's ROI
 /// loaded and checked before any slide is tiled (the errors of slide_roi).

@@ -76,15 +76,36 @@ const json& feature_list(const json& doc, json& holder, const std::string& file)
                            "file with --roi"));
 }
 
+// Whether JSON `text` nests arrays and objects deeper than `limit` (strings skipped): checked
+// before parsing, which is recursive in places (nlohmann's callback parser, which could
+// check it, is quadratic in the length of an array).
+bool nested_deeper(const std::string& text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
 json parse_json(const std::string& text, const std::string& file) {
-  const json::parser_callback_t depth = [&](int d, json::parse_event_t, json&) {
-    if (d > kMaxDepth)
-      throw InputError(at_file(file, "JSON nested deeper than " + std::to_string(kMaxDepth) +
-                                         " levels: not QuPath's GeoJSON; give another --roi"));
-    return true;
-  };
+  if (nested_deeper(text, kMaxDepth))
+    throw InputError(at_file(file, "JSON nested deeper than " + std::to_string(kMaxDepth) +
+                                       " levels: not QuPath's GeoJSON; give another --roi"));
   try {
-    return json::parse(text, depth);
+    return json::parse(text);
   } catch (const json::exception& e) {
     throw InputError(at_file(file, std::string("is not valid JSON (") + e.what() +
                                        "): export it again from QuPath, or give another --roi"));

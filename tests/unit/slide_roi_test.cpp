@@ -5,6 +5,7 @@
 #include "mltool/slide/roi.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
@@ -230,4 +231,18 @@ TEST(Roi, GroupedUnionAndRowStrips) {
   EXPECT_NEAR(roi.share(95, 0, 10), 0.5, 1e-12);          // D, in the same row's strip
   EXPECT_NEAR(roi.share(10, 10, 10), 50.0 / 100, 1e-12);  // B's corner and C
   EXPECT_NEAR(roi.share(0, 0, 12), 124.0 / 144, 1e-12);   // back to an earlier row
+}
+
+TEST(Roi, UntrustedFilesAreBounded) {
+  std::string many = "[";
+  for (std::int64_t i = 0; i <= mltool::slide::kMaxRoiFeatures; ++i) many += i ? ",{}" : "{}";
+  many += "]";
+  std::string m = input_error([&] { Roi::parse(many, "many.geojson", {}); });
+  EXPECT_TRUE(has(m, "many.geojson") && has(m, "1000001 features, over the 1000000")) << m;
+  mltool::testing::TempDir dir;
+  const std::string big = dir.path() + "/big.geojson";
+  mltool::util::write_file_atomic(big, "[]");
+  ASSERT_EQ(::truncate(big.c_str(), static_cast<off_t>(mltool::slide::kMaxRoiFileBytes + 1)), 0);
+  m = input_error([&] { Roi::load(big, {}); });  // refused before it is read (a sparse file)
+  EXPECT_TRUE(has(m, "big.geojson") && has(m, "over the 256 MiB") && has(m, "--roi")) << m;
 }

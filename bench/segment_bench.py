@@ -3,7 +3,9 @@
 most 25%, on a GPU at most 10%), side by side in one run: `tile --mpp 0.5` with `--tissue otsu`
 and with each preset exported with random weights (scripts/encoders.py export NAME
 --random-weights), on the real slide and on a large generated one. The share is the summary's
-`segment_seconds` (reading the windows and running the model) over the slide's `seconds`.
+`segment_seconds` (reading the windows and running the model) over the slide's `seconds`; the
+run's wall time (`run s`) adds the process's start and the segmenter's loading and check (once a
+run, whatever the number of slides).
 
     segment_bench.py MLTOOL [--presets grandqc-tissue,hest-tissue] [--device cpu]
                      [--large 16384] [--work DIR] [--repeat 2]
@@ -53,7 +55,7 @@ def tile(mltool, slide, store, tissue, device):
     if p.returncode not in (0, 4):
         raise RuntimeError(f"{' '.join(args)}: {p.returncode} {p.stderr}")
     s = json.loads(p.stdout)["slides"][0]
-    return wall, s.get("segment_seconds") or 0.0, s["tiles"]
+    return s["seconds"], s.get("segment_seconds") or 0.0, s["tiles"], wall
 
 
 def main():
@@ -77,17 +79,18 @@ def main():
     slides.append((f"generated {a.large} x {a.large}, 0.25 µm/px, 40% tissue", large))
     models = {n: export(n, os.path.join(a.work, f"{n}.pt")) for n in a.presets.split(",")}
     print(f"machine: {machine()}; device {a.device}\n")
-    print("| slide | tissue | tile s | segmenter s | share | x otsu | tiles |")
-    print("|---|---|---|---|---|---|---|")
+    print("| slide | tissue | slide s | segmenter s | share | x otsu | tiles | run s |")
+    print("|---|---|---|---|---|---|---|---|")
     for label, path in slides:
         store = os.path.join(a.work, "s.lmdb")
-        base = min(tile(a.mltool, path, store, "otsu", a.device)[0] for _ in range(a.repeat))
-        print(f"| {label} | otsu | {base:.2f} | | | 1.00 | |", flush=True)
+        base = min(tile(a.mltool, path, store, "otsu", a.device) for _ in range(a.repeat))
+        print(f"| {label} | otsu | {base[0]:.2f} | | | 1.00 | {base[2]} | {base[3]:.2f} |",
+              flush=True)
         for name, pt in models.items():
             runs = [tile(a.mltool, path, store, pt, a.device) for _ in range(a.repeat)]
-            wall, seg, tiles = min(runs)
-            print(f"| {label} | {name} | {wall:.2f} | {seg:.2f} | {100 * seg / wall:.0f}% | "
-                  f"{wall / base:.2f} | {tiles} |", flush=True)
+            secs, seg, tiles, wall = min(runs)
+            print(f"| {label} | {name} | {secs:.2f} | {seg:.2f} | {100 * seg / secs:.0f}% | "
+                  f"{secs / base[0]:.2f} | {tiles} | {wall:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

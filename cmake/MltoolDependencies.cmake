@@ -49,6 +49,37 @@ if(MLTOOL_WITH_SLIDE)
   pkg_check_modules(TIFF REQUIRED IMPORTED_TARGET libtiff-4>=4.5)
   # Slides over DICOMweb (io/dicomweb.cpp): Debian's libcurl4-openssl-dev.
   pkg_check_modules(CURL REQUIRED IMPORTED_TARGET libcurl)
+  # tile --roi's regions (slide/roi.cpp): GEOS's C API, Debian's libgeos-dev (3.11:
+  # GEOSGeom_createRectangle_r). geos-config first (what GEOS installs), then pkg-config (geos.pc
+  # since 3.10), then the library and header themselves.
+  if(NOT TARGET mltool_geos)
+    find_program(MLTOOL_GEOS_CONFIG geos-config)
+    set(_geos_hints "")
+    set(_geos_inc "")
+    if(MLTOOL_GEOS_CONFIG)
+      execute_process(COMMAND "${MLTOOL_GEOS_CONFIG}" --prefix OUTPUT_VARIABLE _geos_prefix
+                      OUTPUT_STRIP_TRAILING_WHITESPACE)
+      execute_process(COMMAND "${MLTOOL_GEOS_CONFIG}" --includes OUTPUT_VARIABLE _geos_inc
+                      OUTPUT_STRIP_TRAILING_WHITESPACE)
+      list(APPEND _geos_hints "${_geos_prefix}/lib" "${_geos_prefix}/lib64")
+    else()
+      pkg_check_modules(GEOS QUIET geos>=3.11)
+      if(GEOS_FOUND)
+        list(APPEND _geos_hints ${GEOS_LIBRARY_DIRS})
+        set(_geos_inc "${GEOS_INCLUDE_DIRS}")
+      endif()
+    endif()
+    find_library(MLTOOL_GEOS_LIBRARY NAMES geos_c HINTS ${_geos_hints})
+    find_path(MLTOOL_GEOS_INCLUDE_DIR geos_c.h HINTS ${_geos_inc})
+    if(NOT MLTOOL_GEOS_LIBRARY OR NOT MLTOOL_GEOS_INCLUDE_DIR)
+      message(FATAL_ERROR "GEOS (its C API, libgeos_c and geos_c.h) not found: apt-get install "
+                          "libgeos-dev (scripts/setup.sh does)")
+    endif()
+    add_library(mltool_geos INTERFACE IMPORTED)
+    set_target_properties(mltool_geos PROPERTIES
+      INTERFACE_LINK_LIBRARIES "${MLTOOL_GEOS_LIBRARY}"
+      INTERFACE_INCLUDE_DIRECTORIES "${MLTOOL_GEOS_INCLUDE_DIR}")
+  endif()
 endif()
 
 # CUDA: compiled when nvcc exists, whether or not this machine has a GPU. sm_90 SASS plus

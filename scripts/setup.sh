@@ -41,6 +41,7 @@ packages=(
   fonts-dejavu-core  # the font of the QC captions (vips_text) and the charts; named, not left to chance
   librsvg2-2  # libvips' svgload, which renders the charts' SVG to PNG (a libvips42 dependency today)
   libcurl4-openssl-dev  # slides over DICOMweb (HTTP, TLS with the system CA store)
+  libgeos-dev  # GEOS (C API): tile --roi's QuPath regions, their union and the tile shares
 )
 # What only the tests, the benchmarks and the format check use: not for the example.
 (( for_example )) || packages+=(

@@ -32,8 +32,11 @@ const util::EnumNames<TissueDetection> kTissueDetections = {{TissueDetection::ot
 const util::EnumNames<ArtifactFilter> kArtifactFilters = {{ArtifactFilter::exclude, "exclude"},
                                                           {ArtifactFilter::keep, "keep"}};
 
+const util::EnumNames<RoiMissing> kRoiMissing = {
+    {RoiMissing::refuse, "refuse"}, {RoiMissing::skip, "skip"}, {RoiMissing::all, "all"}};
+
 nlohmann::json TileSettings::to_json() const {
-  nlohmann::json doc = {{"format", "mltool.tile-store"},
+  nlohmann::json out = {{"format", "mltool.tile-store"},
                         {"format_version", 1},
                         {"tile_size", tile_size},
                         {"overlap", overlap},
@@ -46,10 +49,14 @@ nlohmann::json TileSettings::to_json() const {
                         {"artifacts", util::name_of(kArtifactFilters, artifacts)},
                         {"pixels", pixels}};
   if (tissue == TissueDetection::model) {
-    doc["segmenter"] = segmenter;
-    doc["max_artifact"] = max_artifact;
+    out["segmenter"] = segmenter;
+    out["max_artifact"] = max_artifact;
   }
-  return doc;
+  if (roi)  // only with --roi: the records of stores without it are as before
+    out["roi"] = {{"classes", roi->classes},
+                  {"min_roi", roi->min_roi},
+                  {"missing", util::name_of(kRoiMissing, roi->missing)}};
+  return out;
 }
 
 TileSettings TileSettings::from_json(const nlohmann::json& doc, const std::string& where) {
@@ -76,6 +83,13 @@ TileSettings TileSettings::from_json(const nlohmann::json& doc, const std::strin
       throw FormatError(where + ": tissue \"model\" needs 'segmenter' and 'max_artifact'");
     s.segmenter = doc.at("segmenter");
     s.max_artifact = doc.at("max_artifact").get<double>();
+  }
+  if (doc.contains("roi")) {  // absent: no --roi (the schema checks its fields)
+    const auto& r = doc.at("roi");
+    s.roi =
+        RoiSettings{r.at("classes").get<std::vector<std::string>>(), r.at("min_roi").get<double>(),
+                    util::parse_enum(kRoiMissing, r.at("missing").get<std::string>(),
+                                     where + ": 'roi.missing'")};
   }
   if (s.mpp.has_value() == s.level.has_value())
     throw FormatError(where + ": exactly one of 'mpp' and 'level' must be set");

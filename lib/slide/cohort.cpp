@@ -33,6 +33,7 @@ std::string fixed1(double v) {
 std::string percent(double f) { return std::to_string(static_cast<int>(f * 100 + 0.5)) + "%"; }
 
 void log_slide(const SlideReport& r, const CohortJob& job) {
+  if (r.status == SlideStatus::no_roi) return;  // slide_roi said so
   if (r.status == SlideStatus::skipped) {
     log::info(r.id + ": already complete in " + job.store + " (" + std::to_string(r.tiles) +
               " tiles), skipped");
@@ -111,6 +112,10 @@ void check_slides(const std::vector<std::string>& slides, const CohortJob& job) 
   if (web) {
     const io::DicomwebClient reads_token(*web, job.tile.dicomweb);  // and sends no request
   }
+  // --roi: every slide's file checked before the first is tiled; a lone slide's needs no
+  // early check (tile_slide reads it before anything of the slide is written) but under
+  // --overwrite, which empties the store first.
+  check_rois(job.tile.roi, slides, each && (slides.size() > 1 || job.overwrite));
 }
 
 // The store, emptied first under --overwrite (after check_slides), with the run's settings and
@@ -135,6 +140,7 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
     s.mpp = 10.0 / *job.tile.mag;  // the convention: 10x ~ 1 µm/px
   }
   if (!s.mpp && !s.level) s.mpp = kDefaultMpp;
+  s.roi = roi_settings(job.tile.roi);  // --roi: recorded with the store's settings
   util::check_options(cohort_options(), job);
   validate(job.tile);
   open_tissue_model(job.tile);  // before any slide is read: a bad segmenter is refused first

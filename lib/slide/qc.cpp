@@ -127,6 +127,25 @@ void draw_kept(io::RgbImage& image, const std::vector<Box>& kept, int line) {
     paint(image, dilate(edges(cover, w, h, false), w, h, line - 1), kKeptOutline);
 }
 
+// The outlines of the regions of interest: each ring's edges sampled every half pixel, the
+// line `width` pixels wide (dilated), painted over the tissue outline and under the tiles.
+void draw_rings(io::RgbImage& image, const std::vector<Ring>& rings, int width) {
+  const int w = image.width, h = image.height;
+  Bits on(static_cast<std::size_t>(w) * h, 0);
+  for (const Ring& ring : rings)
+    for (std::size_t i = 0; i + 1 < ring.size(); ++i) {
+      const auto [ax, ay] = ring[i];
+      const auto [bx, by] = ring[i + 1];
+      const double steps = std::ceil(2 * std::max(std::abs(bx - ax), std::abs(by - ay))) + 1;
+      for (double s = 0; s <= steps; ++s) {
+        const int x = static_cast<int>(std::floor(ax + (bx - ax) * s / steps));
+        const int y = static_cast<int>(std::floor(ay + (by - ay) * s / steps));
+        if (x >= 0 && y >= 0 && x < w && y < h) on[static_cast<std::size_t>(y) * w + x] = 1;
+      }
+    }
+  paint(image, dilate(on, w, h, width - 1), kRoiOutline);
+}
+
 std::string markup_escape(const std::string& text) {
   gchar* escaped = g_markup_escape_text(text.c_str(), static_cast<gssize>(text.size()));
   std::string out = escaped;
@@ -284,6 +303,8 @@ io::RgbImage qc_picture(const io::RgbImage& slide, const QcOverlay& overlay) {
     const Bits outline = edges(scale_mask(*overlay.tissue, w, h), w, h, true);
     paint(out, dilate(outline, w, h, radius - 1), kTissueOutline);
   }
+  if (!overlay.roi.empty() && w > 0 && h > 0)
+    draw_rings(out, overlay.roi, std::max(1, static_cast<int>(std::lround(long_side / 1024.0))));
   draw_kept(out, overlay.kept, std::max(1, static_cast<int>(std::lround(long_side / 2048.0))));
   if (!overlay.caption.empty()) out = with_caption(out, overlay.caption);
   if (overlay.classes && overlay.contract && w > 0)
@@ -324,8 +345,10 @@ std::vector<std::string> caption_lines(const QcCaption& c) {
                std::to_string(c.level) + ")",
            tissue,
            "reader: " + (c.reader.empty() ? std::string("-") : c.reader) +
-               "    green: tissue outline, blue: kept tiles"})
+               "    green: tissue outline, blue: kept tiles" +
+               (c.roi.empty() ? "" : ", orange: regions of interest")})
     lines.push_back(std::move(line));
+  if (!c.roi.empty()) lines.insert(lines.end() - 1, c.roi);  // after the tissue line
   return lines;
 }
 

@@ -49,7 +49,7 @@ body{font-family:sans-serif;margin:16px;background:#f4f4f4;color:#222}
 // One slide's card: its picture, id, status and counts.
 std::string card(const std::string& dir, const SlideReport& r) {
   const bool failed = r.status == SlideStatus::failed;
-  const bool empty = !failed && r.tiles == 0;
+  const bool empty = !failed && r.tiles == 0 && r.status != SlideStatus::no_roi;
   const std::string png = r.id + ".png";
   std::string out = "<div class=\"card" +
                     std::string(failed  ? " failed"
@@ -82,7 +82,7 @@ std::string card(const std::string& dir, const SlideReport& r) {
 // "12 slides: 9 tiled, 1 empty, 1 skipped, 1 failed; 3456 tiles" ("N incomplete, " before
 // "failed" where there are any).
 std::string summary(const std::vector<SlideReport>& slides) {
-  int tiled = 0, empty = 0, skipped = 0, failed = 0, incomplete = 0;
+  int tiled = 0, empty = 0, skipped = 0, failed = 0, incomplete = 0, no_roi = 0;
   std::int64_t tiles = 0;
   for (const auto& r : slides) {
     tiled += r.status == SlideStatus::tiled;
@@ -90,11 +90,13 @@ std::string summary(const std::vector<SlideReport>& slides) {
     skipped += r.status == SlideStatus::skipped;
     failed += r.status == SlideStatus::failed;
     incomplete += r.status == SlideStatus::incomplete;
+    no_roi += r.status == SlideStatus::no_roi;
     tiles += r.tiles;
   }
   return std::to_string(slides.size()) + " slides: " + std::to_string(tiled) + " tiled, " +
          std::to_string(empty) + " empty, " + std::to_string(skipped) + " skipped, " +
          (incomplete ? std::to_string(incomplete) + " incomplete, " : std::string()) +
+         (no_roi ? std::to_string(no_roi) + " without ROI file, " : std::string()) +
          std::to_string(failed) + " failed; " + std::to_string(tiles) + " tiles";
 }
 

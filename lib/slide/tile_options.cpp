@@ -65,6 +65,58 @@ void parse_tissue(J& j, const std::string& text) {
   j.tissue_model = text;
 }
 
+// --tissue and --max-artifact.
+util::Option<J> tissue_option() {
+  return util::custom<J>(
+      "--tissue", "otsu|none|MODEL.pt",
+      "Tissue detection: otsu (saturation on a thumbnail), none (every tile), or a "
+      "TorchScript segmenter that finds tissue and artifacts (docs/tile.md)",
+      [](J& j, const std::string& text) { parse_tissue(j, text); },
+      [](const J& j) {
+        return nlohmann::json(j.settings.tissue == io::TissueDetection::model
+                                  ? j.tissue_model
+                                  : util::name_of(io::kTissueDetections, j.settings.tissue));
+      });
+}
+
+util::Option<J> max_artifact_option() {
+  return util::option_at<J>(
+             "--max-artifact", [](J& j) -> double& { return j.settings.max_artifact; },
+             "--tissue MODEL.pt: drop tiles with more than this share in the model's artifact "
+             "classes")
+      .at_least(0)
+      .at_most(1);
+}
+
+// --roi, --roi-class, --min-roi, --roi-missing (roi.hpp).
+util::Option<J> roi_path_option() {
+  return util::option_at<J>(
+      "--roi", [](J& j) -> std::string& { return j.roi.path; },
+      "Tile only inside regions drawn in QuPath: a GeoJSON file as QuPath's Export objects "
+      "as GeoJSON writes it (level-0 pixels), or a directory of <slide id>.geojson");
+}
+
+util::Option<J> roi_class_option() {
+  return util::option_at<J>(
+      "--roi-class", [](J& j) -> std::vector<std::string>& { return j.roi.classes; },
+      "Keep the regions of this QuPath class only (repeatable); default: every region");
+}
+
+util::Option<J> min_roi_option() {
+  return util::option_at<J>(
+             "--min-roi", [](J& j) -> double& { return j.roi.min_roi; },
+             "Keep tiles with at least this share of their area inside the regions")
+      .at_least(0)
+      .at_most(1);
+}
+
+util::Option<J> roi_missing_option() {
+  return util::choice_at<J>(
+      "--roi-missing", [](J& j) -> io::RoiMissing& { return j.roi.missing; }, io::kRoiMissing,
+      "A slide without an ROI file in the --roi directory: refuse, skip it, or tile it whole "
+      "(all)");
+}
+
 // "jpeg or png": io::kEncodings' names.
 std::string encodings_text() {
   std::vector<std::string> names;
@@ -123,16 +175,7 @@ const util::Options<TileJob>& tile_options() {
       option_at<J>(
           "--overlap", [](J& j) -> int& { return j.settings.overlap; },
           "Pixels shared by neighbouring tiles"),
-      util::custom<J>(
-          "--tissue", "otsu|none|MODEL.pt",
-          "Tissue detection: otsu (saturation on a thumbnail), none (every tile), or a "
-          "TorchScript segmenter that finds tissue and artifacts (docs/tile.md)",
-          [](J& j, const std::string& text) { parse_tissue(j, text); },
-          [](const J& j) {
-            return nlohmann::json(j.settings.tissue == io::TissueDetection::model
-                                      ? j.tissue_model
-                                      : util::name_of(io::kTissueDetections, j.settings.tissue));
-          }),
+      tissue_option(),
       choice_at<J>(
           "--artifacts", [](J& j) -> io::ArtifactFilter& { return j.settings.artifacts; },
           io::kArtifactFilters,
@@ -143,12 +186,11 @@ const util::Options<TileJob>& tile_options() {
           "Keep tiles with at least this tissue fraction")
           .at_least(0)
           .at_most(1),
-      option_at<J>(
-          "--max-artifact", [](J& j) -> double& { return j.settings.max_artifact; },
-          "--tissue MODEL.pt: drop tiles with more than this share in the model's artifact "
-          "classes")
-          .at_least(0)
-          .at_most(1),
+      max_artifact_option(),
+      roi_path_option(),  // --roi: regions of interest drawn in QuPath (roi.hpp)
+      roi_class_option(),
+      min_roi_option(),
+      roi_missing_option(),
       util::option("--qc", &J::qc_dir,
                    "Write a QC picture per slide and the run's index.html into this directory"),
       util::option("--qc-size", &J::qc_size, "Long side of the slide in a QC picture, in pixels")

@@ -45,13 +45,16 @@ json kept_json(const std::vector<KeptTile>& kept, const std::vector<TileFailure>
   std::set<std::pair<std::int64_t, std::int64_t>> out;
   for (const auto& f : left_out) out.emplace(f.row, f.col);
   json row = json::array(), col = json::array(), x = json::array(), y = json::array(),
-       tissue = json::array();
+       tissue = json::array(), roi = json::array();
   for (const auto& k : kept) {
     if (out.count({k.row, k.col})) continue;
     row.push_back(k.row), col.push_back(k.col), x.push_back(k.x), y.push_back(k.y);
     tissue.push_back(std::round(k.tissue * 1e4) / 1e4);
+    if (k.roi >= 0) roi.push_back(k.roi);  // tile --roi: the share, unrounded
   }
-  return {{"row", row}, {"col", col}, {"x", x}, {"y", y}, {"tissue", tissue}};
+  json record = {{"row", row}, {"col", col}, {"x", x}, {"y", y}, {"tissue", tissue}};
+  if (!roi.empty()) record["roi"] = std::move(roi);
+  return record;
 }
 
 json slide_json(const Slide& slide, const Identity& who, const ReadPlan& plan, const TileGrid& grid,

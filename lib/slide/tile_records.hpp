@@ -10,6 +10,7 @@
 
 #include "mltool/slide/geometry.hpp"
 #include "mltool/slide/openslide.hpp"
+#include "mltool/slide/roi.hpp"
 #include "mltool/slide/segmenter.hpp"
 #include "mltool/slide/tiler.hpp"
 #include "mltool/slide/tissue.hpp"
@@ -33,6 +34,7 @@ struct Selection {
   std::optional<ClassMap> classes;              ///< model
   const SegmenterContract* contract = nullptr;  ///< model
   std::vector<KeptTile> kept;                   ///< in key order
+  SlideRoi roi;                                 ///< tile --roi: the regions tiles were kept by
 };
 
 /// The "slides" record: the slide, how it is read and tiled, and the thumbnail.

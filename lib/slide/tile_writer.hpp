@@ -19,6 +19,7 @@ namespace mltool::slide {
 struct KeptTile {
   std::int64_t row, col, x, y;
   double tissue;
+  double roi = -1;  ///< tile --roi: its share inside the regions (0–1); -1 without --roi
 };
 
 /// What writing a slide's tiles gave.

@@ -19,6 +19,7 @@
 #include "mltool/util/log.hpp"
 #include "mltool/util/parallel.hpp"
 #include "own_jpeg_tiles.hpp"
+#include "roi_tiles.hpp"
 #include "slide_mpp.hpp"
 #include "thumbnail.hpp"
 #include "tile_records.hpp"
@@ -262,6 +263,7 @@ void write_qc(const Slide& slide, const TileJob& job, const ReadPlan& plan, cons
   if (selection.classes) c.segmenter = job.settings.segmenter.value("file", std::string());
   c.max_artifact = job.settings.max_artifact;
   c.reader = report.reader;
+  roi_overlay(selection, sx, sy, job.roi.min_roi, overlay, c);
   overlay.caption = caption_lines(c);
   util::make_directories(job.qc_dir);
   io::write_png(util::join_path(job.qc_dir, report.id + ".png"),
@@ -277,6 +279,7 @@ const char* to_string(SlideStatus status) {
     case SlideStatus::skipped: return "skipped";
     case SlideStatus::incomplete: return "incomplete";
     case SlideStatus::failed: return "failed";
+    case SlideStatus::no_roi: return "no_roi";
   }
   return "?";
 }
@@ -300,6 +303,7 @@ void validate(const TileJob& job) {
   util::check_options(tile_store_options(), job);
   const auto& s = job.settings;
   check_tile_size(s.tile_size, s.overlap);
+  check_roi_options(job.roi);
   if (s.mpp.has_value() == s.level.has_value())
     throw UsageError("give exactly one of --mpp and --level");
 }
@@ -315,7 +319,8 @@ struct Prepared {
 };
 
 // The µm/px, the read plan, the grid, the tiles kept and the "slides" record.
-Prepared prepare(const Slide& slide, const Identity& who, const TileJob& job, SlideReport& report) {
+Prepared prepare(const Slide& slide, const Identity& who, const TileJob& job, const SlideRoi& roi,
+                 SlideReport& report) {
   const auto& s = job.settings;
   const std::string& id = report.id;
   SlideGeometry geometry = slide.geometry();
@@ -352,6 +357,7 @@ Prepared prepare(const Slide& slide, const Identity& who, const TileJob& job, Sl
     for (const auto& name : p.selection.contract->classes)
       report.class_fractions.emplace_back(name, p.record["class_areas"][name]["fraction"]);
   }
+  apply_roi(p.selection, p.record, roi, p.grid.size_level0, job.roi.min_roi);  // --roi
   // The estimate is the store's only where the µm/px came from it (--mpp-from-content); one
   // made for the QC pictures or --check-mpp is not, so a slide's record is the same whatever
   // else was asked, and without its timing, which no two runs share.
@@ -507,11 +513,17 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
   report.path = path;
   report.id = io::slide_id_for(path);
   const std::string& id = report.id;
+  const SlideRoi roi = slide_roi(job.roi, path);  // --roi: checked before the slide is read
+  if (roi.skip) {
+    report.status = SlideStatus::no_roi;
+    return report;
+  }
   const Slide slide = Slide::open(path, job.dicomweb);
   // A DICOMweb series is its URL (recorded) and its series UID (the id, the same on any server).
   const Identity who{id, slide.property("openslide.quickhash-1").value_or(""),
                      slide.dicomweb() ? path : util::absolute_path(path)};
   const Stored stored = already_tiled(store, path, who, report);
+  if (stored != Stored::none) require_same_roi(store, id, roi, path);
   if (stored == Stored::complete) {
     report.seconds = seconds_since(start);
     return report;
@@ -519,7 +531,7 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
   if (stored == Stored::none)
     if (const auto removed = store.discard_incomplete(id))
       log::info(id + ": removed " + std::to_string(removed) + " tiles of an interrupted run");
-  Prepared p = prepare(slide, who, job, report);
+  Prepared p = prepare(slide, who, job, roi, report);
   if (stored == Stored::incomplete)
     fill_failed(store, slide, job, p, report, keep_going, start);
   else

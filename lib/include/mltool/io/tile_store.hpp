@@ -47,6 +47,17 @@ extern const util::EnumNames<TissueDetection> kTissueDetections;
 enum class ArtifactFilter { exclude, keep };
 extern const util::EnumNames<ArtifactFilter> kArtifactFilters;
 
+/// tile --roi: what a slide without an ROI file gets (a directory of them): refused, skipped,
+/// or tiled whole.
+enum class RoiMissing { refuse, skip, all };
+extern const util::EnumNames<RoiMissing> kRoiMissing;
+/// The --roi settings every slide of a store shares (the files are per slide).
+struct RoiSettings {
+  std::vector<std::string> classes;  ///< --roi-class, sorted and unique; empty: every region
+  double min_roi = 0.5;              ///< smallest share of a kept tile inside the regions
+  RoiMissing missing = RoiMissing::refuse;
+};
+
 struct TileSettings {
   int tile_size = 256;
   int overlap = 0;
@@ -67,6 +78,9 @@ struct TileSettings {
   nlohmann::json segmenter;
   /// tissue model: drop a tile whose footprint has more than this share in artifact classes.
   double max_artifact = 0.1;
+  /// tile --roi: tiles kept by their share inside regions drawn in QuPath; none without
+  /// --roi (a record without "roi", as every store before it, reads as none).
+  std::optional<RoiSettings> roi;
 
   /// The "store" record (format mltool.tile-store, schemas/tile-store.schema.json).
   nlohmann::json to_json() const;

@@ -18,6 +18,7 @@
 
 #include "mltool/io/image_codec.hpp"
 #include "mltool/slide/openslide.hpp"
+#include "mltool/slide/roi.hpp"
 #include "mltool/slide/segmenter.hpp"
 #include "mltool/slide/tiler.hpp"
 #include "mltool/slide/tissue.hpp"
@@ -35,6 +36,7 @@ struct QcOverlay {
   /// bilinearly and its boundary drawn); null for --tissue none.
   const Mask* tissue = nullptr;
   std::vector<Box> kept;             ///< the kept tiles, in picture pixels
+  std::vector<Ring> roi;             ///< tile --roi: the regions' outlines, in picture pixels
   std::vector<std::string> caption;  ///< plain-text lines under the picture; the first is bold
   /// --tissue MODEL.pt: the class map, each tissue and artifact class tinted in its colour
   /// (io::class_colour) over the slide and named in a legend strip under the caption; null
@@ -46,6 +48,7 @@ struct QcOverlay {
 /// The colours of the overlay (documented in docs/tile.md).
 inline constexpr std::uint8_t kTissueOutline[3] = {0, 200, 0};
 inline constexpr std::uint8_t kKeptOutline[3] = {20, 60, 255};
+inline constexpr std::uint8_t kRoiOutline[3] = {255, 140, 0};  ///< tile --roi's regions: orange
 /// Kept tiles narrower than this many picture pixels are drawn as the outline of their union
 /// (a box per tile would be a solid blue grid); wider ones as a box each.
 inline constexpr double kMinBoxPx = 12;
@@ -88,6 +91,7 @@ struct QcCaption {
   std::string segmenter;    ///< --tissue MODEL.pt: its file name, else ""
   double max_artifact = 0;  ///< --max-artifact, with a segmenter
   std::string reader;
+  std::string roi;  ///< tile --roi: the line saying what the regions kept ("": no --roi)
 };
 
 /// The caption's lines: the id, then µm/px and its source, the metadata's and the tissue's

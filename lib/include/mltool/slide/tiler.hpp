@@ -20,6 +20,7 @@
 #include "mltool/io/tile_store.hpp"
 #include "mltool/slide/mpp_estimate.hpp"
 #include "mltool/slide/region_reader.hpp"
+#include "mltool/slide/roi.hpp"
 #include "mltool/slide/segmenter.hpp"
 
 namespace mltool::slide {
@@ -98,13 +99,15 @@ struct TileJob {
   SegmenterOpener open_segmenter;
   /// The segmenter, opened once by tile_slides (open_tissue_model) before any slide is read.
   std::shared_ptr<Segmenter> segmenter;
+  /// Regions of interest drawn in QuPath (--roi, --roi-class, --min-roi, --roi-missing).
+  RoiJob roi;
 };
 
 /// What happened to one slide: tiled; empty (complete with zero tiles); skipped (already
 /// complete in the store); incomplete (published without the tiles whose DICOMweb frames
 /// failed, keep_going: SlideReport::failed_tiles); failed (only in tile_slides' reports under
-/// keep_going; see SlideReport::error).
-enum class SlideStatus { tiled, empty, skipped, incomplete, failed };
+/// keep_going; see SlideReport::error); no_roi (not tiled: no ROI file, --roi-missing skip).
+enum class SlideStatus { tiled, empty, skipped, incomplete, failed, no_roi };
 
 /// The status's name in reports, the --json summary and qc/index.html.
 const char* to_string(SlideStatus status);

@@ -102,7 +102,9 @@ SegmenterContract parse_segmenter_contract(const std::string& text, const std::s
 void check_segmenter_file(const std::string& text, const std::string& others) {
   if (text.empty() || !util::exists(text) || util::is_directory(text))
     throw UsageError("--tissue takes " + others + " or a TorchScript segmenter file; '" + text +
-                     "' is none of them (no such file)");
+                     "' is none of them (no such file). The published networks are exported "
+                     "with scripts/encoders.py export grandqc-tissue|grandqc-artifact|hest-tissue "
+                     "-o FILE.pt (docs/segmenters.md)");
 }
 
 int window_count(std::int64_t length, int input_size) {

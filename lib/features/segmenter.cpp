@@ -10,21 +10,13 @@
 
 #include <fstream>
 
+#include "mltool/features/extractor.hpp"
 #include "mltool/util/device.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/oom.hpp"
 
 namespace mltool::features {
 namespace {
-
-// The last line of a LibTorch error (the script's own message), without its backtrace.
-std::string cause(const std::exception& e) {
-  const auto* c10 = dynamic_cast<const c10::Error*>(&e);
-  std::string m = c10 ? c10->what_without_backtrace() : e.what();
-  while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
-  const auto nl = m.rfind('\n');
-  return nl == std::string::npos ? m : m.substr(nl + 1);
-}
 
 std::string contract_text(const std::string& path) {
   const std::string record = std::string("extra/") + slide::kSegmenterContractFile;
@@ -38,7 +30,7 @@ std::string contract_text(const std::string& path) {
     throw InputError(at_file(path,
                              "not a TorchScript archive (--tissue takes otsu, none or a "
                              "TorchScript segmenter): " +
-                                 cause(e)));
+                                 torch_error_cause(e)));
   }
   throw InputError(at_file(
       path, std::string("has no ") + slide::kSegmenterContractFile +
@@ -56,7 +48,7 @@ class TorchSegmenter final : public slide::Segmenter {
     try {
       module_ = torch::jit::load(path_, device_);
     } catch (const c10::Error& e) {
-      throw InputError(at_file(path_, "not a TorchScript model: " + cause(e)));
+      throw InputError(at_file(path_, "not a TorchScript model: " + torch_error_cause(e)));
     }
     module_.eval();
     check_output();
@@ -76,8 +68,8 @@ class TorchSegmenter final : public slide::Segmenter {
       throw;
     } catch (const std::exception& e) {
       if (!util::is_out_of_memory(e))
-        throw ResourceError(at_file(
-            path_, "the segmenter failed on " + std::to_string(n) + " windows: " + cause(e)));
+        throw ResourceError(at_file(path_, "the segmenter failed on " + std::to_string(n) +
+                                               " windows: " + torch_error_cause(e)));
       util::release_cached_memory(device_);
       if (n == 1)
         throw ResourceError(at_file(path_, "one window of " + std::to_string(s) +
@@ -118,7 +110,7 @@ class TorchSegmenter final : public slide::Segmenter {
     } catch (const std::exception& e) {
       throw InputError(at_file(path_, "the segmenter fails on 2 windows of 3 x " +
                                           std::to_string(s) + " x " + std::to_string(s) +
-                                          " (input_size in mltool.json): " + cause(e)));
+                                          " (input_size in mltool.json): " + torch_error_cause(e)));
     }
     const std::vector<std::int64_t> want{2, c, s, s};
     if (out.sizes().vec() != want) {

@@ -167,31 +167,35 @@ ImagePtr render_text(const std::vector<std::string>& lines, int width, int font_
   return ImagePtr(raw);
 }
 
+// The ink of `text` (render_text's) drawn dark onto `out` from (x0, y0), clipped to it.
+void draw_ink(io::RgbImage& out, VipsImage& text, int x0, int y0, const char* what) {
+  std::size_t size = 0;
+  void* raw = vips_image_write_to_memory(&text, &size);
+  if (!raw) throw ResourceError(std::string("libvips: ") + what + ": " + vips_message());
+  const std::unique_ptr<void, decltype(&g_free)> ink(raw, g_free);
+  constexpr int kInk = 25;
+  const auto* a = static_cast<const std::uint8_t*>(raw);
+  for (int y = 0; y < text.Ysize && y0 + y < out.height; ++y)
+    for (int x = 0; x < text.Xsize && x0 + x < out.width; ++x) {
+      const int v =
+          255 - (a[static_cast<std::size_t>(y) * text.Xsize + x] * (255 - kInk) + 127) / 255;
+      std::fill_n(out.pixels.data() + (static_cast<std::size_t>(y0 + y) * out.width + x0 + x) * 3,
+                  3, static_cast<std::uint8_t>(v));
+    }
+}
+
 // `picture` with a white strip below it holding the caption in dark text.
 io::RgbImage with_caption(const io::RgbImage& picture, const std::vector<std::string>& lines) {
   const int long_side = std::max(picture.width, picture.height);
   const int font_px = std::max(10, long_side / 64), pad = std::max(4, font_px / 2);
   const int text_width = std::max(1, picture.width - 2 * pad);
   const ImagePtr text = render_text(lines, text_width, font_px);
-  std::size_t size = 0;
-  void* raw = vips_image_write_to_memory(text.get(), &size);
-  if (!raw) throw ResourceError("libvips: the QC caption: " + vips_message());
-  const std::unique_ptr<void, decltype(&g_free)> ink(raw, g_free);
-  const int tw = text->Xsize, th = text->Ysize;
-  io::RgbImage out{picture.width, picture.height + th + 2 * pad + 1, {}};
+  io::RgbImage out{picture.width, picture.height + text->Ysize + 2 * pad + 1, {}};
   out.pixels.assign(static_cast<std::size_t>(out.width) * out.height * 3, 255);
   std::copy(picture.pixels.begin(), picture.pixels.end(), out.pixels.begin());
   const std::size_t rule = static_cast<std::size_t>(picture.height) * out.width * 3;
   std::fill_n(out.pixels.begin() + rule, out.width * 3, 160);  // a grey rule above the strip
-  constexpr int kInk = 25;
-  const auto* a = static_cast<const std::uint8_t*>(raw);
-  for (int y = 0; y < th; ++y)
-    for (int x = 0; x < std::min(tw, out.width - pad); ++x) {
-      const int v = 255 - (a[static_cast<std::size_t>(y) * tw + x] * (255 - kInk) + 127) / 255;
-      const std::size_t at =
-          (static_cast<std::size_t>(picture.height + 1 + pad + y) * out.width + pad + x) * 3;
-      std::fill_n(out.pixels.begin() + at, 3, static_cast<std::uint8_t>(v));
-    }
+  draw_ink(out, *text, pad, picture.height + 1 + pad, "the QC caption");
   return out;
 }
 
@@ -241,19 +245,7 @@ io::RgbImage legend_strip(const SegmenterContract& contract, int width, int font
       for (int xx = static_cast<int>(b.x0); xx < static_cast<int>(b.x1) && xx < width; ++xx)
         std::copy_n(io::class_colour(contract.classes[k], contract.tissue, contract.artifacts), 3,
                     out.pixels.data() + (static_cast<std::size_t>(yy) * width + xx) * 3);
-  for (const auto& [lx, ly, text] : labels) {
-    std::size_t size = 0;
-    void* raw = vips_image_write_to_memory(text.get(), &size);
-    if (!raw) throw ResourceError("libvips: the QC legend: " + vips_message());
-    const std::unique_ptr<void, decltype(&g_free)> ink(raw, g_free);
-    const auto* a = static_cast<const std::uint8_t*>(raw);
-    for (int ty = 0; ty < text->Ysize && ly + ty < out.height; ++ty)
-      for (int tx = 0; tx < text->Xsize && lx + tx < width; ++tx) {
-        const int v = 255 - (a[static_cast<std::size_t>(ty) * text->Xsize + tx] * 230 + 127) / 255;
-        std::fill_n(out.pixels.data() + (static_cast<std::size_t>(ly + ty) * width + lx + tx) * 3,
-                    3, static_cast<std::uint8_t>(v));
-      }
-  }
+  for (const auto& [lx, ly, text] : labels) draw_ink(out, *text, lx, ly, "the QC legend");
   return out;
 }
 

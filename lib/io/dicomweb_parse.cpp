@@ -69,6 +69,22 @@ bool is_dicomweb_url(const std::string& path) {
   return path.rfind("http://", 0) == 0 || path.rfind("https://", 0) == 0;
 }
 
+bool is_dicom_uid(const std::string& uid) {
+  if (uid.empty() || uid.size() > 64) return false;
+  bool digit_before = false;  // the component so far has a digit
+  for (const char c : uid) {
+    if (c == '.') {
+      if (!digit_before) return false;  // a leading dot, or two in a row
+      digit_before = false;
+    } else if (c >= '0' && c <= '9') {
+      digit_before = true;
+    } else {
+      return false;
+    }
+  }
+  return digit_before;  // no trailing dot
+}
+
 DicomwebSeriesUrl parse_dicomweb_url(const std::string& url) {
   DicomwebSeriesUrl out;
   out.url = url;
@@ -83,11 +99,15 @@ DicomwebSeriesUrl parse_dicomweb_url(const std::string& url) {
     out.study = out.url.substr(studies + 9, series - studies - 9);
     out.series = out.url.substr(series + 8);
   }
-  const auto bad = [](const std::string& uid) {
-    return uid.empty() || uid.find_first_not_of("0123456789.") != std::string::npos;
+  if (!ok) throw UsageError(url + ": not a DICOMweb series URL (" + kUrlForm + ")");
+  const auto check = [&url](const char* name, const std::string& uid) {
+    if (!is_dicom_uid(uid))
+      throw UsageError(url + ": not a DICOMweb series URL (" + kUrlForm + "): the " + name +
+                       " UID '" + uid +
+                       "' is not a DICOM UID (digits and dots, at most 64 characters)");
   };
-  if (!ok || bad(out.study) || bad(out.series))
-    throw UsageError(url + ": not a DICOMweb series URL (" + kUrlForm + ")");
+  check("study", out.study);
+  check("series", out.series);
   return out;
 }
 

@@ -42,7 +42,13 @@ struct DicomwebSeriesUrl {
 /// Whether `path` is meant as a URL (starts with http:// or https://).
 bool is_dicomweb_url(const std::string& path);
 
-/// Parses a series URL. UsageError naming `url` and the expected form when it is not one.
+/// Whether `uid` is a DICOM UID (PS3.5 9.1): components of digits joined by single dots, at
+/// most 64 characters. Every UID that goes into a request URL, the user's or the server's,
+/// must be one: "..", "1.2/../x" or "%2e" would reach other paths of the server.
+bool is_dicom_uid(const std::string& uid);
+
+/// Parses a series URL. UsageError naming `url` and the expected form when it is not one (its
+/// study and series UIDs are not DICOM UIDs, too).
 DicomwebSeriesUrl parse_dicomweb_url(const std::string& url);
 
 /// A 401 or 403 answer: the token is missing or wrong. Stops a run even under --keep-going.
@@ -90,7 +96,8 @@ class DicomwebClient {
 
   /// Frames `numbers` (1-based) of instance `sop`, in that order, in one request, tried again
   /// on transient faults unless `retry` is false. DicomwebError naming the URL and the status
-  /// when the request fails for good, or the answer does not hold one part per frame.
+  /// when the request fails for good, or the answer does not hold one part per frame;
+  /// FormatError, and no request, when `sop` is not a DICOM UID (is_dicom_uid).
   std::vector<DicomwebFrame> frames(const std::string& sop,
                                     const std::vector<std::int64_t>& numbers,
                                     bool retry = true) const;

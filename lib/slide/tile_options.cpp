@@ -246,6 +246,9 @@ const util::Options<CohortJob>& cohort_options() {
                  "I/N with 0 <= I < N (e.g. 0/4), or auto"),
       util::shards_option(&C::shards),
       util::keep_going_option(&C::keep_going),
+      util::flag("--allow-missing-tiles", &C::allow_missing_tiles,
+                 "A slide whose tiles' DICOMweb frames failed after their retries counts as "
+                 "done without them (they stay listed in its done marker; no exit 4)"),
       util::overwrite_option(&C::overwrite),
       util::flag("--allow-partial", &C::allow_partial,
                  "--merge: join the shard stores there are, naming the missing or unfinished"),

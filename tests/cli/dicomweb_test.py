@@ -10,7 +10,8 @@ does) and a pydicom-written series (scripts/fixtures/dicom_series.py, YBR_FULL_4
   through, tiles decoded and resampled, features); `info` reads the same levels and µm/px;
   `predict` on a store tiled over DICOMweb (its heatmaps read the slide through the token proxy
   with --dicomweb-token-file) writes the same predictions and heatmaps as on the local one, and
-  an image model predicts the same from a coordinates store's tiles read over DICOMweb;
+  an image model predicts the same from a coordinates store's tiles read over DICOMweb, and
+  trains the same from them (train's --dicomweb-token-file);
 - the reference client dicomweb-client (PyPI) fetches the frames pydicom reads from the files,
   and the frames mltool stores;
 - a token-protected server (a reverse proxy here in front of Orthanc): the token works from
@@ -849,6 +850,26 @@ def check_predict_image():
         code, _, err = run([MLTOOL, "predict", tmp("img-run"),  # the pixels come from the server
                             tmp("img-feat-web", "coordinates.lmdb"), "-o", tmp("img-out-notoken")])
         expect(code != 0 and "401" in err, f"predict without the token: exit {code}: {err[-1500:]}")
+        # train reads a coordinates store's tiles over DICOMweb with the same options: the
+        # token from --dicomweb-token-file; without it the server's 401 names the option.
+        code, _, err = run([MLTOOL, "pack", tmp("img-feat-web"), "--labels", tmp("img-labels.csv"),
+                            "--unit", "image", "--group-by", "group", "--split",
+                            "train=0.5,val=0.5", "-o", tmp("img-ds-web"), "-q"])
+        expect(code == 0, f"pack (web): exit {code}: {err[-2000:]}")
+        train_web = [MLTOOL, "train", tmp("img-ds-web"), "--model", tmp("img-cnn.json"), "--epochs",
+                     "1", "--batch", "16", "--seed", "1", "-q"]
+        code, _, err = run([*train_web, "-o", tmp("img-run-notoken")])
+        expect(code == 2 and "401" in err and "--dicomweb-token-file" in err,
+               f"train without the token: exit {code}: {err[-1500:]}")
+        code, _, err = run([*train_web, "-o", tmp("img-run-web"), *web_opts])
+        expect(code == 0, f"train over DICOMweb with the token: exit {code}: {err[-2000:]}")
+        with open(tmp("img-run", "metrics.jsonl"), "rb") as a, \
+                open(tmp("img-run-web", "metrics.jsonl"), "rb") as b:
+            strip = [json.loads(line) for line in a], [json.loads(line) for line in b]
+        same = [{k: v for k, v in r.items() if "second" not in k and k != "time"}
+                for r in strip[0]] == [{k: v for k, v in r.items() if "second" not in k and
+                                         k != "time"} for r in strip[1]]
+        expect(same, f"train over DICOMweb: metrics differ from the local run: {strip}")
     finally:
         proxy.shutdown()
         proxy.server_close()

@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts", "fixtures"))
 MLTOOL = sys.argv[1]
 SERVER = {}  # "orthanc"; "series": name → Orthanc's series URL
 DEADLINE_S = 120  # a hang guard: each run here takes seconds
-MEMORY_MB = 1024  # generous: an honest run of these small series peaks far below
+MEMORY_MB = 512  # generous: these runs peak at 35–80 MB (VmHWM), an honest run below 200
 
 ROWS, COLUMNS = "00280010", "00280011"
 SOP_INSTANCE = "00080018"

@@ -147,27 +147,33 @@ bool before_in_key_order(const std::string& a, const std::string& b) { return a 
 
 namespace {
 
+constexpr const char* kControlCharacter = "holds a control character";
+
 // What makes `id` no slide id (slide_id_for's rules), or nullptr.
 const char* slide_id_problem(std::string_view id) {
   if (id.empty()) return "is empty";
   if (id == "." || id == "..") return "is '.' or '..'";
   if (id.find('/') != std::string_view::npos) return "holds '/'";
   for (const unsigned char c : id)
-    if (c < 0x20 || c == 0x7f) return "holds a control character";
+    if (c < 0x20 || c == 0x7f) return kControlCharacter;
   return nullptr;
 }
 
 }  // namespace
 
 std::string slide_id_for(const std::string& path) {
-  if (is_dicomweb_url(path)) return parse_dicomweb_url(path).series;  // stable across servers
   std::string name = path;
-  while (name.size() > 1 && name.back() == '/') name.pop_back();
-  if (const auto slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
-  if (const auto dot = name.rfind('.'); dot != std::string::npos && dot > 0)
-    name = name.substr(0, dot);
+  if (is_dicomweb_url(path)) {
+    name = parse_dicomweb_url(path).series;  // stable across servers
+  } else {
+    while (name.size() > 1 && name.back() == '/') name.pop_back();
+    if (const auto slash = name.rfind('/'); slash != std::string::npos)
+      name = name.substr(slash + 1);
+    if (const auto dot = name.rfind('.'); dot != std::string::npos && dot > 0)
+      name = name.substr(0, dot);
+  }
   if (const char* problem = slide_id_problem(name))
-    throw InputError(at_file(path, std::string(problem) == "holds a control character"
+    throw InputError(at_file(path, problem == kControlCharacter
                                        ? "the file name holds a control character"
                                        : "cannot make a slide id from this path"));
   return name;

@@ -7,9 +7,16 @@
 //     wide as the header; one 1-based, non-decreasing line number per row;
 //   - select_labels: one record per row, keys, labels and groups non-empty, keys without
 //     line breaks, and (with a group column) one group per key;
-//   - label_map: names distinct, and every record's label found at an id that names it.
+//   - label_map: names distinct, and every record's label found at an id that names it;
+//   - the outcome tasks (the first column the key, the next ones the outcomes, the last the
+//     bag): regression targets finite, survival times finite and > 0 with events 1 or 0,
+//     multilabel values 1, 0 or NaN, one per label column; bags non-empty; every row of a key
+//     (and of a bag) with the same outcome.
 //
-// Seeds: fuzz/seeds/fuzz_labels (a quoted CSV with CRLF, a TSV, a JSONL with a BOM).
+// Seeds: fuzz/seeds/fuzz_labels (a quoted CSV with CRLF, a TSV, a JSONL with a BOM, tables of
+// regression, survival and multilabel outcomes with a bag column).
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -81,6 +88,51 @@ void check_labels(const Table& table, const LabelColumns& columns) {
   }
 }
 
+// Whether `a` and `b` have one outcome (NaN, a missing multilabel value, equals NaN).
+bool same_outcome(const LabelRecord& a, const LabelRecord& b) {
+  const auto same = [](float x, float y) { return x == y || (std::isnan(x) && std::isnan(y)); };
+  return same(a.target, b.target) && same(a.time, b.time) && same(a.event, b.event) &&
+         a.values.size() == b.values.size() &&
+         std::equal(a.values.begin(), a.values.end(), b.values.begin(), same);
+}
+
+void check_outcome(const LabelRecord& r, PackTask task, const LabelColumns& columns) {
+  if (r.key.empty() || r.key.find_first_of("\r\n") != std::string::npos) finding("a bad key");
+  if (!columns.bag.empty() && r.bag.empty()) finding("an empty bag");
+  if (task == PackTask::regression && !std::isfinite(r.target)) finding("a target not finite");
+  if (task == PackTask::survival &&
+      (!std::isfinite(r.time) || !(r.time > 0) || (r.event != 0 && r.event != 1)))
+    finding("a survival time not finite and > 0, or an event not 1 or 0");
+  if (task != PackTask::multilabel) return;
+  if (r.values.size() != columns.labels.size()) finding("not one value per label column");
+  for (const float v : r.values)
+    if (v != 0 && v != 1 && !std::isnan(v)) finding("a multilabel value not 1, 0 or NaN");
+}
+
+// Each outcome task on the table's columns: key, then outcomes, then a bag (where there are
+// enough columns).
+void check_outcomes(const Table& table, PackTask task) {
+  const auto& c = table.columns;
+  if (c.size() < 3) return;
+  LabelColumns columns;
+  columns.key = c[0];
+  columns.target = columns.time = c[1];
+  columns.event = c[2];
+  columns.labels.assign(c.begin() + 1, c.end() - 1);
+  columns.bag = c.back();
+  if (task == PackTask::survival && c.size() < 4) columns.bag.clear();
+  const Labels labels = select_labels(table, columns, task);
+  if (labels.records.size() != table.rows.size()) finding("not one record per row");
+  std::unordered_map<std::string, const LabelRecord*> of_key, of_bag;
+  for (const LabelRecord& r : labels.records) {
+    check_outcome(r, task, columns);
+    if (!same_outcome(*of_key.emplace(r.key, &r).first->second, r))
+      finding("a key with two outcomes");
+    if (!r.bag.empty() && !same_outcome(*of_bag.emplace(r.bag, &r).first->second, r))
+      finding("a bag with two outcomes");
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -106,6 +158,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       expect_clean("select_labels", [&] {
         check_labels(table, LabelColumns{table.columns[0], table.columns[1], ""});
       });
+    for (const PackTask task : {PackTask::regression, PackTask::survival, PackTask::multilabel})
+      expect_clean("select_labels", [&] { check_outcomes(table, task); });
   }
   return 0;
 }

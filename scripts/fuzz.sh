@@ -2,12 +2,17 @@
 # Builds the libFuzzer targets with clang (ASan + UBSan) and runs each for a while.
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]     (default 600)
 #   FUZZ_TARGETS="fuzz_json fuzz_labels" scripts/fuzz.sh 60     (only those targets)
+#   scripts/fuzz.sh --build                  (build only; ctest's fuzz_build)
+#   FUZZ_NO_BUILD=1 scripts/fuzz.sh 60       (run what is built; ctest's fuzz_<target>)
+# The targets are fuzz/fuzz_*.cpp, by name.
 # Corpora persist in .fuzz/corpus/<target> (git-ignored), seeded from tests/data and
 # fuzz/seeds/<target>; a finding leaves its input in .fuzz/ and makes the script exit
 # non-zero (after the other targets have run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-600}
+build_only=0
+[ "$seconds" = "--build" ] && build_only=1
 build=build-fuzz
 for p in clang libclang-rt-14-dev; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
@@ -18,14 +23,15 @@ if [ ! -f "$build/build.ninja" ]; then
     -DMLTOOL_FUZZ=ON -DMLTOOL_WITH_TORCH=OFF -DMLTOOL_WITH_SLIDE=OFF -DMLTOOL_BUILD_APPS=OFF \
     -DMLTOOL_BUILD_TESTS=OFF -DMLTOOL_BUILD_BENCH=OFF >/dev/null
 fi
-cmake --build "$build" -j "$(nproc)"
-targets="fuzz_tfrecord fuzz_npy fuzz_example fuzz_json fuzz_labels fuzz_dicom fuzz_dicom_json"
-for target in $targets; do mkdir -p ".fuzz/corpus/$target"; done
-cp -n tests/data/*.tfrecord .fuzz/corpus/fuzz_tfrecord/ 2>/dev/null || true
-cp -n tests/data/*.npy .fuzz/corpus/fuzz_npy/ 2>/dev/null || true
-for target in fuzz_example fuzz_json fuzz_labels fuzz_dicom fuzz_dicom_json; do
+[ "${FUZZ_NO_BUILD:-0}" = 1 ] || cmake --build "$build" -j "$(nproc)"
+if (( build_only )); then exit 0; fi
+targets=$(for f in fuzz/fuzz_*.cpp; do basename "$f" .cpp; done)
+for target in $targets; do
+  mkdir -p ".fuzz/corpus/$target"
   cp -n fuzz/seeds/"$target"/* ".fuzz/corpus/$target/" 2>/dev/null || true
 done
+cp -n tests/data/*.tfrecord .fuzz/corpus/fuzz_tfrecord/ 2>/dev/null || true
+cp -n tests/data/*.npy .fuzz/corpus/fuzz_npy/ 2>/dev/null || true
 found=
 for target in ${FUZZ_TARGETS:-$targets}; do
   echo "== $target: ${seconds}s"

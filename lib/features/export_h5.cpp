@@ -22,6 +22,7 @@
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/h5.hpp"
 #include "mltool/io/half.hpp"
+#include "mltool/io/slide_id.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
@@ -58,7 +59,10 @@ Plan group_rows(const io::FeatureStore& store) {
     }
     const std::string slide = detail::slide_of(store.key(r));
     auto [it, added] = index.emplace(slide, plan.slides.size());
-    if (added) plan.slides.push_back({slide, {}});
+    if (added) {
+      io::check_slide_id(slide, store.dir(), store.key(r));  // it names the slide's files
+      plan.slides.push_back({slide, {}});
+    }
     plan.slides[it->second].rows.push_back(r);
   }
   return plan;

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "mltool/util/html.hpp"
+
 namespace mltool::io {
 namespace {
 
@@ -19,61 +21,12 @@ std::string num(double v) {
   return s;
 }
 
-// The length of the UTF-8 sequence starting at s[i] (0 when invalid) and its code point.
-std::size_t utf8_sequence(const std::string& s, std::size_t i, std::uint32_t& cp) {
-  const auto b = static_cast<unsigned char>(s[i]);
-  std::size_t n = 0;
-  if (b < 0x80) return cp = b, 1;
-  if ((b & 0xE0) == 0xC0)
-    cp = b & 0x1F, n = 2;
-  else if ((b & 0xF0) == 0xE0)
-    cp = b & 0x0F, n = 3;
-  else if ((b & 0xF8) == 0xF0)
-    cp = b & 0x07, n = 4;
-  else
-    return 0;
-  if (i + n > s.size()) return 0;
-  for (std::size_t k = 1; k < n; ++k) {
-    const auto c = static_cast<unsigned char>(s[i + k]);
-    if ((c & 0xC0) != 0x80) return 0;
-    cp = cp << 6 | (c & 0x3F);
-  }
-  static constexpr std::uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return n;
-}
-
 }  // namespace
 
 std::string hex(Rgb c) {
   char t[8];
   std::snprintf(t, sizeof t, "#%02x%02x%02x", c.r, c.g, c.b);
   return t;
-}
-
-std::string xml_text(const std::string& text) {
-  std::string out;
-  for (std::size_t i = 0; i < text.size();) {
-    std::uint32_t cp = 0;
-    const std::size_t n = utf8_sequence(text, i, cp);
-    const bool control =
-        (cp < 0x20 && cp != '\t' && cp != '\n' && cp != '\r') || cp == 0xFFFE || cp == 0xFFFF;
-    if (n == 0 || control) {
-      out += "\xEF\xBF\xBD";  // U+FFFD
-      i += n == 0 ? 1 : n;
-      continue;
-    }
-    switch (cp) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.append(text, i, n);
-    }
-    i += n;
-  }
-  return out;
 }
 
 std::vector<double> nice_ticks(double lo, double hi, int count) {
@@ -159,11 +112,11 @@ void Svg::text(double x, double y, const std::string& s, double size, Rgb colour
   if (bold) body_ += " font-weight=\"bold\"";
   if (rotate != 0)
     body_ += " transform=\"rotate(" + num(rotate) + " " + num(x) + " " + num(y) + ")\"";
-  body_ += ">" + xml_text(s) + "</text>\n";
+  body_ += ">" + util::html_text(s) + "</text>\n";
 }
 
 void Svg::begin_group(const std::string& name) {
-  body_ += "<g class=\"" + xml_text(name) + "\">\n";
+  body_ += "<g class=\"" + util::html_text(name) + "\">\n";
 }
 
 void Svg::end_group() { body_ += "</g>\n"; }

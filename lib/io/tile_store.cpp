@@ -6,6 +6,8 @@
 
 #include "mltool/io/dicomweb.hpp"
 #include "mltool/io/manifest.hpp"
+#include "mltool/io/slide_id.hpp"
+#include "mltool/io/table.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 
@@ -143,19 +145,47 @@ std::string_view slide_of_key(std::string_view key) {
 
 bool before_in_key_order(const std::string& a, const std::string& b) { return a + "/" < b + "/"; }
 
+namespace {
+
+constexpr const char* kControlCharacter = "holds a control character";
+
+// What makes `id` no slide id (slide_id_for's rules), or nullptr.
+const char* slide_id_problem(std::string_view id) {
+  if (id.empty()) return "is empty";
+  if (id == "." || id == "..") return "is '.' or '..'";
+  if (id.find('/') != std::string_view::npos) return "holds '/'";
+  for (const unsigned char c : id)
+    if (c < 0x20 || c == 0x7f) return kControlCharacter;
+  return nullptr;
+}
+
+}  // namespace
+
 std::string slide_id_for(const std::string& path) {
-  if (is_dicomweb_url(path)) return parse_dicomweb_url(path).series;  // stable across servers
   std::string name = path;
-  while (name.size() > 1 && name.back() == '/') name.pop_back();
-  if (const auto slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
-  if (const auto dot = name.rfind('.'); dot != std::string::npos && dot > 0)
-    name = name.substr(0, dot);
-  if (name.empty() || name == "." || name == "..")
-    throw InputError(at_file(path, "cannot make a slide id from this path"));
-  for (const unsigned char c : name)
-    if (c < 0x20 || c == 0x7f)
-      throw InputError(at_file(path, "the file name holds a control character"));
+  if (is_dicomweb_url(path)) {
+    name = parse_dicomweb_url(path).series;  // stable across servers
+  } else {
+    while (name.size() > 1 && name.back() == '/') name.pop_back();
+    if (const auto slash = name.rfind('/'); slash != std::string::npos)
+      name = name.substr(slash + 1);
+    if (const auto dot = name.rfind('.'); dot != std::string::npos && dot > 0)
+      name = name.substr(0, dot);
+  }
+  if (const char* problem = slide_id_problem(name))
+    throw InputError(at_file(path, problem == kControlCharacter
+                                       ? "the file name holds a control character"
+                                       : "cannot make a slide id from this path"));
   return name;
+}
+
+void check_slide_id(std::string_view id, const std::string& store, std::string_view key) {
+  if (const char* problem = slide_id_problem(id))
+    throw FormatError(at_file(store, "key " + json_quoted(key) + ": the slide id " +
+                                         json_quoted(id) + " " + problem +
+                                         " (a slide id is a file name); the store was not "
+                                         "written by mltool, or was altered: make it again "
+                                         "(mltool tile, mltool extract)"));
 }
 
 bool TileStore::is_store(const std::string& path) {
@@ -245,7 +275,10 @@ void TileStore::put_pending_records(lmdb::Txn& txn) {
 std::vector<std::string> TileStore::completed_slides() const {
   std::vector<std::string> ids;
   auto txn = env_.begin_read();
-  for (const auto& e : txn.prefix(meta_, "done/")) ids.emplace_back(e.key.substr(5));
+  for (const auto& e : txn.prefix(meta_, "done/")) {
+    check_slide_id(e.key.substr(5), path(), e.key);
+    ids.emplace_back(e.key.substr(5));
+  }
   return ids;
 }
 
@@ -281,7 +314,11 @@ std::vector<std::string> TileStore::complete_tile_keys() const {
   for (const auto& id : ids) {
     const std::size_t before = keys.size();
     if (pixels)
-      for (const auto& e : txn.prefix(tiles_, id + "/")) keys.emplace_back(e.key);
+      for (const auto& e : txn.prefix(tiles_, id + "/")) {
+        // "S1/../x/000000_000000" is no tile of S1: its slide part holds another '/'.
+        check_slide_id(slide_of_key(e.key), path(), e.key);
+        keys.emplace_back(e.key);
+      }
     else
       recorded_keys(*this, id, keys);
     const auto done = nlohmann::json::parse(txn.at(meta_, meta_key("done", id)), nullptr, false);
@@ -304,8 +341,10 @@ std::vector<std::string> TileStore::incomplete_slides() const {
   auto txn = env_.begin_read();
   for (const auto& e : txn.prefix(meta_, "done/")) {
     const auto done = nlohmann::json::parse(e.value, nullptr, false);
-    if (done.is_object() && done.contains("failed_tiles") && !done["failed_tiles"].empty())
+    if (done.is_object() && done.contains("failed_tiles") && !done["failed_tiles"].empty()) {
+      check_slide_id(e.key.substr(5), path(), e.key);
       ids.emplace_back(e.key.substr(5));
+    }
   }
   return ids;
 }

@@ -8,6 +8,7 @@
 #include "mltool/features/encoder_card.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/sha256.hpp"
+#include "mltool/io/slide_id.hpp"
 #include "mltool/io/table.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/slide/tile_pixels.hpp"
@@ -80,13 +81,15 @@ std::string heatmap_store(const PredictJob& job, const io::FeatureStore& store) 
   return "";
 }
 
-// Groups `in.keys` by slide: slides in the order of their first row.
-void group_by_slide(PredictInput& in) {
+// Groups `in.keys` (of the store `input`) by slide: slides in the order of their first row.
+// Each slide id is checked, as it names the slide's heatmap files.
+void group_by_slide(PredictInput& in, const std::string& input) {
   std::map<std::string, std::size_t, std::less<>> index;
   for (std::size_t i = 0; i < in.keys.size(); ++i) {
     const std::string slide(io::slide_of_key(in.keys[i]));
     auto [it, added] = index.emplace(slide, in.slides.size());
     if (added) {
+      io::check_slide_id(slide, input, in.keys[i]);
       in.slides.push_back(slide);
       in.rows.emplace_back();
     }
@@ -226,7 +229,7 @@ PredictInput open_predict_input(const json& run, records::PackUnit unit, const P
   if (!util::exists(job.input)) throw InputError(at_file(job.input, "no such file or directory"));
   PredictInput in =
       unit == records::PackUnit::image ? image_input(run, job) : feature_input(run, unit, job);
-  group_by_slide(in);
+  group_by_slide(in, job.input);
   if (!job.slides.empty()) keep_slides(in, job);
   if (job.group_table.empty() != job.group_column.empty())
     throw UsageError("--group-table and --group-column go together");

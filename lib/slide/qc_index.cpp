@@ -4,29 +4,12 @@
 #include <string>
 #include <vector>
 
-#include "mltool/io/chart.hpp"
 #include "mltool/slide/qc.hpp"
 #include "mltool/util/file.hpp"
+#include "mltool/util/html.hpp"
 
 namespace mltool::slide {
 namespace {
-
-// A file name as a relative URL: every byte but unreserved ones percent-encoded.
-std::string url_encode(const std::string& name) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  for (const unsigned char c : name) {
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-        c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
 
 std::string fixed(double v, int digits) {
   char text[64];
@@ -55,28 +38,29 @@ std::string card(const std::string& dir, const SlideReport& r) {
                     std::string(failed  ? " failed"
                                 : empty ? " empty"
                                         : "") +
-                    "\" id=\"" + io::xml_text(r.id) + "\">\n";
+                    "\" id=\"" + util::html_attribute(r.id) + "\">\n";
   if (!failed && !r.id.empty() && util::exists(util::join_path(dir, png)))
-    out += "<a href=\"" + url_encode(png) + "\"><img src=\"" + url_encode(png) + "\" alt=\"" +
-           io::xml_text(r.id) + "\"></a>\n";
+    out += "<a href=\"" + util::href(png) + "\"><img src=\"" + util::href(png) + "\" alt=\"" +
+           util::html_attribute(r.id) + "\"></a>\n";
   else
     out += "<div class=\"none\">no QC picture</div>\n";
-  out += "<div><b>" + io::xml_text(r.id.empty() ? r.path : r.id) + "</b> <span class=\"status\">" +
-         io::xml_text(to_string(r.status)) + (empty ? " — NO TILES" : "") + "</span></div>\n";
-  if (failed) return out + "<div class=\"error\">" + io::xml_text(r.error) + "</div>\n</div>\n";
+  out += "<div><b>" + util::html_text(r.id.empty() ? r.path : r.id) +
+         "</b> <span class=\"status\">" + util::html_text(to_string(r.status)) +
+         (empty ? " — NO TILES" : "") + "</span></div>\n";
+  if (failed) return out + "<div class=\"error\">" + util::html_text(r.error) + "</div>\n</div>\n";
   out += "<div class=\"counts\">tiles " + std::to_string(r.tiles) + " / " +
          std::to_string(r.grid_tiles) + " grid";
   if (r.tissue_fraction) out += ", tissue " + fixed(*r.tissue_fraction * 100, 1) + "%";
   out += "</div>\n<div>" + (r.mpp ? fixed(*r.mpp, 4) + " µm/px" : std::string("µm/px unknown")) +
-         (r.mpp_source.empty() ? "" : " (" + io::xml_text(r.mpp_source) + ")") +
-         (r.reader.empty() ? "" : ", " + io::xml_text(r.reader)) + "</div>\n";
+         (r.mpp_source.empty() ? "" : " (" + util::html_text(r.mpp_source) + ")") +
+         (r.reader.empty() ? "" : ", " + util::html_text(r.reader)) + "</div>\n";
   if (r.mpp_estimate)
     out += "<div class=\"mpp\">metadata " +
-           io::xml_text(metadata_mpp_text(r.metadata_mpp, r.metadata_problem)) + "; tissue " +
-           io::xml_text(estimate_text(*r.mpp_estimate)) + "</div>\n";
+           util::html_text(metadata_mpp_text(r.metadata_mpp, r.metadata_problem)) + "; tissue " +
+           util::html_text(estimate_text(*r.mpp_estimate)) + "</div>\n";
   if (r.status == SlideStatus::incomplete)
-    out += "<div class=\"error\">" + io::xml_text(r.error) + "</div>\n";
-  return out + "<div class=\"path\">" + io::xml_text(r.path) + "</div>\n</div>\n";
+    out += "<div class=\"error\">" + util::html_text(r.error) + "</div>\n";
+  return out + "<div class=\"path\">" + util::html_text(r.path) + "</div>\n</div>\n";
 }
 
 // "12 slides: 9 tiled, 1 empty, 1 skipped, 1 failed; 3456 tiles" ("N incomplete, " before
@@ -108,7 +92,7 @@ void write_qc_index(const std::string& path, const std::vector<SlideReport>& sli
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
       "<title>mltool tile QC</title>\n" +
       std::string(kStyle) + "\n</head>\n<body>\n<h1>mltool tile QC</h1>\n<p class=\"summary\">" +
-      io::xml_text(summary(slides)) +
+      util::html_text(summary(slides)) +
       ". Green: tissue outline; blue: kept tiles. Orange: no tiles; red: failed.</p>\n"
       "<div class=\"sheet\">\n";
   for (const auto& r : slides) html += card(dir, r);

@@ -1,5 +1,6 @@
 // report.html of a run and of a cross-validation (report_page.hpp): HTML written by hand, its
-// text escaped with io::xml_text, the charts' SVG files inlined without their XML declaration.
+// every text escaped and every link URL-encoded by util/html.hpp, the charts' SVG files inlined
+// without their XML declaration.
 #include "report_page.hpp"
 
 #include <algorithm>
@@ -10,9 +11,9 @@
 #include <vector>
 
 #include "intervals.hpp"
-#include "mltool/io/chart.hpp"
 #include "mltool/io/table.hpp"
 #include "mltool/util/file.hpp"
+#include "mltool/util/html.hpp"
 #include "task.hpp"
 
 namespace mltool::train {
@@ -32,7 +33,9 @@ figcaption { color: #666; font-size: 0.9em; }
 </style>
 )";
 
-std::string esc(const std::string& s) { return io::xml_text(s); }
+using util::href;
+using util::html_attribute;
+using util::html_text;
 
 // The last component of `dir` ("run" of "/x/run/").
 std::string base_name(std::string dir) {
@@ -68,13 +71,14 @@ std::string row(const std::vector<std::string>& cells, bool header = false) {
 
 std::string key_values(const json& object) {
   std::string out = "<table>\n";
-  for (const auto& [k, v] : object.items()) out += row({esc(k), esc(text_of(v))});
+  for (const auto& [k, v] : object.items()) out += row({html_text(k), html_text(text_of(v))});
   return out + "</table>\n";
 }
 
 std::string link(const std::string& dir, const std::string& file, const std::string& what) {
   if (!util::exists(util::join_path(dir, file))) return "";
-  return "<li><a href=\"" + esc(file) + "\">" + esc(file) + "</a>: " + esc(what) + "</li>\n";
+  return "<li><a href=\"" + href(file) + "\">" + html_text(file) + "</a>: " + html_text(what) +
+         "</li>\n";
 }
 
 std::string fold_cell(const json& validation, const std::string& name,
@@ -91,7 +95,7 @@ std::string metrics_table(const json& metrics, const json& intervals, const json
       const json& m = by_name[name];
       interval = m["low"].is_number() ? fixed3(m["low"]) + " – " + fixed3(m["high"]) : "–";
     }
-    out += "<tr><td>" + esc(name) + "</td><td class=\"n\">" +
+    out += "<tr><td>" + html_text(name) + "</td><td class=\"n\">" +
            fold_cell(metrics, name, task_labels(task)) + "</td><td class=\"n\">" + interval +
            "</td></tr>\n";
   }
@@ -99,7 +103,7 @@ std::string metrics_table(const json& metrics, const json& intervals, const json
   if (intervals.is_object())
     out += "<p>Intervals: " + std::to_string(intervals.value("resamples", 0)) +
            " bootstrap resamples of " + std::to_string(intervals.value("groups", 0)) + " " +
-           esc(intervals.value("unit", "group")) +
+           html_text(intervals.value("unit", "group")) +
            "s (percentiles 2.5 and 97.5), seeded: a rerun gives the same.</p>\n";
   return out;
 }
@@ -115,27 +119,28 @@ std::string charts(const std::string& dir, const json& pictures) {
     std::string svg = util::read_file(path);
     const auto start = svg.find("<svg");
     if (start == std::string::npos) continue;
-    out += "<figure class=\"chart\" id=\"chart-" + esc(name) + "\">\n" + svg.substr(start) +
-           "<figcaption>" + esc(name) + ": <a href=\"" + esc(svg_file) + "\">SVG</a>, <a href=\"" +
-           esc(picture.value("file", "")) + "\">PNG</a></figcaption>\n</figure>\n";
+    out += "<figure class=\"chart\" id=\"chart-" + html_attribute(name) + "\">\n" +
+           svg.substr(start) + "<figcaption>" + html_text(name) + ": <a href=\"" + href(svg_file) +
+           "\">SVG</a>, <a href=\"" + href(picture.value("file", "")) +
+           "\">PNG</a></figcaption>\n</figure>\n";
   }
   return out;
 }
 
 std::string page(const std::string& title, const std::string& body) {
   return "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" +
-         esc(title) + "</title>\n" + kStyle + "</head>\n<body>\n<h1>" + esc(title) + "</h1>\n" +
-         body + "</body>\n</html>\n";
+         html_text(title) + "</title>\n" + kStyle + "</head>\n<body>\n<h1>" + html_text(title) +
+         "</h1>\n" + body + "</body>\n</html>\n";
 }
 
 std::string task_text(const json& task) {
-  std::string out = esc(task.value("kind", "classification"));
-  if (task.contains("loss")) out += ", loss " + esc(task["loss"].get<std::string>());
+  std::string out = html_text(task.value("kind", "classification"));
+  if (task.contains("loss")) out += ", loss " + html_text(task["loss"].get<std::string>());
   if (task.contains("labels") && task["labels"].is_array()) {
     std::string labels;
     for (const auto& l : task["labels"])
       labels += (labels.empty() ? "" : ", ") + l.get<std::string>();
-    out += "; labels " + esc(labels);
+    out += "; labels " + html_text(labels);
   }
   return out;
 }
@@ -163,7 +168,7 @@ std::string slide_cell(const std::map<std::string, std::int64_t>& calls, double 
   char share[32];
   std::snprintf(share, sizeof share, " (%.0f%%)",
                 100.0 * static_cast<double>(best->second) / static_cast<double>(n));
-  return esc(best->first) + share;
+  return html_text(best->first) + share;
 }
 
 // Per slide of predictions.csv: its samples, and per score column (score_columns) the majority
@@ -191,18 +196,18 @@ std::string slide_rows(const std::string& dir, const io::Table& t) {
   }
   std::vector<std::string> head{"slide", "samples"};
   for (std::size_t k = 0; k < scores.size(); ++k)
-    head.push_back(numeric[k] ? "mean " + esc(t.columns[scores[k]])
+    head.push_back(numeric[k] ? "mean " + html_text(t.columns[scores[k]])
                               : "call (share of its samples)");
   head.push_back("heatmap");
   std::string out = "<table class=\"slides\">\n" + row(head, true);
   for (const auto& id : order) {
-    std::vector<std::string> cells{esc(id), std::to_string(samples[id])};
+    std::vector<std::string> cells{html_text(id), std::to_string(samples[id])};
     for (std::size_t k = 0; k < scores.size(); ++k)
       cells.push_back(slide_cell(calls[id][k], sums[id][k], samples[id], numeric[k]));
     const std::string png = "heatmaps/" + id + ".png";
     cells.push_back(util::exists(util::join_path(dir, png))
-                        ? "<a href=\"" + esc(png) + "\"><img src=\"" + esc(png) +
-                              "\" width=\"240\" alt=\"heatmap of " + esc(id) + "\"></a>"
+                        ? "<a href=\"" + href(png) + "\"><img src=\"" + href(png) +
+                              "\" width=\"240\" alt=\"heatmap of " + html_attribute(id) + "\"></a>"
                         : "–");
     out += row(cells);
   }
@@ -278,7 +283,7 @@ std::string fold_cell(const json& validation, const std::string& name,
                       const std::vector<std::string>& labels) {
   const json v = validation.value(name, json());
   if (v.is_null()) return "not scorable";
-  std::string out = esc(text_of(v));
+  std::string out = html_text(text_of(v));
   const json averaged = validation.value(name + "_labels", json());
   if (!averaged.is_string()) return out;
   std::string left_out;
@@ -286,7 +291,7 @@ std::string fold_cell(const json& validation, const std::string& name,
   for (const auto& l : labels)
     if (list.find("," + l + ",") == std::string::npos)
       left_out += (left_out.empty() ? "" : ", ") + l;
-  return left_out.empty() ? out : out + " (without " + esc(left_out) + ")";
+  return left_out.empty() ? out : out + " (without " + html_text(left_out) + ")";
 }
 
 // The labels of run.json's or cv.json's task.
@@ -300,7 +305,7 @@ std::string run_label_counts(const json& counts) {
   std::string out = "<h2>Per label (validation split)</h2>\n<table class=\"labels\">\n" +
                     row({"label", "positives", "negatives", "missing", "AUC"}, true);
   for (const auto& c : counts)
-    out += row({esc(c.value("label", "")), std::to_string(c.value("positives", 0)),
+    out += row({html_text(c.value("label", "")), std::to_string(c.value("positives", 0)),
                 std::to_string(c.value("negatives", 0)), std::to_string(c.value("missing", 0)),
                 c.value("auc", json()).is_number() ? fixed3(c["auc"]) : "not scorable"});
   return out + "</table>\n";
@@ -322,7 +327,7 @@ std::string cv_label_section(const json& cv) {
     const std::string interval = l.value("auc_low", json()).is_number()
                                      ? fixed3(l["auc_low"]) + " – " + fixed3(l["auc_high"])
                                      : "–";
-    out += row({esc(l.value("label", "")), std::to_string(l.value("positives", 0)),
+    out += row({html_text(l.value("label", "")), std::to_string(l.value("positives", 0)),
                 std::to_string(l.value("negatives", 0)), std::to_string(l.value("missing", 0)),
                 l.value("auc", json()).is_number() ? fixed3(l["auc"]) : "not scorable", interval,
                 fixed3(l.value("fold_mean", json())) + " ± " + fixed3(l.value("fold_sd", json())),
@@ -331,10 +336,10 @@ std::string cv_label_section(const json& cv) {
   }
   out += "</table>\n<h3>Validation counts per fold</h3>\n<table class=\"fold-labels\">\n";
   std::vector<std::string> head{"fold"};
-  for (const auto& l : labels) head.push_back(esc(l.value("label", "")));
+  for (const auto& l : labels) head.push_back(html_text(l.value("label", "")));
   out += row(head, true);
   for (const auto& f : cv.at("per_fold")) {
-    std::vector<std::string> cells{esc(f.value("run", ""))};
+    std::vector<std::string> cells{html_text(f.value("run", ""))};
     for (const auto& c : f.value("label_counts", json::array())) cells.push_back(counts_text(c));
     out += row(cells);
   }
@@ -351,12 +356,12 @@ std::string fold_table(const json& cv) {
   const auto names = metric_order(reported, task);
   const auto labels = task_labels(task);
   std::vector<std::string> head = {"fold", "best epoch"};
-  head.insert(head.end(), names.begin(), names.end());
+  for (const auto& n : names) head.push_back(html_text(n));
   std::string out = "<h2>Per fold</h2>\n<table class=\"folds\">\n" + row(head, true);
   for (const auto& f : cv.at("per_fold")) {
     const std::string run = f.value("run", "");
     std::vector<std::string> cells = {
-        "<a href=\"" + esc(run) + "/report.html\">" + esc(run) + "</a>",
+        "<a href=\"" + href(run + "/report.html") + "\">" + html_text(run) + "</a>",
         text_of(f.value("best_epoch", json()))};
     for (const auto& n : names) cells.push_back(fold_cell(f.at("validation"), n, labels));
     out += row(cells);
@@ -417,7 +422,7 @@ std::string best_epoch_metrics(const std::string& dir, const json& run, const js
     if (name.rfind("val_", 0) == 0) metrics[name] = v;
   const std::string monitor = run.value("options", json::object()).value("monitor", "");
   return "<h2>Validation metrics, best epoch" + level_of(run) + "</h2>\n<p>Epoch " + best.dump() +
-         " of " + text_of(result.value("epochs", json())) + ", the best by " + esc(monitor) +
+         " of " + text_of(result.value("epochs", json())) + ", the best by " + html_text(monitor) +
          ": the weights predict uses by default (best.safetensors).</p>\n" +
          metrics_table(metrics, json(), run.value("task", json::object()));
 }
@@ -448,8 +453,8 @@ std::vector<std::string> metric_order(const json& metrics, const json& task) {
 void write_predict_report(const std::string& dir, const std::string& run_dir, const json& run) {
   const auto table = io::read_table(util::join_path(dir, "predictions.csv"));
   std::string body = "<p>The run <a href=\"" +
-                     esc(util::join_path(util::absolute_path(run_dir), "report.html")) + "\">" +
-                     esc(util::absolute_path(run_dir)) + "</a> applied to " +
+                     href(util::join_path(util::absolute_path(run_dir), "report.html")) + "\">" +
+                     html_text(util::absolute_path(run_dir)) + "</a> applied to " +
                      std::to_string(table.rows.size()) + " samples.</p>\n";
   body += "<h2>Task</h2>\n<p>" + task_text(run.value("task", json::object())) + ".</p>\n";
   body += "<h2>Per slide</h2>\n" + slide_rows(dir, table);
@@ -468,15 +473,15 @@ void write_predict_report(const std::string& dir, const std::string& run_dir, co
 void write_run_report(const std::string& dir, const json& run) {
   const json& result = run.value("result", json::object());
   const json& dataset = run.at("dataset");
-  std::string body = "<p>Status <b>" + esc(run.value("status", "?")) + "</b>; " +
-                     esc(run.value("created_by", "")) + ".</p>\n";
+  std::string body = "<p>Status <b>" + html_text(run.value("status", "?")) + "</b>; " +
+                     html_text(run.value("created_by", "")) + ".</p>\n";
   body +=
       "<h2>Task and data</h2>\n<p>Task: " + task_text(run.value("task", json::object())) +
-      ".</p>\n<table>\n" + row({"dataset", esc(dataset.value("path", ""))}) +
-      row({"unit", esc(dataset.value("unit", ""))}) +
-      row({"training split", esc(dataset.value("train_split", "")) + " (" +
+      ".</p>\n<table>\n" + row({"dataset", html_text(dataset.value("path", ""))}) +
+      row({"unit", html_text(dataset.value("unit", ""))}) +
+      row({"training split", html_text(dataset.value("train_split", "")) + " (" +
                                  text_of(dataset.value("train_samples", json())) + " samples)"}) +
-      row({"validation split", esc(dataset.value("val_split", "")) + " (" +
+      row({"validation split", html_text(dataset.value("val_split", "")) + " (" +
                                    text_of(dataset.value("val_samples", json())) + " samples)"}) +
       "</table>\n";
   body += "<h2>Model</h2>\n" + key_values(run.value("spec", json::object()));
@@ -513,9 +518,9 @@ void write_run_report(const std::string& dir, const json& run) {
 
 void write_cv_report(const std::string& dir, const json& cv) {
   std::string body = "<p>" + std::to_string(cv.value("folds", 0)) + "-fold cross-validation; " +
-                     esc(cv.value("created_by", "")) + ".</p>\n";
+                     html_text(cv.value("created_by", "")) + ".</p>\n";
   body += "<h2>Task and data</h2>\n<p>Task: " + task_text(cv.value("task", json::object())) +
-          ".</p>\n<p>Dataset: " + esc(cv.value("dataset", "")) + "</p>\n";
+          ".</p>\n<p>Dataset: " + html_text(cv.value("dataset", "")) + "</p>\n";
   body += "<h2>Out-of-fold metrics</h2>\n";
   const json task = cv.value("task", json::object());
   const json intervals = cv.value("intervals", json());

@@ -35,17 +35,6 @@ TEST(Chart, TickLabelsHaveTheDecimalsTheStepNeeds) {
   EXPECT_EQ(tick_label(2.5, 0.5), "2.5");
 }
 
-TEST(Chart, TextIsEscapedAndValidUtf8) {
-  EXPECT_EQ(xml_text("a<b & \"c\" 'd'>"), "a&lt;b &amp; &quot;c&quot; &#39;d&#39;&gt;");
-  EXPECT_EQ(xml_text("fold’s Kaplan–Meier"), "fold’s Kaplan–Meier");  // kept as UTF-8
-  EXPECT_EQ(xml_text(std::string("a\xff") + "b"),
-            "a\xEF\xBF\xBD"
-            "b");                                                            // invalid byte
-  EXPECT_EQ(xml_text(std::string("\xC0\x80")), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong NUL
-  EXPECT_EQ(xml_text(std::string("x\x01y")), "x\xEF\xBF\xBDy");  // XML 1.0 has no U+0001
-  EXPECT_EQ(xml_text("\xE2\x82"), "\xEF\xBF\xBD\xEF\xBF\xBD");   // cut short
-}
-
 TEST(Chart, SvgPathSitsBesideThePng) {
   EXPECT_EQ(svg_path_of("out/km.png"), "out/km.svg");
   EXPECT_EQ(svg_path_of("a.b/plot"), "a.b/plot.svg");

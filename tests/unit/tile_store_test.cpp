@@ -2,11 +2,13 @@
 // its sort order, slide ids from paths, the "store" settings record, and the completion
 // bookkeeping (done markers, discarding an interrupted slide).
 #include "mltool/io/tile_store.hpp"
+#include "mltool/io/slide_id.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -132,6 +134,9 @@ TEST(TileStoreSlideId, RejectsControlCharactersAndEmptyIds) {
   }
   const std::string msg = error_of<InputError>([] { slide_id_for("/a/b/.."); });
   EXPECT_TRUE(contains(msg, "/a/b/..")) << msg;
+  // A DICOMweb series UID of dots alone is no file name either.
+  EXPECT_EQ(slide_id_for("https://pacs/dicom-web/studies/1.2/series/1.2.3"), "1.2.3");
+  EXPECT_THROW(slide_id_for("https://pacs/dicom-web/studies/1.2/series/.."), InputError);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -385,6 +390,44 @@ TEST_F(TileStoreTest, CompletedSlidesIsCompleteAndRecord) {
   const std::string msg = error_of<FormatError>([&] { store.record("tiles", "bad"); });
   EXPECT_TRUE(contains(msg, path_)) << msg;
   EXPECT_TRUE(contains(msg, "tiles/bad")) << msg;
+}
+
+TEST(TileStoreSlideId, CheckRefusesWhatSlideIdForNeverMakes) {
+  mltool::io::check_slide_id("S1 #?%<\"'", "/s/t.lmdb", "done/S1");  // a file name may hold these
+  for (const std::string id :
+       {std::string("../../x"), std::string("a/b"), std::string(".."), std::string("."),
+        std::string(), std::string("x\0y", 3), std::string("x\ny")}) {
+    const std::string msg =
+        error_of<FormatError>([&] { mltool::io::check_slide_id(id, "/s/t.lmdb", "done/" + id); });
+    EXPECT_TRUE(contains(msg, "/s/t.lmdb") && contains(msg, "not written by mltool")) << msg;
+  }
+  const std::string msg = error_of<FormatError>(
+      [] { mltool::io::check_slide_id("../../x", "/s/t.lmdb", "done/../../x"); });
+  EXPECT_TRUE(contains(msg, "\"done/../../x\"") && contains(msg, "holds '/'")) << msg;
+}
+
+TEST_F(TileStoreTest, CraftedSlideIdsAreRefusedOnEveryRead) {
+  {
+    TileStore store = TileStore::open(path_, true);
+    finish_slide(store, "S1");
+    put_meta(store, TileStore::meta_key("done", "../../x"), R"({"failed_tiles": [1]})");
+  }
+  TileStore store = TileStore::open(path_, false);
+  for (const auto& read : std::vector<std::function<void()>>{[&] { store.completed_slides(); },
+                                                             [&] { store.incomplete_slides(); },
+                                                             [&] { store.complete_tile_keys(); }}) {
+    const std::string msg = error_of<FormatError>(read);
+    EXPECT_TRUE(contains(msg, path_) && contains(msg, "\"done/../../x\"")) << msg;
+  }
+}
+
+TEST_F(TileStoreTest, ATileKeyWithAnotherSlashIsNoTileOfItsSlide) {
+  TileStore store = TileStore::open(path_, true);
+  auto writer = store.write_slide("S1", "{}", 16);
+  writer.put_tile("S1/../../x/000000_000000", "jpeg");
+  writer.commit(R"({"id": "S1"})", R"({"row": [0]})", R"({"tiles": 1})");
+  const std::string msg = error_of<FormatError>([&] { store.complete_tile_keys(); });
+  EXPECT_TRUE(contains(msg, "\"S1/../../x/000000_000000\"")) << msg;
 }
 
 TEST_F(TileStoreTest, DiscardIncompleteRemovesOnlyThatSlide) {

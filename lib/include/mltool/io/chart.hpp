@@ -18,11 +18,6 @@ struct Rgb {
 /// "#rrggbb".
 std::string hex(Rgb c);
 
-/// `text` made safe for XML and HTML character data and attributes: & < > " ' escaped, invalid
-/// UTF-8 and the control characters XML 1.0 forbids (all below U+0020 but tab, newline and
-/// carriage return) replaced by U+FFFD.
-std::string xml_text(const std::string& text);
-
 /// Round tick values covering [lo, hi]: multiples of 1, 2 or 5 × 10^k, about `count` of them
 /// (at least two when hi > lo). Values within a step's 1e-9 of zero are exactly zero.
 std::vector<double> nice_ticks(double lo, double hi, int count = 5);

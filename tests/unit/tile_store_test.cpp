@@ -134,9 +134,10 @@ TEST(TileStoreSlideId, RejectsControlCharactersAndEmptyIds) {
   }
   const std::string msg = error_of<InputError>([] { slide_id_for("/a/b/.."); });
   EXPECT_TRUE(contains(msg, "/a/b/..")) << msg;
-  // A DICOMweb series UID of dots alone is no file name either.
+  // A DICOMweb series UID of dots alone is no file name either: the URL given is refused as
+  // no series URL (UID grammar), a usage error like any malformed URL.
   EXPECT_EQ(slide_id_for("https://pacs/dicom-web/studies/1.2/series/1.2.3"), "1.2.3");
-  EXPECT_THROW(slide_id_for("https://pacs/dicom-web/studies/1.2/series/.."), InputError);
+  EXPECT_THROW(slide_id_for("https://pacs/dicom-web/studies/1.2/series/.."), UsageError);
 }
 
 // ---------------------------------------------------------------------------------------

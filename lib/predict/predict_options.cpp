@@ -50,6 +50,7 @@ const util::Options<PredictJob>& predict_options() {
       slide::dicomweb_token_file_option(&J::dicomweb),
       slide::dicomweb_insecure_option(&J::dicomweb),
       slide::dicomweb_timeout_option(&J::dicomweb),
+      slide::dicomweb_origin_option(&J::dicomweb),
   };
   return table;
 }

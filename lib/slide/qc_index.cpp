@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "mltool/io/chart.hpp"
+#include "mltool/io/dicomweb.hpp"
 #include "mltool/slide/qc.hpp"
 #include "mltool/util/file.hpp"
 
@@ -76,7 +77,7 @@ std::string card(const std::string& dir, const SlideReport& r) {
            io::xml_text(estimate_text(*r.mpp_estimate)) + "</div>\n";
   if (r.status == SlideStatus::incomplete)
     out += "<div class=\"error\">" + io::xml_text(r.error) + "</div>\n";
-  return out + "<div class=\"path\">" + io::xml_text(r.path) + "</div>\n</div>\n";
+  return out + "<div class=\"path\">" + io::xml_text(io::redacted_url(r.path)) + "</div>\n</div>\n";
 }
 
 // "12 slides: 9 tiled, 1 empty, 1 skipped, 1 failed; 3456 tiles" ("N incomplete, " before

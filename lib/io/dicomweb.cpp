@@ -321,8 +321,10 @@ Answer DicomwebClient::Pool::get(const std::string& url, const std::string& acce
           a.code == CURLE_OK ? a.status : 0, url);
     const double wait = wait_before_retry(url, a, attempt);
     log::warn(url + ": " + what + "; trying again in " + std::to_string(wait).substr(0, 4) + " s" +
-              (a.retry_after.empty() ? "" : " (Retry-After)") + " (" + std::to_string(attempt + 1) +
-              " of " + std::to_string(retries) + " retries)");
+              (a.retry_after.empty()
+                   ? ""
+                   : " (the server's Retry-After: " + a.retry_after.substr(0, 40) + ")") +
+              " (" + std::to_string(attempt + 1) + " of " + std::to_string(retries) + " retries)");
     std::this_thread::sleep_for(std::chrono::duration<double>(wait));
   }
 }

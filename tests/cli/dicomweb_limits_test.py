@@ -133,7 +133,7 @@ def check_trickle():
     proxy = LyingProxy(SERVER["orthanc"].port, lie)
     try:
         url = proxy.url(SERVER["url"])
-        r = attack("trickle", proxy, ["info", url, "--dicomweb-timeout", "3"], 60)
+        r = attack("trickle", proxy, ["info", url, "--dicomweb-timeout", "3"], 40)
         expect(r.code == 2 and url + "/metadata" in r.text and "--dicomweb-timeout 3" in r.text,
                f"trickle: exit {r.code}: {r.text[-1500:]}")
     finally:

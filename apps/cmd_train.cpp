@@ -91,7 +91,7 @@ int run_train(TrainOptions& o, const CommonOptions& common) {
   if (o.nproc < 0) throw UsageError("--nproc must be at least 1");
   join_from_environment(*o.job);
   o.job->threads = common.threads;
-  o.job->tile_pixels = slide::open_tile_pixels;
+  o.job->tile_pixels = slide::open_tile_pixels(o.job->dicomweb);
   if (o.job->rank != 0) {  // rank 0 reports; the others train quietly
     // Their warnings and errors still show, marked with their rank; -v shows everything.
     log::set_prefix("mltool train (rank " + std::to_string(o.job->rank) + ")");

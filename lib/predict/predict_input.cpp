@@ -216,9 +216,7 @@ PredictInput image_input(const json& run, const PredictJob& job) {
   in.tile_store = job.input;
   in.identity = {{"tiles", util::absolute_path(job.input)}, {"settings", settings->to_json()}};
   in.tiles = store;
-  in.source = tile_source(std::move(store), in.keys, [web = job.dicomweb](const io::TileStore& s) {
-    return std::make_unique<slide::TilePixels>(s, web);
-  });
+  in.source = tile_source(std::move(store), in.keys, slide::open_tile_pixels(job.dicomweb));
   return in;
 }
 

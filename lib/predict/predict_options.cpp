@@ -1,8 +1,8 @@
 // The options of `mltool predict` (PredictJob), declared once: the command line, `mltool help
 // predict --json` and docs/predict.md's synopsis come from this table.
 #include "mltool/features/stain_options.hpp"
+#include "mltool/io/dicomweb_options.hpp"
 #include "mltool/predict/predict.hpp"
-#include "mltool/slide/dicomweb_options.hpp"
 #include "mltool/util/common_options.hpp"
 #include "mltool/util/math_env.hpp"
 
@@ -46,11 +46,11 @@ const util::Options<PredictJob>& predict_options() {
       util::no_oom_retry_option(&J::no_oom_retry),
       features::stain_norm_option(&J::stain_norm, &J::stain_reference),
       features::stain_reference_option(&J::stain_reference),
-      slide::dicomweb_connections_option(&J::dicomweb),
-      slide::dicomweb_token_file_option(&J::dicomweb),
-      slide::dicomweb_insecure_option(&J::dicomweb),
-      slide::dicomweb_timeout_option(&J::dicomweb),
-      slide::dicomweb_origin_option(&J::dicomweb),
+      io::dicomweb_connections_option(&J::dicomweb),
+      io::dicomweb_token_file_option(&J::dicomweb),
+      io::dicomweb_insecure_option(&J::dicomweb),
+      io::dicomweb_timeout_option(&J::dicomweb),
+      io::dicomweb_origin_option(&J::dicomweb),
   };
   return table;
 }

@@ -134,6 +134,20 @@ io::TileStore open_store(const CohortJob& job, const util::Shard& part,
   return store;
 }
 
+// Without --keep-going, a slide published with failed tiles stops the run (its tiles and its
+// failures are committed: the next run fetches only those).
+[[noreturn]] void stop_incomplete(const CohortJob& job, CohortReport& report, SlideReport r) {
+  const std::string text =
+      r.id + ": " + r.error + "; its other " + std::to_string(r.tiles) + " tiles are in " +
+      job.store +
+      " and the failed ones listed in its done marker: run the same command again to fetch only "
+      "those, give --allow-missing-tiles to count the slide as done without them, or "
+      "--keep-going to go on with the other slides";
+  report.slides.push_back(std::move(r));
+  write_index(job, report.slides);
+  throw InputError(text);
+}
+
 CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob& asked) {
   CohortJob job = asked;
   for (const auto& path : slides) io::allow_origin(job.tile.dicomweb, path);  // named by the user
@@ -162,18 +176,9 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
       util::stop_if_requested(std::to_string(report.slides.size()) + " of " +
                               std::to_string(mine.size()) + " slides, committed in " + job.store);
     }
+    std::optional<SlideReport> tiled;
     try {
-      SlideReport r = tile_slide(store, path, job.tile, job.keep_going);
-      if (r.status == SlideStatus::incomplete) {
-        r.error = std::to_string(r.failed_tiles.size()) +
-                  " tile(s) failed, the first: " + r.failed_tiles.front().error;
-        incomplete.push_back(r.id);
-      }
-      log_slide(r, job);
-      report.tiles += r.tiles;
-      report.empty += r.status == SlideStatus::empty;
-      report.incomplete += r.status == SlideStatus::incomplete;
-      report.slides.push_back(std::move(r));
+      tiled = tile_slide(store, path, job.tile, job.allow_missing_tiles);
     } catch (const Error& e) {
       report.slides.push_back(failed_report(path, e));
       // A refused DICOMweb token fails every slide of that server alike: stop at once.
@@ -185,7 +190,20 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
       failed.push_back(report.slides.back().id.empty() ? report.slides.back().path
                                                        : report.slides.back().id);
       log::error(e.what());
+      continue;
     }
+    SlideReport& r = *tiled;
+    if (r.status == SlideStatus::incomplete) {
+      r.error = std::to_string(r.failed_tiles.size()) +
+                " tile(s) failed, the first: " + r.failed_tiles.front().error;
+      incomplete.push_back(r.id);
+      if (!job.keep_going) stop_incomplete(job, report, std::move(r));
+    }
+    log_slide(r, job);
+    report.tiles += r.tiles;
+    report.empty += r.status == SlideStatus::empty;
+    report.incomplete += r.status == SlideStatus::incomplete;
+    report.slides.push_back(std::move(r));
   }
   finish_shard(store, part, mine, failed, incomplete);
   write_index(job, report.slides);

@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "flat_image.hpp"
+#include "mltool/io/dicomweb_options.hpp"
 #include "mltool/io/tile_store.hpp"
-#include "mltool/slide/dicomweb_options.hpp"
 #include "mltool/util/common_options.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/parallel.hpp"
@@ -33,11 +33,11 @@ const util::Options<InfoJob>& info_options() {
             return nlohmann::json(j.tissue_model.empty() ? "otsu" : j.tissue_model);
           }),
       util::device_option(&InfoJob::device),
-      dicomweb_connections_option(&InfoJob::dicomweb),
-      dicomweb_token_file_option(&InfoJob::dicomweb),
-      dicomweb_insecure_option(&InfoJob::dicomweb),
-      dicomweb_timeout_option(&InfoJob::dicomweb),
-      dicomweb_origin_option(&InfoJob::dicomweb),
+      io::dicomweb_connections_option(&InfoJob::dicomweb),
+      io::dicomweb_token_file_option(&InfoJob::dicomweb),
+      io::dicomweb_insecure_option(&InfoJob::dicomweb),
+      io::dicomweb_timeout_option(&InfoJob::dicomweb),
+      io::dicomweb_origin_option(&InfoJob::dicomweb),
   };
   return table;
 }

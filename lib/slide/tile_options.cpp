@@ -4,8 +4,8 @@
 // checked against them (tests/cli/options_docs_test.py).
 #include <cmath>
 
+#include "mltool/io/dicomweb_options.hpp"
 #include "mltool/slide/cohort.hpp"
-#include "mltool/slide/dicomweb_options.hpp"
 #include "mltool/util/common_options.hpp"
 #include "mltool/util/shard.hpp"
 
@@ -199,11 +199,11 @@ const util::Options<TileJob>& tile_options() {
       util::choice("--reader", &J::reader, kReaderChoices,
                    "Tile decoder: auto (libvips' TIFF decoder for plain TIFF pyramids, checked "
                    "against OpenSlide; OpenSlide otherwise) or openslide"),
-      dicomweb_connections_option(&J::dicomweb),
-      dicomweb_token_file_option(&J::dicomweb),
-      dicomweb_insecure_option(&J::dicomweb),
-      dicomweb_timeout_option(&J::dicomweb),
-      dicomweb_origin_option(&J::dicomweb),
+      io::dicomweb_connections_option(&J::dicomweb),
+      io::dicomweb_token_file_option(&J::dicomweb),
+      io::dicomweb_insecure_option(&J::dicomweb),
+      io::dicomweb_timeout_option(&J::dicomweb),
+      io::dicomweb_origin_option(&J::dicomweb),
   };
   return table;
 }
@@ -250,6 +250,9 @@ const util::Options<CohortJob>& cohort_options() {
                  "I/N with 0 <= I < N (e.g. 0/4), or auto"),
       util::shards_option(&C::shards),
       util::keep_going_option(&C::keep_going),
+      util::flag("--allow-missing-tiles", &C::allow_missing_tiles,
+                 "A slide whose tiles' DICOMweb frames failed after their retries counts as "
+                 "done without them (they stay listed in its done marker; no exit 4)"),
       util::overwrite_option(&C::overwrite),
       util::flag("--allow-partial", &C::allow_partial,
                  "--merge: join the shard stores there are, naming the missing or unfinished"),

@@ -264,8 +264,10 @@ void TilePixels::read_jpeg(std::size_t n, const std::function<const std::string&
   });
 }
 
-std::unique_ptr<io::TilePixelReader> open_tile_pixels(const io::TileStore& store) {
-  return std::make_unique<TilePixels>(store);
+io::TilePixelOpener open_tile_pixels(const io::DicomwebOptions& web) {
+  return [web](const io::TileStore& store) -> std::unique_ptr<io::TilePixelReader> {
+    return std::make_unique<TilePixels>(store, web);
+  };
 }
 
 }  // namespace mltool::slide

@@ -1,7 +1,7 @@
 // write_tiles (tile_writer.hpp): workers take the kept tiles in order, read, resample and
 // encode each (or take its own JPEG bytes) and queue it; the calling thread puts them into the
-// batch. The first error stops every thread, but for a tile whose DICOMweb frame failed for good
-// under keep_going: that tile is recorded and the others go on.
+// batch. The first error stops every thread, but for a tile whose DICOMweb frame failed for good:
+// that tile is recorded and the others go on.
 #include "tile_writer.hpp"
 
 #include <algorithm>
@@ -31,13 +31,12 @@ double seconds_since(Clock::time_point start) {
 class TileWriter {
  public:
   TileWriter(RegionReader& reader, const ReadPlan& plan, const TileJob& job, std::string id,
-             const std::vector<KeptTile>& kept, const OwnJpegTiles* passthrough, bool keep_going)
+             const std::vector<KeptTile>& kept, const OwnJpegTiles* passthrough)
       : reader_(reader),
         job_(job),
         id_(std::move(id)),
         kept_(kept),
         passthrough_(passthrough),
-        keep_going_(keep_going),
         read_(plan.read_size_level),
         codec_(io::encoding_info(job.settings.encoding)),
         workers_(worker_count(job, kept)),
@@ -128,7 +127,7 @@ class TileWriter {
   }
 
   // Tile i's bytes: its own JPEG where it has one, else read and encoded. Nothing when stopped,
-  // or when its frame failed under keep_going (then recorded).
+  // or when its frame failed for good (then recorded).
   std::optional<std::string> bytes_of(std::size_t i, std::vector<std::uint8_t>& rgb) {
     try {
       std::optional<std::string> bytes;
@@ -139,7 +138,6 @@ class TileWriter {
       }
       return encode(i, rgb);
     } catch (const io::DicomwebError& e) {
-      if (!keep_going_) throw;
       failed(i, e);
       return std::nullopt;
     }
@@ -183,7 +181,6 @@ class TileWriter {
   const std::string id_;
   const std::vector<KeptTile>& kept_;
   const OwnJpegTiles* passthrough_;
-  const bool keep_going_;
   const std::int64_t read_;
   const io::EncodingInfo& codec_;
   const int workers_;
@@ -205,9 +202,8 @@ class TileWriter {
 
 WrittenTiles write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
                          const std::string& id, const std::vector<KeptTile>& kept,
-                         const OwnJpegTiles* passthrough, io::TileStore::SlideWriter& batch,
-                         bool keep_going) {
-  return TileWriter(reader, plan, job, id, kept, passthrough, keep_going).run(batch);
+                         const OwnJpegTiles* passthrough, io::TileStore::SlideWriter& batch) {
+  return TileWriter(reader, plan, job, id, kept, passthrough).run(batch);
 }
 
 }  // namespace mltool::slide

@@ -25,16 +25,15 @@ struct KeptTile {
 /// What writing a slide's tiles gave.
 struct WrittenTiles {
   std::int64_t passthrough = 0;     ///< tiles that are the slide's own JPEG bytes
-  std::vector<TileFailure> failed;  ///< keep_going: the tiles whose source failed, key order
+  std::vector<TileFailure> failed;  ///< the tiles whose DICOMweb frame failed, key order
 };
 
 /// Reads `kept` (through `passthrough` where it has the tile), encodes and puts each into
-/// `batch`. Returns normally only when every tile is in a (committed or pending) batch or, with
-/// `keep_going`, failed because its frame's request failed for good (io::DicomwebError); any
-/// other error stops every thread and is rethrown.
+/// `batch`. Returns normally only when every tile is in a (committed or pending) batch or
+/// failed because its frame's request failed for good (io::DicomwebError: recorded in
+/// WrittenTiles::failed); any other error stops every thread and is rethrown.
 WrittenTiles write_tiles(RegionReader& reader, const ReadPlan& plan, const TileJob& job,
                          const std::string& id, const std::vector<KeptTile>& kept,
-                         const OwnJpegTiles* passthrough, io::TileStore::SlideWriter& batch,
-                         bool keep_going);
+                         const OwnJpegTiles* passthrough, io::TileStore::SlideWriter& batch);
 
 }  // namespace mltool::slide

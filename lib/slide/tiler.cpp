@@ -50,7 +50,7 @@ enum class Stored { none, complete, incomplete };
 // What the store holds of this slide (complete: `report` says so, but for its seconds).
 // Another slide under the same id is refused.
 Stored already_tiled(const io::TileStore& store, const std::string& path, const Identity& who,
-                     SlideReport& report) {
+                     bool allow_missing_tiles, SlideReport& report) {
   const auto existing = store.record("slides", who.id);
   if (!existing) return Stored::none;
   const std::string other_hash = existing->value("quickhash", "");
@@ -63,8 +63,8 @@ Stored already_tiled(const io::TileStore& store, const std::string& path, const 
                                        "rename one of the files"));
   const auto done = store.record("done", who.id);
   if (!done) return Stored::none;
-  if (const auto f = done->find("failed_tiles"); f != done->end() && !(f->is_array() && f->empty()))
-    return Stored::incomplete;
+  report.failed_tiles = recorded_failures(*done, store.path() + ": meta 'done/" + who.id + "'");
+  if (!report.failed_tiles.empty() && !allow_missing_tiles) return Stored::incomplete;
   report.status = SlideStatus::skipped;
   report.tiles = done->value("tiles", std::int64_t{0});
   report.grid_tiles = existing->at("grid").value("cols", std::int64_t{0}) *
@@ -394,7 +394,7 @@ Source open_source(const Slide& slide, const Prepared& p, const TileJob& job,
 // Commits what `batch` holds with the slide's records: its kept tiles but
 // report.failed_tiles, which the done marker lists.
 void publish(io::TileStore::SlideWriter& batch, Prepared& p, const Source& src, SlideReport& report,
-             Clock::time_point start) {
+             bool allow_missing_tiles, Clock::time_point start) {
   p.record["passthrough"] =
       src.own ? src.own->record(report.passthrough) : json{{"tiles", 0}, {"reason", src.why_not}};
   p.record["reader"] = report.reader;
@@ -402,30 +402,30 @@ void publish(io::TileStore::SlideWriter& batch, Prepared& p, const Source& src, 
   const auto& kept = p.selection.kept;
   report.tiles = static_cast<std::int64_t>(kept.size() - report.failed_tiles.size());
   report.seconds = seconds_since(start);
-  report.status = !report.failed_tiles.empty() ? SlideStatus::incomplete
-                  : kept.empty()               ? SlideStatus::empty
-                                               : SlideStatus::tiled;
+  const bool missing = !report.failed_tiles.empty() && !allow_missing_tiles;
+  report.status = missing                                     ? SlideStatus::incomplete
+                  : kept.size() == report.failed_tiles.size() ? SlideStatus::empty
+                                                              : SlideStatus::tiled;
   batch.commit(p.record.dump(), kept_json(kept, report.failed_tiles).dump(),
                done_json(report).dump());
 }
 
 // A slide the store does not hold complete: every kept tile, committed with its done marker.
 void tile_new(io::TileStore& store, const Slide& slide, const TileJob& job, Prepared& p,
-              SlideReport& report, bool keep_going, Clock::time_point start) {
+              SlideReport& report, bool allow_missing_tiles, Clock::time_point start) {
   const std::string& id = report.id;
   const auto& kept = p.selection.kept;
   auto batch = store.write_slide(id, p.record.dump(), job.commit_every);
   try {
     const Source src = open_source(slide, p, job, kept, report);
     if (job.settings.pixels && !kept.empty()) {
-      WrittenTiles w =
-          write_tiles(*src.reader, p.plan, job, id, kept, src.own.get(), batch, keep_going);
+      WrittenTiles w = write_tiles(*src.reader, p.plan, job, id, kept, src.own.get(), batch);
       report.passthrough = w.passthrough;
       report.failed_tiles = std::move(w.failed);
     }
     if (!job.qc_dir.empty()) write_qc(slide, job, p.plan, p.grid, p.selection, report);
     if (p.selection.mask) batch.put_record("mask", mask_record(p.selection));
-    publish(batch, p, src, report, start);
+    publish(batch, p, src, report, allow_missing_tiles, start);
   } catch (...) {
     batch.drop();
     try {
@@ -479,10 +479,8 @@ void replace_failures(std::vector<TileFailure>& failed, const std::vector<KeptTi
 // An incomplete slide: its failed tiles fetched again and added, each --commit-every of them
 // committed with the slide's records rewritten, so the slide is complete throughout.
 void fill_failed(io::TileStore& store, const Slide& slide, const TileJob& job, Prepared& p,
-                 SlideReport& report, bool keep_going, Clock::time_point start) {
+                 SlideReport& report, bool allow_missing_tiles, Clock::time_point start) {
   const std::string& id = report.id;
-  report.failed_tiles =
-      recorded_failures(*store.record("done", id), store.path() + ": meta 'done/" + id + "'");
   const std::vector<KeptTile> todo = refill_tiles(store, p, report);
   log::info(id + ": " + std::to_string(todo.size()) +
             " tile(s) failed in an earlier run: fetching them again");
@@ -496,18 +494,17 @@ void fill_failed(io::TileStore& store, const Slide& slide, const TileJob& job, P
     const std::vector<KeptTile> chunk(
         todo.begin() + static_cast<std::ptrdiff_t>(at),
         todo.begin() + static_cast<std::ptrdiff_t>(std::min(at + step, todo.size())));
-    WrittenTiles w =
-        write_tiles(*src.reader, p.plan, job, id, chunk, src.own.get(), batch, keep_going);
+    WrittenTiles w = write_tiles(*src.reader, p.plan, job, id, chunk, src.own.get(), batch);
     report.passthrough += w.passthrough;
     replace_failures(report.failed_tiles, chunk, std::move(w.failed));
-    publish(batch, p, src, report, start);
+    publish(batch, p, src, report, allow_missing_tiles, start);
   }
 }
 
 }  // namespace
 
 SlideReport tile_slide(io::TileStore& store, const std::string& path, const TileJob& job,
-                       bool keep_going) {
+                       bool allow_missing_tiles) {
   const auto start = Clock::now();
   SlideReport report;
   report.path = io::redacted_url(path);  // a URL's user name and password are written nowhere
@@ -522,7 +519,7 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
   // A DICOMweb series is its URL (recorded) and its series UID (the id, the same on any server).
   const Identity who{id, slide.property("openslide.quickhash-1").value_or(""),
                      slide.dicomweb() ? report.path : util::absolute_path(path)};
-  const Stored stored = already_tiled(store, report.path, who, report);
+  const Stored stored = already_tiled(store, report.path, who, allow_missing_tiles, report);
   if (stored != Stored::none) require_same_roi(store, id, roi, report.path);
   if (stored == Stored::complete) {
     report.seconds = seconds_since(start);
@@ -533,9 +530,9 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
       log::info(id + ": removed " + std::to_string(removed) + " tiles of an interrupted run");
   Prepared p = prepare(slide, who, job, roi, report);
   if (stored == Stored::incomplete)
-    fill_failed(store, slide, job, p, report, keep_going, start);
+    fill_failed(store, slide, job, p, report, allow_missing_tiles, start);
   else
-    tile_new(store, slide, job, p, report, keep_going, start);
+    tile_new(store, slide, job, p, report, allow_missing_tiles, start);
   return report;
 }
 

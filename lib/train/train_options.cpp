@@ -5,6 +5,7 @@
 // before the option had). docs/train.md's synopsis is checked against it
 // (tests/cli/options_docs_test.py).
 #include "mltool/features/stain_options.hpp"
+#include "mltool/io/dicomweb_options.hpp"
 #include "mltool/train/augment.hpp"
 #include "mltool/train/train_job.hpp"
 #include "mltool/util/common_options.hpp"
@@ -225,6 +226,11 @@ const util::Options<TrainJob>& train_options() {
               .in("runtime"),
           option("--tiles", &J::tiles,
                  "Image datasets: the tile store (default: the one the dataset names)"),
+          io::dicomweb_connections_option(&J::dicomweb),
+          io::dicomweb_token_file_option(&J::dicomweb),
+          io::dicomweb_insecure_option(&J::dicomweb),
+          io::dicomweb_timeout_option(&J::dicomweb),
+          io::dicomweb_origin_option(&J::dicomweb),
           augment_option(),
           features::stain_norm_option(&J::stain_norm, &J::stain_reference)
               .in("options")

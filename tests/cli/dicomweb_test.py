@@ -11,7 +11,8 @@ does) and a pydicom-written series (scripts/fixtures/dicom_series.py, YBR_FULL_4
   `predict` on a store tiled over DICOMweb (its heatmaps read the slide through the token proxy
   with --dicomweb-token-file and --dicomweb-origin; without the latter the token does not go
   there) writes the same predictions and heatmaps as on the local one, and an image model
-  predicts the same from a coordinates store's tiles read over DICOMweb;
+  predicts the same from a coordinates store's tiles read over DICOMweb, and trains the same
+  from them (train's --dicomweb-token-file and --dicomweb-origin);
 - the reference client dicomweb-client (PyPI) fetches the frames pydicom reads from the files,
   and the frames mltool stores;
 - a token-protected server (a reverse proxy here in front of Orthanc): the token works from
@@ -22,8 +23,10 @@ does) and a pydicom-written series (scripts/fixtures/dicom_series.py, YBR_FULL_4
   the slide (--keep-going: exit 4) naming the URL and the HTTP status;
 - one frame that always fails (503 for every request that names it): with --keep-going exactly
   its tile is left out and listed in the done marker with the URL and the status, every other
-  tile is the local run's; without it the slide fails naming both; a later run without the
-  fault fills the tile in, and the store then equals the local one;
+  tile is the local run's; without it the run stops (exit 2) naming both, with the slide's other
+  tiles and its failure committed; --allow-missing-tiles counts it as done (exit 0; a re-run
+  asks for no frame); a later run without the fault fills the tile in, and each store then
+  equals the local one;
 - a run killed while it fetches resumes (from another address of the server) to the same tiles;
 - TLS with a self-signed certificate (openssl, a TLS reverse proxy): verification refuses it
   naming --dicomweb-insecure, and --dicomweb-insecure reads the same tiles; a TLS proxy that
@@ -389,7 +392,8 @@ def check_failed_tile():
     """One level-0 frame that always fails (503): with --keep-going exactly its tile is left out,
     listed with the URL and the status, the other tiles are the local run's bytes (its batch was
     asked again in smaller requests), exit 4; a run that still meets the fault keeps it listed;
-    without --keep-going the slide fails naming both; a run without the fault fills it in, and
+    without --keep-going the run stops naming both, the slide's other tiles and its failure
+    committed; --allow-missing-tiles counts the slide as done; a run without the fault fills it in, and
     the store then equals the local one."""
     url, directory = SERVER["series"]["ycc"]
     sop, width = level0(directory)
@@ -427,17 +431,39 @@ def check_failed_tile():
             want = {c: [v for i, v in enumerate(local_meta[lid][c]) if i != keys.index(bad)]
                     for c in local_meta[lid]}
             expect(meta[f"tiles/{uid}"] == want, "the tiles record lists the failed tile")
+        # Without --keep-going the run stops (exit 2) naming the frame, but the slide's other
+        # tiles and its failure are committed: the next run fetches only the failed tile.
         code, _, err = run([MLTOOL, "tile", purl, "-o", tmp("ft-stop"), *args])
-        expect(code == 2 and f"/frames/{number}: HTTP 503" in err and purl in err,
-               f"without --keep-going: exit {code}: {err[-2000:]}")
-        stopped, _ = read_tile_store(tmp("ft-stop"))
-        expect(not any(k.startswith("done/") for k in stopped), "a failed slide was published")
+        expect(code == 2 and f"/frames/{number}: HTTP 503" in err and purl in err and
+               "--allow-missing-tiles" in err, f"without --keep-going: exit {code}: {err[-2000:]}")
+        stopped, _, stopped_meta = tiles_by_position(tmp("ft-stop"))
+        expect(sorted(stopped) == [k for k in keys if k != bad] and
+               len(stopped_meta[f"done/{uid}"]["failed_tiles"]) == 1,
+               f"without --keep-going: {len(stopped)} tiles committed, done "
+               f"{stopped_meta.get(f'done/{uid}')}")
+        # --allow-missing-tiles: the slide counts as done without it (exit 0, status tiled,
+        # the tile still listed), and a re-run with it asks the server for no frame.
+        code, out, err = run([MLTOOL, "tile", purl, "-o", tmp("ft-allow"), *args, "--json",
+                              "--allow-missing-tiles"])
+        s = json.loads(out)["slides"][0] if code == 0 else {}
+        expect(code == 0 and s.get("status") == "tiled" and len(s.get("failed_tiles", [])) == 1,
+               f"--allow-missing-tiles: exit {code}: {s} {err[-1500:]}")
+        asked = len(proxy.paths)
+        code, out, err = run([MLTOOL, "tile", purl, "-o", tmp("ft-allow"), *args, "--json",
+                              "--allow-missing-tiles"])
+        frames_asked = [p for p in proxy.paths[asked:] if "/frames/" in p]
+        expect(code == 0 and json.loads(out)["slides"][0]["status"] == "skipped" and
+               not frames_asked, f"--allow-missing-tiles again: exit {code}, {frames_asked[:3]}")
     finally:
         proxy.shutdown()
         proxy.server_close()
-    summary, _ = tile(url, tmp("ft-web"), *args)
-    expect(summary["slides"][0]["status"] == "tiled" and summary["incomplete"] == 0,
-           f"the filling run: {summary['slides'][0]}")
+    for store in ("ft-web", "ft-stop", "ft-allow"):  # each fills in its one failed tile
+        summary, _ = tile(url, tmp(store), *args)
+        expect(summary["slides"][0]["status"] == "tiled" and summary["incomplete"] == 0,
+               f"the filling run of {store}: {summary['slides'][0]}")
+        filled, _, filled_meta = tiles_by_position(tmp(store))
+        expect(filled == local and "failed_tiles" not in filled_meta[f"done/{uid}"],
+               f"{store} filled: {len(filled)} tiles vs {len(local)}, or other bytes")
     web, _, meta = tiles_by_position(tmp("ft-web"))
     expect(web == local, f"filled: {len(web)} tiles vs {len(local)}, or other bytes")
     lid = next(k for k in local_meta if k.startswith("tiles/"))
@@ -841,6 +867,27 @@ def check_predict_image():
         code, _, err = run([MLTOOL, "predict", tmp("img-run"),  # the pixels come from the server
                             tmp("img-feat-web", "coordinates.lmdb"), "-o", tmp("img-out-notoken")])
         expect(code != 0 and "401" in err, f"predict without the token: exit {code}: {err[-1500:]}")
+        # train reads a coordinates store's tiles over DICOMweb with the same options: the
+        # token from --dicomweb-token-file, to the server --dicomweb-origin names; without it
+        # the server's 401 names the option.
+        code, _, err = run([MLTOOL, "pack", tmp("img-feat-web"), "--labels", tmp("img-labels.csv"),
+                            "--unit", "image", "--group-by", "group", "--split",
+                            "train=0.5,val=0.5", "-o", tmp("img-ds-web"), "-q"])
+        expect(code == 0, f"pack (web): exit {code}: {err[-2000:]}")
+        train_web = [MLTOOL, "train", tmp("img-ds-web"), "--model", tmp("img-cnn.json"), "--epochs",
+                     "1", "--batch", "16", "--seed", "1", "-q"]
+        code, _, err = run([*train_web, "-o", tmp("img-run-notoken")])
+        expect(code == 2 and "401" in err and "--dicomweb-token-file" in err,
+               f"train without the token: exit {code}: {err[-1500:]}")
+        code, _, err = run([*train_web, "-o", tmp("img-run-web"), *web_opts, *origin])
+        expect(code == 0, f"train over DICOMweb with the token: exit {code}: {err[-2000:]}")
+        with open(tmp("img-run", "metrics.jsonl"), "rb") as a, \
+                open(tmp("img-run-web", "metrics.jsonl"), "rb") as b:
+            strip = [json.loads(line) for line in a], [json.loads(line) for line in b]
+        same = [{k: v for k, v in r.items() if "second" not in k and k != "time"}
+                for r in strip[0]] == [{k: v for k, v in r.items() if "second" not in k and
+                                         k != "time"} for r in strip[1]]
+        expect(same, f"train over DICOMweb: metrics differ from the local run: {strip}")
     finally:
         proxy.shutdown()
         proxy.server_close()

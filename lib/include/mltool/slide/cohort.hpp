@@ -17,13 +17,14 @@ namespace mltool::slide {
 
 struct CohortJob {
   TileJob tile;
-  std::string store;           ///< the tile store (created or appended to)
-  std::string shard;           ///< "I/N", "auto" or "" (util::resolve_shard)
-  std::size_t shards = 0;      ///< --shards N for --shard auto; 0: not given
-  bool keep_going = false;     ///< a slide that fails is reported (status "failed") and skipped;
-                               ///< a tile whose DICOMweb frame fails, left out ("incomplete")
-  bool overwrite = false;      ///< empty the store first instead of resuming or adding to it
-  bool allow_partial = false;  ///< merge: join the shards there are, naming the missing ones
+  std::string store;        ///< the tile store (created or appended to)
+  std::string shard;        ///< "I/N", "auto" or "" (util::resolve_shard)
+  std::size_t shards = 0;   ///< --shards N for --shard auto; 0: not given
+  bool keep_going = false;  ///< a slide that fails is reported (status "failed") and skipped,
+                            ///< as is one published "incomplete"; the others go on
+  bool allow_missing_tiles = false;  ///< a slide whose failed tiles are recorded counts as done
+  bool overwrite = false;            ///< empty the store first instead of resuming or adding to it
+  bool allow_partial = false;        ///< merge: join the shards there are, naming the missing ones
 };
 
 struct CohortReport {
@@ -45,7 +46,9 @@ nlohmann::json to_json(const std::vector<io::MergeReport>& merged, const std::st
 
 /// Validates the job, opens the store (taking its lock), adopts the settings and tiles the
 /// shard's slides in order, logging each. Without keep_going the first failing slide's
-/// error is rethrown (the slides before it are complete in the store).
+/// error is rethrown (the slides before it are complete in the store), and the first slide
+/// published "incomplete" stops the run with an InputError naming its failed tiles (they are
+/// recorded: the next run fetches only them), unless allow_missing_tiles.
 CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob& job);
 
 /// Merges every store of `inputs` into the store `job.store` (io::merge_store), logging each.

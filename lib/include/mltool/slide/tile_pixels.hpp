@@ -64,8 +64,8 @@ class TilePixels : public io::TilePixelReader {
   std::unique_ptr<Slides> slides_;
 };
 
-/// A TilePixels of `store`: the io::TilePixelOpener the layers above hand to train/
-/// (TrainJob::tile_pixels).
-std::unique_ptr<io::TilePixelReader> open_tile_pixels(const io::TileStore& store);
+/// What opens a TilePixels of a store, its DICOMweb slides read with `web`: the
+/// io::TilePixelOpener the layers above hand to train/ (TrainJob::tile_pixels).
+io::TilePixelOpener open_tile_pixels(const io::DicomwebOptions& web);
 
 }  // namespace mltool::slide

@@ -105,7 +105,7 @@ struct TileJob {
 
 /// What happened to one slide: tiled; empty (complete with zero tiles); skipped (already
 /// complete in the store); incomplete (published without the tiles whose DICOMweb frames
-/// failed, keep_going: SlideReport::failed_tiles); failed (only in tile_slides' reports under
+/// failed: SlideReport::failed_tiles); failed (only in tile_slides' reports under
 /// keep_going; see SlideReport::error); no_roi (not tiled: no ROI file, --roi-missing skip).
 enum class SlideStatus { tiled, empty, skipped, incomplete, failed, no_roi };
 
@@ -113,8 +113,8 @@ enum class SlideStatus { tiled, empty, skipped, incomplete, failed, no_roi };
 const char* to_string(SlideStatus status);
 
 /// A kept tile whose source failed for good (a DICOMweb frame's request, after its retries):
-/// left out of the slide under keep_going, listed in its done marker until a later run fills
-/// it in (docs/formats.md#tile-store).
+/// left out of the slide, listed in its done marker until a later run fills it in
+/// (docs/formats.md#tile-store).
 struct TileFailure {
   std::int64_t row = 0, col = 0;  ///< its grid position
   std::int64_t x = 0, y = 0;      ///< its level-0 corner
@@ -153,7 +153,8 @@ struct SlideReport {
   /// estimate, and level 0 was read as it is (its µm/px recorded as the target)
   bool mpp_level0_as_target = false;
   std::string error;  ///< status "failed" (tile_slides with keep_going): the message
-  /// status "incomplete": the tiles left out, in key order (also in the done marker)
+  /// the tiles left out, in key order (also in the done marker): status "incomplete", or
+  /// "tiled"/"skipped" where allow_missing_tiles counts the slide as done without them
   std::vector<TileFailure> failed_tiles;
 };
 
@@ -185,11 +186,12 @@ void validate(const TileJob& job);
 /// complete in the store is skipped if it is the same slide (OpenSlide's quickhash), and
 /// refused with InputError if another slide has its id. Leftovers of an interrupted run
 /// are replaced. On failure the slide's partial tiles are removed and the error rethrown;
-/// other slides of the store are untouched. With `keep_going`, a tile whose DICOMweb frame
-/// fails for good is left out and the slide published "incomplete", listing it; a slide
-/// published so (by any run) has those tiles fetched again and added, its records rewritten
-/// with each --commit-every tiles.
+/// other slides of the store are untouched. A tile whose DICOMweb frame fails for good is left
+/// out and the slide published "incomplete", listing it; a slide published so (by any run) has
+/// those tiles fetched again and added, its records rewritten with each --commit-every tiles.
+/// With `allow_missing_tiles` (--allow-missing-tiles) such a slide counts as done: "tiled"
+/// when its failures are new, "skipped" when the store holds it so, and not fetched again.
 SlideReport tile_slide(io::TileStore& store, const std::string& path, const TileJob& job,
-                       bool keep_going = false);
+                       bool allow_missing_tiles = false);
 
 }  // namespace mltool::slide

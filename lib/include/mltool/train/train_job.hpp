@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mltool/features/extract.hpp"
+#include "mltool/io/dicomweb.hpp"
 #include "mltool/io/tile_pixels.hpp"
 #include "mltool/util/options.hpp"
 #include "mltool/util/profile.hpp"
@@ -121,9 +122,12 @@ struct TrainJob {
   int master_port = 0;
   int dist_timeout = 300;  ///< seconds a collective or the rendezvous may wait
   double bucket_mb = 25;   ///< MiB of gradients per all-reduce bucket
+  /// The --dicomweb-* options: how a coordinates store's slides given as DICOMweb URLs are read
+  /// (by tile_pixels).
+  io::DicomwebOptions dicomweb;
   /// Not an option: how an image model's tiles are read (`mltool train` passes
-  /// slide::open_tile_pixels, which reads coordinates stores from their slides). train/ does
-  /// not read slides itself; a job without it refuses image datasets.
+  /// slide::open_tile_pixels(dicomweb), which reads coordinates stores from their slides).
+  /// train/ does not read slides itself; a job without it refuses image datasets.
   io::TilePixelOpener tile_pixels;
 };
 

@@ -1,6 +1,7 @@
-// The --dicomweb-* options, declared once for every job that reads slides (tile and extract
-// SLIDE through TileJob, info through InfoJob): each job's table lists them with its own
-// io::DicomwebOptions member.
+// The --dicomweb-* options, declared once for every job that reads slides or a coordinates
+// store's tiles (tile and extract SLIDE through TileJob, info through InfoJob, predict, train):
+// each job's table lists them with its own io::DicomwebOptions member. In io/, beside
+// DicomwebOptions, so that train (which may not include slide/) lists them too.
 #pragma once
 
 #include <algorithm>
@@ -8,10 +9,10 @@
 #include "mltool/io/dicomweb.hpp"
 #include "mltool/util/options.hpp"
 
-namespace mltool::slide {
+namespace mltool::io {
 
 template <class J>
-util::Option<J> dicomweb_connections_option(io::DicomwebOptions J::*web) {
+util::Option<J> dicomweb_connections_option(DicomwebOptions J::*web) {
   return util::option_at<J>(
              "--dicomweb-connections", [web](J& j) -> int& { return (j.*web).connections; },
              "Concurrent requests (open connections) per slide given as a DICOMweb series URL")
@@ -20,7 +21,7 @@ util::Option<J> dicomweb_connections_option(io::DicomwebOptions J::*web) {
 }
 
 template <class J>
-util::Option<J> dicomweb_token_file_option(io::DicomwebOptions J::*web) {
+util::Option<J> dicomweb_token_file_option(DicomwebOptions J::*web) {
   return util::option_at<J>(
       "--dicomweb-token-file", [web](J& j) -> std::string& { return (j.*web).token_file; },
       "A file whose first line is the bearer token for DICOMweb servers (else the environment "
@@ -28,14 +29,14 @@ util::Option<J> dicomweb_token_file_option(io::DicomwebOptions J::*web) {
 }
 
 template <class J>
-util::Option<J> dicomweb_insecure_option(io::DicomwebOptions J::*web) {
+util::Option<J> dicomweb_insecure_option(DicomwebOptions J::*web) {
   return util::flag_at<J>(
       "--dicomweb-insecure", [web](J& j) -> bool& { return (j.*web).insecure; },
       "Do not verify DICOMweb servers' TLS certificates (system CA store) and host names");
 }
 
 template <class J>
-util::Option<J> dicomweb_timeout_option(io::DicomwebOptions J::*web) {
+util::Option<J> dicomweb_timeout_option(DicomwebOptions J::*web) {
   return util::option_at<J>(
              "--dicomweb-timeout", [web](J& j) -> int& { return (j.*web).timeout; },
              "Seconds a DICOMweb request may take, connecting to its last byte, before it is "
@@ -45,13 +46,13 @@ util::Option<J> dicomweb_timeout_option(io::DicomwebOptions J::*web) {
 }
 
 template <class J>
-util::Option<J> dicomweb_origin_option(io::DicomwebOptions J::*web) {
+util::Option<J> dicomweb_origin_option(DicomwebOptions J::*web) {
   util::Option<J> o = util::custom<J>(
       "--dicomweb-origin", "ORIGIN",
       "A server (http[s]://HOST[:PORT]; repeatable) the bearer token may go to besides those of "
       "the slide URLs given: the servers of a tile store's slides",
       [web](J& j, const std::string& text) {
-        const std::string origin = io::url_origin(text, "--dicomweb-origin");
+        const std::string origin = url_origin(text, "--dicomweb-origin");
         auto& all = (j.*web).origins;
         if (std::find(all.begin(), all.end(), origin) == all.end()) all.push_back(origin);
       },
@@ -60,4 +61,4 @@ util::Option<J> dicomweb_origin_option(io::DicomwebOptions J::*web) {
   return o;
 }
 
-}  // namespace mltool::slide
+}  // namespace mltool::io

@@ -19,11 +19,11 @@ if [ ! -f "$build/build.ninja" ]; then
     -DMLTOOL_BUILD_TESTS=OFF -DMLTOOL_BUILD_BENCH=OFF >/dev/null
 fi
 cmake --build "$build" -j "$(nproc)"
-targets="fuzz_tfrecord fuzz_npy fuzz_example fuzz_json fuzz_labels fuzz_dicom"
+targets="fuzz_tfrecord fuzz_npy fuzz_example fuzz_json fuzz_labels fuzz_dicom fuzz_dicom_json"
 for target in $targets; do mkdir -p ".fuzz/corpus/$target"; done
 cp -n tests/data/*.tfrecord .fuzz/corpus/fuzz_tfrecord/ 2>/dev/null || true
 cp -n tests/data/*.npy .fuzz/corpus/fuzz_npy/ 2>/dev/null || true
-for target in fuzz_example fuzz_json fuzz_labels fuzz_dicom; do
+for target in fuzz_example fuzz_json fuzz_labels fuzz_dicom fuzz_dicom_json; do
   cp -n fuzz/seeds/"$target"/* ".fuzz/corpus/$target/" 2>/dev/null || true
 done
 found=

@@ -416,6 +416,12 @@ nlohmann::json DicomwebClient::metadata() const {
 std::vector<DicomwebFrame> DicomwebClient::frames(const std::string& sop,
                                                   const std::vector<std::int64_t>& numbers,
                                                   std::uint64_t frame_bytes, bool retry) const {
+  // The UID goes into the path: one that is not a UID ("1.2/../../admin") would send the
+  // user's authenticated request elsewhere on the server (libcurl collapses "../").
+  if (!is_dicom_uid(sop))
+    throw FormatError(url_.url + ": SOPInstanceUID '" + sop.substr(0, 80) +
+                      "' is not a DICOM UID (digits and dots, at most 64 characters): no frames "
+                      "are asked for it");
   std::string url = url_.url + "/instances/" + sop + "/frames/";
   for (std::size_t i = 0; i < numbers.size(); ++i)
     url += (i ? "," : "") + std::to_string(numbers[i]);

@@ -211,6 +211,22 @@ bool is_dicomweb_url(const std::string& path) {
   return path.rfind("http://", 0) == 0 || path.rfind("https://", 0) == 0;
 }
 
+bool is_dicom_uid(const std::string& uid) {
+  if (uid.empty() || uid.size() > 64) return false;
+  bool digit_before = false;  // the component so far has a digit
+  for (const char c : uid) {
+    if (c == '.') {
+      if (!digit_before) return false;  // a leading dot, or two in a row
+      digit_before = false;
+    } else if (c >= '0' && c <= '9') {
+      digit_before = true;
+    } else {
+      return false;
+    }
+  }
+  return digit_before;  // no trailing dot
+}
+
 DicomwebSeriesUrl parse_dicomweb_url(const std::string& given) {
   DicomwebSeriesUrl out;
   const auto parts = split_url(given);  // the user name and password apart
@@ -229,11 +245,18 @@ DicomwebSeriesUrl parse_dicomweb_url(const std::string& given) {
     out.study = out.url.substr(studies + 9, series - studies - 9);
     out.series = out.url.substr(series + 8);
   }
-  const auto bad = [](const std::string& uid) {
-    return uid.empty() || uid.find_first_not_of("0123456789.") != std::string::npos;
+  const std::string shown = redacted_url(url);  // no user name, password or query value
+  if (!ok) throw UsageError(shown + ": not a DICOMweb series URL (" + kUrlForm + ")");
+  const auto check = [&shown](const char* name, const std::string& uid) {
+    const auto query = uid.find_first_of("?#");  // its values are no one's to read
+    if (!is_dicom_uid(uid))
+      throw UsageError(shown + ": not a DICOMweb series URL (" + kUrlForm + "): the " + name +
+                       " UID '" + uid.substr(0, query) + "'" +
+                       (query == std::string::npos ? "" : " (and a query: a series URL has none)") +
+                       " is not a DICOM UID (digits and dots, at most 64 characters)");
   };
-  if (!ok || bad(out.study) || bad(out.series))
-    throw UsageError(redacted_url(url) + ": not a DICOMweb series URL (" + kUrlForm + ")");
+  check("study", out.study);
+  check("series", out.series);
   return out;
 }
 

@@ -82,34 +82,63 @@ GreyImage decode_png_grey(const void* data, std::size_t size, const std::string&
 
 namespace {
 
-void decode_jpeg(const unsigned char* data, std::size_t size, RgbImage& out,
-                 const std::string& what) {
-  struct Decompressor {
-    tjhandle handle = tjInitDecompress();
-    ~Decompressor() {
-      if (handle) tjDestroy(handle);
-    }
-  };
+struct Decompressor {
+  tjhandle handle = tjInitDecompress();
+  ~Decompressor() {
+    if (handle) tjDestroy(handle);
+  }
+};
+
+tjhandle decompressor() {
   thread_local Decompressor d;
   if (!d.handle) throw ResourceError("libjpeg-turbo: cannot create a decompressor");
+  return d.handle;
+}
+
+ImageSize jpeg_size(const unsigned char* data, std::size_t size, const std::string& what) {
+  tjhandle d = decompressor();
   int width = 0, height = 0, subsampling = 0, colourspace = 0;
-  if (tjDecompressHeader3(d.handle, data, static_cast<unsigned long>(size), &width, &height,
-                          &subsampling, &colourspace) != 0)
-    throw FormatError(what + ": not a readable JPEG: " + tjGetErrorStr2(d.handle));
+  if (tjDecompressHeader3(d, data, static_cast<unsigned long>(size), &width, &height, &subsampling,
+                          &colourspace) != 0)
+    throw FormatError(what + ": not a readable JPEG: " + tjGetErrorStr2(d));
+  return {width, height};
+}
+
+// The size in the header, checked against `expected` (when given) before anything is allocated.
+void check_size(const ImageSize& got, const ImageSize* expected, const std::string& what) {
+  if (expected && (got.width != expected->width || got.height != expected->height))
+    throw FormatError(what + ": the image is " + std::to_string(got.width) + " x " +
+                      std::to_string(got.height) + " pixels, not " +
+                      std::to_string(expected->width) + " x " + std::to_string(expected->height));
+}
+
+void decode_jpeg(const unsigned char* data, std::size_t size, RgbImage& out,
+                 const std::string& what, const ImageSize* expected) {
+  const ImageSize header = jpeg_size(data, size, what);
+  check_size(header, expected, what);
+  const int width = header.width, height = header.height;
   out.width = width;
   out.height = height;
   out.pixels.resize(static_cast<std::size_t>(width) * height * 3);
+  tjhandle d = decompressor();
   // TJFLAG_STOPONWARNING: a truncated or damaged stream is an error, not a grey bottom half.
-  if (tjDecompress2(d.handle, data, static_cast<unsigned long>(size), out.pixels.data(), width,
-                    width * 3, height, TJPF_RGB, TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING) != 0)
-    throw FormatError(what + ": corrupt JPEG: " + tjGetErrorStr2(d.handle));
+  if (tjDecompress2(d, data, static_cast<unsigned long>(size), out.pixels.data(), width, width * 3,
+                    height, TJPF_RGB, TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING) != 0)
+    throw FormatError(what + ": corrupt JPEG: " + tjGetErrorStr2(d));
 }
 
-void decode_png(const void* data, std::size_t size, RgbImage& out, const std::string& what) {
+void decode_png(const void* data, std::size_t size, RgbImage& out, const std::string& what,
+                const ImageSize* expected) {
   png_image image{};
   image.version = PNG_IMAGE_VERSION;
   if (!png_image_begin_read_from_memory(&image, data, size))
     throw FormatError(what + ": not a readable PNG: " + image.message);
+  try {
+    check_size({static_cast<int>(image.width), static_cast<int>(image.height)}, expected, what);
+  } catch (...) {
+    png_image_free(&image);
+    throw;
+  }
   image.format = PNG_FORMAT_RGB;  // grey, palette, 16-bit converted; alpha composited below
   out.width = static_cast<int>(image.width);
   out.height = static_cast<int>(image.height);
@@ -121,15 +150,45 @@ void decode_png(const void* data, std::size_t size, RgbImage& out, const std::st
   }
 }
 
+bool is_jpeg(const unsigned char* bytes, std::size_t size) {
+  return size >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF;
+}
+
+bool is_png(const unsigned char* bytes, std::size_t size) {
+  return size >= 8 && std::memcmp(bytes, "\x89PNG\r\n\x1a\n", 8) == 0;
+}
+
+void decode_as(const void* data, std::size_t size, RgbImage& out, const std::string& what,
+               const ImageSize* expected) {
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  if (is_jpeg(bytes, size)) return decode_jpeg(bytes, size, out, what, expected);
+  if (is_png(bytes, size)) return decode_png(data, size, out, what, expected);
+  throw FormatError(what + ": neither JPEG nor PNG (" + std::to_string(size) + " bytes)");
+}
+
 }  // namespace
 
 void decode_image(const void* data, std::size_t size, RgbImage& out, const std::string& what) {
+  decode_as(data, size, out, what, nullptr);
+}
+
+void decode_image(const void* data, std::size_t size, RgbImage& out, const std::string& what,
+                  const ImageSize& expected) {
+  decode_as(data, size, out, what, &expected);
+}
+
+ImageSize image_size(const void* data, std::size_t size, const std::string& what) {
   const auto* bytes = static_cast<const unsigned char*>(data);
-  if (size >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF)
-    return decode_jpeg(bytes, size, out, what);
-  if (size >= 8 && std::memcmp(bytes, "\x89PNG\r\n\x1a\n", 8) == 0)
-    return decode_png(data, size, out, what);
-  throw FormatError(what + ": neither JPEG nor PNG (" + std::to_string(size) + " bytes)");
+  if (is_jpeg(bytes, size)) return jpeg_size(bytes, size, what);
+  if (!is_png(bytes, size))
+    throw FormatError(what + ": neither JPEG nor PNG (" + std::to_string(size) + " bytes)");
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_memory(&image, data, size))
+    throw FormatError(what + ": not a readable PNG: " + image.message);
+  const ImageSize got{static_cast<int>(image.width), static_cast<int>(image.height)};
+  png_image_free(&image);
+  return got;
 }
 
 void write_png(const std::string& path, const RgbImage& image) {

@@ -6,6 +6,7 @@
 
 #include "dicom_jpeg_frames.hpp"
 #include "dicomweb_slide.hpp"
+#include "mltool/io/image_codec.hpp"
 #include "mltool/util/error.hpp"
 
 namespace mltool::slide {
@@ -122,10 +123,19 @@ void DicomwebFrames::collect(const std::vector<std::size_t>& indices,
 }
 
 std::string DicomwebFrames::marked(io::DicomwebFrame frame, std::size_t index) const {
-  const std::string what = series_.client().url().url + ": instance " +
-                           series_.level(level_).sop_instance + " frame " +
+  const io::DicomHeader& h = series_.level(level_);
+  const std::string what = series_.client().url().url + ": instance " + h.sop_instance + " frame " +
                            std::to_string(index + 1);
-  return io::colour_marked_jpeg(std::move(frame.bytes), colour(), what);
+  std::string jpeg = io::colour_marked_jpeg(std::move(frame.bytes), colour(), what);
+  // The tile is stored as it is: a frame of another size than the metadata's would be a tile
+  // of another size than the store's.
+  const io::ImageSize got = io::image_size(jpeg.data(), jpeg.size(), what);
+  if (got.width != h.columns || got.height != h.rows)
+    throw FormatError(what + ": the frame is " + std::to_string(got.width) + " x " +
+                      std::to_string(got.height) + " pixels, not Columns " +
+                      std::to_string(h.columns) + " x Rows " + std::to_string(h.rows) +
+                      " as the metadata says");
+  return jpeg;
 }
 
 std::optional<std::string> DicomwebFrames::tile(std::size_t index) const {

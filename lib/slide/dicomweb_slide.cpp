@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "dicom_jpeg_frames.hpp"
+#include "dicom_json.hpp"
 #include "mltool/io/image_codec.hpp"
 #include "mltool/io/jpeg_tiff.hpp"
 #include "mltool/util/error.hpp"
@@ -19,74 +20,6 @@ constexpr std::size_t kCacheBytes = std::size_t{64} << 20;  // decoded frames ke
 constexpr std::size_t kAheadFrames = 1024;  // compressed frames fetched ahead of region reads
 constexpr const char* kUncompressed = "1.2.840.10008.1.2.1";
 constexpr const char* kImplicitUncompressed = "1.2.840.10008.1.2";
-
-// Element `tag`'s values in a DICOM JSON dataset (PS3.18 F.2), or null.
-const json* values(const json& dataset, const char* tag) {
-  const auto it = dataset.find(tag);
-  if (it == dataset.end() || !it->is_object()) return nullptr;
-  const auto v = it->find("Value");
-  return v != it->end() && v->is_array() && !v->empty() ? &*v : nullptr;
-}
-
-std::string text(const json& dataset, const char* tag) {
-  const json* v = values(dataset, tag);
-  return v && (*v)[0].is_string() ? (*v)[0].get<std::string>() : std::string();
-}
-
-std::int64_t integer(const json& dataset, const char* tag, std::int64_t absent) {
-  const json* v = values(dataset, tag);
-  if (!v) return absent;
-  if ((*v)[0].is_number()) return (*v)[0].get<std::int64_t>();
-  if ((*v)[0].is_string()) return std::stoll((*v)[0].get<std::string>());  // IS as text
-  return absent;
-}
-
-double number(const json& value) {
-  return value.is_string() ? std::stod(value.get<std::string>()) : value.get<double>();
-}
-
-// An instance's metadata as the header read_dicom_header gives for a local file: the fields
-// that say how its frames are laid out. `path` names the instance in messages.
-io::DicomHeader header_of(const json& dataset) {
-  io::DicomHeader h;
-  h.sop_class = text(dataset, "00080016");
-  h.sop_instance = text(dataset, "00080018");
-  h.path = "instance " + h.sop_instance;
-  h.series_instance = text(dataset, "0020000E");
-  if (const json* v = values(dataset, "00080008"))
-    for (const auto& part : *v)
-      h.image_type.push_back(part.is_string() ? part.get<std::string>() : "");
-  h.transfer_syntax = text(dataset, "00083002");  // AvailableTransferSyntaxUID, where given
-  h.encapsulated = !h.transfer_syntax.empty() && h.transfer_syntax != kUncompressed &&
-                   h.transfer_syntax != kImplicitUncompressed;
-  h.dataset_read = true;
-  h.photometric = text(dataset, "00280004");
-  h.organization = text(dataset, "00209311");
-  h.concatenation = text(dataset, "00209161");
-  h.samples = static_cast<int>(integer(dataset, "00280002", 0));
-  h.bits_allocated = static_cast<int>(integer(dataset, "00280100", 0));
-  h.planar = static_cast<int>(integer(dataset, "00280006", 0));
-  h.rows = integer(dataset, "00280010", 0);
-  h.columns = integer(dataset, "00280011", 0);
-  h.frames = integer(dataset, "00280008", 1);
-  h.total_columns = integer(dataset, "00480006", 0);
-  h.total_rows = integer(dataset, "00480007", 0);
-  h.focal_planes = integer(dataset, "00480303", 1);
-  h.optical_paths = integer(dataset, "00480302", 1);
-  return h;
-}
-
-// PixelSpacing (mm: row spacing, column spacing) of an instance: its shared functional
-// groups' pixel measures, else a top-level element.
-std::optional<std::pair<double, double>> pixel_spacing(const json& dataset) {
-  const json* found = nullptr;
-  if (const json* shared = values(dataset, "52009229"))
-    if (const json* measures = values((*shared)[0], "00289110"))
-      found = values((*measures)[0], "00280030");
-  if (!found) found = values(dataset, "00280030");
-  if (!found || found->size() != 2) return std::nullopt;
-  return std::pair{number((*found)[0]), number((*found)[1])};
-}
 
 }  // namespace
 
@@ -104,12 +37,9 @@ DicomwebSeries::DicomwebSeries(const std::string& url, const io::DicomwebOptions
   const json metadata = client_.metadata();
   std::vector<std::pair<io::DicomHeader, const json*>> volumes;
   for (const json& dataset : metadata) {
-    if (!dataset.is_object()) continue;
-    io::DicomHeader h = header_of(dataset);
+    io::DicomHeader h = dicom_json_header(dataset, client_.url().url);
     if (h.image_type.size() < 3 || h.image_type[2] != "VOLUME") continue;
-    if (h.total_columns <= 0 || h.total_rows <= 0 || h.columns <= 0 || h.rows <= 0)
-      throw InputError(url + ": VOLUME instance " + h.sop_instance +
-                       " has no TotalPixelMatrixColumns/Rows or frame size in its metadata");
+    check_dicom_level(h, client_.url().url);
     volumes.emplace_back(std::move(h), &dataset);
   }
   if (volumes.empty())
@@ -133,7 +63,8 @@ DicomwebSeries::DicomwebSeries(const std::string& url, const io::DicomwebOptions
                       2.0;
     geometry_.levels.push_back({h.total_columns, h.total_rows, ds});
   }
-  if (const auto spacing = pixel_spacing(*first);
+  if (const auto spacing =
+          dicom_json_pixel_spacing(*first, client_.url().url + ": instance " + l0.sop_instance);
       spacing && spacing->first > 0 && spacing->second > 0) {
     geometry_.mpp_x = spacing->second * 1000.0;
     geometry_.mpp_y = spacing->first * 1000.0;
@@ -220,18 +151,33 @@ std::shared_ptr<const DicomwebSeries::Decoded> DicomwebSeries::decode(
   const std::string what =
       client_.url().url + ": instance " + h.sop_instance + " frame " + std::to_string(index + 1);
   auto d = std::make_shared<Decoded>();
+  // Every frame is Rows x Columns, the last row and column of the grid too (padded): read_rgb
+  // copies from each frame by the metadata's size.
+  d->width = h.columns, d->height = h.rows;
   const bool raw = f.transfer_syntax == kUncompressed || f.transfer_syntax == kImplicitUncompressed;
-  const auto size = static_cast<std::size_t>(h.rows * h.columns * 3);
-  if (raw && h.samples == 3 && h.bits_allocated == 8 && h.planar == 0 && h.photometric == "RGB" &&
-      f.bytes.size() >= size) {
-    d->width = h.columns, d->height = h.rows;
-    d->rgb.assign(f.bytes.begin(), f.bytes.begin() + static_cast<std::ptrdiff_t>(size));
+  if (raw) {
+    if (h.samples != 3 || h.bits_allocated != 8 || h.planar != 0 || h.photometric != "RGB")
+      throw FormatError(what + ": uncompressed frames of SamplesPerPixel " +
+                        std::to_string(h.samples) + ", BitsAllocated " +
+                        std::to_string(h.bits_allocated) + ", PlanarConfiguration " +
+                        std::to_string(h.planar) + ", PhotometricInterpretation '" + h.photometric +
+                        "'; mltool reads uncompressed frames of 8-bit RGB");
+    const std::size_t size = dicom_frame_bytes(h, what);
+    if (f.bytes.size() != size)
+      throw FormatError(what + ": an uncompressed frame of " + std::to_string(f.bytes.size()) +
+                        " bytes, not Rows " + std::to_string(h.rows) + " x Columns " +
+                        std::to_string(h.columns) + " x 3 = " + std::to_string(size));
+    d->rgb.assign(f.bytes.begin(), f.bytes.end());
   } else if (f.bytes.size() > 2 && static_cast<unsigned char>(f.bytes[0]) == 0xff &&
              static_cast<unsigned char>(f.bytes[1]) == 0xd8) {
     io::RgbImage image;
     const std::string jpeg = io::colour_marked_jpeg(f.bytes, colour, what);
-    io::decode_image(jpeg.data(), jpeg.size(), image, what);
-    d->width = image.width, d->height = image.height, d->rgb = std::move(image.pixels);
+    // Rows and Columns are at most 65535 (dicom_json.hpp): they fit an int.
+    io::decode_image(jpeg.data(), jpeg.size(), image,
+                     what + " (Columns " + std::to_string(h.columns) + ", Rows " +
+                         std::to_string(h.rows) + " in the metadata)",
+                     {static_cast<int>(h.columns), static_cast<int>(h.rows)});
+    d->rgb = std::move(image.pixels);
   } else {
     throw FormatError(what + ": transfer syntax " +
                       (f.transfer_syntax.empty() ? "not named" : f.transfer_syntax) +

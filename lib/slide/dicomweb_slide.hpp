@@ -41,8 +41,10 @@ struct DicomwebFetched {
 
 class DicomwebSeries {
  public:
-  /// Reads the series' metadata. UsageError for a URL that is not a series URL, InputError
-  /// naming the URL when the series has no VOLUME instance or a level lacks its size.
+  /// Reads the series' metadata (checked as dicom_json.hpp says). UsageError for a URL that
+  /// is not a series URL; InputError naming the URL when the series has no VOLUME instance or
+  /// a level lacks its size or has too many frames; FormatError naming the URL, the instance,
+  /// the tag and the value for a value of the wrong type or range, or a UID that is none.
   DicomwebSeries(const std::string& url, const io::DicomwebOptions& options);
 
   const io::DicomwebClient& client() const { return client_; }

@@ -141,9 +141,22 @@ class Result:
     out: str
     err: str
     seconds: float
-    peak_rss_mb: float  # the run's peak resident memory (ru_maxrss of the child, KiB on Linux)
+    peak_rss_mb: float  # the program's peak resident memory (VmHWM, polled every 20 ms)
     signal: int         # the signal that killed it, or 0
     timed_out: bool     # killed by bounded_run at its deadline
+
+
+def _hwm_kib(pid):
+    """The process's peak resident memory so far (VmHWM: since its exec, unlike ru_maxrss,
+    which keeps the forked test process's own), or 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def bounded_run(cmd, deadline_s, env=None):
@@ -155,24 +168,26 @@ def bounded_run(cmd, deadline_s, env=None):
                for s, o in ((p.stdout, out), (p.stderr, err))]
     for t in readers:
         t.start()
-    timed_out = False
+    timed_out, hwm = False, 0
     while True:
-        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+        # Polled while it runs: the last poll sees its peak but for the last 20 ms of growth.
+        hwm = max(hwm, _hwm_kib(p.pid))
+        pid, status = os.waitpid(p.pid, os.WNOHANG)
         if pid:
             break
         if time.monotonic() - start > deadline_s:
             timed_out = True
             p.kill()
-            pid, status, usage = os.wait4(p.pid, 0)
+            pid, status = os.waitpid(p.pid, 0)
             break
-        time.sleep(0.05)
+        time.sleep(0.02)
     p.returncode = os.waitstatus_to_exitcode(status)
     for t in readers:
         t.join(10)
     sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
     return Result(p.returncode, (out or [b""])[0].decode(errors="replace"),
                   (err or [b""])[0].decode(errors="replace"), time.monotonic() - start,
-                  usage.ru_maxrss / 1024.0, sig, timed_out)
+                  hwm / 1024.0, sig, timed_out)
 
 
 def free_port():

@@ -46,6 +46,38 @@ TEST(DicomwebUrl, RefusesOtherUrls) {
   }
 }
 
+// Every UID that goes into a request's path must be a DICOM UID: "1.2/../../admin" in a
+// SOPInstanceUID would send the user's authenticated GET to /admin (libcurl collapses "../").
+TEST(DicomUid, FollowsTheGrammar) {
+  const std::string longest = "1." + std::string(62, '2');
+  ASSERT_EQ(longest.size(), 64u);
+  for (const std::string& good : {std::string("1.2.840.10008.1.2.4.50"), std::string("0"),
+                                  std::string("2.25.329800735698586629295641978511506172918"),
+                                  std::string("1.3.6.1.4.1.5962.99.1.1.1"), longest})
+    EXPECT_TRUE(io::is_dicom_uid(good)) << good;
+  for (const std::string& bad :
+       {std::string(""), std::string("."), std::string(".."), std::string("1..2"),
+        std::string("1.2/../x"), std::string("1.2/../../../../admin"), longest + "3",
+        std::string(".1.2"), std::string("1.2."), std::string("1.2 "), std::string("%2e%2e"),
+        std::string("1.2\\..\\x"), std::string("1.2?x=1"), std::string("1,2"),
+        std::string("1.2\0", 4)})
+    EXPECT_FALSE(io::is_dicom_uid(bad)) << bad;
+}
+
+TEST(DicomwebUrl, RefusesUidsThatAreNotUids) {
+  for (const char* bad : {"http://h/studies/../series/1.2", "http://h/studies/1..2/series/3",
+                          "http://h/studies/1.2/series/.", "http://h/studies/1.2/series/..",
+                          "http://h/studies/.1/series/2", "http://h/studies/1.2./series/3"}) {
+    try {
+      io::parse_dicomweb_url(bad);
+      ADD_FAILURE() << bad << " parsed";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("is not a DICOM UID"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind(bad, 0), 0u) << e.what();
+    }
+  }
+}
+
 TEST(DicomwebMultipart, SplitsParts) {
   const std::string b = "XyZ";
   const std::string first = std::string("\xff\xd8\r\n--XyZx\xff\xd9", 10);  // CR LF and "--" inside

@@ -86,8 +86,14 @@ struct DicomwebSeriesUrl {
 /// Whether `path` is meant as a URL (starts with http:// or https://).
 bool is_dicomweb_url(const std::string& path);
 
+/// Whether `uid` is a DICOM UID (PS3.5 9.1): components of digits joined by single dots, at
+/// most 64 characters. Every UID that goes into a request URL, the user's or the server's,
+/// must be one: "..", "1.2/../x" or "%2e" would reach other paths of the server.
+bool is_dicom_uid(const std::string& uid);
+
 /// Parses a series URL (its user name and password apart). UsageError naming `url`
-/// (redacted_url) and the expected form when it is not one.
+/// (redacted_url) and the expected form when it is not one (its study and series UIDs are not
+/// DICOM UIDs, too).
 DicomwebSeriesUrl parse_dicomweb_url(const std::string& url);
 
 /// A 401 or 403 answer: the token is missing or wrong. Stops a run even under --keep-going.
@@ -140,7 +146,8 @@ class DicomwebClient {
   /// on transient faults unless `retry` is false; a frame's pixels are `frame_bytes` (0: not
   /// known), which bounds the answer (dicomweb_frames_limit). DicomwebError naming the URL and
   /// the status when the request fails for good, the answer is larger than that, or it does
-  /// not hold one part per frame.
+  /// not hold one part per frame; FormatError, and no request, when `sop` is not a DICOM UID
+  /// (is_dicom_uid).
   std::vector<DicomwebFrame> frames(const std::string& sop,
                                     const std::vector<std::int64_t>& numbers,
                                     std::uint64_t frame_bytes, bool retry = true) const;

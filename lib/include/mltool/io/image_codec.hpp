@@ -68,6 +68,21 @@ std::optional<TileEncoding> encoding_named(std::string_view name);
 /// truncated image; `what` names the tile (e.g. "tiles.lmdb: tile 'S1/000001_000002'").
 void decode_image(const void* data, std::size_t size, RgbImage& out, const std::string& what);
 
+/// An image's size in pixels.
+struct ImageSize {
+  int width = 0;
+  int height = 0;
+};
+
+/// As decode_image, for an image that must be `expected`: its header's size is checked before
+/// anything is allocated (a JPEG header may claim 65500 x 65500, 12 GB of RGB), and a different
+/// size is a FormatError "<what>: ... W x H pixels, not ...".
+void decode_image(const void* data, std::size_t size, RgbImage& out, const std::string& what,
+                  const ImageSize& expected);
+
+/// The size a JPEG or PNG header declares, nothing decoded. FormatError as decode_image's.
+ImageSize image_size(const void* data, std::size_t size, const std::string& what);
+
 /// Writes `image` as a PNG file, atomically (write aside, rename).
 void write_png(const std::string& path, const RgbImage& image);
 

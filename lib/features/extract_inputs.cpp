@@ -97,6 +97,8 @@ std::optional<slide::CohortReport> resolve_inputs(ExtractJob& job) {
   auto tiled = slide::tile_slides(job.inputs, cohort);
   check_same_slides(cohort.store, tiled);
   job.store = cohort.store;
+  // The slides the user named: their pixels are read from their servers, with the token.
+  for (const auto& input : job.inputs) io::allow_origin(job.tile.dicomweb, input);
   return tiled;
 }
 

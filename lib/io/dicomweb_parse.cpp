@@ -1,9 +1,13 @@
 // The parts of io/dicomweb.hpp that need no network, built with or without slide support (the
-// tile store's slide ids use the URL parser): series URLs, and multipart/related bodies
+// tile store's slide ids use the URL parser): series URLs, origins and redaction, Retry-After
+// values, and multipart/related bodies
 // (RFC 2387) as WADO-RS frame retrieval sends them: parts separated by "--BOUNDARY", each with
 // its own headers (Content-Type names the frame's transfer syntax).
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
 
 #include "mltool/io/dicomweb.hpp"
 
@@ -63,7 +67,145 @@ std::size_t next_delimiter(const std::string& body, const std::string& line, std
   return std::string::npos;
 }
 
+// A URL's parts: "scheme://" userinfo "@" authority rest (path, query, fragment).
+struct UrlParts {
+  std::string scheme, userinfo, authority, rest;
+};
+
+std::optional<UrlParts> split_url(const std::string& url) {
+  const auto colon = url.find("://");
+  if (colon == std::string::npos || colon == 0) return std::nullopt;
+  UrlParts p;
+  p.scheme = lower(url.substr(0, colon));
+  const std::size_t start = colon + 3;
+  const auto end = std::min(url.find_first_of("/?#", start), url.size());
+  std::string authority = url.substr(start, end - start);
+  if (const auto at = authority.rfind('@'); at != std::string::npos) {
+    p.userinfo = authority.substr(0, at);
+    authority.erase(0, at + 1);
+  }
+  p.authority = authority;
+  p.rest = url.substr(end);
+  return p;
+}
+
+// "host:port" of an authority, the host in lower case, the scheme's port when none is given;
+// "" when there is no host or the port is not a number of 1 to 65535.
+std::string host_port(const std::string& authority, const std::string& scheme) {
+  std::string host = authority, port;
+  const auto bracket = authority.rfind(']');  // an IPv6 address: [::1]:8042
+  const auto colon = authority.rfind(':');
+  if (colon != std::string::npos && (bracket == std::string::npos || colon > bracket)) {
+    host = authority.substr(0, colon);
+    port = authority.substr(colon + 1);
+  }
+  if (port.empty()) port = scheme == "https" ? "443" : "80";
+  if (host.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
+    return "";
+  const long number = std::stol(port);
+  if (number < 1 || number > 65535) return "";
+  return lower(host) + ":" + std::to_string(number);
+}
+
+// An IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT") as Unix seconds, or nullopt.
+std::optional<std::int64_t> imf_fixdate(const std::string& text) {
+  static const char* const kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                        "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  char weekday[4] = "", month[4] = "", zone[4] = "";
+  int day = 0, year = 0, hour = 0, minute = 0, second = 0, used = 0;
+  if (std::sscanf(text.c_str(), "%3s, %d %3s %d %d:%d:%d %3s%n", weekday, &day, month, &year, &hour,
+                  &minute, &second, zone, &used) != 8 ||
+      static_cast<std::size_t>(used) != text.size() || std::strcmp(zone, "GMT") != 0)
+    return std::nullopt;
+  int m = 0;
+  while (m < 12 && std::strcmp(month, kMonths[m]) != 0) ++m;
+  if (m == 12 || day < 1 || day > 31 || year < 1970 || hour > 23 || minute > 59 || second > 60)
+    return std::nullopt;
+  std::tm t{};
+  t.tm_year = year - 1900;
+  t.tm_mon = m;
+  t.tm_mday = day;
+  t.tm_hour = hour;
+  t.tm_min = minute;
+  t.tm_sec = second;
+  return static_cast<std::int64_t>(timegm(&t));
+}
+
 }  // namespace
+
+std::uint64_t dicomweb_frames_limit(std::size_t frames, std::uint64_t frame_bytes) {
+  constexpr std::uint64_t kUnknownFrame = std::uint64_t{64} << 20, kMost = std::uint64_t{1} << 40;
+  const std::uint64_t each = 2 * std::min(frame_bytes ? frame_bytes : kUnknownFrame, kMost) + 4096;
+  return std::min<std::uint64_t>(kMost, each * std::max<std::size_t>(frames, 1) + 65536);
+}
+
+std::string url_origin(const std::string& url, const std::string& what) {
+  const auto p = split_url(url);
+  const std::string hp = p ? host_port(p->authority, p->scheme) : "";
+  if (!p || (p->scheme != "http" && p->scheme != "https") || hp.empty())
+    throw UsageError(what + ": " + redacted_url(url) +
+                     " is no http:// or https:// URL with a host (an origin is "
+                     "http[s]://HOST[:PORT])");
+  return p->scheme + "://" + hp;
+}
+
+bool is_loopback_origin(const std::string& origin) {
+  const auto p = split_url(origin);
+  if (!p) return false;
+  const std::string hp = host_port(p->authority, p->scheme);
+  const std::string host = hp.substr(0, hp.rfind(':'));
+  if (host == "localhost" || host == "[::1]") return true;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  int used = 0;
+  return std::sscanf(host.c_str(), "%u.%u.%u.%u%n", &a, &b, &c, &d, &used) == 4 &&
+         static_cast<std::size_t>(used) == host.size() && a == 127 && b < 256 && c < 256 && d < 256;
+}
+
+void allow_origin(DicomwebOptions& options, const std::string& url) {
+  std::string origin;
+  try {
+    origin = url_origin(url, "a slide URL");
+  } catch (const UsageError&) {
+    return;  // no URL: nothing to allow (a bad one fails alone when it is opened)
+  }
+  if (std::find(options.origins.begin(), options.origins.end(), origin) == options.origins.end())
+    options.origins.push_back(origin);
+}
+
+std::string redacted_url(const std::string& url) {
+  const auto p = split_url(url);
+  if (!p) return url;
+  std::string rest = p->rest;
+  const auto query = rest.find('?');
+  if (query != std::string::npos) {
+    const auto fragment = rest.find('#', query);
+    std::string q =
+        rest.substr(query + 1, fragment == std::string::npos ? fragment : fragment - query - 1);
+    std::string out;
+    for (std::size_t at = 0; at <= q.size();) {
+      auto amp = q.find('&', at);
+      if (amp == std::string::npos) amp = q.size();
+      const std::string param = q.substr(at, amp - at);
+      const auto eq = param.find('=');
+      out += (at ? "&" : "") +
+             (eq == std::string::npos ? param : param.substr(0, eq + 1) + "REDACTED");
+      at = amp + 1;
+    }
+    rest = rest.substr(0, query + 1) + out;
+  }
+  return url.substr(0, url.find("://") + 3) + p->authority + rest;
+}
+
+std::optional<double> parse_retry_after(const std::string& value, std::int64_t now) {
+  const auto first = value.find_first_not_of(" \t");
+  if (first == std::string::npos) return std::nullopt;
+  const std::string v = value.substr(first, value.find_last_not_of(" \t\r\n") - first + 1);
+  if (v.find_first_not_of("0123456789") == std::string::npos)
+    return v.size() > 9 ? 1e9 : static_cast<double>(std::stol(v));
+  const auto when = imf_fixdate(v);
+  if (!when) return std::nullopt;
+  return static_cast<double>(std::max<std::int64_t>(0, *when - now));
+}
 
 bool is_dicomweb_url(const std::string& path) {
   return path.rfind("http://", 0) == 0 || path.rfind("https://", 0) == 0;
@@ -85,8 +227,12 @@ bool is_dicom_uid(const std::string& uid) {
   return digit_before;  // no trailing dot
 }
 
-DicomwebSeriesUrl parse_dicomweb_url(const std::string& url) {
+DicomwebSeriesUrl parse_dicomweb_url(const std::string& given) {
   DicomwebSeriesUrl out;
+  const auto parts = split_url(given);  // the user name and password apart
+  if (parts) out.userinfo = parts->userinfo;
+  const std::string url =
+      parts ? given.substr(0, given.find("://") + 3) + parts->authority + parts->rest : given;
   out.url = url;
   while (!out.url.empty() && out.url.back() == '/') out.url.pop_back();
   const auto studies = out.url.rfind("/studies/");
@@ -99,12 +245,15 @@ DicomwebSeriesUrl parse_dicomweb_url(const std::string& url) {
     out.study = out.url.substr(studies + 9, series - studies - 9);
     out.series = out.url.substr(series + 8);
   }
-  if (!ok) throw UsageError(url + ": not a DICOMweb series URL (" + kUrlForm + ")");
-  const auto check = [&url](const char* name, const std::string& uid) {
+  const std::string shown = redacted_url(url);  // no user name, password or query value
+  if (!ok) throw UsageError(shown + ": not a DICOMweb series URL (" + kUrlForm + ")");
+  const auto check = [&shown](const char* name, const std::string& uid) {
+    const auto query = uid.find_first_of("?#");  // its values are no one's to read
     if (!is_dicom_uid(uid))
-      throw UsageError(url + ": not a DICOMweb series URL (" + kUrlForm + "): the " + name +
-                       " UID '" + uid +
-                       "' is not a DICOM UID (digits and dots, at most 64 characters)");
+      throw UsageError(shown + ": not a DICOMweb series URL (" + kUrlForm + "): the " + name +
+                       " UID '" + uid.substr(0, query) + "'" +
+                       (query == std::string::npos ? "" : " (and a query: a series URL has none)") +
+                       " is not a DICOM UID (digits and dots, at most 64 characters)");
   };
   check("study", out.study);
   check("series", out.series);

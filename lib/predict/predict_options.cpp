@@ -50,6 +50,7 @@ const util::Options<PredictJob>& predict_options() {
       io::dicomweb_token_file_option(&J::dicomweb),
       io::dicomweb_insecure_option(&J::dicomweb),
       io::dicomweb_timeout_option(&J::dicomweb),
+      io::dicomweb_origin_option(&J::dicomweb),
   };
   return table;
 }

@@ -73,7 +73,7 @@ void write_index(const CohortJob& job, const std::vector<SlideReport>& slides) {
 
 SlideReport failed_report(const std::string& path, const Error& e) {
   SlideReport r;
-  r.path = path;
+  r.path = io::redacted_url(path);
   r.status = SlideStatus::failed;
   r.error = e.what();
   try {
@@ -109,8 +109,10 @@ void check_slides(const std::vector<std::string>& slides, const CohortJob& job) 
       }
     }
   }
-  if (web) {
-    const io::DicomwebClient reads_token(*web, job.tile.dicomweb);  // and sends no request
+  if (web) {  // a slide the user named: the token may go to its server
+    io::DicomwebOptions options = job.tile.dicomweb;
+    io::allow_origin(options, web->url);
+    const io::DicomwebClient reads_token(*web, options);  // and sends no request
   }
   // --roi: every slide's file checked before the first is tiled; a lone slide's needs no
   // early check (tile_slide reads it before anything of the slide is written) but under
@@ -148,6 +150,7 @@ io::TileStore open_store(const CohortJob& job, const util::Shard& part,
 
 CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob& asked) {
   CohortJob job = asked;
+  for (const auto& path : slides) io::allow_origin(job.tile.dicomweb, path);  // named by the user
   auto& s = job.tile.settings;
   if (job.tile.mag) {
     if (s.mpp || s.level) throw UsageError("give one of --mpp, --mag and --level");
@@ -184,7 +187,8 @@ CohortReport tile_slides(const std::vector<std::string>& slides, const CohortJob
         throw;
       }
       ++report.failed;
-      failed.push_back(report.slides.back().id.empty() ? path : report.slides.back().id);
+      failed.push_back(report.slides.back().id.empty() ? report.slides.back().path
+                                                       : report.slides.back().id);
       log::error(e.what());
       continue;
     }

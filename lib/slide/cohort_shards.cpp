@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mltool/io/dicomweb.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/log.hpp"
 
@@ -18,7 +19,7 @@ std::vector<std::string> ids_of(const std::vector<std::string>& slides) {
     try {
       ids.push_back(io::slide_id_for(path));
     } catch (const Error&) {
-      ids.push_back(path);  // a path with no id fails when tiled; listed as given
+      ids.push_back(io::redacted_url(path));  // no id: fails when tiled; listed as given
     }
   }
   return ids;

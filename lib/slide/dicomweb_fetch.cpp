@@ -19,7 +19,12 @@ std::vector<io::DicomwebFrame> DicomwebSeries::request(int level, const std::siz
                                                        std::size_t n, bool retry) const {
   std::vector<std::int64_t> numbers;
   for (std::size_t k = 0; k < n; ++k) numbers.push_back(static_cast<std::int64_t>(first[k]) + 1);
-  return client_.frames(this->level(level).sop_instance, numbers, retry);
+  const io::DicomHeader& h = this->level(level);
+  const auto frame_bytes = static_cast<std::uint64_t>(h.rows) *
+                           static_cast<std::uint64_t>(h.columns) *
+                           static_cast<std::uint64_t>(std::max(h.samples, 1)) *
+                           static_cast<std::uint64_t>(std::max(h.bits_allocated / 8, 1));
+  return client_.frames(h.sop_instance, numbers, frame_bytes, retry);
 }
 
 std::vector<io::DicomwebFrame> DicomwebSeries::fetch(

@@ -37,6 +37,7 @@ const util::Options<InfoJob>& info_options() {
       io::dicomweb_token_file_option(&InfoJob::dicomweb),
       io::dicomweb_insecure_option(&InfoJob::dicomweb),
       io::dicomweb_timeout_option(&InfoJob::dicomweb),
+      io::dicomweb_origin_option(&InfoJob::dicomweb),
   };
   return table;
 }
@@ -173,9 +174,11 @@ void segmented_tissue(const Slide& slide, Segmenter& model, const std::string& f
 SlideInfo describe_slide(const std::string& path, const InfoJob& job) {
   util::check_options(info_options(), job);
   SlideInfo info;
-  info.path = path;
+  info.path = io::redacted_url(path);
   info.id = io::slide_id_for(path);
-  const Slide slide = Slide::open(path, job.dicomweb);
+  io::DicomwebOptions web = job.dicomweb;
+  io::allow_origin(web, path);  // a slide the user named: the token may go to its server
+  const Slide slide = Slide::open(path, web);
   info.vendor = slide.vendor();
   info.format = format_of(slide);
   info.file = slide.file();

@@ -103,7 +103,7 @@ std::string openslide_version() { return std::string("OpenSlide ") + openslide_g
 Slide Slide::open(const std::string& path, const io::DicomwebOptions& web) {
   if (io::is_dicomweb_url(path)) {
     Slide s;
-    s.path_ = s.file_ = path;
+    s.path_ = s.file_ = io::redacted_url(path);  // shown in messages: no credentials
     s.vendor_ = "dicomweb";
     s.handle_ = std::make_unique<Handle>();
     s.handle_->web = std::make_unique<DicomwebSeries>(path, web);

@@ -203,6 +203,7 @@ const util::Options<TileJob>& tile_options() {
       io::dicomweb_token_file_option(&J::dicomweb),
       io::dicomweb_insecure_option(&J::dicomweb),
       io::dicomweb_timeout_option(&J::dicomweb),
+      io::dicomweb_origin_option(&J::dicomweb),
   };
   return table;
 }
@@ -210,7 +211,10 @@ const util::Options<TileJob>& tile_options() {
 std::string given_tile_option(const TileJob& job) {
   // --mpp given as the default 0.5 reads as the default; its field says it was given.
   if (job.settings.mpp) return "--mpp";
-  return util::first_changed(tile_options(), job);
+  // The --dicomweb-* options read a coordinates store's slides too: not refused there.
+  TileJob others = job;
+  others.dicomweb = {};
+  return util::first_changed(tile_options(), others);
 }
 
 const util::Options<TileJob>& tile_store_options() {

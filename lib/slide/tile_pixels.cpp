@@ -124,7 +124,13 @@ class TilePixels::Slides {
       throw InputError(where + ": its slide file " + path +
                        " is not there; a coordinates store (no pixels) reads its tiles from the "
                        "slide files it was made from: put the file back at that path");
-    Slide slide = Slide::open(path, web_);
+    Slide slide = [&] {
+      try {
+        return Slide::open(path, web_);
+      } catch (const io::DicomwebAuthError& e) {  // the store and the slide it came from
+        throw io::DicomwebAuthError(where + ": " + e.what());
+      }
+    }();
     const std::string hash = slide.property("openslide.quickhash-1").value_or("");
     if (hash != record->value("quickhash", ""))
       throw InputError(where + ": " + path +

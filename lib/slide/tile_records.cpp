@@ -6,6 +6,7 @@
 #include <set>
 #include <utility>
 
+#include "mltool/io/dicomweb.hpp"
 #include "mltool/util/error.hpp"
 
 namespace mltool::slide {
@@ -37,8 +38,8 @@ TileFailure failure_from(const json& entry, const std::string& where) {
 }  // namespace
 
 json TileFailure::to_json() const {
-  return {{"row", row}, {"col", col},       {"x", x},        {"y", y},
-          {"url", url}, {"status", status}, {"error", error}};
+  return {{"row", row},       {"col", col},    {"x", x}, {"y", y}, {"url", io::redacted_url(url)},
+          {"status", status}, {"error", error}};
 }
 
 json kept_json(const std::vector<KeptTile>& kept, const std::vector<TileFailure>& left_out) {
@@ -64,7 +65,7 @@ json slide_json(const Slide& slide, const Identity& who, const ReadPlan& plan, c
   const auto& mask = selection.mask;
   return {
       {"id", who.id},
-      {"path", who.abs_path},
+      {"path", io::redacted_url(who.abs_path)},  // no user name or password of a URL
       {"vendor", slide.vendor()},
       {"quickhash", who.quickhash},
       {"width", geometry.levels[0].width},

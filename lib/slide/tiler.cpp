@@ -507,7 +507,7 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
                        bool allow_missing_tiles) {
   const auto start = Clock::now();
   SlideReport report;
-  report.path = path;
+  report.path = io::redacted_url(path);  // a URL's user name and password are written nowhere
   report.id = io::slide_id_for(path);
   const std::string& id = report.id;
   const SlideRoi roi = slide_roi(job.roi, path);  // --roi: checked before the slide is read
@@ -518,9 +518,9 @@ SlideReport tile_slide(io::TileStore& store, const std::string& path, const Tile
   const Slide slide = Slide::open(path, job.dicomweb);
   // A DICOMweb series is its URL (recorded) and its series UID (the id, the same on any server).
   const Identity who{id, slide.property("openslide.quickhash-1").value_or(""),
-                     slide.dicomweb() ? path : util::absolute_path(path)};
-  const Stored stored = already_tiled(store, path, who, allow_missing_tiles, report);
-  if (stored != Stored::none) require_same_roi(store, id, roi, path);
+                     slide.dicomweb() ? report.path : util::absolute_path(path)};
+  const Stored stored = already_tiled(store, report.path, who, allow_missing_tiles, report);
+  if (stored != Stored::none) require_same_roi(store, id, roi, report.path);
   if (stored == Stored::complete) {
     report.seconds = seconds_since(start);
     return report;

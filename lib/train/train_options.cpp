@@ -230,6 +230,7 @@ const util::Options<TrainJob>& train_options() {
           io::dicomweb_token_file_option(&J::dicomweb),
           io::dicomweb_insecure_option(&J::dicomweb),
           io::dicomweb_timeout_option(&J::dicomweb),
+          io::dicomweb_origin_option(&J::dicomweb),
           augment_option(),
           features::stain_norm_option(&J::stain_norm, &J::stain_reference)
               .in("options")

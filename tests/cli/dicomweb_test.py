@@ -9,9 +9,10 @@ does) and a pydicom-written series (scripts/fixtures/dicom_series.py, YBR_FULL_4
 - `tile` and `extract SLIDE` over DICOMweb equal the local series byte for byte (tiles passed
   through, tiles decoded and resampled, features); `info` reads the same levels and µm/px;
   `predict` on a store tiled over DICOMweb (its heatmaps read the slide through the token proxy
-  with --dicomweb-token-file) writes the same predictions and heatmaps as on the local one, and
-  an image model predicts the same from a coordinates store's tiles read over DICOMweb, and
-  trains the same from them (train's --dicomweb-token-file);
+  with --dicomweb-token-file and --dicomweb-origin; without the latter the token does not go
+  there) writes the same predictions and heatmaps as on the local one, and an image model
+  predicts the same from a coordinates store's tiles read over DICOMweb, and trains the same
+  from them (train's --dicomweb-token-file and --dicomweb-origin);
 - the reference client dicomweb-client (PyPI) fetches the frames pydicom reads from the files,
   and the frames mltool stores;
 - a token-protected server (a reverse proxy here in front of Orthanc): the token works from
@@ -357,7 +358,8 @@ def check_faults():
             b, _, _ = tiles_by_position(tmp(f"faults-ref{i}"))
             expect(a == b and a, f"{args}: tiles with faults differ ({len(a)} vs {len(b)})")
         expect(proxy.faults >= 4, f"{proxy.faults} faults injected in {proxy.count} requests")
-        for what in ("HTTP 503", "HTTP 429", "trying again", "too slow", "Empty reply"):
+        for what in ("HTTP 503", "HTTP 429", "trying again", "the request's deadline, "
+                     "--dicomweb-timeout 1 s", "Retry-After: 0", "Empty reply"):
             expect(what in logs, f"'{what}' not logged: {logs[-3000:]}")
     finally:
         proxy.shutdown()
@@ -760,6 +762,10 @@ def check_predict():
         args = ["--mpp", "0.5", "--tile-size", "64"]
         tile(local, tmp("pred-tiles-local"), *args)
         tile(purl, tmp("pred-tiles-web"), *args, *web_opts)
+        # The store's record names the server, not the user: predict sends the token there
+        # only when --dicomweb-origin names it.
+        origin = f"http://127.0.0.1:{proxy.server_address[1]}"
+        predict_opts = [*web_opts, "--dicomweb-origin", origin]
         for side in ("local", "web"):
             code, _, err = run([MLTOOL, "extract", tmp(f"pred-tiles-{side}"), "-o",
                                 tmp(f"pred-feat-{side}"), "--model", "builtin:color-texture",
@@ -780,7 +786,7 @@ def check_predict():
             code, _, err = run([MLTOOL, *cmd, "-q"])
             expect(code == 0, f"{cmd[0]}: exit {code}: {err[-2000:]}")
         outs = {}
-        for side, extra in (("local", []), ("web", web_opts)):
+        for side, extra in (("local", []), ("web", predict_opts)):
             out = outs[side] = tmp(f"pred-out-{side}")
             code, summary, err = run_json([MLTOOL, "predict", tmp("pred-run"),
                                            tmp(f"pred-feat-{side}"), "-o", out,
@@ -793,6 +799,14 @@ def check_predict():
             with open(os.path.join(outs["local"], name), "rb") as a, \
                     open(os.path.join(outs["web"], name), "rb") as b:
                 expect(a.read() == b.read(), f"predict: {name} differs over DICOMweb")
+        # Without --dicomweb-origin the token does not go to the store's server: a blank
+        # picture, with a warning naming the option and the origin; the server is not asked.
+        asked = len(proxy.paths)
+        code, _, err = run([MLTOOL, "predict", tmp("pred-run"), tmp("pred-feat-web"), "-o",
+                            tmp("pred-out-noorigin"), *web_opts])
+        expect(code == 0 and "blank picture" in err and f"--dicomweb-origin {origin}" in err,
+               f"predict without --dicomweb-origin: exit {code}: {err[-1500:]}")
+        expect(len(proxy.paths) == asked, "predict without --dicomweb-origin asked the server")
         # Without the token the slide cannot be read: a blank picture, with a warning.
         code, _, err = run([MLTOOL, "predict", tmp("pred-run"), tmp("pred-feat-web"), "-o",
                             tmp("pred-out-notoken")])
@@ -817,6 +831,8 @@ def check_predict_image():
         web_opts = ["--dicomweb-token-file", tmp("pred-token")]
         with open(tmp("pred-token"), "w") as f:
             f.write(TOKEN + "\n")
+        # predict reads the store's slides: their server named with --dicomweb-origin.
+        origin = ["--dicomweb-origin", f"http://127.0.0.1:{proxy.server_address[1]}"]
         for side, slide, extra in (("local", local, []), ("web", proxy.url(url), web_opts)):
             code, _, err = run([MLTOOL, "extract", slide, "-o", tmp(f"img-feat-{side}"), "--model",
                                 "builtin:color-texture", "--mpp", "0.5", "--tile-size", "32",
@@ -840,7 +856,8 @@ def check_predict_image():
             code, summary, err = run_json([MLTOOL, "predict", tmp("img-run"),
                                            tmp(f"img-feat-{side}", "coordinates.lmdb"), "-o",
                                            tmp(f"img-out-{side}"), "--heatmap-size", "128",
-                                           "--threads", "2", "--json", *extra])
+                                           "--threads", "2", "--json", *extra,
+                                           *(origin if extra else [])])
             expect(code == 0 and summary["samples"] == len(keys),
                    f"predict {side}: exit {code}: {summary} {err[-2000:]}")
         for name in ("predictions.csv", f"heatmaps/{uid}.png"):
@@ -851,7 +868,8 @@ def check_predict_image():
                             tmp("img-feat-web", "coordinates.lmdb"), "-o", tmp("img-out-notoken")])
         expect(code != 0 and "401" in err, f"predict without the token: exit {code}: {err[-1500:]}")
         # train reads a coordinates store's tiles over DICOMweb with the same options: the
-        # token from --dicomweb-token-file; without it the server's 401 names the option.
+        # token from --dicomweb-token-file, to the server --dicomweb-origin names; without it
+        # the server's 401 names the option.
         code, _, err = run([MLTOOL, "pack", tmp("img-feat-web"), "--labels", tmp("img-labels.csv"),
                             "--unit", "image", "--group-by", "group", "--split",
                             "train=0.5,val=0.5", "-o", tmp("img-ds-web"), "-q"])
@@ -861,7 +879,7 @@ def check_predict_image():
         code, _, err = run([*train_web, "-o", tmp("img-run-notoken")])
         expect(code == 2 and "401" in err and "--dicomweb-token-file" in err,
                f"train without the token: exit {code}: {err[-1500:]}")
-        code, _, err = run([*train_web, "-o", tmp("img-run-web"), *web_opts])
+        code, _, err = run([*train_web, "-o", tmp("img-run-web"), *web_opts, *origin])
         expect(code == 0, f"train over DICOMweb with the token: exit {code}: {err[-2000:]}")
         with open(tmp("img-run", "metrics.jsonl"), "rb") as a, \
                 open(tmp("img-run-web", "metrics.jsonl"), "rb") as b:

@@ -216,7 +216,7 @@ TEST(DicomFrames, RequestsOnlyUids) {
   const io::DicomwebClient client(
       io::parse_dicomweb_url("http://127.0.0.1:9/dw/studies/1/series/2"), io::DicomwebOptions{});
   for (const char* sop : {"1.2/../../../../admin", "..", "1..2", "1.2?x"}) {
-    const std::string e = error_of<FormatError>([&] { client.frames(sop, {1}); });
+    const std::string e = error_of<FormatError>([&] { client.frames(sop, {1}, 0); });
     EXPECT_TRUE(contains(e, "is not a DICOM UID")) << e;
     EXPECT_TRUE(contains(e, "http://127.0.0.1:9/dw/studies/1/series/2")) << e;
   }

@@ -115,3 +115,92 @@ TEST(DicomwebMultipart, RefusesMalformedAnswers) {
 }
 
 }  // namespace
+
+namespace mltool_dicomweb_origins {
+
+using mltool::UsageError;
+namespace io = mltool::io;
+
+TEST(DicomwebOrigin, NormalisesSchemeHostAndPort) {
+  EXPECT_EQ(io::url_origin("HTTPS://PACS.Example/dicom-web/studies/1/series/2", "x"),
+            "https://pacs.example:443");
+  EXPECT_EQ(io::url_origin("https://pacs.example:443", "x"), "https://pacs.example:443");
+  EXPECT_EQ(io::url_origin("http://u:p@127.0.0.1:8042/dicom-web?x=1", "x"),
+            "http://127.0.0.1:8042");
+  EXPECT_EQ(io::url_origin("http://[::1]:8042/a", "x"), "http://[::1]:8042");
+  EXPECT_EQ(io::url_origin("http://h", "x"), "http://h:80");
+  EXPECT_NE(io::url_origin("http://h:8080", "x"), io::url_origin("https://h:8080", "x"));
+  for (const char* bad : {"ftp://h/", "h:80", "http:///studies/1", "http://h:0/", "http://h:99999",
+                          "http://h:8x/", "http://u:p@/x"}) {
+    try {
+      io::url_origin(bad, "--dicomweb-origin");
+      ADD_FAILURE() << bad << " has an origin";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("--dicomweb-origin"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("u:p"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(DicomwebOrigin, TellsLoopbackAddresses) {
+  for (const char* yes : {"http://127.0.0.1:80", "http://127.1.2.3:8042", "http://localhost:80",
+                          "http://LOCALHOST:1", "http://[::1]:8042"})
+    EXPECT_TRUE(io::is_loopback_origin(yes)) << yes;
+  for (const char* no :
+       {"http://10.255.255.1:80", "http://128.0.0.1:80", "http://127.0.0.1.evil:80",
+        "http://localhost.evil:80", "http://[::2]:80", "http://127.0.0.256:80"})
+    EXPECT_FALSE(io::is_loopback_origin(no)) << no;
+}
+
+TEST(DicomwebOrigin, AllowsTheOriginsOfUrlsNamed) {
+  io::DicomwebOptions o;
+  io::allow_origin(o, "http://u:p@127.0.0.1:8042/dicom-web/studies/1/series/2");
+  io::allow_origin(o, "http://127.0.0.1:8042/other/studies/3/series/4");
+  io::allow_origin(o, "/data/slide.svs");             // no URL: nothing
+  io::allow_origin(o, "http:///studies/1/series/2");  // fails alone when opened
+  ASSERT_EQ(o.origins.size(), 1u);
+  EXPECT_EQ(o.origins[0], "http://127.0.0.1:8042");
+}
+
+TEST(DicomwebRedaction, DropsUserInfoAndQueryValues) {
+  EXPECT_EQ(io::redacted_url("https://user:pa%40ss@pacs.example:8443/dw/studies/1/series/2"),
+            "https://pacs.example:8443/dw/studies/1/series/2");
+  EXPECT_EQ(io::redacted_url("https://h/dw/studies/1/series/2?access_token=abc&x=1#f"),
+            "https://h/dw/studies/1/series/2?access_token=REDACTED&x=REDACTED");
+  EXPECT_EQ(io::redacted_url("http://u@h?flag"), "http://h?flag");
+  EXPECT_EQ(io::redacted_url("/data/a@b.svs"), "/data/a@b.svs");
+  EXPECT_EQ(io::redacted_url("http://h/x@y"), "http://h/x@y");  // an '@' of the path stays
+  // A series URL keeps its credentials apart, never in what it shows.
+  const auto u = io::parse_dicomweb_url("http://u:p@127.0.0.1:8042/dicom-web/studies/1/series/2");
+  EXPECT_EQ(u.url, "http://127.0.0.1:8042/dicom-web/studies/1/series/2");
+  EXPECT_EQ(u.base, "http://127.0.0.1:8042/dicom-web");
+  EXPECT_EQ(u.userinfo, "u:p");
+  try {
+    io::parse_dicomweb_url("https://u:secret@h/dw/studies/1/series/2?token=secret");
+    ADD_FAILURE() << "a query parsed as part of the series UID";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()).find("secret"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DicomwebRetryAfter, ReadsSecondsAndHttpDates) {
+  const std::int64_t now = 784111777;  // Sun, 06 Nov 1994 08:49:37 GMT
+  EXPECT_EQ(io::parse_retry_after(" 2", now), 2.0);
+  EXPECT_EQ(io::parse_retry_after("120\r\n", now), 120.0);
+  EXPECT_EQ(io::parse_retry_after("99999999999999999999", now), 1e9);
+  EXPECT_EQ(io::parse_retry_after("Sun, 06 Nov 1994 08:49:47 GMT", now), 10.0);
+  EXPECT_EQ(io::parse_retry_after("Sun, 06 Nov 1994 08:49:30 GMT", now), 0.0);  // past
+  EXPECT_EQ(io::parse_retry_after("Mon, 07 Nov 1994 08:49:37 GMT", now), 86400.0);
+  for (const char* bad : {"", "-1", "2.5", "soon", "Sun, 06 Nov 1994 08:49:47 CET",
+                          "Sun, 06 Foo 1994 08:49:47 GMT", "Sun, 06 Nov 1994 08:49:47 GMT x"})
+    EXPECT_FALSE(io::parse_retry_after(bad, now).has_value()) << bad;
+}
+
+TEST(DicomwebLimits, BoundFramesAnswersByWhatTheyCanHold) {
+  // 256 frames of 256x256 RGB: twice the pixels, 4 kB a part, 64 kB.
+  EXPECT_EQ(io::dicomweb_frames_limit(256, 256 * 256 * 3), 256u * (2 * 196608 + 4096) + 65536);
+  EXPECT_EQ(io::dicomweb_frames_limit(1, 0), 2 * (std::uint64_t{64} << 20) + 4096 + 65536);
+  EXPECT_LE(io::dicomweb_frames_limit(1024, ~std::uint64_t{0}), std::uint64_t{1} << 40);
+}
+
+}  // namespace mltool_dicomweb_origins

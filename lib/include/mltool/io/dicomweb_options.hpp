@@ -4,6 +4,8 @@
 // DicomwebOptions, so that train (which may not include slide/) lists them too.
 #pragma once
 
+#include <algorithm>
+
 #include "mltool/io/dicomweb.hpp"
 #include "mltool/util/options.hpp"
 
@@ -37,9 +39,27 @@ template <class J>
 util::Option<J> dicomweb_timeout_option(DicomwebOptions J::*web) {
   return util::option_at<J>(
              "--dicomweb-timeout", [web](J& j) -> int& { return (j.*web).timeout; },
-             "Seconds a DICOMweb request may wait for a byte before it is tried again")
+             "Seconds a DICOMweb request may go without a byte, and may take in all (a request "
+             "of frames: this for each 64 frames), before it is tried again; also the longest "
+             "wait a server's Retry-After may ask")
       .at_least(1)
       .at_most(3600);
+}
+
+template <class J>
+util::Option<J> dicomweb_origin_option(DicomwebOptions J::*web) {
+  util::Option<J> o = util::custom<J>(
+      "--dicomweb-origin", "ORIGIN",
+      "A server (http[s]://HOST[:PORT]; repeatable) the bearer token may go to besides those of "
+      "the slide URLs given: the servers of a tile store's slides",
+      [web](J& j, const std::string& text) {
+        const std::string origin = url_origin(text, "--dicomweb-origin");
+        auto& all = (j.*web).origins;
+        if (std::find(all.begin(), all.end(), origin) == all.end()) all.push_back(origin);
+      },
+      [web](const J& j) { return nlohmann::json((j.*web).origins); });
+  o.many = true;
+  return o;
 }
 
 }  // namespace mltool::io

@@ -8,7 +8,7 @@ memory (printed), and ask nothing outside the series (proxy.outside).
 
 - a gzip bomb as the series' metadata (Content-Encoding: gzip, 4 GiB of zeros inflated) stops
   at the metadata limit (256 MiB) naming the URL and the limit;
-- metadata trickled a byte a second: --dicomweb-timeout 3 is the whole request's deadline;
+- metadata trickled a byte a second: --dicomweb-timeout 3 is the whole metadata request's deadline;
 - a frames answer far larger than its frames can be (no Content-Length, or a lying one);
 - a 429 with Retry-After: 2 is tried again after at least that (the log says so); a
   Retry-After longer than --dicomweb-timeout fails at once naming the wait asked;

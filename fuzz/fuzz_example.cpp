@@ -23,21 +23,18 @@
 #include <string_view>
 #include <vector>
 
+#include "fuzz_check.hpp"
 #include "mltool/io/example.hpp"
 #include "mltool/io/example_scan.hpp"
 #include "mltool/util/error.hpp"
+
+const char* const kFuzzTarget = "fuzz_example";
 
 namespace {
 
 using mltool::io::Example;
 using mltool::io::ExampleScanner;
 using mltool::io::FeatureKind;
-
-[[noreturn]] void finding(const char* what, std::string_view detail = {}) {
-  std::fprintf(stderr, "fuzz_example finding: %s %.*s\n", what, static_cast<int>(detail.size()),
-               detail.data());
-  std::abort();
-}
 
 // Names asked of the scanner besides those protobuf found: the ones pack writes, the empty
 // name (an entry without a key) and a short one the fuzzer can hit.

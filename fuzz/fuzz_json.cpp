@@ -26,6 +26,7 @@
 
 #include <unistd.h>
 
+#include "fuzz_check.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/manifest.hpp"
 #include "mltool/io/tile_store.hpp"
@@ -33,6 +34,8 @@
 #include "mltool/records/pack.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
+
+const char* const kFuzzTarget = "fuzz_json";
 
 namespace {
 
@@ -79,21 +82,6 @@ void write(const std::string& path, std::string_view text) {
 }
 
 // Runs one reader; mltool::Error is an accepted outcome, anything else a finding.
-template <typename F>
-void expect_clean(const char* reader, F&& f) {
-  try {
-    f();
-  } catch (const mltool::Error&) {
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "fuzz_json finding: %s threw a non-mltool exception: %s\n", reader,
-                 e.what());
-    std::abort();
-  } catch (...) {
-    std::fprintf(stderr, "fuzz_json finding: %s threw a non-std exception\n", reader);
-    std::abort();
-  }
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

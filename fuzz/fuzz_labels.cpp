@@ -26,30 +26,16 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "fuzz_check.hpp"
 #include "mltool/records/labels.hpp"
 #include "mltool/util/error.hpp"
+
+const char* const kFuzzTarget = "fuzz_labels";
 
 namespace {
 
 using namespace mltool::io;
 using namespace mltool::records;
-
-[[noreturn]] void finding(const char* what) {
-  std::fprintf(stderr, "fuzz_labels finding: %s\n", what);
-  std::abort();
-}
-
-template <typename F>
-void expect_clean(const char* step, F&& f) {
-  try {
-    f();
-  } catch (const mltool::Error&) {
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "fuzz_labels finding: %s threw a non-mltool exception: %s\n", step,
-                 e.what());
-    std::abort();
-  }
-}
 
 void check_table(const Table& t) {
   if (t.columns.empty()) finding("table without a header");

@@ -17,27 +17,13 @@
 #include <exception>
 #include <string>
 
+#include "fuzz_check.hpp"
 #include "mltool/io/dicomweb.hpp"
 #include "mltool/util/error.hpp"
 
+const char* const kFuzzTarget = "fuzz_multipart";
+
 namespace {
-
-[[noreturn]] void finding(const char* what) {
-  std::fprintf(stderr, "fuzz_multipart finding: %s\n", what);
-  std::abort();
-}
-
-template <typename F>
-void expect_clean(const char* step, F&& f) {
-  try {
-    f();
-  } catch (const mltool::Error&) {
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "fuzz_multipart finding: %s threw a non-mltool exception: %s\n", step,
-                 e.what());
-    std::abort();
-  }
-}
 
 bool uid(const std::string& s) {
   return !s.empty() && s.find_first_not_of("0123456789.") == std::string::npos;

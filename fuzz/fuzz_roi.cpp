@@ -22,18 +22,16 @@
 #include <string>
 #include <vector>
 
+#include "fuzz_check.hpp"
 #include "mltool/slide/roi.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/log.hpp"
 
+const char* const kFuzzTarget = "fuzz_roi";
+
 namespace {
 
 using mltool::slide::Roi;
-
-[[noreturn]] void finding(const char* what) {
-  std::fprintf(stderr, "fuzz_roi finding: %s\n", what);
-  std::abort();
-}
 
 void check_share(const Roi& roi, double x, double y, double size) {
   const double s = roi.share(x, y, size);
@@ -63,17 +61,6 @@ void check_roi(const Roi& roi) {
   if (roi.share(b[2] + size, b[3] + size, size) != 0) finding("a box apart shares");
 }
 
-template <typename F>
-void expect_clean(F&& f) {
-  try {
-    f();
-  } catch (const mltool::Error&) {
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "fuzz_roi finding: a non-mltool exception: %s\n", e.what());
-    std::abort();
-  }
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -82,7 +69,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string text(reinterpret_cast<const char*>(data), size);
   const std::vector<std::vector<std::string>> choices = {{}, {"Tumor"}};
   for (const auto& classes : choices)
-    expect_clean([&] { check_roi(Roi::parse(text, "fuzz.geojson", classes)); });
-  expect_clean([&] { Roi::parse(text, "fuzz.geojson", {}, true); });
+    expect_clean("Roi::parse", [&] { check_roi(Roi::parse(text, "fuzz.geojson", classes)); });
+  expect_clean("Roi::parse (lenient)", [&] { Roi::parse(text, "fuzz.geojson", {}, true); });
   return 0;
 }

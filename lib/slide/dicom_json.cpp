@@ -13,8 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kUncompressed = "1.2.840.10008.1.2.1";
-constexpr const char* kImplicitUncompressed = "1.2.840.10008.1.2";
 constexpr std::int64_t kMaxUs = 65535;       // US: unsigned 16 bits
 constexpr std::int64_t kMaxUl = 4294967295;  // UL: unsigned 32 bits
 
@@ -63,11 +61,20 @@ std::string trimmed(const std::string& s) {
   return s.substr(a, s.find_last_not_of(' ') - a + 1);
 }
 
-// A decimal integer string (IS: optional sign, digits), or nothing.
-std::optional<std::int64_t> parse_is(const std::string& text) {
+// An IS or DS string trimmed and without a leading '+' (from_chars takes none), or nothing
+// when no number is left.
+std::optional<std::string> number_text(const std::string& text) {
   std::string s = trimmed(text);
   if (!s.empty() && s[0] == '+') s.erase(0, 1);
   if (s.empty() || s[0] == '+') return std::nullopt;
+  return s;
+}
+
+// A decimal integer string (IS: optional sign, digits), or nothing.
+std::optional<std::int64_t> parse_is(const std::string& text) {
+  const auto t = number_text(text);
+  if (!t) return std::nullopt;
+  const std::string& s = *t;
   std::int64_t v = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
@@ -76,9 +83,9 @@ std::optional<std::int64_t> parse_is(const std::string& text) {
 
 // A decimal number string (DS), finite, or nothing.
 std::optional<double> parse_ds(const std::string& text) {
-  std::string s = trimmed(text);
-  if (!s.empty() && s[0] == '+') s.erase(0, 1);
-  if (s.empty() || s[0] == '+') return std::nullopt;
+  const auto t = number_text(text);
+  if (!t) return std::nullopt;
+  const std::string& s = *t;
   double v = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v)) return std::nullopt;
@@ -143,6 +150,10 @@ const json* first_item(const json& dataset, const DicomTag& tag, const std::stri
 
 }  // namespace
 
+bool is_uncompressed_syntax(const std::string& syntax) {
+  return syntax == "1.2.840.10008.1.2.1" || syntax == "1.2.840.10008.1.2";
+}
+
 const json* dicom_json_values(const json& dataset, const DicomTag& tag, const std::string& where) {
   const auto it = dataset.find(tag.key);
   if (it == dataset.end()) return nullptr;
@@ -204,8 +215,7 @@ io::DicomHeader dicom_json_header(const json& dataset, const std::string& where)
       h.image_type.push_back(part.is_string() ? part.get<std::string>() : "");
     }
   h.transfer_syntax = uid(dataset, kTransferSyntax, at);  // where given
-  h.encapsulated = !h.transfer_syntax.empty() && h.transfer_syntax != kUncompressed &&
-                   h.transfer_syntax != kImplicitUncompressed;
+  h.encapsulated = !h.transfer_syntax.empty() && !is_uncompressed_syntax(h.transfer_syntax);
   h.dataset_read = true;
   h.photometric = trimmed(dicom_json_text(dataset, kPhotometric, at));
   h.organization = trimmed(dicom_json_text(dataset, kOrganization, at));

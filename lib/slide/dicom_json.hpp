@@ -33,6 +33,9 @@ inline constexpr std::int64_t kDicomMaxTotalSide = 4294967295;
 /// matrix (columns across times rows down) holds at most that many frames.
 inline constexpr std::int64_t kDicomMaxFrames = 2147483647;
 
+/// Whether `syntax` is an uncompressed transfer syntax (explicit or implicit VR little endian).
+bool is_uncompressed_syntax(const std::string& syntax);
+
 /// Element `tag`'s Value array in `dataset`, or null when the element or its value is absent
 /// (or empty). FormatError "<where>: <tag> ..." when the element is no JSON object or its Value
 /// no array.

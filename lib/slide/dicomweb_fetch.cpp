@@ -2,6 +2,7 @@
 // error, and fetch_each, which tells the frames that fail apart from the rest of their batch.
 #include <algorithm>
 
+#include "dicom_json.hpp"
 #include "dicomweb_slide.hpp"
 
 namespace mltool::slide {
@@ -20,11 +21,7 @@ std::vector<io::DicomwebFrame> DicomwebSeries::request(int level, const std::siz
   std::vector<std::int64_t> numbers;
   for (std::size_t k = 0; k < n; ++k) numbers.push_back(static_cast<std::int64_t>(first[k]) + 1);
   const io::DicomHeader& h = this->level(level);
-  const auto frame_bytes = static_cast<std::uint64_t>(h.rows) *
-                           static_cast<std::uint64_t>(h.columns) *
-                           static_cast<std::uint64_t>(std::max(h.samples, 1)) *
-                           static_cast<std::uint64_t>(std::max(h.bits_allocated / 8, 1));
-  return client_.frames(h.sop_instance, numbers, frame_bytes, retry);
+  return client_.frames(h.sop_instance, numbers, dicom_frame_bytes(h, client_.url().url), retry);
 }
 
 std::vector<io::DicomwebFrame> DicomwebSeries::fetch(

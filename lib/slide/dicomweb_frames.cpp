@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "dicom_jpeg_frames.hpp"
+#include "dicom_json.hpp"
 #include "dicomweb_slide.hpp"
 #include "mltool/io/image_codec.hpp"
 #include "mltool/util/error.hpp"
@@ -39,8 +40,7 @@ std::unique_ptr<DicomwebFrames> DicomwebFrames::open(const DicomwebSeries& serie
     // answer does.
     const auto first = series.fetch(level, {0});
     h.transfer_syntax = first.front().transfer_syntax;
-    h.encapsulated = h.transfer_syntax != "1.2.840.10008.1.2.1" &&
-                     h.transfer_syntax != "1.2.840.10008.1.2" && !h.transfer_syntax.empty();
+    h.encapsulated = !h.transfer_syntax.empty() && !is_uncompressed_syntax(h.transfer_syntax);
   }
   io::JpegColour colour = io::JpegColour::ycbcr;
   why = dicom_frames_unfit(h, tile_size, colour);

@@ -18,8 +18,6 @@ using nlohmann::json;
 
 constexpr std::size_t kCacheBytes = std::size_t{64} << 20;  // decoded frames kept for regions
 constexpr std::size_t kAheadFrames = 1024;  // compressed frames fetched ahead of region reads
-constexpr const char* kUncompressed = "1.2.840.10008.1.2.1";
-constexpr const char* kImplicitUncompressed = "1.2.840.10008.1.2";
 
 }  // namespace
 
@@ -154,7 +152,7 @@ std::shared_ptr<const DicomwebSeries::Decoded> DicomwebSeries::decode(
   // Every frame is Rows x Columns, the last row and column of the grid too (padded): read_rgb
   // copies from each frame by the metadata's size.
   d->width = h.columns, d->height = h.rows;
-  const bool raw = f.transfer_syntax == kUncompressed || f.transfer_syntax == kImplicitUncompressed;
+  const bool raw = is_uncompressed_syntax(f.transfer_syntax);
   if (raw) {
     if (h.samples != 3 || h.bits_allocated != 8 || h.planar != 0 || h.photometric != "RGB")
       throw FormatError(what + ": uncompressed frames of SamplesPerPixel " +

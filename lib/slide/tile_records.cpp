@@ -37,9 +37,10 @@ TileFailure failure_from(const json& entry, const std::string& where) {
 
 }  // namespace
 
+// `url` is a DicomwebError's: built from a series URL parsed without its credentials.
 json TileFailure::to_json() const {
-  return {{"row", row},       {"col", col},    {"x", x}, {"y", y}, {"url", io::redacted_url(url)},
-          {"status", status}, {"error", error}};
+  return {{"row", row}, {"col", col},       {"x", x},        {"y", y},
+          {"url", url}, {"status", status}, {"error", error}};
 }
 
 json kept_json(const std::vector<KeptTile>& kept, const std::vector<TileFailure>& left_out) {

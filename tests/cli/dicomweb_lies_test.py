@@ -28,7 +28,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(__file__))
 from cli_common import expect, run_checks, tmp  # noqa: E402
 from lying_server import Answer, LyingProxy, bounded_run  # noqa: E402
-from orthanc_server import Orthanc, available  # noqa: E402
+from orthanc_server import Orthanc, require as require_orthanc  # noqa: E402
 from store_refs import read_tile_store  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -44,10 +44,7 @@ SOP_INSTANCE = "00080018"
 
 
 def fixtures():
-    why = available()
-    if why:
-        print(f"skipped: {why}")
-        sys.exit(77)
+    require_orthanc()
     import dicom_series  # pydicom, numpy, Pillow
     dicom_series.write(tmp("honest"))
     dicom_series.write(tmp("lying"))

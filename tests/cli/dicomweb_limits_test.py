@@ -30,7 +30,7 @@ import lmdb
 sys.path.insert(0, os.path.dirname(__file__))
 from cli_common import expect, run_checks, tmp  # noqa: E402
 from lying_server import Answer, LyingProxy, bounded_run  # noqa: E402
-from orthanc_server import Orthanc, available  # noqa: E402
+from orthanc_server import Orthanc, require as require_orthanc  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts", "fixtures"))
@@ -41,10 +41,7 @@ MEMORY_MB = 640  # generous: the metadata limit is 256 MiB (the bomb peaks near 
 
 
 def fixtures():
-    why = available()
-    if why:
-        print(f"skipped: {why}")
-        sys.exit(77)
+    require_orthanc()
     import dicom_series  # pydicom, numpy, Pillow
     dicom_series.write(tmp("ycc"))
     orthanc = SERVER["orthanc"] = Orthanc(tmp("orthanc"))

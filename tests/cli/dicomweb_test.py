@@ -53,7 +53,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cli_common import expect, run, run_checks, run_json, tmp  # noqa: E402
-from orthanc_server import Orthanc, available  # noqa: E402
+from orthanc_server import Orthanc, require as require_orthanc  # noqa: E402
 from store_refs import own_dicom_jpeg, read_tile_store  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -66,10 +66,7 @@ SERVER = {}  # "orthanc": the process, "port"; "series": name → (url, local di
 
 
 def fixtures():
-    why = available()
-    if why:
-        print(f"skipped: {why}")
-        sys.exit(77)
+    require_orthanc()
     series = {}
     import dicom_series  # pydicom, numpy, Pillow
     dicom_series.write(tmp("ycc"))

@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -37,6 +38,15 @@ def available():
     if not (os.path.exists(ORTHANC) and os.path.exists(PLUGIN)):
         return f"apt-get install orthanc orthanc-dicomweb failed: {(p.stderr or p.stdout)[-500:]}"
     return None
+
+
+def require():
+    """Returns when Orthanc is there (or installed now); else prints why and exits 77, which
+    the tests' ctest entries take as a skip (SKIP_RETURN_CODE 77)."""
+    why = available()
+    if why:
+        print(f"skipped: {why}")
+        sys.exit(77)
 
 
 class Orthanc:

@@ -17,7 +17,6 @@
 
 namespace mltool::predict {
 
-using train::Block;
 using train::build_model;
 using train::import_safetensors;
 using train::load_script_model;
@@ -29,15 +28,6 @@ using train::ScriptModel;
 namespace {
 
 using json = nlohmann::json;
-
-// The attention block's softmax weights over one bag (1 × L) given its input `h`.
-torch::Tensor attention_weights(Block& block, const torch::Tensor& h) {
-  auto children = block.named_children();
-  auto linear = [&](const char* name) { return children[name]->as<torch::nn::Linear>(); };
-  auto a = torch::tanh(linear("V")->forward(h));
-  if (children.contains("U")) a = a * torch::sigmoid(linear("U")->forward(h));
-  return torch::softmax(linear("w")->forward(a).squeeze(-1), 1);
-}
 
 // Rows `rows[begin, end)` of `source` as one tensor of its row shape, decoded (tiles) on up to
 // `threads` threads, in pinned memory if `pinned` (for an asynchronous copy to a GPU).
@@ -84,7 +74,6 @@ Predictor::Predictor(const json& run, records::PackUnit unit, const PredictJob& 
   } else {
     const ModelSpec spec = parse_model_spec(run.at("spec"), job.run + "/run.json#/spec");
     model_ = build_model(spec, m.at("input_dims").get<std::int64_t>(), classes);
-    while (pool_ < model_->size() && model_->names()[pool_] != "attention") ++pool_;
   }
   stain_ = predict_stain(run, job, stain_record_);
   import_safetensors(*model_, weights_file(job));
@@ -95,7 +84,8 @@ Predictor::Predictor(const json& run, records::PackUnit unit, const PredictJob& 
 
 bool Predictor::has_attention() const {
   if (!bag_) return false;
-  return script_ ? script_->find_method("attention").has_value() : pool_ < model_->size();
+  // Every built-in bag family's forward sets Activation::attention.
+  return script_ ? script_->find_method("attention").has_value() : true;
 }
 
 // A bag's logits, and its attention per instance when the model tells it.
@@ -107,9 +97,9 @@ SlideScores Predictor::score_bag(const torch::Tensor& x) const {
     if (has_attention()) w = script_->run_method("attention", x).toTensor().reshape({-1});
   } else {
     const auto mask = torch::ones({1, x.size(0)}, torch::kBool).to(device_);
-    const auto h = model_->forward({x.unsqueeze(0), mask}, 0, pool_);
-    w = attention_weights(model_->block(pool_), h.x).reshape({-1});
-    out.logits = model_->forward(h, pool_, model_->size()).x.cpu();
+    const auto y = model_->forward({x.unsqueeze(0), mask}, 0, model_->size());
+    if (y.attention.defined()) w = y.attention.reshape({-1});
+    out.logits = y.x.cpu();
   }
   if (w.defined()) {
     if (w.numel() != x.size(0))

@@ -115,7 +115,6 @@ class Predictor {
   std::string name_;  ///< the run's model, for an out-of-memory error
   int threads_ = 1;
   bool bag_ = false;
-  std::size_t pool_ = 0;                          ///< a built-in bag model's attention block
   std::unique_ptr<util::StepProfiler> profiler_;  ///< --profile: told as each batch begins
   std::shared_ptr<const features::StainNormalizer> stain_;  ///< pixel models; null: none
   nlohmann::json stain_record_;

@@ -7,6 +7,15 @@
 #include "models/family.hpp"
 
 namespace mltool::train {
+namespace {
+
+// A block's output `out` with what it does not set itself carried on from its input `in`.
+Activation carried(Activation out, const Activation& in) {
+  if (!out.attention.defined()) out.attention = in.attention;
+  return out;
+}
+
+}  // namespace
 
 void BlockModel::add(const std::string& name, std::shared_ptr<Block> block) {
   names_.push_back(name);
@@ -27,7 +36,7 @@ Activation BlockModel::forward_parts(Activation in, std::size_t begin, std::size
     throw UsageError("parts [" + std::to_string(begin) + ", " + std::to_string(end) +
                      ") of a model of " + std::to_string(parts_.size()));
   for (std::size_t p = begin; p < end; ++p)
-    in = blocks_[parts_[p].first]->forward_part(in, parts_[p].second);
+    in = carried(blocks_[parts_[p].first]->forward_part(in, parts_[p].second), in);
   return in;
 }
 
@@ -67,7 +76,7 @@ Activation BlockModel::forward(Activation in, std::size_t begin, std::size_t end
   if (begin > end || end > blocks_.size())
     throw UsageError("blocks [" + std::to_string(begin) + ", " + std::to_string(end) +
                      ") of a model of " + std::to_string(blocks_.size()));
-  for (std::size_t i = begin; i < end; ++i) in = blocks_[i]->forward(in);
+  for (std::size_t i = begin; i < end; ++i) in = carried(blocks_[i]->forward(in), in);
   return in;
 }
 

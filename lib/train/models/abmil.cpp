@@ -26,8 +26,8 @@ class AttentionPool : public Block {
     auto scores = w_->forward(a).squeeze(-1);  // B × L
     if (in.mask.defined())
       scores = scores.masked_fill(in.mask.logical_not(), -std::numeric_limits<float>::infinity());
-    const auto weights = torch::softmax(scores, 1).unsqueeze(-1);
-    return {(weights * in.x).sum(1), {}};
+    const auto weights = torch::softmax(scores, 1);
+    return {(weights.unsqueeze(-1) * in.x).sum(1), {}, weights};
   }
 
  private:

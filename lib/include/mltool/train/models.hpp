@@ -29,6 +29,10 @@ namespace mltool::train {
 struct Activation {
   torch::Tensor x;
   torch::Tensor mask;  ///< undefined for tile and image inputs
+  /// Bags: the weights a MIL head gives each instance (B × L, zero on padding), what predict's
+  /// attention.csv and heatmaps show. Set by the block that computes them; BlockModel's
+  /// forward passes it on through the blocks after (undefined: the model tells none).
+  torch::Tensor attention;
 };
 
 /// One named block. A block made of a sequence of parts (rescnn's stages: residual units)

@@ -12,6 +12,8 @@
 #                                # (about 2.5 min)
 #   scripts/test.sh -L encoders  # the encoder presets against timm/transformers/open_clip on
 #                                # the real slide (about 10 min on 2 cores)
+#   scripts/test.sh -L heads     # CLAM, DSMIL and TransMIL against their reference PyTorch
+#                                # ports, in every memory and parallel mode (a few minutes)
 #   scripts/test.sh -L giant     # the ViT-H/ViT-g encoder presets, 2 tiles each (about 15 min
 #                                # on 2 cores); CI runs all these labels after the default
 #                                # ones, through .ci/run

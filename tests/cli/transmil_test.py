@@ -133,10 +133,13 @@ def fixtures():
     write_feature_store(tmp("feat"), np.array(rows), keys)
     write_csv(tmp("bags.csv"), ["key", "label"], labels)
     write_csv(tmp("surv.csv"), ["key", "time", "event"], times)
+    write_csv(tmp("reg.csv"), ["key", "target"], [(k, t) for k, t, _ in times])
     pack("ds", "--labels", tmp("bags.csv"), "--split", "train=0.7,val=0.3")
     pack("cv", "--labels", tmp("bags.csv"), "--folds", "3")
     pack("sds", "--labels", tmp("surv.csv"), "--task", "survival", "--time-column", "time", "--event-column",
          "event", "--split", "train=0.7,val=0.3")
+    pack("rds", "--labels", tmp("reg.csv"), "--task", "regression", "--target-column", "target", "--split",
+         "train=0.7,val=0.3")
     for name, doc in (("transmil.json", SPEC), ("exact.json", EXACT)):
         with open(tmp(name), "w") as f:
             json.dump(doc, f)
@@ -379,6 +382,25 @@ def check_survival():
     expect_same_weights(tmp("run_surv_mb"), tmp("run_surv"), 1e-5, "survival, --micro-batches 2", atol=1e-6)
 
 
+def check_other_tasks():
+    """Discrete-time survival (nll, 3 intervals: 3 outputs) and regression train and predict
+    the port's outputs."""
+    for name, ds, extra, column in (("nll", "sds", ["--loss", "nll", "--bins", "3"], None),
+                                    ("reg", "rds", [], "prediction")):
+        out = tmp("run_" + name)
+        s = train_ok(tmp(ds), "--model", tmp("exact.json"), "--epochs", "1", "--batch", "8", "--device", "cpu",
+                     "--val-split", "train", "-o", out, *extra)
+        expect(s["status"] == "complete", f"{name}: {s['status']}")
+        if column:
+            preds = list(csv.DictReader(open(os.path.join(out, "predictions.csv"))))
+            sd = state(out)
+            got = torch.stack([transmil_forward(sd, b, config(EXACT))[0][0]
+                               for b in bags_of([p["sample"] for p in preds])])
+            expect_close(torch.tensor([float(p[column]) for p in preds]), got.detach(), 1e-5, f"{name} vs the port")
+        else:
+            expect(state(out)["head.linear.weight"].shape[0] == 3, f"{name}: head {state(out)['head.linear.weight'].shape}")
+
+
 def check_predict_attention():
     """mltool predict on the feature store: the logits are the port's and attention.csv the
     port's class-token attention (each slide's weights sum to 1)."""
@@ -414,4 +436,4 @@ def check_cross_validation():
 
 if __name__ == "__main__":
     run_checks("transmil", [check_forward, check_training_matches_pytorch, check_modes, check_survival,
-                            check_predict_attention, check_cross_validation], only, fixtures)
+                            check_other_tasks, check_predict_attention, check_cross_validation], only, fixtures)

@@ -134,11 +134,15 @@ def fixtures():
     write_csv(tmp("bags.csv"), ["key", "label"], labels)
     write_csv(tmp("surv.csv"), ["key", "time", "event"], times)
     write_csv(tmp("reg.csv"), ["key", "target"], [(k, t) for k, t, _ in times])
+    write_csv(tmp("multi.csv"), ["key", "A", "B"],
+              [(k, int(l == "pos"), e) for (k, l), (_, _, e) in zip(labels, times)])
     pack("ds", "--labels", tmp("bags.csv"), "--split", "train=0.7,val=0.3")
     pack("cv", "--labels", tmp("bags.csv"), "--folds", "3")
     pack("sds", "--labels", tmp("surv.csv"), "--task", "survival", "--time-column", "time", "--event-column",
          "event", "--split", "train=0.7,val=0.3")
     pack("rds", "--labels", tmp("reg.csv"), "--task", "regression", "--target-column", "target", "--split",
+         "train=0.7,val=0.3")
+    pack("mds", "--labels", tmp("multi.csv"), "--task", "multilabel", "--label-columns", "A,B", "--split",
          "train=0.7,val=0.3")
     for name, doc in (("transmil.json", SPEC), ("exact.json", EXACT)):
         with open(tmp(name), "w") as f:
@@ -383,10 +387,11 @@ def check_survival():
 
 
 def check_other_tasks():
-    """Discrete-time survival (nll, 3 intervals: 3 outputs) and regression train and predict
-    the port's outputs."""
-    for name, ds, extra, column in (("nll", "sds", ["--loss", "nll", "--bins", "3"], None),
-                                    ("reg", "rds", [], "prediction")):
+    """Discrete-time survival (nll, 3 intervals: 3 outputs), regression and multilabel (two
+    label columns) train; regression's and multilabel's outputs are the port's."""
+    for name, ds, extra, column, f in (("nll", "sds", ["--loss", "nll", "--bins", "3"], None, None),
+                                       ("reg", "rds", [], "prediction", lambda y: y),
+                                       ("multi", "mds", [], "prob_B", torch.sigmoid)):
         out = tmp("run_" + name)
         s = train_ok(tmp(ds), "--model", tmp("exact.json"), "--epochs", "1", "--batch", "8", "--device", "cpu",
                      "--val-split", "train", "-o", out, *extra)
@@ -394,7 +399,7 @@ def check_other_tasks():
         if column:
             preds = list(csv.DictReader(open(os.path.join(out, "predictions.csv"))))
             sd = state(out)
-            got = torch.stack([transmil_forward(sd, b, config(EXACT))[0][0]
+            got = torch.stack([f(transmil_forward(sd, b, config(EXACT))[0][-1])
                                for b in bags_of([p["sample"] for p in preds])])
             expect_close(torch.tensor([float(p[column]) for p in preds]), got.detach(), 1e-5, f"{name} vs the port")
         else:

@@ -347,6 +347,12 @@ def check_modes():
     s = train_ok(*args, "-o", tmp("run_sec"), "--sections", "7")
     expect(len(s["memory"]["sections"]) == 7, f"memory {s['memory']}")
     expect_same_weights(tmp("run_sec"), tmp("run_plain"), 1e-5, "--sections 7")
+    with open(tmp("exact_sec.json"), "w") as f:
+        json.dump({**EXACT, "sections": ["ppeg", "norm"]}, f)
+    s = train_ok(tmp("ds"), "--model", tmp("exact_sec.json"), *args[3:], "-o", tmp("run_sec_spec"))
+    expect(s["memory"]["sections"] == [["fc1", "cls", "layer1"], ["ppeg", "layer2"], ["norm", "head"]],
+           f"spec sections: memory {s['memory']}")
+    expect_same_weights(tmp("run_sec_spec"), tmp("run_plain"), 1e-5, "the spec's sections")
     train_ok(*args, "-o", tmp("run_dp"), "--nproc", "2")
     expect_same_weights(tmp("run_dp"), tmp("run_plain"), 1e-5, "--nproc 2")
     code, s, err = run_json([mltool, "train", *quick(args), "-o", tmp("run_oom"), "--feed", "host", "--json", "-q"],
@@ -434,9 +440,15 @@ def check_cross_validation():
     train_ok(tmp("cv"), "--model", tmp("transmil.json"), "--folds", "all", "-o", out, "--epochs", "2",
              "--batch", "4", "--device", "cpu", "--bootstrap", "200")
     cv = json.load(open(os.path.join(out, "cv.json")))
-    expect(cv["intervals"]["groups"] == 36 and "val_auc" in cv["intervals"]["metrics"], f"cv.json {cv['intervals']}")
+    iv = cv["intervals"]
+    auc = iv["metrics"].get("val_auc", {})
+    expect(iv["groups"] == 36 and iv["resamples"] == 200 and auc.get("low", 2) <= auc.get("high", -1),
+           f"cv.json intervals {iv}")
+    oof = csv_rows(os.path.join(out, "oof_predictions.csv"))
+    expect(len(oof) == 36, f"{len(oof)} out-of-fold predictions")
     page = open(os.path.join(out, "report.html")).read()
-    expect("fold-2" in page and "<svg" in page, "report.html lacks the folds or the charts")
+    expect(all(f"fold-{i}" in page for i in range(3)) and page.count("<svg") >= 4 and f"{auc['low']:.3f}" in page,
+           "report.html lacks the folds, the charts or the interval")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 namespace mltool::train::models {
 
 const std::vector<const Family*>& families() {
-  static const std::vector<const Family*> table = {&mlp(), &abmil(), &rescnn()};
+  static const std::vector<const Family*> table = {&mlp(), &abmil(), &rescnn(), &transmil()};
   return table;
 }
 

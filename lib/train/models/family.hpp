@@ -29,6 +29,7 @@ struct Family {
 const Family& mlp();
 const Family& abmil();
 const Family& rescnn();
+const Family& transmil();
 
 /// Every family, in the order the docs list them.
 const std::vector<const Family*>& families();

@@ -311,6 +311,31 @@ def matches_reference(name):
     want = np.array([[float(p["logit_" + l]) for l in labels] for p in preds])
     d = relative(logits.numpy(), want)
     expect(d <= 1e-5, f"{name}: the port's logits differ from predictions.csv's by {d} (relative)")
+    expect_attention(name, ref, out)
+
+
+def expect_attention(name, ref, run_dir):
+    """predict's attention.csv: clam_sb's branch, clam_mb's branch of the predicted class,
+    dsmil's attention to the predicted class's critical instance, as the port computes them."""
+    pred = tmp("pred_" + name)
+    code, _, err = run([mltool, "predict", run_dir, tmp("bagfeat"), "-o", pred, "--weights", "final", "-q"])
+    expect(code == 0, f"{name}: predict: exit {code}: {err.strip()}")
+    X = torch.from_numpy(np.load(tmp("bagfeat", "features.npy")).astype(np.float32))
+    keys = open(tmp("bagfeat", "keys.txt")).read().split()
+    rows = list(csv.DictReader(open(os.path.join(pred, "attention.csv"))))
+    expect([r["key"] for r in rows] == keys, f"{name}: attention.csv's keys are not the store's")
+    got = np.array([float(r["attention"]) for r in rows])
+    want = np.zeros(len(keys))
+    with torch.no_grad():
+        for slide in sorted({k.split("/")[0] for k in keys}):
+            idx = [i for i, k in enumerate(keys) if k.startswith(slide + "/")]
+            out = ref(X[idx])
+            if name.startswith("dsmil"):
+                want[idx] = out[2][:, int(out[1].argmax())].numpy()
+            else:
+                want[idx] = out[1][int(out[0].argmax()) if ref.mb else 0].numpy()
+    d = relative(got, want)
+    expect(d <= 1e-5, f"{name}: attention.csv differs from the port's attention by {d} (relative)")
 
 
 def check_clam_sb_matches_reference():

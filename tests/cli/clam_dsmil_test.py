@@ -392,6 +392,32 @@ def check_modes_equal_plain():
         close(oom, plain, f"{name} out-of-memory retry")
 
 
+def check_class_weights_modes():
+    """--class-weights weigh each bag's whole objective: parts and ranks still add up to it."""
+    for name in ("clam_sb", "dsmil"):
+        spec, ds, _ = SPECS[name]
+        args = [tmp(ds), "--model", spec_file(name), *COMMON, "--class-weights", "0.3,1.7"]
+        plain = tmp(f"cw_{name}")
+        train_ok(*args, "-o", plain)
+        train_ok(*args, "-o", tmp(f"cw_mb_{name}"), "--micro-batches", "2")
+        close(tmp(f"cw_mb_{name}"), plain, f"{name} --class-weights --micro-batches 2")
+        train_ok(*args, "-o", tmp(f"cw_dp_{name}"), "--nproc", "2")
+        close(tmp(f"cw_dp_{name}"), plain, f"{name} --class-weights --nproc 2")
+    # The first step's loss: each bag's objective weighted by its class's weight, over the sum.
+    spec, ds, classes = SPECS["clam_sb"]
+    out = tmp("cw_ref")
+    train_ok(tmp(ds), "--model", spec_file("clam_sb"), "-o", out, *COMMON, "--class-weights", "0.3,1.7",
+             "--val-split", "train", "--log-every", "1")
+    _, _, bags, y = bags_of(out)
+    ref = reference(spec, classes)
+    idx = epoch_order(SEED, 0, len(bags))[:5].tolist()
+    w = torch.tensor([0.3, 1.7])[[y[i] for i in idx]]
+    with torch.no_grad():
+        want = (w * torch.stack([ref.loss(bags[i], y[i]).reshape(()) for i in idx])).sum() / w.sum()
+    got = step_losses(out)[0]
+    expect(abs(got - want.item()) <= 1e-5 * want.item(), f"class-weighted step 1: mltool {got}, the port {want.item()}")
+
+
 def check_dropout_sections_equal_plain():
     """With dropout (CLAM's default 0.25), sections replay the forward's masks: the same steps."""
     write_json(tmp("clam_drop.json"), {"family": "clam_mb", "hidden": [16], "attention": 8})
@@ -426,6 +452,6 @@ def check_other_task_refused():
 if __name__ == "__main__":
     run_checks("clam_dsmil", [check_clam_sb_matches_reference, check_clam_mb_matches_reference,
                               check_dsmil_matches_reference, check_modes_equal_plain,
-                              check_dropout_sections_equal_plain, check_cross_validation,
+                              check_class_weights_modes, check_dropout_sections_equal_plain, check_cross_validation,
                               check_other_task_refused],
                only, fixtures)

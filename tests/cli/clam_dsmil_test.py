@@ -1,4 +1,4 @@
-"""mltool train's clam_sb, clam_mb and dsmil families (docs/train.md#bag-heads) against small
+"""mltool train's clam_sb, clam_mb and dsmil families (docs/train.md, "Bag heads") against small
 PyTorch ports of the reference implementations (mahmoodlab/CLAM models/model_clam.py and
 utils/core_utils.py's train_loop_clam; binli123/dsmil-wsi dsmil.py and train_tcga.py's
 train), written here per bag with torch: every step's loss mltool logs equals the port's on

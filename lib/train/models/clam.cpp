@@ -48,7 +48,8 @@ class ClamHead : public Block {
   Activation forward(const Activation& in) override {
     const auto weights = attention(in);                // B × branches × L
     const auto pooled = torch::matmul(weights, in.x);  // B × branches × width
-    Activation out{logits(pooled), {}, {}};
+    Activation out;
+    out.x = logits(pooled);
     // predict's attention: the branch of the predicted class (clam_sb: its one branch).
     out.attention =
         s_.multi_branch

@@ -53,7 +53,8 @@ class DsmilHead : public Block {
       v = torch::relu(v_->forward(v));
     }
     const auto bag = torch::matmul(a.transpose(1, 2), v);  // B × C × D
-    Activation out{fcc_->forward(bag).squeeze(-1), {}, {}};
+    Activation out;
+    out.x = fcc_->forward(bag).squeeze(-1);
     // predict's attention: the column of the predicted class.
     out.attention =
         a.gather(2, out.x.argmax(1).view({-1, 1, 1}).expand({-1, a.size(1), 1})).squeeze(-1);

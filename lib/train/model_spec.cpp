@@ -31,6 +31,10 @@ std::string joined(const Names& names) {
 
 records::PackUnit ModelSpec::unit() const { return models::family(family).unit; }
 
+std::string ModelSpec::refuses(records::PackTask task) const {
+  return models::refuses(models::family(family), task);
+}
+
 ModelSpec parse_model_spec(const json& doc, const std::string& where) {
   io::embedded_schema("model").validate(doc, where);
   ModelSpec s;

@@ -12,6 +12,7 @@ namespace {
 // A block's output `out` with what it does not set itself carried on from its input `in`.
 Activation carried(Activation out, const Activation& in) {
   if (!out.attention.defined()) out.attention = in.attention;
+  if (!out.extra.defined()) out.extra = in.extra;
   return out;
 }
 
@@ -95,8 +96,17 @@ std::int64_t BlockModel::parameter_count() {
 std::shared_ptr<BlockModel> build_model(const ModelSpec& spec, std::int64_t input_dims,
                                         std::int64_t classes) {
   auto model = std::make_shared<BlockModel>();
-  const std::int64_t width = models::family(spec.family).build(*model, spec.settings, input_dims);
-  model->add("head", std::make_shared<models::Head>(width, classes));
+  const models::Family& family = models::family(spec.family);
+  const std::int64_t width = family.build(*model, spec.settings, input_dims);
+  if (family.head)  // the family's own classifier (clam, dsmil)
+    family.head(*model, spec.settings, width, classes);
+  else
+    model->add("head", std::make_shared<models::Head>(width, classes));
+  if (family.objective)
+    model->set_objective([objective = family.objective, settings = spec.settings](
+                             const StepLoss& task, const Activation& out, const torch::Tensor& y) {
+      return objective(settings, task, out, y);
+    });
   return model;
 }
 

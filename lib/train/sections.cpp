@@ -176,9 +176,9 @@ torch::Tensor accumulate_gradients_sectioned(BlockModel& model, const Activation
     Activation last = leaf(a, k > 1);
     a = Activation{};
     std::int64_t section = 0;
-    const auto logits = run_parts(model, last, bounds[k - 1], bounds[k], &section).x;
+    const auto out = run_parts(model, last, bounds[k - 1], bounds[k], &section);
     largest = std::max(largest, section);
-    const auto graph = step_loss.loss(logits, y);
+    const auto graph = output_loss(model, step_loss, out, y);
     graph.backward();
     loss = graph.detach();
     if (k > 1) grad = last.x.grad();

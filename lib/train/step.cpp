@@ -27,14 +27,15 @@ Activation slice(const Activation& in, std::int64_t begin, std::int64_t n,
   return out;
 }
 
-// The logits of `in`, block by block; adds each block's output bytes to `*total`.
-torch::Tensor logits_of(BlockModel& model, Activation a, std::int64_t* total) {
+// The output of `in` (the logits, and what a family objective reads), block by block; adds
+// each block's output bytes to `*total`.
+Activation output_of(BlockModel& model, Activation a, std::int64_t* total) {
   for (std::size_t i = 0; i < model.size(); ++i) {
     a = model.forward(std::move(a), i, i + 1);
     *total += static_cast<std::int64_t>(a.x.nbytes()) +
               (a.mask.defined() ? static_cast<std::int64_t>(a.mask.nbytes()) : 0);
   }
-  return a.x;
+  return a;
 }
 
 class CrossEntropy : public StepLoss {
@@ -69,7 +70,8 @@ torch::Tensor per_sample_parts(BlockModel& model, const Activation& in, const to
     const auto part = slice(in, begin, n, lengths);
     std::int64_t part_bytes = 0;
     const auto l =
-        loss.loss_sum(logits_of(model, part, &part_bytes), y.narrow(0, begin, n)) / denominator;
+        output_loss_sum(model, loss, output_of(model, part, &part_bytes), y.narrow(0, begin, n)) /
+        denominator;
     l.backward();
     *largest = std::max(*largest, part_bytes);
     total = total.defined() ? total + l.detach() : l.detach();
@@ -83,6 +85,8 @@ torch::Tensor per_sample_parts(BlockModel& model, const Activation& in, const to
 torch::Tensor whole_batch_parts(BlockModel& model, const Activation& in, const torch::Tensor& y,
                                 const StepLoss& loss, const std::vector<std::int64_t>& sizes,
                                 const torch::Tensor& lengths, std::int64_t* largest) {
+  if (model.objective())
+    throw UsageError("a model family with its own loss terms needs a per-sample loss");
   const torch::Device device = in.x.device();
   const RngState rng = save_rng(device);
   const BufferSnapshot buffers = snapshot_buffers(model, 0, model.part_count());
@@ -92,7 +96,7 @@ torch::Tensor whole_batch_parts(BlockModel& model, const Activation& in, const t
     std::int64_t begin = 0;
     for (const auto n : sizes) {
       std::int64_t part_bytes = 0;
-      outputs.push_back(logits_of(model, slice(in, begin, n, lengths), &part_bytes));
+      outputs.push_back(output_of(model, slice(in, begin, n, lengths), &part_bytes).x);
       begin += n;
     }
   }
@@ -104,7 +108,8 @@ torch::Tensor whole_batch_parts(BlockModel& model, const Activation& in, const t
   std::int64_t begin = 0;
   for (const auto n : sizes) {
     std::int64_t part_bytes = 0;
-    logits_of(model, slice(in, begin, n, lengths), &part_bytes).backward(grad.narrow(0, begin, n));
+    output_of(model, slice(in, begin, n, lengths), &part_bytes)
+        .x.backward(grad.narrow(0, begin, n));
     *largest = std::max(*largest, part_bytes);
     begin += n;
   }
@@ -119,6 +124,26 @@ torch::Tensor StepLoss::weight_sum(const torch::Tensor& y) const {
 
 torch::Tensor StepLoss::loss(const torch::Tensor& out, const torch::Tensor& y) const {
   return loss_sum(out, y) / weight_sum(y);
+}
+
+torch::Tensor output_loss_sum(const BlockModel& model, const StepLoss& loss, const Activation& out,
+                              const torch::Tensor& y) {
+  if (!model.objective()) return loss.loss_sum(out.x, y);
+  if (!loss.per_sample())
+    throw UsageError("a model family with its own loss terms needs a per-sample loss");
+  return model.objective()(loss, out, y);
+}
+
+torch::Tensor output_loss(const BlockModel& model, const StepLoss& loss, const Activation& out,
+                          const torch::Tensor& y) {
+  if (!model.objective()) return loss.loss(out.x, y);
+  return output_loss_sum(model, loss, out, y) / loss.weight_sum(y);
+}
+
+torch::Tensor sample_weights(const StepLoss& loss, const torch::Tensor& y) {
+  std::vector<torch::Tensor> w;
+  for (std::int64_t i = 0; i < y.size(0); ++i) w.push_back(loss.weight_sum(y.narrow(0, i, 1)));
+  return w.empty() ? torch::zeros({0}, y.options().dtype(torch::kFloat32)) : torch::stack(w);
 }
 
 std::unique_ptr<StepLoss> cross_entropy_loss(torch::Tensor class_weights) {
@@ -142,7 +167,7 @@ torch::Tensor accumulate_gradients(BlockModel& model, const Activation& in, cons
   std::int64_t largest = 0;
   torch::Tensor total;
   if (sizes.size() == 1) {
-    total = loss.loss(logits_of(model, in, &largest), y);
+    total = output_loss(model, loss, output_of(model, in, &largest), y);
     total.backward();
     total = total.detach();
   } else {

@@ -204,6 +204,12 @@ void check_spec_against_data(const TrainJob& job, const Plan& p) {
                                               records::to_string(p.spec.unit()) + " records, but " +
                                               data.manifest_path + " was packed with --unit " +
                                               records::to_string(data.unit)));
+  if (!p.script) {
+    const std::string refused = p.spec.refuses(data.task);
+    require<InputError>(refused.empty(),
+                        at_file(job.spec, refused + " (" + data.manifest_path + " was packed for " +
+                                              records::to_string(data.task) + ")"));
+  }
   const bool labels = records::has_label_map(data.task);  // the classes are its labels
   require<InputError>(
       !p.spec.classes || *p.spec.classes == p.classes,

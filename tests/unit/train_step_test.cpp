@@ -90,6 +90,56 @@ TEST(MicroBatches, AbmilGradientsEqualTheWholeBatch) {
   }
 }
 
+// Families with their own loss terms (clam's instance loss, dsmil's max-instance loss): the
+// parts still add up to the whole batch's gradient, the step's loss is the objective's (not
+// the task's loss of the logits alone), and a bag's terms are its own whatever it is padded to.
+TEST(MicroBatches, FamilyObjectivesAddUpOverParts) {
+  const std::vector<nlohmann::json> specs = {
+      {{"family", "clam_sb"}, {"hidden", {8}}, {"attention", 6}, {"dropout", 0}, {"k_sample", 3}},
+      {{"family", "clam_mb"},
+       {"hidden", {8}},
+       {"attention", 6},
+       {"dropout", 0},
+       {"k_sample", 3},
+       {"subtyping", true}},
+      {{"family", "dsmil"}, {"passing_v", true}}};
+  torch::manual_seed(3);
+  const std::vector<std::int64_t> lengths{3, 9, 2, 5, 4, 1, 7};
+  const auto mask =
+      torch::arange(9).unsqueeze(0) < torch::tensor(lengths, torch::kInt64).unsqueeze(1);
+  const Activation in{torch::randn({7, 9, 5}).masked_fill(mask.logical_not().unsqueeze(-1), 0),
+                      mask};
+  const auto y = torch::tensor({0, 2, 1, 0, 1, 2, 0}, torch::kInt64);
+  const auto weights = torch::tensor({1.0, 3.0, 0.5}, torch::kFloat32);
+  for (const auto& spec : specs) {
+    auto model = make(spec, 5, 3);
+    ASSERT_TRUE(model->objective()) << spec.dump();
+    for (const auto& w : {torch::Tensor(), weights}) {
+      torch::Tensor whole_loss, parts_loss;
+      const auto whole = gradients(*model, in, y, w, 1, &whole_loss);
+      for (const std::int64_t parts : {2, 3, 7}) {
+        EXPECT_LE(max_relative_error(gradients(*model, in, y, w, parts, &parts_loss), whole), 1e-5)
+            << spec.dump() << ", " << parts << " parts";
+        EXPECT_NEAR(parts_loss.item<double>(), whole_loss.item<double>(), 1e-6) << spec.dump();
+      }
+      const torch::NoGradGuard no_grad;
+      const auto logits_only = cross_entropy_loss(w)->loss(model->forward(in), y);
+      EXPECT_GT(std::abs(whole_loss.item<double>() - logits_only.item<double>()), 1e-4)
+          << spec.dump() << ": the family's own terms left out";
+    }
+    const torch::NoGradGuard no_grad;
+    const auto padded = model->forward(in, 0, model->size());
+    for (std::int64_t b = 0; b < 7; ++b) {
+      const Activation alone{in.x.narrow(0, b, 1).narrow(1, 0, lengths[b]),
+                             mask.narrow(0, b, 1).narrow(1, 0, lengths[b])};
+      const auto own = model->forward(alone, 0, model->size());
+      EXPECT_TRUE(torch::allclose(own.extra, padded.extra.narrow(0, b, 1), 1e-5, 1e-6))
+          << spec.dump() << ", bag " << b;
+      EXPECT_TRUE(torch::allclose(own.x, padded.x.narrow(0, b, 1), 1e-5, 1e-6));
+    }
+  }
+}
+
 TEST(MicroBatches, BatchNormUsesEachPartsStatistics) {
   auto whole = make({{"family", "mlp"}, {"hidden", {16}}, {"batch_norm", true}}, 6, 2);
   auto split = make({{"family", "mlp"}, {"hidden", {16}}, {"batch_norm", true}}, 6, 2);

@@ -37,6 +37,9 @@ struct ModelSpec {
 
   /// The dataset unit the family trains on: tile (mlp), bag (abmil), image (rescnn).
   records::PackUnit unit() const;
+  /// Why the family does not train datasets of `task` (clam and dsmil: classification only),
+  /// with what to use instead; "" when it does.
+  std::string refuses(records::PackTask task) const;
 };
 
 /// Validates `doc` (the schema, then the fields of its family) and fills in defaults. Throws

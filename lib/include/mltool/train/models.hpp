@@ -10,12 +10,19 @@
 //   rescnn  stem (uint8 NHWC → normalized NCHW, conv 3×3 + batch norm + activation),
 //           stage1 … stageS (residual units; every stage after the first halves the
 //           resolution), pool (global average + dropout), head
+//   clam_sb fc1 … fcN (per-instance linear + ReLU + dropout), clam (gated attention, one
+//           branch; bag classifier; per-class instance classifiers on the top/bottom k)
+//   clam_mb the same with one attention branch and one bag classifier per class
+//   dsmil   dsmil (instance classifier, critical-instance attention, Conv1d bag classifier)
+// clam and dsmil end in their own classifier (no head) and add their own loss terms to the
+// task's (BlockModel::objective).
 #pragma once
 
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,7 +40,13 @@ struct Activation {
   /// attention.csv and heatmaps show. Set by the block that computes them; BlockModel's
   /// forward passes it on through the blocks after (undefined: the model tells none).
   torch::Tensor attention;
+  /// In training, what a family's own loss terms read besides the logits, one row per sample
+  /// (clam: each bag's instance loss for each label it could have; dsmil: each bag's
+  /// max-instance logits). Set by the family's last block; undefined where it has none.
+  torch::Tensor extra;
 };
+
+class StepLoss;
 
 /// One named block. A block made of a sequence of parts (rescnn's stages: residual units)
 /// says so, and sectioned training may cut between them: the block stays the unit of names,
@@ -80,7 +93,18 @@ class BlockModel : public torch::nn::Module {
   std::int64_t parameter_count(std::size_t i);
   std::int64_t parameter_count();
 
+  /// A family's training objective (clam, dsmil): the weighted sum over the samples of the
+  /// task's per-sample loss on the logits `out.x` combined with the family's own terms
+  /// (Activation::extra) and the targets `y`; weighted as `task`'s loss_sum, so that
+  /// dividing by its weight_sum gives the step's loss and parts of a batch add up to it.
+  using Objective = std::function<torch::Tensor(const StepLoss& task, const Activation& out,
+                                                const torch::Tensor& y)>;
+  void set_objective(Objective objective) { objective_ = std::move(objective); }
+  /// Unset: the task's loss on the logits alone.
+  const Objective& objective() const { return objective_; }
+
  private:
+  Objective objective_;
   std::vector<std::string> names_;
   std::vector<std::shared_ptr<Block>> blocks_;
   std::vector<std::pair<std::size_t, std::size_t>> parts_;  ///< (block, its part) in order

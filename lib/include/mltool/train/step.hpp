@@ -29,6 +29,21 @@ class StepLoss {
   virtual torch::Tensor loss(const torch::Tensor& out, const torch::Tensor& y) const;
 };
 
+/// The weighted sum of the per-sample loss terms of `model`'s output `out` (its logits, and
+/// what its family's objective reads) with targets `y`: the family's objective
+/// (BlockModel::objective), else `loss`'s loss_sum of the logits. UsageError for an objective
+/// with a loss that is not per-sample (the families that have one refuse such tasks first).
+torch::Tensor output_loss_sum(const BlockModel& model, const StepLoss& loss, const Activation& out,
+                              const torch::Tensor& y);
+/// The step's loss of `model`'s output `out`: output_loss_sum / weight_sum with an objective,
+/// else `loss`'s loss of the logits. What every memory mode minimizes.
+torch::Tensor output_loss(const BlockModel& model, const StepLoss& loss, const Activation& out,
+                          const torch::Tensor& y);
+
+/// Each sample's weight in `loss`'s loss_sum (float32 [N] on the targets' device), for a
+/// family objective's own per-sample terms. per_sample() losses only.
+torch::Tensor sample_weights(const StepLoss& loss, const torch::Tensor& y);
+
 /// Cross-entropy of logits with label ids, weighted per label by `class_weights` when defined
 /// (on the training device): classification's loss.
 std::unique_ptr<StepLoss> cross_entropy_loss(torch::Tensor class_weights = {});

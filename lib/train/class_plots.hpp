@@ -12,6 +12,7 @@
 
 #include "cv_plots.hpp"
 #include "intervals.hpp"
+#include "tasks/task_predictions.hpp"
 
 namespace mltool::train {
 

@@ -285,9 +285,12 @@ std::string cv_label_section(const json& cv) {
            "fold mean ± sd", "folds scored"},
           true);
   for (const auto& l : labels) {
-    const std::string interval = l.value("auc_low", json()).is_number()
-                                     ? fixed3(l["auc_low"]) + " – " + fixed3(l["auc_high"])
-                                     : "–";
+    const std::string interval =
+        l.contains("auc_not_estimable")
+            ? "not estimable: " + html_text(l["auc_not_estimable"].get<std::string>())
+        : l.value("auc_low", json()).is_number()
+            ? fixed3(l["auc_low"]) + " – " + fixed3(l["auc_high"])
+            : "–";
     out += row({html_text(l.value("label", "")), std::to_string(l.value("positives", 0)),
                 std::to_string(l.value("negatives", 0)), std::to_string(l.value("missing", 0)),
                 l.value("auc", json()).is_number() ? fixed3(l["auc"]) : "not scorable", interval,

@@ -70,6 +70,7 @@ json per_label(const Task& task, const OutOfFold& oof, const json& cv, int folds
       const json& m = intervals.at("metrics").at(metric);
       l["auc_low"] = m.at("low");
       l["auc_high"] = m.at("high");
+      if (m.contains("not_estimable")) l["auc_not_estimable"] = m["not_estimable"];
     }
     l["folds_scored"] =
         cv.at("mean").contains(metric) ? cv.at("scored_folds").value(metric, json(folds)) : json(0);

@@ -286,7 +286,9 @@ last = epochs[-1]
 intervals = json.load(open(sys.argv[2]))["result"].get("intervals") or {}
 auc = intervals.get("metrics", {}).get("val_auc")
 ci = (f"; AUROC {auc['estimate']:.3f} (95% CI {auc['low']:.3f}–{auc['high']:.3f}, "
-      f"{intervals['groups']} {intervals['unit']}s)" if auc and auc["low"] is not None else "")
+      f"{intervals['groups']} {intervals['unit']}s)" if auc and auc["low"] is not None else
+      f"; AUROC {auc['estimate']:.3f} (no interval: {auc['not_estimable']})"
+      if auc and auc.get("not_estimable") and auc["estimate"] is not None else "")
 print(f"validation accuracy {last['val_accuracy']:.3f} (balanced {last['val_balanced_accuracy']:.3f}) "
       f"after {last['epoch']} epochs{ci}")
 PY
@@ -367,7 +369,9 @@ cv, cohort = json.load(open(sys.argv[1])), sys.argv[2]
 km = cv["pictures"]["km"]
 ci = cv.get("intervals", {}).get("metrics", {}).get("val_c_index")
 oof = (f"out of fold {ci['estimate']:.3f} (95% CI {ci['low']:.3f}–{ci['high']:.3f}, "
-       f"{cv['intervals']['groups']} {cv['intervals']['unit']}s)" if ci and ci["low"] is not None else "")
+       f"{cv['intervals']['groups']} {cv['intervals']['unit']}s)" if ci and ci["low"] is not None else
+       f"out of fold {ci['estimate']:.3f} (no interval: {ci['not_estimable']})"
+       if ci and ci.get("not_estimable") and ci["estimate"] is not None else "")
 p = "n/a" if km["logrank_p"] is None else f"{km['logrank_p']:.2g}"
 mean, sd = cv["mean"].get("val_c_index"), cv["sd"].get("val_c_index")
 # A fold without a comparable pair has no C-index, and then there is no mean.

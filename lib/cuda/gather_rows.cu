@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "gather_rows.hpp"
+#include "mltool/cuda/gather_rows.hpp"
 
 namespace mltool::cuda {
 namespace {

@@ -1,4 +1,4 @@
-#include "jpeg_decode.hpp"
+#include "mltool/cuda/jpeg_decode.hpp"
 
 #ifdef MLTOOL_HAVE_NVJPEG
 #include <dlfcn.h>

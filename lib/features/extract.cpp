@@ -22,8 +22,8 @@
 #include <string_view>
 #include <thread>
 
-#include "../cuda/jpeg_decode.hpp"
 #include "extract_inputs.hpp"
+#include "mltool/cuda/jpeg_decode.hpp"
 #include "mltool/features/chunked_writer.hpp"
 #include "mltool/features/extractor.hpp"
 #include "mltool/features/shard.hpp"

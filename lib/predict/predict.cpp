@@ -7,13 +7,12 @@
 #include <chrono>
 #include <unordered_map>
 
-#include "../train/export.hpp"
-#include "../train/report_page.hpp"
-#include "../train/task.hpp"
 #include "mltool/io/sha256.hpp"
+#include "mltool/io/table.hpp"
 #include "mltool/io/tile_store.hpp"
-#include "mltool/train/run_status.hpp"
+#include "mltool/report/pages.hpp"
 #include "mltool/train/safetensors.hpp"
+#include "mltool/train/trained_run.hpp"
 #include "mltool/util/device.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
@@ -28,37 +27,16 @@ namespace mltool::predict {
 using train::csv_field;
 using train::exact_float;
 using train::read_safetensors;
-using train::run_task;
 using train::SafetensorsEntry;
 using train::SafetensorsFile;
-using train::Task;
-using train::write_predict_report;
 using train::write_safetensors;
+using Task = train::TaskOutputs;
 
 namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 constexpr const char* kJournalDir = ".predict";
-
-// run.json of a finished run; InputError for one still running, stopped or failed.
-json read_finished_run(const std::string& dir) {
-  const std::string path = dir + "/run.json";
-  if (!util::exists(path))
-    throw InputError(at_file(path, "no run.json: not a run directory (mltool train)"));
-  json run;
-  try {
-    run = json::parse(util::read_file(path));
-  } catch (const json::exception& e) {
-    throw FormatError(at_file(path, std::string("not JSON: ") + e.what()));
-  }
-  const train::RunStatus status = train::run_status(run, path);
-  if (!train::finished(status))
-    throw InputError(at_file(path, std::string("the run's status is '") + to_string(status) +
-                                       "': only a finished run (complete or early_stopped) "
-                                       "has weights to predict with"));
-  return run;
-}
 
 // --label's id (the last label's if empty); UsageError naming the run's labels if it has none
 // such.
@@ -210,11 +188,11 @@ HeatmapScores heatmap_scores(const PredictJob& job, const SlideScores& s,
 }
 
 // Everything that decides the output's bytes: a resume must repeat it.
-json fingerprint(const PredictJob& job, const PredictInput& in, const torch::Device& device,
-                 int math_threads, const Predictor& predictor) {
+json fingerprint(const PredictJob& job, const TrainedRun& run, const PredictInput& in,
+                 const torch::Device& device, int math_threads, const Predictor& predictor) {
   json f = {{"run", util::absolute_path(job.run)},
             {"weights", util::name_of(kWeights, job.weights)},
-            {"weights_sha256", io::sha256_hex(util::read_file(weights_file(job)))},
+            {"weights_sha256", io::sha256_hex(util::read_file(run.weights_file(run_weights(job))))},
             {"input", in.identity},
             {"batch", job.batch},
             {"slides", job.slides},
@@ -320,16 +298,6 @@ bool predict_slide(const PredictJob& job, const PredictInput& in, std::size_t s,
   return resumed;
 }
 
-// The unit the run's model was trained on (run.json's dataset), parsed once.
-records::PackUnit run_unit(const json& run, const std::string& run_dir) {
-  const std::string name = run.at("dataset").value("unit", "tile");
-  try {
-    return records::parse_unit(name);
-  } catch (const UsageError&) {
-    throw UsageError(at_file(run_dir + "/run.json", "a model of unit '" + name + "'"));
-  }
-}
-
 }  // namespace
 
 json to_json(const PredictReport& r) {
@@ -351,19 +319,18 @@ json to_json(const PredictReport& r) {
 PredictReport predict(const PredictJob& job) {
   const auto start = Clock::now();
   util::count_cpu_memory();
-  const json run = read_finished_run(job.run);
-  const records::PackUnit unit = run_unit(run, job.run);
-  const auto task = run_task(run);
-  const auto labels = task->label_names();
+  const TrainedRun run = TrainedRun::open(job.run);
+  const Task* task = &run.task();
+  const auto labels = run.labels();
   if (!labels.empty()) label_index(job, labels);  // a bad --label stops before anything is written
-  const PredictInput in = open_predict_input(run, unit, job);
+  const PredictInput in = open_predict_input(run, job);
   const torch::Device device = util::resolve_devices(job.device).front();
   const int threads = device.is_cpu() ? math_threads(job) : 0;
-  const Predictor predictor(run, unit, job, device);
+  const Predictor predictor(run, job, device);
   util::make_directories(util::parent_directory(util::absolute_path(job.output)));
   const util::OutputLock lock(job.output, "mltool predict");
   util::make_directories(job.output);
-  const ScoreJournal journal(job, fingerprint(job, in, device, threads, predictor));
+  const ScoreJournal journal(job, fingerprint(job, run, in, device, threads, predictor));
   const Heatmaps h{in.tiles, util::join_path(job.output, "heatmaps")};
   if (h.tiles) util::make_directories(h.dir);
   if (h.tiles && predictor.bag() && !predictor.has_attention())
@@ -387,9 +354,11 @@ PredictReport predict(const PredictJob& job) {
   const auto outputs = c.logits.empty() ? torch::zeros({0, task->outputs()}) : torch::cat(c.logits);
   write_predictions(util::join_path(job.output, "predictions.csv"), c.samples, c.slides, outputs,
                     *task);
-  write_predict_report(job.output, job.run, run);
+  const io::Table table = io::read_table(util::join_path(job.output, "predictions.csv"));
+  report::write_predict_report(job.output, job.run, run.manifest(), table,
+                               run.known_label_metrics(table));
   r.output = job.output;
-  r.unit = records::to_string(unit);
+  r.unit = records::to_string(run.unit());
   r.device = device.str();
   r.weights = util::name_of(kWeights, job.weights);
   r.samples = static_cast<std::int64_t>(c.samples.size());

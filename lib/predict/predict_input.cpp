@@ -4,7 +4,6 @@
 
 #include <map>
 
-#include "../train/dataset.hpp"
 #include "mltool/features/encoder_card.hpp"
 #include "mltool/io/feature_store.hpp"
 #include "mltool/io/sha256.hpp"
@@ -20,7 +19,6 @@
 namespace mltool::predict {
 
 using train::feature_source;
-using train::read_dataset_info;
 using train::tile_source;
 
 namespace {
@@ -29,31 +27,14 @@ using json = nlohmann::json;
 
 bool is_feature_store(const std::string& path) { return util::exists(path + "/features.json"); }
 
-// The extractor (features.json's "model") of the features the run's dataset was packed from,
-// or null when the dataset or its features.json is no longer there (then only the dims are
-// checked). Only features.json is read: not the matrix, not the keys.
-json trained_extractor(const json& run) {
-  try {
-    const auto dataset = read_dataset_info(run.at("dataset").value("path", ""));
-    const auto manifest = util::join_path(dataset.features, io::kFeaturesManifestFile);
-    return json::parse(util::read_file(manifest)).value("model", json());
-  } catch (const Error& e) {
-    log::warn("cannot read the features the run was trained on (" + std::string(e.what()) +
-              "): checking the feature dims only");
-  } catch (const json::exception& e) {
-    log::warn(std::string("the features the run was trained on: ") + e.what() +
-              ": checking the feature dims only");
-  }
-  return nullptr;
-}
-
-void check_features(const json& run, const io::FeatureStore& store, const std::string& where) {
-  const auto dims = run.at("model").at("input_dims").get<std::int64_t>();
+void check_features(const TrainedRun& run, const io::FeatureStore& store,
+                    const std::string& where) {
+  const auto dims = run.input_dims();
   if (static_cast<std::int64_t>(store.dims()) != dims)
     throw InputError(at_file(where, "features of " + std::to_string(store.dims()) +
                                         " dims, but the run was trained on " +
                                         std::to_string(dims) + "-dim features"));
-  const json want = trained_extractor(run);
+  const json want = run.extractor();
   const json got = store.manifest().value("model", json());
   const std::string want_encoder = features::encoder_name_of(want),
                     got_encoder = features::encoder_name_of(got);
@@ -148,7 +129,8 @@ void group_slides(PredictInput& in, const PredictJob& job) {
   in.grouped = true;
 }
 
-PredictInput feature_input(const json& run, records::PackUnit unit, const PredictJob& job) {
+PredictInput feature_input(const TrainedRun& run, const PredictJob& job) {
+  const records::PackUnit unit = run.unit();
   if (io::TileStore::is_store(job.input))
     throw InputError(at_file(job.input, "a tile store, but a " +
                                             std::string(records::to_string(unit)) +
@@ -171,8 +153,8 @@ PredictInput feature_input(const json& run, records::PackUnit unit, const Predic
 }
 
 // The settings of the tile store the run's images came from, or nothing if it is gone.
-std::optional<io::TileSettings> trained_tile_settings(const json& run) {
-  const std::string path = run.at("dataset").value("tile_store", "");
+std::optional<io::TileSettings> trained_tile_settings(const TrainedRun& run) {
+  const std::string path = run.tile_store();
   try {
     if (!path.empty()) return io::TileStore::open(path, false).settings();
   } catch (const Error& e) {
@@ -189,7 +171,7 @@ std::string describe(const io::TileSettings& s) {
                 : "pyramid level " + std::to_string(s.level.value_or(0)));
 }
 
-PredictInput image_input(const json& run, const PredictJob& job) {
+PredictInput image_input(const TrainedRun& run, const PredictJob& job) {
   if (!io::TileStore::is_store(job.input))
     throw InputError(
         at_file(job.input,
@@ -225,15 +207,16 @@ PredictInput image_input(const json& run, const PredictJob& job) {
 
 }  // namespace
 
-PredictInput open_predict_input(const json& run, records::PackUnit unit, const PredictJob& job) {
+PredictInput open_predict_input(const TrainedRun& run, const PredictJob& job) {
   if (!util::exists(job.input)) throw InputError(at_file(job.input, "no such file or directory"));
+  const records::PackUnit unit = run.unit();
   PredictInput in =
-      unit == records::PackUnit::image ? image_input(run, job) : feature_input(run, unit, job);
+      unit == records::PackUnit::image ? image_input(run, job) : feature_input(run, job);
   group_by_slide(in, job.input);
   if (!job.slides.empty()) keep_slides(in, job);
   if (job.group_table.empty() != job.group_column.empty())
     throw UsageError("--group-table and --group-column go together");
-  const std::string bag_column = run.at("dataset").value("bag_column", "");
+  const std::string bag_column = run.bag_column();
   if (!job.group_table.empty()) {
     if (unit != records::PackUnit::bag)
       throw UsageError("--group-table: " + job.run + " is a " + records::to_string(unit) +

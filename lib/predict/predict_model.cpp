@@ -1,14 +1,11 @@
-// predict's model: a finished run's built-in family or TorchScript module with its best or
-// final weights, scoring one slide at a time (see predict_parts.hpp).
+// predict's model: a finished run's model for inference (train::TrainedRun::model) scoring one
+// slide at a time, batches gathered ahead and split on out-of-memory (see predict_parts.hpp).
 #include <torch/script.h>
 #include <torch/torch.h>
 
 #include <future>
 
-#include "../train/export.hpp"
-#include "../train/script_model.hpp"
 #include "mltool/features/stain.hpp"
-#include "mltool/train/model_spec.hpp"
 #include "mltool/util/batch_split.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
@@ -16,14 +13,6 @@
 #include "predict_parts.hpp"
 
 namespace mltool::predict {
-
-using train::build_model;
-using train::import_safetensors;
-using train::load_script_model;
-using train::ModelSpec;
-using train::parse_model_spec;
-using train::script_block_model;
-using train::ScriptModel;
 
 namespace {
 
@@ -50,65 +39,28 @@ torch::Tensor gather(const RowSource& source, const std::vector<std::int64_t>& r
 
 }  // namespace
 
-std::string weights_file(const PredictJob& job) {
-  return job.run + "/" + (job.weights == Weights::best ? "best.safetensors" : "model.safetensors");
+train::RunWeights run_weights(const PredictJob& job) {
+  return job.weights == Weights::best ? train::RunWeights::best : train::RunWeights::final_weights;
 }
 
-Predictor::Predictor(const json& run, records::PackUnit unit, const PredictJob& job,
-                     const torch::Device& device)
-    : device_(device),
+Predictor::Predictor(const TrainedRun& run, const PredictJob& job, const torch::Device& device)
+    : model_(run.model(run_weights(job), device)),
+      device_(device),
       batch_(job.batch),
       retry_(!job.no_oom_retry),
-      name_("the model of " + job.run),
-      threads_(util::thread_count(job.threads)),
-      bag_(unit == records::PackUnit::bag) {
-  const auto& m = run.at("model");
-  const auto classes = m.at("classes").get<std::int64_t>();
-  if (run.at("spec").value("family", "") == "torchscript") {
-    // The trained module as the run exported it; the chosen weights are loaded over its own.
-    ScriptModel s = load_script_model(job.run + "/model.script.pt");
-    s.bag = bag_;
-    s.pixels = unit == records::PackUnit::image;
-    script_ = s.module;
-    model_ = script_block_model(s, classes);
-  } else {
-    const ModelSpec spec = parse_model_spec(run.at("spec"), job.run + "/run.json#/spec");
-    model_ = build_model(spec, m.at("input_dims").get<std::int64_t>(), classes);
-  }
+      threads_(util::thread_count(job.threads)) {
   stain_ = predict_stain(run, job, stain_record_);
-  import_safetensors(*model_, weights_file(job));
   profiler_ = std::make_unique<util::StepProfiler>(job.profile, device_.is_cuda(), "batch");
-  model_->to(device_);
-  model_->eval();
-}
-
-bool Predictor::has_attention() const {
-  if (!bag_) return false;
-  // Every built-in bag family's forward sets Activation::attention.
-  return script_ ? script_->find_method("attention").has_value() : true;
 }
 
 // A bag's logits, and its attention per instance when the model tells it.
 SlideScores Predictor::score_bag(const torch::Tensor& x) const {
+  const train::BagScores b = model_.bag(x);
   SlideScores out;
-  torch::Tensor w;
-  if (script_) {
-    out.logits = model_->forward({x.unsqueeze(0), {}}).cpu();
-    if (has_attention()) w = script_->run_method("attention", x).toTensor().reshape({-1});
-  } else {
-    const auto mask = torch::ones({1, x.size(0)}, torch::kBool).to(device_);
-    const auto y = model_->forward({x.unsqueeze(0), mask}, 0, model_->size());
-    if (y.attention.defined()) w = y.attention.reshape({-1});
-    out.logits = y.x.cpu();
-  }
-  if (w.defined()) {
-    if (w.numel() != x.size(0))
-      throw InputError("the TorchScript module's attention(bag) returned " +
-                       std::to_string(w.numel()) + " weights for a bag of " +
-                       std::to_string(x.size(0)) + " tiles");
-    w = w.to(torch::kCPU, torch::kFloat32).contiguous();
-    out.attention.assign(w.data_ptr<float>(), w.data_ptr<float>() + w.numel());
-  }
+  out.logits = b.logits;
+  if (b.attention.defined())
+    out.attention.assign(b.attention.data_ptr<float>(),
+                         b.attention.data_ptr<float>() + b.attention.numel());
   return out;
 }
 
@@ -126,7 +78,7 @@ SlideScores Predictor::score(const RowSource& source, const std::vector<std::int
     std::vector<std::uint8_t> unchanged;
     return stain_ ? stain_->apply(x, unchanged) : x;  // before the model's preprocessing
   };
-  if (bag_) {
+  if (model_.is_bag()) {
     profiler_->begin_step();
     auto out = score_bag(prepare(gather(source, rows, 0, rows.size(), threads_, cuda)));
     profiler_->end_step();
@@ -139,7 +91,7 @@ SlideScores Predictor::score(const RowSource& source, const std::vector<std::int
   SlideScores out;
   std::vector<torch::Tensor> parts;
   util::BatchSplitter splitter(batch_, retry_, {});
-  const auto forward = [&](const torch::Tensor& x) { return model_->forward({x, {}}); };
+  const auto forward = [&](const torch::Tensor& x) { return model_.forward(x); };
   auto ahead = std::async(std::launch::async, fetch, std::size_t{0});
   for (std::size_t b = 0; b < rows.size(); b += batch) {
     profiler_->begin_step();
@@ -147,7 +99,8 @@ SlideScores Predictor::score(const RowSource& source, const std::vector<std::int
     if (b + batch < rows.size()) ahead = std::async(std::launch::async, fetch, b + batch);
     std::optional<util::BatchSplit> split;
     parts.push_back(
-        splitter.forward(prepare(host), first_batch + b / batch, forward, device_, name_, split)
+        splitter
+            .forward(prepare(host), first_batch + b / batch, forward, device_, model_.name(), split)
             .to(torch::kCPU, torch::kFloat32));
     if (split) {
       json j = split->to_json();

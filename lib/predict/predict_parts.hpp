@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "../train/feed.hpp"
 #include "mltool/predict/predict.hpp"
 #include "mltool/records/pack.hpp"
-#include "mltool/train/models.hpp"
+#include "mltool/train/row_source.hpp"
+#include "mltool/train/trained_run.hpp"
 
 namespace mltool::io {
 class TileStore;
@@ -23,14 +23,11 @@ class TileStore;
 namespace mltool::features {
 class StainNormalizer;
 }
-namespace torch::jit {
-struct Module;
-}
 
 namespace mltool::predict {
 
-using train::BlockModel;
 using train::RowSource;
+using train::TrainedRun;
 
 /// What predict reads: row i of `source` is tile `keys[i]`; feature rows (tile and bag
 /// models) or decoded tiles (image models).
@@ -48,11 +45,10 @@ struct PredictInput {
 
 /// The input of a run of `unit` (tile, bag: a feature store; image: a tile store) checked
 /// against what the run was trained on (InputError naming the file otherwise).
-PredictInput open_predict_input(const nlohmann::json& run, records::PackUnit unit,
-                                const PredictJob& job);
+PredictInput open_predict_input(const TrainedRun& run, const PredictJob& job);
 
-/// The weights file `job.weights` names in the run directory.
-std::string weights_file(const PredictJob& job);
+/// The run's weights `job.weights` names.
+train::RunWeights run_weights(const PredictJob& job);
 
 /// One slide's scores: its tiles' logits (tile and image models, rows × classes) or its
 /// bag's (1 × classes), float32 on the CPU; and a bag model's attention per tile (empty when
@@ -70,7 +66,7 @@ struct SlideScores {
 /// what the journal fingerprints (method, sha256, target), or null. UsageError for the
 /// options on a feature model, a reference other than the run's without --stain-norm, or
 /// --stain-reference alone on a run trained without; InputError for a missing reference.
-std::shared_ptr<const features::StainNormalizer> predict_stain(const nlohmann::json& run,
+std::shared_ptr<const features::StainNormalizer> predict_stain(const TrainedRun& run,
                                                                const PredictJob& job,
                                                                nlohmann::json& record);
 
@@ -88,33 +84,29 @@ std::string extractor_difference(const nlohmann::json& got, const nlohmann::json
 /// A finished run's model with the chosen weights, in eval mode on its device.
 class Predictor {
  public:
-  Predictor(const nlohmann::json& run, records::PackUnit unit, const PredictJob& job,
-            const torch::Device& device);
+  Predictor(const TrainedRun& run, const PredictJob& job, const torch::Device& device);
   /// Scores the slide made of `rows` of `source`, `batch` rows per forward pass (tiles and
   /// images; a bag is one pass), decoding on `threads` threads. A batch that runs out of memory
   /// is split (util::BatchSplitter; each slide starts at --batch again); `first_batch` is the
   /// number of the slide's first batch in the run.
   SlideScores score(const RowSource& source, const std::vector<std::int64_t>& rows,
                     std::uint64_t first_batch) const;
-  bool bag() const { return bag_; }
+  bool bag() const { return model_.is_bag(); }
   /// The stain normalisation applied (predict_stain's record), or null.
   const nlohmann::json& stain_record() const { return stain_record_; }
   /// Whether the model tells its attention per tile (built-in bag models, and TorchScript
   /// bag modules with an `attention(bag)` method).
-  bool has_attention() const;
+  bool has_attention() const { return model_.has_attention(); }
   /// --profile: ends the recording, if it is on, and writes the trace.
   void finish_profile() const { profiler_->finish(); }
 
  private:
   SlideScores score_bag(const torch::Tensor& x) const;
-  std::shared_ptr<BlockModel> model_;
-  std::shared_ptr<torch::jit::Module> script_;  ///< a TorchScript run's module, else null
+  train::InferenceModel model_;
   torch::Device device_;
   std::int64_t batch_ = 1;
   bool retry_ = true;
-  std::string name_;  ///< the run's model, for an out-of-memory error
   int threads_ = 1;
-  bool bag_ = false;
   std::unique_ptr<util::StepProfiler> profiler_;  ///< --profile: told as each batch begins
   std::shared_ptr<const features::StainNormalizer> stain_;  ///< pixel models; null: none
   nlohmann::json stain_record_;

@@ -100,10 +100,10 @@ std::string extractor_difference(const json& got, const json& want) {
          "; extract them with the run's extractor (mltool extract --model)";
 }
 
-std::shared_ptr<const StainNormalizer> predict_stain(const json& run, const PredictJob& job,
-                                                     json& record) {
-  const bool pixels = run.at("dataset").value("unit", "tile") == "image";
-  const json recorded = run.value("stain_norm", json());
+std::shared_ptr<const StainNormalizer> predict_stain(const train::TrainedRun& run,
+                                                     const PredictJob& job, json& record) {
+  const bool pixels = run.unit() == records::PackUnit::image;
+  const json recorded = run.stain_norm();
   const std::string run_json = job.run + "/run.json";
   if (!pixels && (job.stain_norm != StainNorm::none || !job.stain_reference.empty()))
     throw UsageError(at_file(run_json,

@@ -1,4 +1,4 @@
-// mltool inspect --plot: the report as an SVG chart (io::Svg), rendered to the PNG asked for
+// mltool inspect --plot: the report as an SVG chart (report::Svg), rendered to the PNG asked for
 // with the SVG beside it. Per group (split) one row of two panels: records per shard stacked by
 // label, and the label mix of each tenth of a round-robin epoch beside the overall mix ("All");
 // a legend of the labels at the bottom.
@@ -6,15 +6,15 @@
 #include <cmath>
 #include <cstdio>
 
-#include "mltool/io/chart.hpp"
 #include "mltool/records/inspect.hpp"
+#include "mltool/report/chart.hpp"
 
 namespace mltool::records {
 namespace {
 
-using io::Anchor;
-using io::Rgb;
-using io::Svg;
+using report::Anchor;
+using report::Rgb;
+using report::Svg;
 
 constexpr Rgb kInk{40, 40, 40}, kAxis{120, 120, 120}, kGrid{225, 225, 225},
     kUnlabeled{200, 200, 200};
@@ -58,13 +58,14 @@ void draw_shards(Svg& svg, double y, const GroupReport& g) {
   const double bottom = y + kPlotBottom, height = kPlotBottom - kPlotTop;
   std::uint64_t most = 0;
   for (const auto& s : g.shards) most = std::max(most, s.records);
-  const auto ticks = io::nice_ticks(0, std::max<double>(static_cast<double>(most), 1), 4);
+  const auto ticks = report::nice_ticks(0, std::max<double>(static_cast<double>(most), 1), 4);
   const double top_value = std::max(ticks.back(), static_cast<double>(most));
   const double step = ticks.size() > 1 ? ticks[1] - ticks[0] : 1;
   for (const double t : ticks) {
     const double ty = bottom - t / top_value * height;
     svg.line(kBarsX0, ty, kBarsX1, ty, kGrid);
-    svg.text(kBarsX0 - 6, ty + kSmall * 0.35, io::tick_label(t, step), kSmall, kInk, Anchor::end);
+    svg.text(kBarsX0 - 6, ty + kSmall * 0.35, report::tick_label(t, step), kSmall, kInk,
+             Anchor::end);
   }
   svg.line(kBarsX0, y + kPlotTop, kBarsX0, bottom, kAxis, 1.5);
   svg.line(kBarsX0, bottom, kBarsX1, bottom, kAxis, 1.5);
@@ -115,7 +116,7 @@ void draw_mix(Svg& svg, double y, const GroupReport& g) {
 
 void draw_group(Svg& svg, double y, const GroupReport& g, bool labeled) {
   svg.text(kBarsX0, y + 22, g.name, 18, kInk, Anchor::start, true);
-  svg.text(kBarsX0 + io::text_width(g.name, 18) + 16, y + 22,
+  svg.text(kBarsX0 + report::text_width(g.name, 18) + 16, y + 22,
            std::to_string(g.records) + " records, max/min " + two_digits(g.max_min_ratio) +
                ", cv " + two_digits(g.cv) + ", oversample " + two_digits(g.max_oversample) + "×",
            kSmall, kInk);
@@ -127,7 +128,7 @@ void draw_group(Svg& svg, double y, const GroupReport& g, bool labeled) {
 }  // namespace
 
 void write_plot(const std::string& path, const InspectReport& report) {
-  std::vector<io::LegendEntry> legend;
+  std::vector<report::LegendEntry> legend;
   constexpr std::size_t kLegend = 30;  // entries at most; colours repeat after 10 anyway
   for (std::size_t l = 0; l < report.labels.size() && l < kLegend; ++l)
     legend.push_back({report.labels[l].substr(0, 40), colour(l)});
@@ -139,15 +140,16 @@ void write_plot(const std::string& path, const InspectReport& report) {
   // Lay the legend out once on a scratch document to learn its height.
   Svg scratch(kWidth, 1);
   const double legend_top = kTop + static_cast<double>(report.groups.size()) * kRow;
-  const double legend_bottom = io::draw_legend(scratch, kBarsX0, legend_top, kWidth - 100, legend);
+  const double legend_bottom =
+      report::draw_legend(scratch, kBarsX0, legend_top, kWidth - 100, legend);
   Svg svg(kWidth, static_cast<int>(std::ceil(legend_bottom)) + 16);
   const std::string heading =
       report.dataset.empty() ? "TFRecord files" : "Dataset " + report.dataset;
   svg.text(10, 20, heading.substr(0, 150), kText, kAxis);
   for (std::size_t g = 0; g < report.groups.size(); ++g)
     draw_group(svg, kTop + static_cast<double>(g) * kRow, report.groups[g], !report.labels.empty());
-  io::draw_legend(svg, kBarsX0, legend_top, kWidth - 100, legend);
-  io::write_chart(path, svg);
+  report::draw_legend(svg, kBarsX0, legend_top, kWidth - 100, legend);
+  report::write_chart(path, svg);
 }
 
 }  // namespace mltool::records

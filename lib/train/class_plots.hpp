@@ -2,8 +2,8 @@
 // out-of-fold predictions): ROC and precision–recall curves of the last label with 95% bands
 // by bootstrap over groups (two labels; more labels: each label's one-vs-rest curves, no
 // band), a calibration plot (two labels) and the confusion matrix at the predicted label (the
-// highest probability: 0.5 with two labels). Each is a PNG with its SVG beside
-// (io::write_chart). Internal to lib/train.
+// highest probability: 0.5 with two labels), computed here and drawn by
+// mltool/report/class_charts.hpp. Internal to lib/train.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 
 #include "cv_plots.hpp"
 #include "intervals.hpp"
+#include "tasks/task_predictions.hpp"
 
 namespace mltool::train {
 

@@ -15,12 +15,12 @@
 #include "intervals.hpp"
 #include "mltool/io/manifest.hpp"
 #include "mltool/io/table.hpp"
+#include "mltool/report/pages.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
 #include "mltool/util/output_lock.hpp"
 #include "mltool/util/version.hpp"
-#include "report_page.hpp"
 #include "task.hpp"
 
 namespace mltool::train {
@@ -70,6 +70,7 @@ json per_label(const Task& task, const OutOfFold& oof, const json& cv, int folds
       const json& m = intervals.at("metrics").at(metric);
       l["auc_low"] = m.at("low");
       l["auc_high"] = m.at("high");
+      if (m.contains("not_estimable")) l["auc_not_estimable"] = m["not_estimable"];
     }
     l["folds_scored"] =
         cv.at("mean").contains(metric) ? cv.at("scored_folds").value(metric, json(folds)) : json(0);
@@ -181,7 +182,7 @@ json gather(const TrainJob& job, int folds) {
   cv["pictures"] = draw_cv_pictures(job.output, fold_task->cv_picture(), oof, medians);
   cv["pictures"].update(fold_task->draw_charts(job.output, oof, groups, job.bootstrap, job.seed));
   io::write_manifest(util::join_path(job.output, "cv.json"), cv, "cv");
-  write_cv_report(job.output, cv);
+  report::write_cv_report(job.output, cv);
   return cv;
 }
 
@@ -228,7 +229,7 @@ std::string summary_line(const CrossValidationReport& r) {
     for (const auto& [name, v] : f.at("validation").items()) reported[name] = v;
   const json scored = cv.value("scored_folds", json::object());
   std::string metrics;
-  for (const auto& name : metric_order(reported, task)) {
+  for (const auto& name : report::metric_order(reported, task)) {
     const json mean = cv.at("mean").value(name, json()), sd = cv.at("sd").value(name, json());
     metrics += (metrics.empty() ? "; " : ", ") + name + " " +
                (mean.is_number() ? fixed4(mean) + (sd.is_number() ? " ± " + fixed4(sd) : "")

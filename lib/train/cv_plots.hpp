@@ -1,5 +1,6 @@
 // The pictures of a cross-validation (train --folds all): km.png for survival, scatter.png for
-// regression, drawn from the out-of-fold predictions. Internal to lib/train.
+// regression: what they show computed from the out-of-fold predictions, drawn by
+// mltool/report/cv_charts.hpp. Internal to lib/train.
 #pragma once
 
 #include <nlohmann/json.hpp>

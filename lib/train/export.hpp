@@ -10,6 +10,7 @@
 
 #include "dataset.hpp"
 #include "mltool/train/models.hpp"
+#include "mltool/train/trained_run.hpp"
 
 namespace mltool::train {
 
@@ -33,12 +34,6 @@ void export_safetensors(BlockModel& model, const std::string& path,
 /// The same tensors as a dict {name: tensor} in torch.save's zip format, which
 /// torch.load(path) reads with its default weights_only=True.
 void export_state_dict(BlockModel& model, const std::string& path);
-
-/// A CSV field: `s` as it is, or double-quoted ("" for a quote) when it holds a comma, a
-/// quote or a line break.
-std::string csv_field(const std::string& s);
-/// A float32 in the fewest digits that read back to the same float ("%.9g").
-std::string exact_float(float v);
 
 /// predictions.csv: record (position in the split), sample (row for tiles, slide or bag for
 /// bags, tile key for images), then the task's columns (classification: label, prediction,

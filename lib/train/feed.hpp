@@ -23,6 +23,7 @@
 
 #include "dataset.hpp"
 #include "mltool/io/tile_pixels.hpp"
+#include "mltool/train/row_source.hpp"
 
 namespace mltool::io {
 class FeatureStore;
@@ -43,31 +44,6 @@ struct Batch {
   /// The samples' ids (their indices in the split), in batch order: what --augment draws by.
   std::vector<std::int64_t> ids;
 };
-
-/// The rows a feed draws from, each `row_bytes` bytes of `dtype`.
-class RowSource {
- public:
-  virtual ~RowSource() = default;
-  virtual std::int64_t rows() const = 0;
-  /// The shape of one row as the model sees it: {D}, or {T, T, 3} for tiles.
-  virtual std::vector<std::int64_t> row_shape() const = 0;
-  virtual torch::ScalarType dtype() const = 0;
-  std::int64_t row_bytes() const;
-  /// Copies rows `rows[0..n)` into `dst` back to back. Safe from several threads at once.
-  virtual void copy_rows(const std::int64_t* rows, std::size_t n, std::uint8_t* dst) const = 0;
-  /// Every row as one (rows × row_bytes/itemsize) tensor on `device`.
-  virtual torch::Tensor whole(const torch::Device& device, int threads) const = 0;
-};
-
-/// The feature matrix of a store, read through its memory map.
-std::shared_ptr<const RowSource> feature_source(std::shared_ptr<const io::FeatureStore> store);
-
-/// Decoded tiles: row i is tile `keys[i]` of `store`, T×T×3 uint8, read by a reader `open`
-/// makes (slide::open_tile_pixels). FormatError naming the store and key for a missing or
-/// undecodable tile, or one of another size.
-std::shared_ptr<const RowSource> tile_source(std::shared_ptr<const io::TileStore> store,
-                                             std::vector<std::string> keys,
-                                             const io::TilePixelOpener& open);
 
 /// A pass over one split.
 class Feed {

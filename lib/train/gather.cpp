@@ -10,7 +10,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
-#include "../cuda/gather_rows.hpp"
+#include "mltool/cuda/gather_rows.hpp"
 #endif
 
 namespace mltool::train {

@@ -1,5 +1,6 @@
-// Intervals of the validation metrics (intervals.hpp): the groups of the samples, and each
-// task's statistics computed from the predictions' columns.
+// Intervals of the validation metrics (intervals.hpp): the groups of the samples, the
+// predictions' columns read back, and the bootstrap with its minimum of groups. Each task's
+// statistics are in its own file (lib/train/tasks/).
 #include "intervals.hpp"
 
 #include <algorithm>
@@ -60,31 +61,36 @@ double parse(const std::string& text, const std::string& column) {
   return v;
 }
 
-std::size_t column_index(const OutOfFold& t, const std::string& name) {
+}  // namespace
+
+std::size_t prediction_column(const OutOfFold& t, const std::string& name) {
   const auto it = std::find(t.columns.begin(), t.columns.end(), name);
   if (it == t.columns.end()) throw FormatError("predictions have no column " + name);
   return static_cast<std::size_t>(it - t.columns.begin());
 }
 
-std::vector<double> numbers(const OutOfFold& t, const std::string& name) {
-  const std::size_t c = column_index(t, name);
+namespace {
+
+json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(); }
+
+// The number of distinct strings of `of`.
+std::size_t distinct(std::vector<std::string> of) {
+  std::sort(of.begin(), of.end());
+  return static_cast<std::size_t>(std::unique(of.begin(), of.end()) - of.begin());
+}
+
+}  // namespace
+
+std::vector<double> prediction_numbers(const OutOfFold& t, const std::string& name) {
+  const std::size_t c = prediction_column(t, name);
   std::vector<double> out;
   for (const auto& row : t.rows) out.push_back(parse(row[c], name));
   return out;
 }
 
-template <typename T>
-std::vector<T> pick(const std::vector<T>& v, const std::vector<std::size_t>& idx) {
-  std::vector<T> out;
-  out.reserve(idx.size());
-  for (const auto i : idx) out.push_back(v[i]);
-  return out;
-}
-
-// Label ids of a column of label names.
-std::vector<std::int64_t> label_ids(const OutOfFold& t, const std::string& column,
-                                    const std::vector<std::string>& names) {
-  const std::size_t c = column_index(t, column);
+std::vector<std::int64_t> prediction_labels(const OutOfFold& t, const std::string& column,
+                                            const std::vector<std::string>& names) {
+  const std::size_t c = prediction_column(t, column);
   std::vector<std::int64_t> out;
   for (const auto& row : t.rows) {
     const auto it = std::find(names.begin(), names.end(), row[c]);
@@ -94,138 +100,31 @@ std::vector<std::int64_t> label_ids(const OutOfFold& t, const std::string& colum
   return out;
 }
 
-double balanced_accuracy(const std::vector<std::int64_t>& y, const std::vector<std::int64_t>& p,
-                         std::size_t classes, const std::vector<std::size_t>& idx) {
-  std::vector<double> support(classes, 0), hits(classes, 0);
-  for (const auto i : idx) {
-    support[static_cast<std::size_t>(y[i])] += 1;
-    hits[static_cast<std::size_t>(y[i])] += y[i] == p[i];
+// An interval from a handful of groups is no interval: the bootstrap can only redraw the groups
+// it has (two groups give three distinct resamples), and its percentile interval then
+// undercovers badly; and a value of the outcome seen in k of n groups is missing from a
+// resample with probability (1 - k/n)^n ≈ e^-k, those resamples are dropped, and the interval
+// describes the rest. docs/train.md#confidence-intervals.
+std::string why_no_interval(const SampleGroups& groups, const NamedStatistic& statistic) {
+  const std::size_t n = distinct(groups.of);
+  if (n < kMinIntervalGroups)
+    return std::to_string(n) + " " + groups.unit + (n == 1 ? "" : "s") +
+           ": an interval needs at least " + std::to_string(kMinIntervalGroups);
+  std::map<std::int64_t, std::vector<std::string>> in;  // outcome value -> its samples' groups
+  for (std::size_t i = 0; i < statistic.outcome.size() && i < groups.of.size(); ++i)
+    if (statistic.outcome[i] >= 0) in[statistic.outcome[i]].push_back(groups.of[i]);
+  for (const auto& [value, of] : in) {
+    const std::size_t k = distinct(of);
+    if (k < kMinOutcomeGroups)
+      return (static_cast<std::size_t>(value) < statistic.outcome_names.size()
+                  ? "'" + statistic.outcome_names[static_cast<std::size_t>(value)] + "'"
+                  : "outcome " + std::to_string(value)) +
+             " occurs in " + std::to_string(k) + " " + groups.unit + (k == 1 ? "" : "s") +
+             ": an interval needs each in at least " + std::to_string(kMinOutcomeGroups);
   }
-  double sum = 0;
-  int present = 0;
-  for (std::size_t c = 0; c < classes; ++c)
-    if (support[c] > 0) sum += hits[c] / support[c], ++present;
-  return present ? sum / present : std::nan("");
-}
-
-}  // namespace
-
-std::vector<NamedStatistic> classification_statistics(const json& task, const OutOfFold& t) {
-  const ClassPredictions c = class_predictions(task, t);
-  const auto& y = c.label;
-  std::vector<NamedStatistic> out{
-      {"val_balanced_accuracy", [=](const std::vector<std::size_t>& idx) {
-         return balanced_accuracy(c.label, c.predicted, c.names.size(), idx);
-       }}};
-  if (c.names.size() != 2) return out;
-  out.push_back({"val_auc", [=](const std::vector<std::size_t>& idx) {
-                   return binary_auc(pick(y, idx), pick(c.score, idx));
-                 }});
-  out.push_back({"val_auprc", [=](const std::vector<std::size_t>& idx) {
-                   return average_precision(pick(y, idx), pick(c.score, idx));
-                 }});
-  return out;
-}
-
-MultilabelPredictions multilabel_predictions(const json& task, const OutOfFold& t) {
-  MultilabelPredictions m;
-  m.names = task.at("labels").get<std::vector<std::string>>();
-  for (const auto& name : m.names) {
-    const std::size_t c = column_index(t, "label_" + name);
-    m.truth.emplace_back();
-    for (const auto& row : t.rows) m.truth.back().push_back(row[c].empty() ? -1 : row[c] == "1");
-    m.prob.push_back(numbers(t, "prob_" + name));
-  }
-  return m;
-}
-
-double MultilabelPredictions::auc(std::size_t l, const std::vector<std::size_t>& idx) const {
-  std::vector<std::int64_t> y;
-  std::vector<double> p;
-  for (const auto i : idx)
-    if (truth[l][i] >= 0) y.push_back(truth[l][i]), p.push_back(prob[l][i]);
-  return binary_auc(y, p);
-}
-
-// Multilabel: each label's ROC AUC over the samples where it is observed (val_auc_LABEL), and
-// their mean (val_auc_mean; labels whose AUC is undefined in a resample left out).
-std::vector<NamedStatistic> multilabel_statistics(const json& task, const OutOfFold& t) {
-  const auto m = std::make_shared<const MultilabelPredictions>(multilabel_predictions(task, t));
-  std::vector<NamedStatistic> out{{"val_auc_mean", [m](const std::vector<std::size_t>& idx) {
-                                     double sum = 0;
-                                     int defined = 0;
-                                     for (std::size_t l = 0; l < m->names.size(); ++l) {
-                                       const double auc = m->auc(l, idx);
-                                       if (std::isfinite(auc)) sum += auc, ++defined;
-                                     }
-                                     return defined ? sum / defined : std::nan("");
-                                   }}};
-  for (std::size_t l = 0; l < m->names.size(); ++l)
-    out.push_back({"val_auc_" + m->names[l],
-                   [m, l](const std::vector<std::size_t>& idx) { return m->auc(l, idx); }});
-  return out;
-}
-
-json multilabel_counts(const json& task, const OutOfFold& t) {
-  const auto m = multilabel_predictions(task, t);
-  std::vector<std::size_t> all(t.rows.size());
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-  json out = json::array();
-  for (std::size_t l = 0; l < m.names.size(); ++l) {
-    std::uint64_t positives = 0, negatives = 0, missing = 0;
-    for (const auto v : m.truth[l]) (v < 0 ? missing : v == 1 ? positives : negatives) += 1;
-    const double auc = m.auc(l, all);
-    out.push_back({{"label", m.names[l]},
-                   {"positives", positives},
-                   {"negatives", negatives},
-                   {"missing", missing},
-                   {"auc", std::isfinite(auc) ? json(auc) : json()}});
-  }
-  return out;
-}
-
-std::vector<NamedStatistic> regression_statistics(const OutOfFold& t) {
-  const auto y = numbers(t, "target"), p = numbers(t, "prediction");
-  return {{"val_r2", [=](const std::vector<std::size_t>& idx) {
-             return regression_metrics(pick(y, idx), pick(p, idx)).r2;
-           }}};
-}
-
-std::vector<NamedStatistic> survival_statistics(const OutOfFold& t) {
-  const auto time = numbers(t, "time"), event = numbers(t, "event"), risk = numbers(t, "risk");
-  return {{"val_c_index", [=](const std::vector<std::size_t>& idx) {
-             return concordance_index(pick(time, idx), pick(event, idx), pick(risk, idx));
-           }}};
-}
-
-namespace {
-
-json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(); }
-
-}  // namespace
-
-ClassPredictions class_predictions(const json& task, const OutOfFold& t) {
-  ClassPredictions c;
-  c.names = task.at("labels").get<std::vector<std::string>>();
-  c.label = label_ids(t, "label", c.names);
-  c.predicted = label_ids(t, "prediction", c.names);
-  if (c.names.size() == 2) {
-    const auto l0 = numbers(t, "logit_" + c.names[0]), l1 = numbers(t, "logit_" + c.names[1]);
-    for (std::size_t i = 0; i < l0.size(); ++i)
-      c.score.push_back(1 / (1 + std::exp(l0[i] - l1[i])));
-    return c;
-  }
-  std::vector<std::vector<double>> logits;
-  for (const auto& name : c.names) logits.push_back(numbers(t, "logit_" + name));
-  c.prob.assign(c.names.size(), std::vector<double>(t.rows.size()));
-  for (std::size_t i = 0; i < t.rows.size(); ++i) {
-    double top = logits[0][i], sum = 0;
-    for (const auto& l : logits) top = std::max(top, l[i]);
-    for (const auto& l : logits) sum += std::exp(l[i] - top);
-    for (std::size_t k = 0; k < logits.size(); ++k)
-      c.prob[k][i] = std::exp(logits[k][i] - top) / sum;
-  }
-  return c;
+  if (in.size() == 1 && statistic.outcome.size() > 0)
+    return "one outcome only: an interval needs both";
+  return "";
 }
 
 SampleGroups sample_groups(const DatasetInfo& data, const SplitSamples& s) {
@@ -270,22 +169,36 @@ json metric_intervals(const std::vector<NamedStatistic>& named, const OutOfFold&
     throw FormatError("predictions hold " + std::to_string(table.rows.size()) + " samples, " +
                       std::to_string(groups.of.size()) + " expected");
   std::vector<Statistic> statistics;
-  for (const auto& n : named) statistics.push_back(n.statistic);
+  std::vector<std::string> why;
+  for (const auto& n : named) {
+    why.push_back(why_no_interval(groups, n));
+    // A statistic without an interval is not resampled: NaN in every resample.
+    statistics.push_back(why.back().empty() ? n.statistic : [](const std::vector<std::size_t>&) {
+      return std::nan("");
+    });
+  }
+  const bool any = std::any_of(why.begin(), why.end(), [](const auto& w) { return w.empty(); });
   const auto intervals =
-      bootstrap_intervals(groups.of, statistics, resamples, bootstrap_seed(seed));
+      any ? bootstrap_intervals(groups.of, statistics, resamples, bootstrap_seed(seed))
+          : std::vector<Interval>(named.size(), {std::nan(""), std::nan(""), 0});
   std::vector<std::size_t> all(table.rows.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
   json metrics = json::object();
-  for (std::size_t k = 0; k < named.size(); ++k)
-    metrics[named[k].name] = {{"estimate", finite_or_null(named[k].statistic(all))},
-                              {"low", finite_or_null(intervals[k].low)},
-                              {"high", finite_or_null(intervals[k].high)},
-                              {"resamples", intervals[k].resamples}};
-  std::vector<std::string> distinct = groups.of;
-  std::sort(distinct.begin(), distinct.end());
-  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  return {{"level", 0.95},       {"resamples", resamples},    {"seed", seed},
-          {"unit", groups.unit}, {"groups", distinct.size()}, {"metrics", metrics}};
+  for (std::size_t k = 0; k < named.size(); ++k) {
+    json m = {{"estimate", finite_or_null(named[k].statistic(all))},
+              {"low", finite_or_null(intervals[k].low)},
+              {"high", finite_or_null(intervals[k].high)},
+              {"resamples", intervals[k].resamples}};
+    if (!why[k].empty()) m["not_estimable"] = why[k];
+    metrics[named[k].name] = m;
+  }
+  return {{"level", 0.95},
+          {"resamples", resamples},
+          {"seed", seed},
+          {"unit", groups.unit},
+          {"groups", distinct(groups.of)},
+          {"minimum_groups", kMinIntervalGroups},
+          {"metrics", metrics}};
 }
 
 }  // namespace mltool::train

@@ -27,54 +27,51 @@ struct SampleGroups {
 /// slide (tile and image samples: the slide of the tile's key) or bag.
 SampleGroups sample_groups(const DatasetInfo& data, const SplitSamples& s);
 
-/// A classification's predictions read from predictions.csv's columns.
-struct ClassPredictions {
-  std::vector<std::string> names;              ///< the labels, by id
-  std::vector<std::int64_t> label, predicted;  ///< ids per sample
-  std::vector<double> score;  ///< two labels: the last label's probability (softmax of logits)
-  /// More than two labels: prob[k][i], label k's probability of sample i (softmax of logits).
-  std::vector<std::vector<double>> prob;
-};
-ClassPredictions class_predictions(const nlohmann::json& task, const OutOfFold& table);
+/// The index of column `name` of a predictions table: FormatError when it has none.
+std::size_t prediction_column(const OutOfFold& table, const std::string& name);
+/// Column `name` of a predictions table as numbers (float32 as written, the risk as double):
+/// FormatError for a missing column or a cell that is not a number.
+std::vector<double> prediction_numbers(const OutOfFold& table, const std::string& name);
+/// Column `column` of label names as ids into `names`: FormatError for an unknown label.
+std::vector<std::int64_t> prediction_labels(const OutOfFold& table, const std::string& column,
+                                            const std::vector<std::string>& names);
 
-/// A multilabel task's predictions read from predictions.csv's columns (label_L, prob_L).
-struct MultilabelPredictions {
-  std::vector<std::string> names;                ///< the labels, in --label-columns' order
-  std::vector<std::vector<std::int64_t>> truth;  ///< truth[l][i]: 1, 0, or -1 where missing
-  std::vector<std::vector<double>> prob;         ///< prob[l][i]: label l's probability
-  /// Label l's ROC AUC over the samples `idx` where it is observed; NaN unless both occur.
-  double auc(std::size_t l, const std::vector<std::size_t>& idx) const;
-};
-MultilabelPredictions multilabel_predictions(const nlohmann::json& task, const OutOfFold& table);
-
-/// Per label of a multilabel task (run.json's "task" as `task`), in its order, what `table`
-/// holds: [{"label", "positives", "negatives", "missing", "auc"}] (auc null unless both
-/// values occur).
-nlohmann::json multilabel_counts(const nlohmann::json& task, const OutOfFold& table);
+/// v[i] for each i of `idx`.
+template <typename T>
+std::vector<T> pick(const std::vector<T>& v, const std::vector<std::size_t>& idx) {
+  std::vector<T> out;
+  out.reserve(idx.size());
+  for (const auto i : idx) out.push_back(v[i]);
+  return out;
+}
 
 /// A metric `--bootstrap` puts an interval on: its name and how to compute it over any subset
 /// of a predictions table's rows.
 struct NamedStatistic {
   std::string name;
   Statistic statistic;
+  /// The outcome it separates, per sample (a label id, or 1/0; -1 where unobserved): each value
+  /// that occurs must occur in kMinOutcomeGroups groups for an interval; empty: no such rule
+  /// (regression's R², survival's C-index).
+  std::vector<std::int64_t> outcome = {};
+  std::vector<std::string> outcome_names = {};  ///< each value's name, for messages
 };
 
-/// Each task's statistics (Task::statistics, run.json's "task" as `task`) of predictions
-/// `table` (predictions.csv's columns, or oof_predictions.csv's): classification AUROC
-/// (val_auc) and AUPRC (val_auprc) with two labels, balanced accuracy; multilabel each
-/// label's AUROC (val_auc_LABEL) and their mean (val_auc_mean); regression R² (val_r2); survival
-/// the C-index (val_c_index).
-std::vector<NamedStatistic> classification_statistics(const nlohmann::json& task,
-                                                      const OutOfFold& table);
-std::vector<NamedStatistic> multilabel_statistics(const nlohmann::json& task,
-                                                  const OutOfFold& table);
-std::vector<NamedStatistic> regression_statistics(const OutOfFold& table);
-std::vector<NamedStatistic> survival_statistics(const OutOfFold& table);
+/// The fewest distinct groups a bootstrap interval is estimated from, and the fewest groups
+/// each value of a statistic's outcome must occur in (docs/train.md#confidence-intervals): below
+/// them metric_intervals records why there is no interval instead of one.
+constexpr std::size_t kMinIntervalGroups = 10;
+constexpr std::size_t kMinOutcomeGroups = 5;
+
+/// Why `statistic` gets no interval from `groups` ("2 slides: an interval needs at least 10";
+/// "'tumor' occurs in 3 slides: an interval needs each in at least 5"), or "" when it can.
+std::string why_no_interval(const SampleGroups& groups, const NamedStatistic& statistic);
 
 /// The intervals of `statistics` of predictions `table` (Task::statistics(table)):
-/// {"level", "resamples", "seed", "unit", "groups", "metrics": {NAME: {"estimate", "low",
-/// "high", "resamples"}}}; null when `resamples` is 0. `seed` is the run's --seed; the
-/// resamples are drawn from bootstrap_seed(seed).
+/// {"level", "resamples", "seed", "unit", "groups", "minimum_groups", "metrics": {NAME:
+/// {"estimate", "low", "high", "resamples"}}}; a metric without an interval (why_no_interval)
+/// has null bounds, 0 resamples and "not_estimable": why. Null when `resamples` is 0. `seed` is the
+/// run's --seed; the resamples are drawn from bootstrap_seed(seed).
 nlohmann::json metric_intervals(const std::vector<NamedStatistic>& statistics,
                                 const OutOfFold& table, const SampleGroups& groups, int resamples,
                                 std::uint64_t seed);

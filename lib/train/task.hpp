@@ -25,16 +25,15 @@
 #include "intervals.hpp"
 #include "mltool/train/step.hpp"
 #include "mltool/train/train_job.hpp"
+#include "mltool/train/trained_run.hpp"
 
 namespace mltool::train {
 
-class Task : public StepLoss {
+class Task : public StepLoss, public TaskOutputs {
  public:
   /// run.json's "task": the kind, the loss and what predict needs to read the outputs (the
   /// labels; the time bins of the nll loss).
   virtual nlohmann::json describe() const = 0;
-  /// The width of the model's output.
-  virtual std::int64_t outputs() const = 0;
   /// The targets of every sample of `s`, on the CPU: int64 [N] (label ids) or float32 [N, W].
   /// Feeds serve rows of it as Batch::y.
   virtual torch::Tensor targets(const SplitSamples& s) const = 0;
@@ -56,30 +55,12 @@ class Task : public StepLoss {
   virtual nlohmann::json metrics(const torch::Tensor& outputs, const SplitSamples& s) const = 0;
   /// Whether metrics() reports `monitor`.
   virtual bool offers(Monitor monitor) const = 0;
-  /// One number per sample: the risk (survival; higher = earlier event), the prediction
-  /// (regression), the last label's probability (classification).
-  virtual std::vector<double> scores(const torch::Tensor& outputs) const = 0;
-
   /// What training noticed about the loss, for run.json's result (Cox: the steps without an
   /// event, whose loss is zero); {} when nothing.
   virtual nlohmann::json training_notes() const { return nlohmann::json::object(); }
 
-  /// predict's predictions.csv: its columns after "sample,slide", and one sample's fields from
-  /// its outputs (classification: prediction, logit_LABEL..., prob_LABEL...; regression:
-  /// prediction; survival: risk, and with nll survival_CUT...).
-  virtual std::string output_header() const = 0;
-  virtual std::string output_row(const float* out) const = 0;
-  /// The name of scores() in predict's heatmaps (tasks with probabilities() show those).
-  virtual std::string score_name() const = 0;
-  /// The names of probabilities()' columns: classification's labels, multilabel's outcomes;
-  /// empty for a task without probabilities. predict's --label picks one for the heatmaps.
-  virtual std::vector<std::string> label_names() const { return {}; }
-  /// Each sample's probability of each of label_names() (CPU float32, N × label_names().size())
-  /// from `outputs` (CPU float32, N × outputs()); only for a task with label_names().
-  virtual torch::Tensor probabilities(const torch::Tensor& outputs) const {
-    (void)outputs;
-    return {};
-  }
+  // What predict needs of its outputs (TaskOutputs, mltool/train/trained_run.hpp): outputs(),
+  // output_header(), output_row(), scores(), score_name(), label_names(), probabilities().
 
   /// Whether run.json's result records train_risk_median, the median of scores() over the
   /// training split (survival: the cut of the cv pictures' high- and low-risk halves).

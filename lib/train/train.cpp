@@ -21,6 +21,7 @@
 #include "mltool/io/manifest.hpp"
 #include "mltool/io/table.hpp"
 #include "mltool/io/tile_store.hpp"
+#include "mltool/report/pages.hpp"
 #include "mltool/train/augment.hpp"
 #include "mltool/train/batches.hpp"
 #include "mltool/train/model_spec.hpp"
@@ -34,7 +35,6 @@
 #include "mltool/util/output_lock.hpp"
 #include "mltool/util/parallel.hpp"
 #include "mltool/util/version.hpp"
-#include "report_page.hpp"
 #include "run_dir.hpp"
 #include "script_model.hpp"
 #include "section_plan.hpp"
@@ -655,7 +655,7 @@ void finish_run(const TrainJob& job, const Plan& p, Loop& loop, const LoopState&
   manifest["status"] = to_string(report.status);
   manifest["result"] = result;
   run.write_manifest(manifest);
-  if (run.writes()) write_run_report(run.dir(), manifest);
+  if (run.writes()) report::write_run_report(run.dir(), manifest);
 }
 
 }  // namespace

@@ -44,3 +44,23 @@ def expect_interval(expect, got, name, reference, estimate, within=0.02):
     expect(abs(m["low"] - reference[0]) <= within and abs(m["high"] - reference[1]) <= within,
            f"{name}: interval [{m['low']:.4f}, {m['high']:.4f}], numpy's bootstrap "
            f"[{reference[0]:.4f}, {reference[1]:.4f}]")
+
+
+MIN_GROUPS, MIN_OUTCOME_GROUPS = 10, 5  # docs/train.md#confidence-intervals
+
+
+def expect_not_estimable(expect, got, name, estimate, why):
+    """got: run.json's / cv.json's intervals from too few groups: the metric's estimate equals
+    `estimate` within 1e-9, its bounds are null, no resample was drawn for it, and
+    `not_estimable` is `why`; the intervals record the minimum."""
+    m = got["metrics"][name]
+    expect(got.get("minimum_groups") == MIN_GROUPS, f"minimum_groups {got.get('minimum_groups')}")
+    expect(m["estimate"] is not None and abs(m["estimate"] - estimate) <= 1e-9,
+           f"{name}: estimate {m['estimate']}, reference {estimate}")
+    expect(m["low"] is None and m["high"] is None and m["resamples"] == 0 and
+           m.get("not_estimable") == why, f"{name}: {m}, expected not estimable: {why!r}")
+
+
+def too_few_groups(n, unit):
+    """not_estimable's words for `n` groups of `unit` below the minimum."""
+    return f"{n} {unit}{'' if n == 1 else 's'}: an interval needs at least {MIN_GROUPS}"

@@ -28,7 +28,7 @@ HOSTILE_COLUMN = "x<img src=x onerror=alert(1)>"
 LABELS = ["KRAS", HOSTILE_COLUMN]
 SLIDES = ["a#1", "b?x=1", "c%41", "d<i>e", 'f"g', "h'i", "j&amp;k", "l m", "plain"]
 TILES = 6  # per slide
-# What the pages may hold: the elements report_page.cpp writes and those of its inline SVGs.
+# What the pages may hold: the elements lib/report/pages.cpp writes and those of its inline SVGs.
 TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "b", "table", "tr", "th",
         "td", "ul", "li", "a", "img", "div", "span", "figure", "figcaption", "svg", "g", "rect", "line", "polyline", "path",
         "text", "circle", "polygon", "title", "defs", "tspan"}

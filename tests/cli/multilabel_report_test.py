@@ -170,7 +170,19 @@ def check_cross_validation():
         expect(abs(c["auc"] - ref) <= 1e-9, f"{n}: out-of-fold AUC {c['auc']}, sklearn {ref}")
         expect({k: c[k] for k in ("label", "positives", "negatives", "missing")} == counts(list(OUTCOMES))[LABELS.index(n)],
                f"{n}: out-of-fold counts {c}")
-        expect(c["auc_low"] <= c["auc"] <= c["auc_high"], f"{n}: interval {c['auc_low']}–{c['auc_high']} vs {c['auc']}")
+        # Bags by patient: each sample its own group. A value of the label in fewer than 5
+        # patients: no interval, and run.json's intervals say why (docs/train.md).
+        m = cv["intervals"]["metrics"][f"val_auc_{n}"]
+        rare = min(c["positives"], c["negatives"])
+        if rare < 5:
+            kind = "positive" if c["positives"] == rare else "negative"
+            why = f"'{kind} {n}' occurs in {rare} patient{'' if rare == 1 else 's'}: an interval needs each in at least 5"
+            expect(c["auc_low"] is None and m["low"] is None and m.get("not_estimable") == why and
+                   c.get("auc_not_estimable") == why,
+                   f"{n}: {rare} {kind} patients, interval {m}, expected not estimable: {why}")
+        else:
+            expect(c["auc_low"] <= c["auc"] <= c["auc_high"] and "not_estimable" not in m,
+                   f"{n}: interval {c['auc_low']}–{c['auc_high']} vs {c['auc']}")
         expect(abs(cv["intervals"]["metrics"][f"val_auc_{n}"]["estimate"] - ref) <= 1e-9, f"{n}: interval estimate")
         expect(c["folds_scored"] == len(per_fold_mean[n]), f"{n}: folds_scored {c['folds_scored']}")
     expect(set(cv["pictures"]["roc"]["auc"]) == set(LABELS) and os.path.exists(os.path.join(out, "roc.png")),
@@ -188,6 +200,13 @@ def check_cross_validation():
     expect(all(p >= 0 for p in positions) and positions == sorted(positions), f"per-fold columns: {head}")
     expect("not scorable" in html and '<h2>Per label</h2>' in html and 'id="chart-roc"' in html, "cv report")
     expect(not re.search(r"<h2>Charts</h2>\s*<h2>", html), "an empty Charts heading")
+    labels = html[html.index('<table class="labels">'):]
+    labels = labels[:labels.index("</table>")]
+    expect(any("auc_not_estimable" in c for c in cv["per_label"]), "no label too rare for an interval")
+    for c in cv["per_label"]:
+        if "auc_not_estimable" in c:  # the label's row gives the reason, escaped as the page does
+            why = c["auc_not_estimable"].replace("&", "&amp;").replace("'", "&#39;")
+            expect(f"not estimable: {why}" in labels, f"{c['label']}: the per-label table lacks {why!r}")
     fold = open(os.path.join(out, "fold-0", "report.html")).read()
     expect("Per label (validation split)" in fold and 'id="chart-roc"' in fold, "fold-0's report")
 

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "../../lib/cuda/jpeg_decode.hpp"
+#include "mltool/cuda/jpeg_decode.hpp"
 #include "mltool/io/image_codec.hpp"
 
 namespace {

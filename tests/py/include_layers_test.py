@@ -4,8 +4,12 @@
 Reads the table of modules in docs/development.md (its `may include` column), maps each file
 to its module (lib/<module>/, lib/include/mltool/<module>/, apps/) and each `#include` of
 `mltool/...` or of a relative path to the module of the file it names, and fails naming
-file:line for each include of a module the table does not allow. Includes of files outside
-lib/ and apps/ (system headers, generated protobuf code, third_party/) are not checked.
+file:line for each include of a module the table does not allow, and for each include of
+another module's private header (lib/<module>/X, by a relative path such as `../cuda/X.hpp`):
+what a module offers others is in lib/include/mltool/<module>/. It also fails for each
+permission of the table that no include uses (a `may include` entry nothing needs), so the
+table says what the code does. Includes of files outside lib/ and apps/ (system headers,
+generated protobuf code, third_party/) are not checked.
 
   tests/py/include_layers_test.py [REPO]   (default: the checkout this file is in)
 """
@@ -102,7 +106,15 @@ def _normalised(parts):
     return out
 
 
-def violations(repo, rules):
+def is_private(repo, target):
+    """Whether `target` is a module's internal header: under lib/<module>/, not lib/include/."""
+    parts = target.relative_to(repo).parts
+    return parts[0] == "lib" and parts[1] != "include"
+
+
+def violations(repo, rules, used):
+    """The includes against `rules`; `used` gets {module: {other: set of headers}} of every
+    include of another module."""
     found, unknown = [], set()
     for top in ("lib", "apps"):
         for path in sorted((repo / top).rglob("*")):
@@ -127,8 +139,15 @@ def violations(repo, rules):
                     found.append(f"{path.relative_to(repo)}:{n}: includes {m.group(1)}, the "
                                  f"entry point above it; only {sorted(users)} may ({__file__})")
                     continue
-                if other is None or other == module or (
-                        other in allowed and (allowed[other] is None or header in allowed[other])):
+                if other is None or other == module:
+                    continue
+                used.setdefault(module, {}).setdefault(other, set()).add(header)
+                if is_private(repo, target):
+                    found.append(f"{path.relative_to(repo)}:{n}: includes {m.group(1)}, a private "
+                                 f"header of {other}/; include its public headers "
+                                 f"(lib/include/mltool/{other}/) ({DOC})")
+                    continue
+                if other in allowed and (allowed[other] is None or header in allowed[other]):
                     continue
                 found.append(f"{path.relative_to(repo)}:{n}: includes {m.group(1)} ({other}/); "
                              f"{module}/ may include {describe(allowed)} ({DOC})")
@@ -137,15 +156,33 @@ def violations(repo, rules):
     return found
 
 
+def unused(rules, used):
+    """The permissions of the table that no include uses."""
+    found = []
+    for module, allowed in rules.items():
+        for other, headers in allowed.items():
+            have = used.get(module, {}).get(other, set())
+            if headers is None and not have:
+                found.append(f"{DOC}: {module}/ may include {other}/, but no file of {module}/ "
+                             f"includes a header of {other}/: drop it from the table")
+            for h in sorted(headers or ()):
+                if h not in have:
+                    found.append(f"{DOC}: {module}/ may include {other}/{h}, but no file of "
+                                 f"{module}/ includes it: drop it from the table")
+    return found
+
+
 def main():
     repo = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else __file__).resolve()
     if len(sys.argv) <= 1:
         repo = repo.parents[2]
     rules = read_rules(repo)
-    found = violations(repo, rules)
+    used = {}
+    found = violations(repo, rules, used)
+    found += unused(rules, used)
     for f in found:
         print(f, file=sys.stderr)
-    print(f"{len(found)} include(s) against the layers of {DOC}" if found else
+    print(f"{len(found)} finding(s) against the layers of {DOC}" if found else
           f"every include of lib/ and apps/ keeps the layers of {DOC} ({len(rules)} modules)")
     return 1 if found else 0
 

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "../../lib/cuda/jpeg_decode.hpp"
+#include "mltool/cuda/jpeg_decode.hpp"
 
 TEST(JpegDecoder, WithoutAGpuOpenGivesNoDecoderAndSaysWhy) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is here: the gpu tests decode on it";

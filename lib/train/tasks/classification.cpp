@@ -12,12 +12,83 @@
 #include "mltool/train/bootstrap.hpp"
 #include "mltool/train/metrics.hpp"
 #include "mltool/util/error.hpp"
+#include "task_predictions.hpp"
+
+namespace mltool::train {
+
+using json = nlohmann::json;
+
+ClassPredictions class_predictions(const json& task, const OutOfFold& t) {
+  ClassPredictions c;
+  c.names = task.at("labels").get<std::vector<std::string>>();
+  c.label = prediction_labels(t, "label", c.names);
+  c.predicted = prediction_labels(t, "prediction", c.names);
+  if (c.names.size() == 2) {
+    const auto l0 = prediction_numbers(t, "logit_" + c.names[0]),
+               l1 = prediction_numbers(t, "logit_" + c.names[1]);
+    for (std::size_t i = 0; i < l0.size(); ++i)
+      c.score.push_back(1 / (1 + std::exp(l0[i] - l1[i])));
+    return c;
+  }
+  std::vector<std::vector<double>> logits;
+  for (const auto& name : c.names) logits.push_back(prediction_numbers(t, "logit_" + name));
+  c.prob.assign(c.names.size(), std::vector<double>(t.rows.size()));
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    double top = logits[0][i], sum = 0;
+    for (const auto& l : logits) top = std::max(top, l[i]);
+    for (const auto& l : logits) sum += std::exp(l[i] - top);
+    for (std::size_t k = 0; k < logits.size(); ++k)
+      c.prob[k][i] = std::exp(logits[k][i] - top) / sum;
+  }
+  return c;
+}
+
+}  // namespace mltool::train
 
 namespace mltool::train::tasks {
 namespace {
 
 namespace F = torch::nn::functional;
 using json = nlohmann::json;
+
+double balanced_accuracy(const std::vector<std::int64_t>& y, const std::vector<std::int64_t>& p,
+                         std::size_t classes, const std::vector<std::size_t>& idx) {
+  std::vector<double> support(classes, 0), hits(classes, 0);
+  for (const auto i : idx) {
+    support[static_cast<std::size_t>(y[i])] += 1;
+    hits[static_cast<std::size_t>(y[i])] += y[i] == p[i];
+  }
+  double sum = 0;
+  int present = 0;
+  for (std::size_t c = 0; c < classes; ++c)
+    if (support[c] > 0) sum += hits[c] / support[c], ++present;
+  return present ? sum / present : std::nan("");
+}
+
+// Classification: balanced accuracy, and with two labels AUROC (val_auc) and AUPRC (val_auprc),
+// each over the labels' groups (NamedStatistic::outcome).
+std::vector<NamedStatistic> classification_statistics(const json& task, const OutOfFold& t) {
+  const ClassPredictions c = class_predictions(task, t);
+  const auto& y = c.label;
+  std::vector<NamedStatistic> out{{"val_balanced_accuracy",
+                                   [=](const std::vector<std::size_t>& idx) {
+                                     return balanced_accuracy(c.label, c.predicted, c.names.size(),
+                                                              idx);
+                                   },
+                                   c.label, c.names}};
+  if (c.names.size() != 2) return out;
+  out.push_back({"val_auc",
+                 [=](const std::vector<std::size_t>& idx) {
+                   return binary_auc(pick(y, idx), pick(c.score, idx));
+                 },
+                 y, c.names});
+  out.push_back({"val_auprc",
+                 [=](const std::vector<std::size_t>& idx) {
+                   return average_precision(pick(y, idx), pick(c.score, idx));
+                 },
+                 y, c.names});
+  return out;
+}
 
 // Per label id, or empty for none.
 std::vector<double> class_weights(const std::string& text, const SplitSamples& train,

@@ -13,12 +13,78 @@
 #include "../task.hpp"
 #include "mltool/train/metrics.hpp"
 #include "mltool/util/error.hpp"
+#include "task_predictions.hpp"
+
+namespace mltool::train {
+
+using json = nlohmann::json;
+
+MultilabelPredictions multilabel_predictions(const json& task, const OutOfFold& t) {
+  MultilabelPredictions m;
+  m.names = task.at("labels").get<std::vector<std::string>>();
+  for (const auto& name : m.names) {
+    const std::size_t c = prediction_column(t, "label_" + name);
+    m.truth.emplace_back();
+    for (const auto& row : t.rows) m.truth.back().push_back(row[c].empty() ? -1 : row[c] == "1");
+    m.prob.push_back(prediction_numbers(t, "prob_" + name));
+  }
+  return m;
+}
+
+double MultilabelPredictions::auc(std::size_t l, const std::vector<std::size_t>& idx) const {
+  std::vector<std::int64_t> y;
+  std::vector<double> p;
+  for (const auto i : idx)
+    if (truth[l][i] >= 0) y.push_back(truth[l][i]), p.push_back(prob[l][i]);
+  return binary_auc(y, p);
+}
+
+json multilabel_counts(const json& task, const OutOfFold& t) {
+  const auto m = multilabel_predictions(task, t);
+  std::vector<std::size_t> all(t.rows.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  json out = json::array();
+  for (std::size_t l = 0; l < m.names.size(); ++l) {
+    std::uint64_t positives = 0, negatives = 0, missing = 0;
+    for (const auto v : m.truth[l]) (v < 0 ? missing : v == 1 ? positives : negatives) += 1;
+    const double auc = m.auc(l, all);
+    out.push_back({{"label", m.names[l]},
+                   {"positives", positives},
+                   {"negatives", negatives},
+                   {"missing", missing},
+                   {"auc", std::isfinite(auc) ? json(auc) : json()}});
+  }
+  return out;
+}
+
+}  // namespace mltool::train
 
 namespace mltool::train::tasks {
 namespace {
 
 namespace F = torch::nn::functional;
 using json = nlohmann::json;
+
+// Multilabel: each label's ROC AUC over the samples where it is observed (val_auc_LABEL), and
+// their mean (val_auc_mean; labels whose AUC is undefined in a resample left out).
+std::vector<NamedStatistic> multilabel_statistics(const json& task, const OutOfFold& t) {
+  const auto m = std::make_shared<const MultilabelPredictions>(multilabel_predictions(task, t));
+  std::vector<NamedStatistic> out{{"val_auc_mean", [m](const std::vector<std::size_t>& idx) {
+                                     double sum = 0;
+                                     int defined = 0;
+                                     for (std::size_t l = 0; l < m->names.size(); ++l) {
+                                       const double auc = m->auc(l, idx);
+                                       if (std::isfinite(auc)) sum += auc, ++defined;
+                                     }
+                                     return defined ? sum / defined : std::nan("");
+                                   }}};
+  for (std::size_t l = 0; l < m->names.size(); ++l)
+    out.push_back({"val_auc_" + m->names[l],
+                   [m, l](const std::vector<std::size_t>& idx) { return m->auc(l, idx); },
+                   m->truth[l],
+                   {"negative " + m->names[l], "positive " + m->names[l]}});
+  return out;
+}
 
 class Multilabel : public Task {
  public:

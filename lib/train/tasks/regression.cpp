@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "../export.hpp"
+#include "../intervals.hpp"
 #include "../task.hpp"
 #include "mltool/train/metrics.hpp"
 #include "mltool/util/error.hpp"
@@ -15,6 +16,14 @@ namespace {
 
 namespace F = torch::nn::functional;
 using json = nlohmann::json;
+
+// Regression: R² (val_r2).
+std::vector<NamedStatistic> regression_statistics(const OutOfFold& t) {
+  const auto y = prediction_numbers(t, "target"), p = prediction_numbers(t, "prediction");
+  return {{"val_r2", [=](const std::vector<std::size_t>& idx) {
+             return regression_metrics(pick(y, idx), pick(p, idx)).r2;
+           }}};
+}
 
 class Regression : public Task {
  public:

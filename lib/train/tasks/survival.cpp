@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "../export.hpp"
+#include "../intervals.hpp"
 #include "../task.hpp"
 #include "mltool/train/metrics.hpp"
 #include "mltool/util/error.hpp"
@@ -20,6 +21,15 @@ namespace {
 
 namespace F = torch::nn::functional;
 using json = nlohmann::json;
+
+// Survival: the C-index (val_c_index).
+std::vector<NamedStatistic> survival_statistics(const OutOfFold& t) {
+  const auto time = prediction_numbers(t, "time"), event = prediction_numbers(t, "event"),
+             risk = prediction_numbers(t, "risk");
+  return {{"val_c_index", [=](const std::vector<std::size_t>& idx) {
+             return concordance_index(pick(time, idx), pick(event, idx), pick(risk, idx));
+           }}};
+}
 
 // numpy's default (linear) quantile of sorted values.
 double quantile(const std::vector<double>& sorted, double q) {

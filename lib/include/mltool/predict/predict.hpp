@@ -15,7 +15,7 @@
 //                       with prob_LABEL... (tile models) or attention (bag models) among its
 //                       QuPath measurements
 //     report.html       the page of the prediction: per slide its call and heatmap thumbnail
-//                       (after predictions.csv; lib/train/report_page.hpp)
+//                       (after predictions.csv; mltool/report/pages.hpp)
 //     heatmaps/SLIDE.png  the same scores (--label's probability, or attention / the slide's
 //                       largest) on the slide's thumbnail, with a colour bar and a caption
 //

@@ -280,7 +280,7 @@ std::string format_text(const InspectReport& report);
 
 /// Draws the report as a chart (per group: records per shard stacked by label, and the label
 /// mix of each decile of the epoch beside the overall mix): `path` the PNG, the SVG beside it
-/// (io::write_chart; a `path` ending in .svg gets the SVG alone), each written atomically.
+/// (report::write_chart; a `path` ending in .svg gets the SVG alone), each written atomically.
 void write_plot(const std::string& path, const InspectReport& report);
 
 /// `mltool inspect`: the scan, and what is done with its report.

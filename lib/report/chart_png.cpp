@@ -2,8 +2,8 @@
 // (librsvg, text through Pango/fontconfig, so DejaVu Sans is the font the QC pictures use).
 #include <mutex>
 
-#include "mltool/io/chart.hpp"
 #include "mltool/io/image_codec.hpp"
+#include "mltool/report/chart.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 
@@ -13,7 +13,7 @@
 #include <memory>
 #endif
 
-namespace mltool::io {
+namespace mltool::report {
 namespace {
 
 #ifdef MLTOOL_HAVE_SLIDE
@@ -29,7 +29,7 @@ std::string vips_error_text() {
   return message;
 }
 
-RgbImage render(const std::string& svg, const std::string& what) {
+io::RgbImage render(const std::string& svg, const std::string& what) {
   static std::once_flag once;
   std::call_once(once, [] {
     // vips_init is idempotent: the slide half of the library may have started it already.
@@ -56,7 +56,7 @@ RgbImage render(const std::string& svg, const std::string& what) {
   std::size_t size = 0;
   void* data = vips_image_write_to_memory(rgb.get(), &size);
   if (!data) throw ResourceError(what + ": " + vips_error_text());
-  RgbImage out;
+  io::RgbImage out;
   out.width = rgb->Xsize;
   out.height = rgb->Ysize;
   const auto* bytes = static_cast<const std::uint8_t*>(data);
@@ -65,7 +65,7 @@ RgbImage render(const std::string& svg, const std::string& what) {
   return out;
 }
 #else
-RgbImage render(const std::string&, const std::string& what) {
+io::RgbImage render(const std::string&, const std::string& what) {
   throw ResourceError(what +
                       ": this mltool was built without libvips (MLTOOL_WITH_SLIDE off), "
                       "which renders charts to PNG");
@@ -81,14 +81,14 @@ void write_chart(const std::string& png_path, const Svg& svg) {
     util::write_file_atomic(svg_path, doc);
     return;
   }
-  const RgbImage image = render(doc, png_path);
+  const io::RgbImage image = render(doc, png_path);
   if (image.width != svg.width() || image.height != svg.height())
     throw ResourceError(png_path + ": libvips rendered " + std::to_string(image.width) + "x" +
                         std::to_string(image.height) + " pixels of a " +
                         std::to_string(svg.width()) + "x" + std::to_string(svg.height()) +
                         " chart");
   util::write_file_atomic(svg_path, doc);
-  write_png(png_path, image);
+  io::write_png(png_path, image);
 }
 
-}  // namespace mltool::io
+}  // namespace mltool::report

@@ -1,6 +1,6 @@
 // The SVG chart document (chart.hpp): elements, ticks, axes, legends. The PNG rendering is in
 // chart_png.cpp, the only part that needs libvips.
-#include "mltool/io/chart.hpp"
+#include "mltool/report/chart.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 
 #include "mltool/util/html.hpp"
 
-namespace mltool::io {
+namespace mltool::report {
 namespace {
 
 std::string num(double v) {
@@ -192,4 +192,4 @@ std::string svg_path_of(const std::string& png_path) {
   return (has_ext ? png_path.substr(0, dot) : png_path) + ".svg";
 }
 
-}  // namespace mltool::io
+}  // namespace mltool::report

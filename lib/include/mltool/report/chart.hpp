@@ -1,7 +1,7 @@
-// The charts mltool writes (inspect --plot, train's cross-validation pictures) as SVG: shapes in
+// The charts mltool writes (inspect --plot, the run and cross-validation charts) as SVG: shapes in
 // pixel coordinates, text as text in DejaVu Sans (the font the QC pictures and heatmaps use),
 // axes with ticks at round numbers, legends. write_chart publishes FILE.svg and the PNG that
-// libvips' SVG loader (librsvg) renders of it, both atomically (lib/io/chart_png.cpp).
+// libvips' SVG loader (librsvg) renders of it, both atomically (lib/report/chart_png.cpp).
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-namespace mltool::io {
+namespace mltool::report {
 
 struct Rgb {
   std::uint8_t r, g, b;
@@ -100,4 +100,4 @@ std::string svg_path_of(const std::string& png_path);
 /// libvips: MLTOOL_WITH_SLIDE off).
 void write_chart(const std::string& png_path, const Svg& svg);
 
-}  // namespace mltool::io
+}  // namespace mltool::report

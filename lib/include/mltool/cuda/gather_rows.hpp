@@ -1,5 +1,5 @@
-// Internal: launchers of the row-gather kernel, callable from plain C++ (no torch in .cu
-// files, so nvcc never compiles LibTorch headers).
+// Launchers of the row-gather kernel (lib/cuda/gather_rows.cu), callable from plain C++: no
+// torch in .cu files, so nvcc never compiles LibTorch headers. train/'s pinned feed uses them.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
-// report.html of a run and of a cross-validation (report_page.hpp): HTML written by hand, its
+// report.html of a run, a cross-validation and a prediction (pages.hpp): HTML written by hand, its
 // every text escaped and every link URL-encoded by util/html.hpp, the charts' SVG files inlined
 // without their XML declaration.
-#include "report_page.hpp"
+#include "mltool/report/pages.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -10,13 +10,11 @@
 #include <map>
 #include <vector>
 
-#include "intervals.hpp"
 #include "mltool/io/table.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/html.hpp"
-#include "task.hpp"
 
-namespace mltool::train {
+namespace mltool::report {
 namespace {
 
 using json = nlohmann::json;
@@ -93,7 +91,10 @@ std::string metrics_table(const json& metrics, const json& intervals, const json
     std::string interval = "";
     if (by_name.is_object() && by_name.contains(name)) {
       const json& m = by_name[name];
-      interval = m["low"].is_number() ? fixed3(m["low"]) + " – " + fixed3(m["high"]) : "–";
+      interval = m.contains("not_estimable")
+                     ? "not estimable: " + html_text(m["not_estimable"].get<std::string>())
+                 : m["low"].is_number() ? fixed3(m["low"]) + " – " + fixed3(m["high"])
+                                        : "–";
     }
     out += "<tr><td>" + html_text(name) + "</td><td class=\"n\">" +
            fold_cell(metrics, name, task_labels(task)) + "</td><td class=\"n\">" + interval +
@@ -104,7 +105,12 @@ std::string metrics_table(const json& metrics, const json& intervals, const json
     out += "<p>Intervals: " + std::to_string(intervals.value("resamples", 0)) +
            " bootstrap resamples of " + std::to_string(intervals.value("groups", 0)) + " " +
            html_text(intervals.value("unit", "group")) +
-           "s (percentiles 2.5 and 97.5), seeded: a rerun gives the same.</p>\n";
+           "s (percentiles 2.5 and 97.5), seeded: a rerun gives the same." +
+           (intervals.contains("minimum_groups")
+                ? " None from fewer than " + intervals["minimum_groups"].dump() +
+                      " groups, or where a label occurs in too few of them."
+                : "") +
+           "</p>\n";
   return out;
 }
 
@@ -214,55 +220,10 @@ std::string slide_rows(const std::string& dir, const io::Table& t) {
   return out + "</table>\n";
 }
 
-// The labels table of the run's dataset (dataset.json's labels), key -> label; empty when the
-// dataset, its table or a label column is gone.
-std::map<std::string, std::string> known_labels(const json& run) {
-  std::map<std::string, std::string> out;
-  try {
-    const std::string path =
-        util::join_path(run.at("dataset").at("path").get<std::string>(), "dataset.json");
-    const json labels = json::parse(util::read_file(path)).at("labels");
-    if (!labels.value("label_column", json()).is_string()) return out;
-    const auto table = io::read_table(labels.at("path").get<std::string>());
-    const std::size_t key = table.column(labels.at("key_column").get<std::string>());
-    const std::size_t label = table.column(labels.at("label_column").get<std::string>());
-    for (const auto& r : table.rows) out.emplace(r[key], r[label]);
-  } catch (const std::exception&) {
-    out.clear();  // no labels known: the page says so
-  }
-  return out;
-}
-
-// Classification: the metrics with 95% intervals (1000 resamples of the slides) where the
-// run's labels table names every sample's label (by its key, else its slide); "" otherwise.
-std::string known_label_metrics(const io::Table& t, const json& run) {
-  const auto task = run_task(run);
-  if (!task->scores_known_labels() || t.rows.empty()) return "";
-  const auto labels = known_labels(run);
-  if (labels.empty()) return "";
-  OutOfFold table{{"label"}, {}};
-  std::vector<std::size_t> copy;
-  for (std::size_t c = 0; c < t.columns.size(); ++c)
-    if (t.columns[c] == "prediction" || t.columns[c].rfind("logit_", 0) == 0)
-      table.columns.push_back(t.columns[c]), copy.push_back(c);
-  SampleGroups groups{"slide", {}};
-  const std::size_t sample = t.column("sample"), slide = t.column("slide");
-  for (const auto& r : t.rows) {
-    auto it = labels.find(r[sample]);
-    if (it == labels.end()) it = labels.find(r[slide]);
-    if (it == labels.end()) return "";
-    std::vector<std::string> row{it->second};
-    for (const auto c : copy) row.push_back(r[c]);
-    table.rows.push_back(std::move(row));
-    groups.of.push_back(r[slide]);
-  }
-  const std::uint64_t seed = run.value("options", json::object()).value("seed", std::uint64_t{0});
-  json intervals;
-  try {
-    intervals = metric_intervals(task->statistics(table), table, groups, 1000, seed);
-  } catch (const std::exception&) {
-    return "";  // a label the run does not know: no metrics
-  }
+// The metrics of predictions whose labels the run's labels table knows (`intervals`: their
+// estimates and 95% intervals); "" when there are none.
+std::string known_label_metrics(const json& intervals, const json& run) {
+  if (!intervals.is_object()) return "";
   json estimates = json::object();
   for (const auto& [name, m] : intervals["metrics"].items()) estimates[name] = m["estimate"];
   return "<h2>Metrics</h2>\n<p>Every sample's label is in the run's labels table: the metrics "
@@ -324,9 +285,12 @@ std::string cv_label_section(const json& cv) {
            "fold mean ± sd", "folds scored"},
           true);
   for (const auto& l : labels) {
-    const std::string interval = l.value("auc_low", json()).is_number()
-                                     ? fixed3(l["auc_low"]) + " – " + fixed3(l["auc_high"])
-                                     : "–";
+    const std::string interval =
+        l.contains("auc_not_estimable")
+            ? "not estimable: " + html_text(l["auc_not_estimable"].get<std::string>())
+        : l.value("auc_low", json()).is_number()
+            ? fixed3(l["auc_low"]) + " – " + fixed3(l["auc_high"])
+            : "–";
     out += row({html_text(l.value("label", "")), std::to_string(l.value("positives", 0)),
                 std::to_string(l.value("negatives", 0)), std::to_string(l.value("missing", 0)),
                 l.value("auc", json()).is_number() ? fixed3(l["auc"]) : "not scorable", interval,
@@ -450,15 +414,15 @@ std::vector<std::string> metric_order(const json& metrics, const json& task) {
 
 // The page names the run, not the output directory: a prediction resumed into another
 // directory publishes the same bytes as one uninterrupted run (predict_test's resume check).
-void write_predict_report(const std::string& dir, const std::string& run_dir, const json& run) {
-  const auto table = io::read_table(util::join_path(dir, "predictions.csv"));
+void write_predict_report(const std::string& dir, const std::string& run_dir, const json& run,
+                          const io::Table& table, const json& known_metrics) {
   std::string body = "<p>The run <a href=\"" +
                      href(util::join_path(util::absolute_path(run_dir), "report.html")) + "\">" +
                      html_text(util::absolute_path(run_dir)) + "</a> applied to " +
                      std::to_string(table.rows.size()) + " samples.</p>\n";
   body += "<h2>Task</h2>\n<p>" + task_text(run.value("task", json::object())) + ".</p>\n";
   body += "<h2>Per slide</h2>\n" + slide_rows(dir, table);
-  const std::string metrics = known_label_metrics(table, run);
+  const std::string metrics = known_label_metrics(known_metrics, run);
   body += !metrics.empty() ? metrics
                            : "<p>No metrics: the run's labels table does not name every sample's "
                              "label (or the task is not classification); the run's page has its "
@@ -543,4 +507,4 @@ void write_cv_report(const std::string& dir, const json& cv) {
                           page("mltool cross-validation " + base_name(dir), body));
 }
 
-}  // namespace mltool::train
+}  // namespace mltool::report

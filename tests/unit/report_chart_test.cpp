@@ -1,4 +1,4 @@
-// io::Svg and write_chart (mltool/io/chart.hpp): round ticks, escaping, and the PNG libvips
+// report::Svg and write_chart (mltool/report/chart.hpp): round ticks, escaping, and the PNG libvips
 // renders of the SVG (sizes, colours where shapes were drawn, ink where text was).
 #include <gtest/gtest.h>
 
@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "mltool/io/chart.hpp"
 #include "mltool/io/image_codec.hpp"
+#include "mltool/report/chart.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "support/temp_dir.hpp"
 
-namespace mltool::io {
+namespace mltool::report {
 namespace {
 
 TEST(Chart, TicksAreRoundNumbersCoveringTheRange) {
@@ -66,8 +66,8 @@ TEST(Chart, WriteChartRendersTheSvgToAPngOfItsSize) {
   write_chart(png_path, svg);
   EXPECT_EQ(util::read_file(util::join_path(dir, "c.svg")), svg.str());
   const std::string png = util::read_file(png_path);
-  RgbImage image;
-  decode_image(png.data(), png.size(), image, png_path);
+  io::RgbImage image;
+  io::decode_image(png.data(), png.size(), image, png_path);
   ASSERT_EQ(image.width, 300);
   ASSERT_EQ(image.height, 200);
   const auto at = [&](int x, int y) {
@@ -95,4 +95,4 @@ TEST(Chart, WriteChartRendersTheSvgToAPngOfItsSize) {
 #endif
 
 }  // namespace
-}  // namespace mltool::io
+}  // namespace mltool::report

@@ -1,14 +1,19 @@
 // report.html: one self-contained page per run directory and per cross-validation (CV/): the
 // task, data, model and options, the metrics with their 95% intervals, the charts as inline
 // SVG, per-fold rows (CV), and links to the predictions. No network, no script: it opens from
-// a file in any browser and prints. docs/train.md#reporthtml. Internal to lib/train.
+// a file in any browser and prints. docs/train.md#reporthtml. Plain data in (run.json,
+// cv.json, the files beside them): this module knows no task, model or command.
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-namespace mltool::train {
+namespace mltool::io {
+struct Table;
+}
+
+namespace mltool::report {
 
 /// The names of `metrics` (a run's validation metrics, cv.json's mean) whose values are numbers
 /// or null, in the order the reports and the log show them: val_loss, the task's own, then
@@ -23,13 +28,16 @@ void write_run_report(const std::string& dir, const nlohmann::json& run);
 /// to its own report.
 void write_cv_report(const std::string& dir, const nlohmann::json& cv);
 
-/// Writes PRED/report.html after `mltool predict` wrote PRED/predictions.csv: the run (linked
+/// Writes PRED/report.html after `mltool predict` wrote PRED/predictions.csv (`predictions`,
+/// as read back): the run (linked
 /// to its page) and task, per slide its samples and call (classification: the majority of its
 /// samples' predicted labels and their share; else the mean prediction or risk) with its
-/// heatmap's thumbnail (linked, not inlined: heatmaps are large), links to the files; for
-/// classification, where the run's labels table names every sample's label, the metrics with
-/// their 95% intervals (resampling slides).
+/// heatmap's thumbnail (linked, not inlined: heatmaps are large), links to the files; and
+/// `known_metrics` (intervals as run.json's result.intervals has them, computed by
+/// train::TrainedRun::known_label_metrics) where not null: the metrics of predictions whose
+/// labels the run's labels table knows.
 void write_predict_report(const std::string& dir, const std::string& run_dir,
-                          const nlohmann::json& run);
+                          const nlohmann::json& run, const io::Table& predictions,
+                          const nlohmann::json& known_metrics);
 
-}  // namespace mltool::train
+}  // namespace mltool::report

@@ -41,9 +41,7 @@ std::string version_text(const TorchModule* module, const std::string& why,
 bool names_builtin_command(int argc, char** argv) {
   if (argc < 2) return false;
   const char* name = std::strcmp(argv[1], "help") == 0 && argc >= 3 ? argv[2] : argv[1];
-  for (const auto& command : commands())
-    if (std::strcmp(command.name, name) == 0) return true;
-  return false;
+  return is_program_command(name);
 }
 
 // The help of a subcommand, identical whether asked as `mltool CMD --help` or `mltool help CMD`

@@ -41,9 +41,7 @@ std::string version_text(const TorchModule* module, const std::string& why,
 bool names_builtin_command(int argc, char** argv) {
   if (argc < 2) return false;
   const char* name = std::strcmp(argv[1], "help") == 0 && argc >= 3 ? argv[2] : argv[1];
-  for (const auto& command : commands())
-    if (std::strcmp(command.name, name) == 0) return true;
-  return false;
+  return is_program_command(name);
 }
 
 // The help of a subcommand, identical whether asked as `mltool CMD --help` or `mltool help CMD`
@@ -131,100 +129,124 @@ void apply_logging(const std::string& name, const CommonOptions& common) {
     log::set_level(log::Level::debug);
 }
 
+// The command line as declared: every command (the LibTorch module's too, unless the line
+// names one of the program's own), `help`, and each command's action.
+struct CommandLine {
+  CLI::App app{kDescription, "mltool"};
+  bool show_version = false;
+  std::string module_failure, module_path;
+  const TorchModule* module = nullptr;
+  std::shared_ptr<CommonOptions> common = std::make_shared<CommonOptions>();
+  std::vector<std::pair<CLI::App*, Action>> actions;
+  CLI::App* help = nullptr;
+  std::vector<std::string> help_topic;
+  bool help_json = false;
+
+  // The command named `name`, or null.
+  CLI::App* find(const std::string& name) const {
+    for (const auto& [sub, action] : actions)
+      if (sub->get_name() == name) return sub;
+    return nullptr;
+  }
+};
+
+void declare(CommandLine& cl, int argc, char** argv) {
+  cl.app.require_subcommand(0, 1);
+  cl.app.add_flag("--version", cl.show_version, "Print the versions of mltool and its components");
+  if (!names_builtin_command(argc, argv))
+    cl.module = load_torch_module(cl.module_failure, &cl.module_path);
+  for (const auto& command :
+       all_commands(cl.module ? cl.module->commands : std::vector<Command>{})) {
+    CLI::App* sub = cl.app.add_subcommand(command.name, command.summary);
+    add_common_options(*sub, *cl.common);
+    cl.actions.emplace_back(sub, command.setup(*sub, *cl.common));
+    for (CLI::App* nested : sub->get_subcommands([](const CLI::App*) { return true; }))
+      add_common_options(*nested, *cl.common);
+  }
+  cl.help = cl.app.add_subcommand("help", "Show the help of a command: mltool help CMD");
+  cl.help->add_option("command", cl.help_topic, "Command name (and subcommand: export h5)");
+  cl.help->add_flag("--json", cl.help_json,
+                    "The command's options as JSON: names, type, default, choices, help");
+}
+
+// `mltool CMD` (or `mltool CMD SUB`) alone prints the command's usage, as samtools does: true
+// when it did.
+bool printed_usage_alone(const CommandLine& cl, int argc, char** argv) {
+  if (argc < 2) return false;
+  CLI::App* sub = cl.find(argv[1]);
+  for (int i = 2; sub && i < argc; ++i) sub = child(sub, argv[i]);
+  if (!sub || !needs_arguments(sub)) return false;
+  std::cout << command_help(*sub);
+  return true;
+}
+
+// Parses the line; true when --help was asked for (and printed). UsageError for a line that
+// does not parse, naming why the LibTorch commands are missing if they are.
+bool parse_printed_help(CommandLine& cl, int argc, char** argv) {
+  try {
+    cl.app.parse(argc, argv);
+    return false;
+  } catch (const CLI::CallForHelp&) {
+    for (auto& [sub, action] : cl.actions)
+      if (sub->parsed()) {
+        std::cout << command_help(*innermost_parsed(sub));
+        return true;
+      }
+    std::cout << cl.app.help();
+    return true;
+  } catch (const CLI::ParseError& e) {
+    std::string hint = " (see mltool --help)";
+    if (!cl.module && !cl.module_failure.empty())
+      hint += "; the LibTorch commands are unavailable: " + cl.module_failure;
+    throw UsageError(e.what() + hint);
+  }
+}
+
+// `mltool help [CMD [SUB]] [--json]`.
+int show_help(const CommandLine& cl) {
+  if (cl.help_topic.empty()) {
+    std::cout << cl.app.help();
+    return exit_code::ok;
+  }
+  CLI::App* sub = cl.find(cl.help_topic[0]);
+  std::string name = cl.help_topic[0];
+  for (std::size_t i = 1; sub && i < cl.help_topic.size(); ++i) {
+    sub = child(sub, cl.help_topic[i]);
+    name += " " + cl.help_topic[i];
+  }
+  if (!sub) throw UsageError("unknown command '" + name + "' (see mltool --help)");
+  std::cout << (cl.help_json ? command_options(*sub).dump(2) + "\n" : command_help(*sub));
+  return exit_code::ok;
+}
+
+// Runs the parsed command `sub`; with --json, a failure also prints its summary.
+int run_command(const CLI::App& sub, const Action& action, const CommonOptions& common) {
+  apply_logging(sub.get_name(), common);
+  if (!common.json) return action();
+  try {
+    return action();
+  } catch (const Error& e) {  // --json: a summary also of a failed run, for schedulers
+    print_failure(sub.get_name(), e.what(), exit_code_for(e.kind()),
+                  e.kind() == ErrorKind::stopped);
+    throw;
+  }
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
-  CLI::App app(kDescription, "mltool");
-  app.require_subcommand(0, 1);
-  bool show_version = false;
-  app.add_flag("--version", show_version, "Print the versions of mltool and its components");
-
-  std::string module_failure, module_path;
-  const TorchModule* module =
-      names_builtin_command(argc, argv) ? nullptr : load_torch_module(module_failure, &module_path);
-  auto common = std::make_shared<CommonOptions>();
-  std::vector<std::pair<CLI::App*, Action>> actions;
-  for (const auto& command : all_commands(module ? module->commands : std::vector<Command>{})) {
-    CLI::App* sub = app.add_subcommand(command.name, command.summary);
-    add_common_options(*sub, *common);
-    actions.emplace_back(sub, command.setup(*sub, *common));
-    for (CLI::App* nested : sub->get_subcommands([](const CLI::App*) { return true; }))
-      add_common_options(*nested, *common);
-  }
-  CLI::App* help = app.add_subcommand("help", "Show the help of a command: mltool help CMD");
-  std::vector<std::string> help_topic;
-  bool help_json = false;
-  help->add_option("command", help_topic, "Command name (and subcommand: export h5)");
-  help->add_flag("--json", help_json,
-                 "The command's options as JSON: names, type, default, choices, help");
-
-  auto find_sub = [&actions](const std::string& name) -> CLI::App* {
-    for (auto& [sub, action] : actions)
-      if (sub->get_name() == name) return sub;
-    return nullptr;
-  };
-
-  // `mltool CMD` (or `mltool CMD SUB`) alone prints the command's usage, as samtools does.
-  if (argc >= 2) {
-    CLI::App* sub = find_sub(argv[1]);
-    for (int i = 2; sub && i < argc; ++i) sub = child(sub, argv[i]);
-    if (sub && needs_arguments(sub)) {
-      std::cout << command_help(*sub);
-      return exit_code::usage;
-    }
-  }
-
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    for (auto& [sub, action] : actions)
-      if (sub->parsed()) {
-        std::cout << command_help(*innermost_parsed(sub));
-        return exit_code::ok;
-      }
-    std::cout << app.help();
-    return exit_code::ok;
-  } catch (const CLI::ParseError& e) {
-    std::string hint = " (see mltool --help)";
-    if (!module && !module_failure.empty())
-      hint += "; the LibTorch commands are unavailable: " + module_failure;
-    throw UsageError(e.what() + hint);
-  }
-
-  if (show_version) {
-    std::cout << version_text(module, module_failure, module_path);
+  CommandLine cl;
+  declare(cl, argc, argv);
+  if (printed_usage_alone(cl, argc, argv)) return exit_code::usage;
+  if (parse_printed_help(cl, argc, argv)) return exit_code::ok;
+  if (cl.show_version) {
+    std::cout << version_text(cl.module, cl.module_failure, cl.module_path);
     return exit_code::ok;
   }
-  if (help->parsed()) {
-    if (help_topic.empty()) {
-      std::cout << app.help();
-      return exit_code::ok;
-    }
-    CLI::App* sub = find_sub(help_topic[0]);
-    std::string name = help_topic[0];
-    for (std::size_t i = 1; sub && i < help_topic.size(); ++i) {
-      sub = child(sub, help_topic[i]);
-      name += " " + help_topic[i];
-    }
-    if (sub) {
-      std::cout << (help_json ? command_options(*sub).dump(2) + "\n" : command_help(*sub));
-      return exit_code::ok;
-    }
-    throw UsageError("unknown command '" + name + "' (see mltool --help)");
-  }
-  for (auto& [sub, action] : actions)
-    if (sub->parsed()) {
-      apply_logging(sub->get_name(), *common);
-      if (!common->json) return action();
-      try {
-        return action();
-      } catch (const Error& e) {  // --json: a summary also of a failed run, for schedulers
-        print_failure(sub->get_name(), e.what(), exit_code_for(e.kind()),
-                      e.kind() == ErrorKind::stopped);
-        throw;
-      }
-    }
-  std::cout << app.help();
+  if (cl.help->parsed()) return show_help(cl);
+  for (const auto& [sub, action] : cl.actions)
+    if (sub->parsed()) return run_command(*sub, action, *cl.common);
+  std::cout << cl.app.help();
   return exit_code::usage;
 }
 

@@ -32,12 +32,35 @@ struct Command {
   std::function<Action(CLI::App& app, const CommonOptions& common)> setup;
 };
 
-/// The table of the commands built into the program (those that need no LibTorch), in
-/// pipeline order.
+/// Where a command is built: into the program, or into the LibTorch module (torch_module.hpp),
+/// which the program loads only when the command line names no command of its own.
+enum class CommandHome { program, torch_module };
+
+/// A row of the command list: a command's name and where it is built.
+struct CommandSlot {
+  const char* name;
+  CommandHome home;
+};
+
+/// Every command, in pipeline order (`mltool --help` lists them so), and where each is built:
+/// the one list of commands. A new command is a row here and its factory on its side
+/// (commands.cpp or torch_module.cpp). A build without slide reading lacks info and tile.
+inline constexpr CommandSlot kCommandList[] = {
+    {"info", CommandHome::program},         {"tile", CommandHome::program},
+    {"extract", CommandHome::torch_module}, {"train", CommandHome::torch_module},
+    {"predict", CommandHome::torch_module}, {"pack", CommandHome::program},
+    {"inspect", CommandHome::program},      {"index", CommandHome::program},
+    {"import", CommandHome::program},       {"export", CommandHome::program},
+};
+
+/// Whether `name` is a command kCommandList places in the program (it needs no LibTorch).
+bool is_program_command(const std::string& name);
+
+/// The commands built into the program (those that need no LibTorch), in kCommandList's order.
 const std::vector<Command>& commands();
 
-/// The table `mltool --help` lists: commands() with `module` (the LibTorch module's
-/// commands) placed in pipeline order, before `pack`.
+/// The table `mltool --help` lists: commands() and `module` (the LibTorch module's commands)
+/// in kCommandList's order. std::logic_error for a command the list does not place there.
 std::vector<Command> all_commands(const std::vector<Command>& module);
 
 /// Makes `app` a command of subcommands (`mltool export h5`, `mltool import h5`): each row of

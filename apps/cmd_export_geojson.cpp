@@ -3,13 +3,13 @@
 //
 // DIR/<slide id>.geojson per complete slide of a tile store, for QuPath (File > Import
 // objects): the tissue outline as annotations and one square per kept tile, in level-0
-// pixels. The work is mltool::io::export_geojson (docs/export.md).
+// pixels. The work is mltool::slide::export_geojson (docs/export.md).
 #include <iostream>
 #include <memory>
 
 #include "cli.hpp"
 #include "cli_options.hpp"
-#include "mltool/io/geojson_export.hpp"
+#include "mltool/slide/geojson_export.hpp"
 #include "mltool/util/error.hpp"
 
 namespace mltool::cli {
@@ -18,12 +18,12 @@ Command export_geojson_command() {
   return {"geojson",
           "Tissue outlines and tile squares per slide as QuPath GeoJSON (level-0 pixels)",
           [](CLI::App& app, const CommonOptions& common) -> Action {
-            auto job = std::make_shared<io::GeojsonExportJob>();
-            add_options(app, io::geojson_export_options(), job);
+            auto job = std::make_shared<slide::GeojsonExportJob>();
+            add_options(app, slide::geojson_export_options(), job);
             return [job, &common] {
               job->threads = common.threads;
-              const auto report = io::export_geojson(*job);
-              if (common.json) std::cout << io::to_json(report).dump(2) << "\n";
+              const auto report = slide::export_geojson(*job);
+              if (common.json) std::cout << slide::to_json(report).dump(2) << "\n";
               return exit_code::ok;
             };
           }};

@@ -1,4 +1,5 @@
-// The entry point of the LibTorch module (see torch_module.hpp): its command table.
+// The entry point of the LibTorch module (see torch_module.hpp): the factories of its commands
+// (their order and their side: kCommandList, cli.hpp).
 #include "torch_module.hpp"
 
 #include "mltool/features/segmenter.hpp"

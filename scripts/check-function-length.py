@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Fail when a function in lib/ or apps/ is longer than 100 lines or has a cyclomatic
-complexity over 30.
+"""Fail when a function in lib/ or apps/ is longer than 80 lines or has a cyclomatic
+complexity over 25.
 
-Both are counted as lizard (https://github.com/terryyin/lizard) counts them, so `lizard -C 30
--L 100 lib apps` agrees (checked on this tree; the script itself needs only Python):
+Both are counted as lizard (https://github.com/terryyin/lizard) counts them, so `lizard -C 25
+-L 80 lib apps` agrees (checked on this tree; the script itself needs only Python):
 - length: the lines from the function's name to its closing brace, comments and blank lines
   included (a `template <...>` line or a return type on the line above is not counted);
 - complexity: 1 + each `if`, `for`, `while`, `catch`, `case`, `&&`, `||` and `?` in the
@@ -201,8 +201,8 @@ def binds_rvalue_ref(toks, n):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--max", type=int, default=100, help="lines per function")
-    ap.add_argument("--max-ccn", type=int, default=30, help="cyclomatic complexity per function")
+    ap.add_argument("--max", type=int, default=80, help="lines per function")
+    ap.add_argument("--max-ccn", type=int, default=25, help="cyclomatic complexity per function")
     ap.add_argument("--list", type=int, default=0)
     args = ap.parse_args()
     found = []

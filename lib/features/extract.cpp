@@ -903,6 +903,52 @@ void note_run(const Pipeline& p, std::uint64_t written, Clock::time_point start,
   }
 }
 
+// What a partial run recorded (ChunkedFeatureWriter::partial_config): its fingerprint ("run"),
+// its math threads and its note; nulls and 0 when there is none.
+struct PartialRun {
+  json run;
+  json note;
+  int math_threads = 0;
+};
+
+PartialRun read_partial(const std::string& output) {
+  const json partial = ChunkedFeatureWriter::partial_config(output);
+  if (!partial.is_object()) return {};
+  PartialRun out{partial.value("run", json()), partial.value("note", json())};
+  if (out.run.is_object()) out.math_threads = out.run.value("math_threads", 0);
+  return out;
+}
+
+// The report as the run starts: where, the model (its stain, where tiles are decoded), the
+// devices, the math threads and the shard.
+ExtractReport start_report(const ExtractJob& job, const Tiles& tiles, const json& model,
+                           std::int64_t dims, const StainNormalizer* stain,
+                           const std::vector<torch::Device>& devices, int math_threads) {
+  ExtractReport report;
+  report.output = job.output;
+  report.store = job.store;
+  report.dims = dims;
+  report.model = model;
+  if (stain) record_stain(*stain, job.stain_fit, report.model);
+  report.decoder = choose_decoder(job, devices, *tiles.pixels);
+  if (report.decoder != "libjpeg-turbo") report.model["decode"] = report.decoder;  // else host
+  for (const auto& d : devices) report.devices.push_back(d.str());
+  report.math_threads = math_threads;
+  report.shard = tiles.plan.shard.whole() ? "" : tiles.plan.shard.text();
+  report.rows = tiles.plan.rows;
+  return report;
+}
+
+// The note the feature chunks keep: the CPU (a resume on another one is warned about) and
+// --stain-fit slide's estimates.
+json chunk_note(bool on_cpu, const PartialRun& partial,
+                const std::optional<SlideStains>& slide_stains) {
+  json note = {{"cpu", cpu_model()}};
+  if (slide_stains) note["stain_fits"] = slide_stains->to_json();
+  if (on_cpu) warn_if_other_cpu(partial.note, note);
+  return note;
+}
+
 }  // namespace
 
 ExtractReport extract_features(const ExtractJob& request) {
@@ -920,30 +966,14 @@ ExtractReport extract_features(const ExtractJob& request) {
   const Tiles tiles = open_tiles(job);
   const ShardPlan& plan = tiles.plan;
 
-  const json partial = ChunkedFeatureWriter::partial_config(job.output);  // null when none
-  const json stored = partial.is_object() ? partial.value("run", json()) : json();
-  const json stored_note = partial.is_object() ? partial.value("note", json()) : json();
+  const PartialRun partial = read_partial(job.output);
   const int math_threads =
-      on_cpu ? util::set_math_threads(job.math_threads,
-                                      stored.is_object() ? stored.value("math_threads", 0) : 0)
-             : 0;
+      on_cpu ? util::set_math_threads(job.math_threads, partial.math_threads) : 0;
   const auto replicas = load_replicas(job, resolved.settings, devices, tiles.tile);
   const std::int64_t dims = replicas.front()->dims();
-
-  ExtractReport report;
-  report.output = job.output;
-  report.store = job.store;
+  ExtractReport report = start_report(job, tiles, replicas.front()->describe(), dims,
+                                      stain ? &*stain : nullptr, devices, math_threads);
   report.tiled = std::move(tiled);
-  report.dims = dims;
-  report.model = replicas.front()->describe();
-  if (stain) record_stain(*stain, job.stain_fit, report.model);
-  report.decoder = choose_decoder(job, devices, *tiles.pixels);
-  const bool device_decode = report.decoder != "libjpeg-turbo";
-  if (device_decode) report.model["decode"] = report.decoder;  // absent: on the host
-  for (const auto& d : devices) report.devices.push_back(d.str());
-  report.math_threads = math_threads;
-  report.shard = plan.shard.whole() ? "" : plan.shard.text();
-  report.rows = plan.rows;
   const json source = source_json(*tiles.store, tiles.keys, tiles.tile);
   const json fingerprint =
       fingerprint_of(job, source, report.model, on_cpu, math_threads, plan.shard);
@@ -954,14 +984,11 @@ ExtractReport extract_features(const ExtractJob& request) {
     return report;
   }
 
-  check_resume(job.output, stored, fingerprint);
+  check_resume(job.output, partial.run, fingerprint);
   const std::optional<SlideStains> slide_stains =
-      fit_slide_stains(job, stain ? &*stain : nullptr, tiles, stored_note);
-  json note = {{"cpu", cpu_model()}};
-  if (slide_stains) note["stain_fits"] = slide_stains->to_json();
-  if (on_cpu) warn_if_other_cpu(stored_note, note);
+      fit_slide_stains(job, stain ? &*stain : nullptr, tiles, partial.note);
   ChunkedFeatureWriter writer(job.output, static_cast<std::uint64_t>(dims), fingerprint,
-                              job.chunk_rows, note);
+                              job.chunk_rows, chunk_note(on_cpu, partial, slide_stains));
   const std::uint64_t first = resume_position(writer, plan.rows);
   report.resumed_from = first;
 
@@ -976,7 +1003,7 @@ ExtractReport extract_features(const ExtractJob& request) {
   inputs.devices = devices;
   inputs.stain = stain ? &*stain : nullptr;
   inputs.slide_stains = slide_stains ? &*slide_stains : nullptr;
-  inputs.device_decode = device_decode;
+  inputs.device_decode = report.decoder != "libjpeg-turbo";
   Pipeline pipeline(inputs);
   start_splitter(pipeline, writer);
   Clock::time_point run_start;

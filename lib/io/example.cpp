@@ -47,81 +47,101 @@ using wire::valid_utf8;  // the one strict UTF-8 check, shared with ExampleScann
 // entry of Features.feature must hold only key (1) and value (2), both length-delimited.
 // Also checks that keys are UTF-8 before protobuf sees them, since protobuf would log
 // to stderr about it. Runs before the real parse, so it must survive any bytes; its
-// framing complaints are worded like a failed parse. Returns "" when clean.
-std::string check_wire(std::string_view bytes) {
-  using google::protobuf::io::CodedInputStream;
-  constexpr std::uint32_t kLengthDelimited = 2;
-  constexpr std::uint32_t kMessageField1 = (1u << 3) | kLengthDelimited;
+// framing complaints are worded like a failed parse.
+class WireCheck {
+ public:
+  explicit WireCheck(std::string_view bytes)
+      : bytes_(bytes),
+        in_(reinterpret_cast<const std::uint8_t*>(bytes.data()), static_cast<int>(bytes.size())) {}
 
-  CodedInputStream in(reinterpret_cast<const std::uint8_t*>(bytes.data()),
-                      static_cast<int>(bytes.size()));
+  // "" when clean: Example's features (1), Features' map entries (1), each entry's fields.
+  std::string run() {
+    std::string problem =
+        message_fields([this] { return message_fields([this] { return entry(); }); });
+    if (!problem.empty()) return problem;
+    return in_.ConsumedEntireMessage() ? std::string() : malformed();
+  }
+
+ private:
+  static constexpr std::uint32_t kLengthDelimited = 2;
+  static constexpr std::uint32_t kMessageField1 = (1u << 3) | kLengthDelimited;
+
+  std::string malformed() const {
+    return "not a tf.train.Example: protobuf parse failed (" + std::to_string(bytes_.size()) +
+           " bytes)";
+  }
+
   // A length must fit in the innermost enclosing message (or the buffer at top level).
-  const auto read_length = [&](int& length) {
+  bool read_length(int& length) {
     std::uint32_t v;
-    if (!in.ReadVarint32(&v)) return false;
-    const int until_limit = in.BytesUntilLimit();  // -1: no limit pushed
+    if (!in_.ReadVarint32(&v)) return false;
+    const int until_limit = in_.BytesUntilLimit();  // -1: no limit pushed
     const std::size_t room = until_limit >= 0
                                  ? static_cast<std::size_t>(until_limit)
-                                 : bytes.size() - static_cast<std::size_t>(in.CurrentPosition());
+                                 : bytes_.size() - static_cast<std::size_t>(in_.CurrentPosition());
     if (v > room) return false;
     length = static_cast<int>(v);  // fits: bytes.size() <= INT_MAX was checked
     return true;
-  };
-  const auto skip = [&](std::uint32_t tag) {
+  }
+
+  bool skip(std::uint32_t tag) {
     std::uint64_t v64;
     int length;
     switch (tag & 7u) {
-      case 0: return in.ReadVarint64(&v64);
-      case 1: return in.Skip(8);
-      case 2: return read_length(length) && in.Skip(length);
-      case 5: return in.Skip(4);
+      case 0: return in_.ReadVarint64(&v64);
+      case 1: return in_.Skip(8);
+      case 2: return read_length(length) && in_.Skip(length);
+      case 5: return in_.Skip(4);
       default: return false;  // groups: never part of a tf.train.Example
     }
-  };
+  }
 
-  const auto malformed = [&bytes] {
-    return "not a tf.train.Example: protobuf parse failed (" + std::to_string(bytes.size()) +
-           " bytes)";
-  };
-  while (const std::uint32_t tag = in.ReadTag()) {
-    if (tag != kMessageField1) {  // unknown fields here are reported after the parse
-      if (!skip(tag)) return malformed();
-      continue;
-    }
-    int features_length;
-    if (!read_length(features_length)) return malformed();
-    const auto features_limit = in.PushLimit(features_length);
-    while (const std::uint32_t entry_tag = in.ReadTag()) {
-      if (entry_tag != kMessageField1) {
-        if (!skip(entry_tag)) return malformed();
+  // The fields of a message up to its limit: each field 1 a message that `inner` checks
+  // within its length, any other skipped (unknown fields are reported after the parse).
+  template <class Inner>
+  std::string message_fields(Inner inner) {
+    while (const std::uint32_t tag = in_.ReadTag()) {
+      if (tag != kMessageField1) {
+        if (!skip(tag)) return malformed();
         continue;
       }
-      int entry_length;
-      if (!read_length(entry_length)) return malformed();
-      const auto entry_limit = in.PushLimit(entry_length);
-      while (const std::uint32_t field_tag = in.ReadTag()) {
-        const std::uint32_t number = field_tag >> 3;
-        if ((number != 1 && number != 2) || (field_tag & 7u) != kLengthDelimited) {
-          return "not a tf.train.Example: a feature map entry has field number " +
-                 std::to_string(number) + " (wire type " + std::to_string(field_tag & 7u) +
-                 "), expected only key (1) and value (2)";
-        }
-        int length;
-        if (!read_length(length)) return malformed();
-        if (number == 1 && !valid_utf8(bytes.substr(static_cast<std::size_t>(in.CurrentPosition()),
-                                                    static_cast<std::size_t>(length)))) {
-          return "not a tf.train.Example: a feature name is not valid UTF-8";
-        }
-        if (!in.Skip(length)) return malformed();
-      }
-      if (!in.ConsumedEntireMessage()) return malformed();
-      in.PopLimit(entry_limit);
+      int length;
+      if (!read_length(length)) return malformed();
+      const auto limit = in_.PushLimit(length);
+      std::string problem = inner();
+      if (!problem.empty()) return problem;
+      if (!in_.ConsumedEntireMessage()) return malformed();
+      in_.PopLimit(limit);
     }
-    if (!in.ConsumedEntireMessage()) return malformed();
-    in.PopLimit(features_limit);
+    return {};
   }
-  return in.ConsumedEntireMessage() ? std::string() : malformed();
-}
+
+  // A map entry of Features.feature: key (1, UTF-8) and value (2), length-delimited, only.
+  std::string entry() {
+    while (const std::uint32_t tag = in_.ReadTag()) {
+      const std::uint32_t number = tag >> 3;
+      if ((number != 1 && number != 2) || (tag & 7u) != kLengthDelimited) {
+        return "not a tf.train.Example: a feature map entry has field number " +
+               std::to_string(number) + " (wire type " + std::to_string(tag & 7u) +
+               "), expected only key (1) and value (2)";
+      }
+      int length;
+      if (!read_length(length)) return malformed();
+      if (number == 1 && !valid_utf8(bytes_.substr(static_cast<std::size_t>(in_.CurrentPosition()),
+                                                   static_cast<std::size_t>(length)))) {
+        return "not a tf.train.Example: a feature name is not valid UTF-8";
+      }
+      if (!in_.Skip(length)) return malformed();
+    }
+    return {};
+  }
+
+  std::string_view bytes_;
+  google::protobuf::io::CodedInputStream in_;
+};
+
+// "" when clean; see WireCheck.
+std::string check_wire(std::string_view bytes) { return WireCheck(bytes).run(); }
 
 // Empty-string result when every message of the parsed tree was fully recognised.
 std::string check_unknown_fields(const tfproto::Example& example) {

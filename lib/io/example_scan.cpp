@@ -341,49 +341,75 @@ MLTOOL_HOT bool ExampleScanner::feature_value(Cursor& in, Slot* slot, std::strin
   return true;
 }
 
+namespace {
+
+// What a field of a value list was: a value read, another field (skipped by the caller, and an
+// unknown field unless a later list replaces it), or malformed.
+enum class ValueField { read, other, malformed };
+
+// A bytes_list value (wire type 2), into `out` when given.
+MLTOOL_HOT ValueField bytes_value(Cursor& in, std::uint32_t wire,
+                                  std::vector<std::string_view>* out) {
+  if (wire != 2) return ValueField::other;
+  std::size_t n;
+  if (!in.length(n)) return ValueField::malformed;
+  if (out) out->emplace_back(reinterpret_cast<const char*>(in.p), n);
+  in.p += n;
+  return ValueField::read;
+}
+
+// An int64_list value (wire type 0) or a packed run of them (2), into `out` when given.
+MLTOOL_HOT ValueField int_values(Cursor& in, std::uint32_t wire, std::vector<std::int64_t>* out) {
+  std::uint64_t v;
+  if (wire == 0) {
+    if (!in.varint(v)) return ValueField::malformed;
+    if (out) out->push_back(static_cast<std::int64_t>(v));
+    return ValueField::read;
+  }
+  if (wire != 2) return ValueField::other;
+  std::size_t n;
+  if (!in.length(n)) return ValueField::malformed;
+  Cursor packed{in.p, in.p + n};
+  in.p += n;
+  while (!packed.done()) {
+    if (!packed.varint(v)) return ValueField::malformed;
+    if (out) out->push_back(static_cast<std::int64_t>(v));
+  }
+  return ValueField::read;
+}
+
+// A float_list value (wire type 5) or a packed run of them (2), into `out` when given.
+MLTOOL_HOT ValueField float_values(Cursor& in, std::uint32_t wire, std::vector<float>* out) {
+  if (wire != 5 && wire != 2) return ValueField::other;
+  std::size_t n = 4;
+  if (wire == 2 && (!in.length(n) || n % 4 != 0)) return ValueField::malformed;
+  if (n > in.left()) return ValueField::malformed;
+  if (out && n != 0) {  // an empty packed list: nothing to copy (and data() may be null)
+    const std::size_t at = out->size();
+    out->resize(at + n / 4);
+    std::memcpy(out->data() + at, in.p, n);  // little-endian hosts only
+  }
+  in.p += n;
+  return ValueField::read;
+}
+
+}  // namespace
+
 MLTOOL_HOT bool ExampleScanner::list_values(Cursor& in, FeatureKind kind, Slot* slot,
                                             std::string_view key, std::string& list_problem) {
   while (!in.done()) {
     std::uint32_t t;
     if (!in.tag(t)) return malformed();
     const std::uint32_t wire = t & 7u;
-    if ((t >> 3) == 1) {
-      std::size_t n;
-      std::uint64_t v;
-      if (kind == FeatureKind::bytes_list && wire == 2) {
-        if (!in.length(n)) return malformed();
-        if (slot) slot->strings.emplace_back(reinterpret_cast<const char*>(in.p), n);
-        in.p += n;
-        continue;
-      }
-      if (kind == FeatureKind::int64_list && wire == 0) {
-        if (!in.varint(v)) return malformed();
-        if (slot) slot->ints.push_back(static_cast<std::int64_t>(v));
-        continue;
-      }
-      if (kind == FeatureKind::int64_list && wire == 2) {  // packed
-        if (!in.length(n)) return malformed();
-        Cursor packed{in.p, in.p + n};
-        in.p += n;
-        while (!packed.done()) {
-          if (!packed.varint(v)) return malformed();
-          if (slot) slot->ints.push_back(static_cast<std::int64_t>(v));
-        }
-        continue;
-      }
-      if (kind == FeatureKind::float_list && (wire == 5 || wire == 2)) {
-        n = 4;
-        if (wire == 2 && (!in.length(n) || n % 4 != 0)) return malformed();
-        if (n > in.left()) return malformed();
-        if (slot && n != 0) {  // an empty packed list: nothing to copy (and data() may be null)
-          const std::size_t at = slot->floats.size();
-          slot->floats.resize(at + n / 4);
-          std::memcpy(slot->floats.data() + at, in.p, n);  // little-endian hosts only
-        }
-        in.p += n;
-        continue;
-      }
-    }
+    ValueField field = ValueField::other;
+    if ((t >> 3) == 1 && kind == FeatureKind::bytes_list)
+      field = bytes_value(in, wire, slot ? &slot->strings : nullptr);
+    else if ((t >> 3) == 1 && kind == FeatureKind::int64_list)
+      field = int_values(in, wire, slot ? &slot->ints : nullptr);
+    else if ((t >> 3) == 1 && kind == FeatureKind::float_list)
+      field = float_values(in, wire, slot ? &slot->floats : nullptr);
+    if (field == ValueField::malformed) return malformed();
+    if (field == ValueField::read) continue;
     if (!in.skip_field(t, kListDepth)) return malformed();
     if (list_problem.empty())
       list_problem = unknown_field(feature_level(key) + " (" + to_string(kind) + ")", t >> 3);

@@ -49,74 +49,94 @@ void add_line(Table& t, std::vector<std::string>&& fields, std::uint64_t line) {
   t.lines.push_back(line);
 }
 
-// RFC 4180; see parse_table. `line` counts physical lines, so a quoted line break
-// moves it on and errors point at the line where they are.
-void parse_csv(std::string_view s, std::size_t pos, Table& t) {
-  const std::size_t n = s.size();
+// A CSV text read field by field: where it is, and the physical line (a quoted line break
+// moves it on, so errors point at the line where they are).
+struct CsvCursor {
+  std::string_view s;
+  std::size_t pos;
+  const std::string& path;
   std::uint64_t line = 1;
-  std::vector<std::string> fields;
-  while (pos < n) {
-    if (s[pos] == '\n' || (s[pos] == '\r' && pos + 1 < n && s[pos + 1] == '\n')) {
-      pos += s[pos] == '\r' ? 2 : 1;  // an empty line
-      ++line;
-      continue;
+
+  bool at_end() const { return pos >= s.size(); }
+  bool at(char c) const { return pos < s.size() && s[pos] == c; }
+  bool next_is(char c) const { return pos + 1 < s.size() && s[pos + 1] == c; }
+  bool at_field_end() const {
+    return at_end() || s[pos] == ',' || s[pos] == '\n' || s[pos] == '\r';
+  }
+};
+
+// A quoted field, from its opening quote to past its closing one; "" inside is one quote.
+std::string quoted_field(CsvCursor& c, const std::string& field_no) {
+  const std::uint64_t open_line = c.line;
+  std::string field;
+  for (++c.pos;; ++c.pos) {
+    if (c.at_end()) fail_at(c.path, open_line, field_no + ": quoted field is never closed");
+    if (c.s[c.pos] == '"') {
+      if (!c.next_is('"')) break;
+      ++c.pos;  // "" is a quote
+    } else if (c.s[c.pos] == '\n') {
+      ++c.line;
     }
-    const std::uint64_t start_line = line;
-    fields.clear();
-    for (;;) {
+    field += c.s[c.pos];
+  }
+  ++c.pos;  // the closing quote
+  if (!c.at_field_end())
+    fail_at(c.path, c.line,
+            field_no +
+                ": text after the closing quote (a quote inside a quoted field is written \"\")");
+  return field;
+}
+
+std::string plain_field(CsvCursor& c, const std::string& field_no) {
+  std::string field;
+  for (; !c.at_field_end(); ++c.pos) {
+    if (c.s[c.pos] == '"')
+      fail_at(c.path, c.line,
+              field_no +
+                  ": quote inside an unquoted field (quote the whole field and write the quote "
+                  "as \"\")");
+    field += c.s[c.pos];
+  }
+  return field;
+}
+
+// After a field: false past a comma (another field follows), true where the record ends (the
+// end of the text, or past its LF or CRLF).
+bool record_ends(CsvCursor& c) {
+  if (c.at_end()) return true;
+  if (c.s[c.pos] == ',') {
+    ++c.pos;
+    return false;
+  }
+  if (c.s[c.pos] == '\r') {
+    if (!c.next_is('\n')) fail_at(c.path, c.line, "carriage return not followed by a line feed");
+    ++c.pos;
+  }
+  ++c.pos;  // the '\n'
+  ++c.line;
+  return true;
+}
+
+// Past an empty line (LF or CRLF) if one is next.
+bool skipped_empty_line(CsvCursor& c) {
+  const std::size_t width = c.at('\n') ? 1 : c.at('\r') && c.next_is('\n') ? 2 : 0;
+  c.pos += width;
+  c.line += width > 0;
+  return width > 0;
+}
+
+// RFC 4180; see parse_table.
+void parse_csv(std::string_view s, std::size_t pos, Table& t) {
+  CsvCursor c{s, pos, t.path};
+  while (!c.at_end()) {
+    if (skipped_empty_line(c)) continue;
+    const std::uint64_t start_line = c.line;
+    std::vector<std::string> fields;
+    do {
       const std::string field_no = "field " + std::to_string(fields.size() + 1);
-      std::string field;
-      if (pos < n && s[pos] == '"') {
-        const std::uint64_t open_line = line;
-        for (++pos;; ++pos) {
-          if (pos >= n) fail_at(t.path, open_line, field_no + ": quoted field is never closed");
-          if (s[pos] == '"') {
-            if (pos + 1 < n && s[pos + 1] == '"') {
-              field += '"';
-              ++pos;
-              continue;
-            }
-            ++pos;
-            break;
-          }
-          if (s[pos] == '\n') ++line;
-          field += s[pos];
-        }
-        if (pos < n && s[pos] != ',' && s[pos] != '\n' && s[pos] != '\r') {
-          fail_at(t.path, line,
-                  field_no +
-                      ": text after the closing quote (a quote inside a quoted field "
-                      "is written \"\")");
-        }
-      } else {
-        for (; pos < n && s[pos] != ',' && s[pos] != '\n' && s[pos] != '\r'; ++pos) {
-          if (s[pos] == '"') {
-            fail_at(t.path, line,
-                    field_no +
-                        ": quote inside an unquoted field (quote the whole field and "
-                        "write the quote as \"\")");
-          }
-          field += s[pos];
-        }
-      }
-      fields.push_back(std::move(field));
-      if (pos >= n) break;
-      if (s[pos] == ',') {
-        ++pos;
-        continue;
-      }
-      if (s[pos] == '\r') {
-        if (pos + 1 >= n || s[pos + 1] != '\n') {
-          fail_at(t.path, line, "carriage return not followed by a line feed");
-        }
-        ++pos;
-      }
-      ++pos;  // the '\n'
-      ++line;
-      break;
-    }
+      fields.push_back(c.at('"') ? quoted_field(c, field_no) : plain_field(c, field_no));
+    } while (!record_ends(c));
     add_line(t, std::move(fields), start_line);
-    fields = {};
   }
 }
 

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <unordered_map>
 
-#include "mltool/io/geojson_export.hpp"
 #include "mltool/io/tile_store.hpp"
+#include "mltool/slide/geojson_export.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
@@ -85,13 +85,13 @@ std::int64_t write_slide_heatmaps(const io::TileStore& tiles, const std::string&
   index.reserve(keys.size());
   for (std::size_t i = 0; i < keys.size(); ++i) index.emplace(keys[i], i);
   const auto report =
-      io::write_slide_geojson(tiles, slide, util::join_path(dir, slide + ".geojson"),
-                              io::TileObjectType::tile, [&](const std::string& key, json& m) {
-                                const auto it = index.find(key);
-                                if (it == index.end()) return false;
-                                scores.measure(it->second, m);
-                                return true;
-                              });
+      slide::write_slide_geojson(tiles, slide, util::join_path(dir, slide + ".geojson"),
+                                 slide::TileObjectType::tile, [&](const std::string& key, json& m) {
+                                   const auto it = index.find(key);
+                                   if (it == index.end()) return false;
+                                   scores.measure(it->second, m);
+                                   return true;
+                                 });
 #ifdef MLTOOL_HAVE_SLIDE
   write_heatmap_png(tiles, slide, util::join_path(dir, slide + ".png"), index, scores,
                     report.tiles);

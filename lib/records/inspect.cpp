@@ -315,8 +315,7 @@ InspectReport inspect_dataset(const InspectOptions& o) {
     groups.push_back(name);
   }
   spec.groups = groups.size();
-  spec.task =
-      doc.contains("task") ? parse_task(doc["task"].get<std::string>()) : PackTask::classification;
+  spec.task = manifest_task(doc);
   auto labels = has_label_map(spec.task)
                     ? doc.at("labels").at("names").get<std::vector<std::string>>()
                     : std::vector<std::string>{};

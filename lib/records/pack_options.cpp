@@ -34,6 +34,12 @@ PackTask parse_task(const std::string& text) {
                    "multilabel");
 }
 
+PackTask manifest_task(const nlohmann::json& manifest) {
+  const auto task = manifest.find("task");
+  if (task == manifest.end()) return PackTask::classification;  // before tasks were recorded
+  return parse_task((task->is_object() ? task->at("kind") : *task).get<std::string>());
+}
+
 namespace {
 
 // "train=0.8,val=0.1,test=0.1", as parse_splits reads it.

@@ -62,7 +62,9 @@ struct OutcomeCodec {
 };
 
 /// One pack task: its options, its labels columns, its record features, its strata and
-/// statistics, and how inspect reports it.
+/// statistics, and how inspect reports it. A task's file fills it field by name from
+/// `PackTaskSpec{}` (the project is C++17, without designated initializers), so a field it
+/// leaves unset is null, false or empty.
 struct PackTaskSpec {
   PackTask task;
   bool label_map;                     ///< its records carry a label mapped to an id

@@ -53,6 +53,51 @@ util::Option<J> level_option() {
       .check([](const J& j) { return !j.settings.level || *j.settings.level >= 0; }, ">= 0");
 }
 
+// --slide-mpp, --slide-mpp-table and --mag: the slides' µm/px given, and the target as a
+// magnification.
+util::Option<J> slide_mpp_option() {
+  return util::custom<J>(
+             "--slide-mpp", "X",
+             "The slides' µm per level-0 pixel, instead of their metadata (for slides without a "
+             "usable one)",
+             [](J& j, const std::string& text) {
+               j.slide_mpp = util::parse_real(text, "--slide-mpp");
+             },
+             [](const J& j) {
+               return j.slide_mpp ? nlohmann::json(*j.slide_mpp) : nlohmann::json();
+             })
+      .check(
+          [](const J& j) {
+            return !j.slide_mpp ||
+                   (*j.slide_mpp >= kMinPlausibleMpp && *j.slide_mpp <= kMaxPlausibleMpp);
+          },
+          "between " + util::number_text(kMinPlausibleMpp) + " and " +
+              util::number_text(kMaxPlausibleMpp) + " µm per pixel");
+}
+
+util::Option<J> slide_mpp_table_option() {
+  return util::custom<J>(
+      "--slide-mpp-table", "CSV",
+      "µm per level-0 pixel per slide: a CSV file with the columns slide (a path as given "
+      "or a slide id) and mpp; a listed slide takes it over --slide-mpp and its metadata",
+      [](J& j, const std::string& text) { j.slide_mpp_table = load_mpp_table(text); },
+      [](const J& j) {
+        return j.slide_mpp_table.path.empty() ? nlohmann::json()
+                                              : nlohmann::json(j.slide_mpp_table.path);
+      });
+}
+
+util::Option<J> mag_option() {
+  return util::custom<J>(
+             "--mag", "M",
+             "Target objective power instead of --mpp: 10 / M µm per pixel (20 → 0.5, 40 → "
+             "0.25)",
+             [](J& j, const std::string& text) { j.mag = util::parse_real(text, "--mag"); },
+             [](const J& j) { return j.mag ? nlohmann::json(*j.mag) : nlohmann::json(); })
+      .check([](const J& j) { return !j.mag || (*j.mag >= 0.5 && *j.mag <= 200); },
+             "between 0.5 and 200");
+}
+
 // --tissue: otsu, none, or a segmenter's file (opened by tile_slides, before any slide).
 void parse_tissue(J& j, const std::string& text) {
   j.tissue_model.clear();
@@ -133,37 +178,9 @@ const util::Options<TileJob>& tile_options() {
           "--tile-size", [](J& j) -> int& { return j.settings.tile_size; }, "Tile side in pixels"),
       mpp_option(),
       level_option(),
-      util::custom<J>(
-          "--slide-mpp", "X",
-          "The slides' µm per level-0 pixel, instead of their metadata (for slides without a "
-          "usable one)",
-          [](J& j, const std::string& text) {
-            j.slide_mpp = util::parse_real(text, "--slide-mpp");
-          },
-          [](const J& j) { return j.slide_mpp ? nlohmann::json(*j.slide_mpp) : nlohmann::json(); })
-          .check(
-              [](const J& j) {
-                return !j.slide_mpp ||
-                       (*j.slide_mpp >= kMinPlausibleMpp && *j.slide_mpp <= kMaxPlausibleMpp);
-              },
-              "between " + util::number_text(kMinPlausibleMpp) + " and " +
-                  util::number_text(kMaxPlausibleMpp) + " µm per pixel"),
-      util::custom<J>(
-          "--slide-mpp-table", "CSV",
-          "µm per level-0 pixel per slide: a CSV file with the columns slide (a path as given "
-          "or a slide id) and mpp; a listed slide takes it over --slide-mpp and its metadata",
-          [](J& j, const std::string& text) { j.slide_mpp_table = load_mpp_table(text); },
-          [](const J& j) {
-            return j.slide_mpp_table.path.empty() ? nlohmann::json()
-                                                  : nlohmann::json(j.slide_mpp_table.path);
-          }),
-      util::custom<J>(
-          "--mag", "M",
-          "Target objective power instead of --mpp: 10 / M µm per pixel (20 → 0.5, 40 → 0.25)",
-          [](J& j, const std::string& text) { j.mag = util::parse_real(text, "--mag"); },
-          [](const J& j) { return j.mag ? nlohmann::json(*j.mag) : nlohmann::json(); })
-          .check([](const J& j) { return !j.mag || (*j.mag >= 0.5 && *j.mag <= 200); },
-                 "between 0.5 and 200"),
+      slide_mpp_option(),
+      slide_mpp_table_option(),
+      mag_option(),
       util::flag("--mpp-from-power", &J::mpp_from_power,
                  "A slide without a usable µm/px is read at 10 / the objective power it declares"),
       util::flag("--mpp-from-content", &J::mpp_from_content,

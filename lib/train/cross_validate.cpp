@@ -160,7 +160,8 @@ json gather(const TrainJob& job, int folds) {
   }
   json scored = json::object();
   summarize(validations, mean, sd, scored);
-  const json& task = runs.front().value("task", json{{"kind", "classification"}});
+  json task = runs.front().value("task", json::object());
+  task["kind"] = records::to_string(records::manifest_task(runs.front()));
   json cv = {{"format", "mltool.cv"},
              {"format_version", 1},
              {"created_by", util::tool_version()},

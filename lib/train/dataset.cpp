@@ -31,7 +31,7 @@ DatasetInfo read_dataset_info(const std::string& dir) {
   d.matrix_bytes = f.at("matrix_bytes").get<std::uint64_t>();
   d.matrix_sha256 = f.at("matrix_sha256").get<std::string>();
   d.labels = d.manifest.at("labels").at("names").get<std::vector<std::string>>();
-  d.task = records::parse_task(d.manifest.value("task", "classification"));
+  d.task = records::manifest_task(d.manifest);
   const auto folds = d.manifest.value("folds", nlohmann::json());
   if (folds.is_object()) d.fold_splits = folds.at("splits").get<std::vector<std::string>>();
   const auto& store = d.manifest.at("tile_store");

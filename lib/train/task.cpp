@@ -42,11 +42,11 @@ std::unique_ptr<Task> make_task(const TrainJob& job, const DatasetInfo& data,
 }
 
 std::unique_ptr<Task> run_task(const nlohmann::json& run) {
-  if (!run.contains("task"))
-    return tasks::classification(
-        nlohmann::json{{"kind", "classification"}, {"labels", run.at("dataset").at("labels")}});
-  const auto& task = run.at("task");
-  return entry_of(records::parse_task(task.at("kind").get<std::string>())).from_run(task);
+  const records::PackTask kind = records::manifest_task(run);
+  if (run.contains("task")) return entry_of(kind).from_run(run.at("task"));
+  // A run from before tasks were recorded: its labels are its dataset's.
+  return entry_of(kind).from_run(nlohmann::json{{"kind", records::to_string(kind)},
+                                                {"labels", run.at("dataset").at("labels")}});
 }
 
 }  // namespace mltool::train

@@ -658,6 +658,71 @@ void finish_run(const TrainJob& job, const Plan& p, Loop& loop, const LoopState&
   if (run.writes()) report::write_run_report(run.dir(), manifest);
 }
 
+// Phase 4's setting up: the loop's device, task, steps, sections, data parallel and progress.
+void configure_loop(const TrainJob& job, const Plan& p, BlockModel& model, GradientReducer* reducer,
+                    const std::function<void(const TrainProgress&)>& progress, Loop& loop) {
+  loop.device = p.device;
+  p.task->to(p.device);
+  loop.task = p.task.get();
+  loop.step_sizes = epoch_steps(job, model, static_cast<std::int64_t>(p.train.size()));
+  loop.steps_per_epoch = static_cast<std::int64_t>(loop.step_sizes.size());
+  loop.total_steps = loop.steps_per_epoch * job.epochs;
+  loop.progress = progress;
+  loop.section_bounds = p.named_bounds.empty() ? plan_sections(job.sections, model, *p.source,
+                                                               p.train, p.data.unit, p.device)
+                                               : p.named_bounds;
+  loop.dp = p.dp.get();
+  loop.reducer = reducer;
+  loop.micro_batches = job.micro_batches;
+  if (p.augment) loop.augment = &*p.augment;
+  loop.plan_sections = [&model, &p](std::int64_t k) {
+    return plan_sections(k, model, *p.source, p.train, p.data.unit, p.device);
+  };
+}
+
+// The model's blocks as run.json and the exports list them: name and parameters.
+json block_list(BlockModel& model) {
+  json blocks = json::array();
+  for (std::size_t i = 0; i < model.size(); ++i)
+    blocks.push_back({{"name", model.names()[i]}, {"parameters", model.parameter_count(i)}});
+  return blocks;
+}
+
+// When the pinned feed no longer fits, the loop moves both feeds to the host and run.json's
+// runtime.feed says so (the caller writes run.json).
+void allow_host_fallback(Loop& loop, Feeds& feeds, json& manifest) {
+  loop.drop_pinned_feed = [&feeds, &manifest] {
+    if (!feeds.train_fallback || !feeds.train_fallback->to_host()) return false;
+    feeds.val_fallback->to_host();
+    feeds.kind = FeedKind::host;
+    manifest["runtime"]["feed"] = util::name_of(kFeeds, feeds.kind);
+    return true;
+  };
+}
+
+// Phase 4: the loop from `state`, profiled (data parallel: by rank 0; the ranks run the same
+// steps); run.json records a loop that failed or was interrupted. Returns its seconds.
+double run_profiled(const TrainJob& job, const Plan& p, Loop& loop, LoopState& state,
+                    json& manifest) {
+  util::StepProfiler profiler(!p.dp || p.dp->rank() == 0 ? job.profile : util::ProfileRequest{},
+                              p.device.is_cuda(), "step");
+  loop.profiler = &profiler;
+  util::reset_peak_memory(p.device);
+  const auto loop_start = Clock::now();
+  try {
+    state = run_loop(loop, state);
+  } catch (const Error& e) {
+    manifest["status"] =
+        to_string(e.kind() == ErrorKind::stopped ? RunStatus::interrupted : RunStatus::failed);
+    manifest["result"] = {{"steps", state.step}, {"error", e.what()}};
+    loop.run.write_manifest(manifest);
+    throw;
+  }
+  profiler.finish();
+  loop.profiler = nullptr;
+  return std::chrono::duration<double>(Clock::now() - loop_start).count();
+}
+
 }  // namespace
 
 TrainReport train_model(const TrainJob& job,
@@ -677,27 +742,9 @@ TrainReport train_model(const TrainJob& job,
                                                static_cast<std::int64_t>(job.bucket_mb * 1048576.0))
            : nullptr;
   Loop loop(job, *model, *optimizer, *run.dir, {*feeds.train, p.train}, {*feeds.val, p.val});
-  loop.device = p.device;
-  p.task->to(p.device);
-  loop.task = p.task.get();
-  loop.step_sizes = epoch_steps(job, *model, n);
-  loop.steps_per_epoch = static_cast<std::int64_t>(loop.step_sizes.size());
-  loop.total_steps = loop.steps_per_epoch * job.epochs;
-  loop.progress = progress;
-  loop.section_bounds = p.named_bounds.empty() ? plan_sections(job.sections, *model, *p.source,
-                                                               p.train, p.data.unit, p.device)
-                                               : p.named_bounds;
-  loop.dp = p.dp.get();
-  loop.reducer = reducer.get();
-  loop.micro_batches = job.micro_batches;
-  if (p.augment) loop.augment = &*p.augment;
-  loop.plan_sections = [&](std::int64_t k) {
-    return plan_sections(k, *model, *p.source, p.train, p.data.unit, p.device);
-  };
+  configure_loop(job, p, *model, reducer.get(), progress, loop);
 
-  json blocks = json::array();
-  for (std::size_t i = 0; i < model->size(); ++i)
-    blocks.push_back({{"name", model->names()[i]}, {"parameters", model->parameter_count(i)}});
+  const json blocks = block_list(*model);
   json manifest = run_manifest(job, p, feeds, run, loop, blocks);
   run.dir->export_metadata = {{"format", "pt"},
                               {"mltool.spec", p.spec.document.dump()},
@@ -706,13 +753,7 @@ TrainReport train_model(const TrainJob& job,
                               {"mltool.created_by", util::tool_version()}};
   LoopState state = job.resume ? resume_run(p, run, loop, manifest) : LoopState{};
   keep_memory_changes(loop, state, manifest, *run.dir);
-  loop.drop_pinned_feed = [&feeds, &manifest] {
-    if (!feeds.train_fallback || !feeds.train_fallback->to_host()) return false;
-    feeds.val_fallback->to_host();
-    feeds.kind = FeedKind::host;
-    manifest["runtime"]["feed"] = util::name_of(kFeeds, feeds.kind);  // written by the caller
-    return true;
-  };
+  allow_host_fallback(loop, feeds, manifest);
   const std::int64_t resumed_from = state.step;
   run.dir->open_metrics(state.metrics_bytes);
   run.dir->write_manifest(manifest);
@@ -721,23 +762,7 @@ TrainReport train_model(const TrainJob& job,
             std::to_string(model->parameter_count()) + " parameters; " +
             util::name_of(kFeeds, feeds.kind) + " feed on " + p.device.str());
 
-  // Data parallel: rank 0 profiles (the ranks run the same steps).
-  util::StepProfiler profiler(!p.dp || p.dp->rank() == 0 ? job.profile : util::ProfileRequest{},
-                              p.device.is_cuda(), "step");
-  loop.profiler = &profiler;
-  util::reset_peak_memory(p.device);
-  const auto loop_start = Clock::now();
-  try {
-    state = run_loop(loop, state);
-  } catch (const Error& e) {
-    manifest["status"] =
-        to_string(e.kind() == ErrorKind::stopped ? RunStatus::interrupted : RunStatus::failed);
-    manifest["result"] = {{"steps", state.step}, {"error", e.what()}};
-    run.dir->write_manifest(manifest);
-    throw;
-  }
-  profiler.finish();
-  const double loop_seconds = std::chrono::duration<double>(Clock::now() - loop_start).count();
+  const double loop_seconds = run_profiled(job, p, loop, state, manifest);
   TrainReport report = make_report(job, p, feeds, loop, state, reducer.get());
   report.resumed_from = resumed_from;
   report.samples_per_second = loop_seconds > 0

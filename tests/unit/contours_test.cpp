@@ -1,6 +1,6 @@
-// io::trace_polygons: exact outlines of binary masks — shapes by hand (holes, saddles, a
+// slide::trace_polygons: exact outlines of binary masks — shapes by hand (holes, saddles, a
 // shape touching itself, an island in a lake) and random masks checked pixel by pixel.
-#include "mltool/io/contours.hpp"
+#include "mltool/slide/contours.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,11 +11,11 @@
 #include <utility>
 #include <vector>
 
-using mltool::io::GridPoint;
-using mltool::io::Polygon;
-using mltool::io::Ring;
-using mltool::io::trace_polygons;
-using mltool::io::twice_signed_area;
+using mltool::slide::GridPoint;
+using mltool::slide::Polygon;
+using mltool::slide::Ring;
+using mltool::slide::trace_polygons;
+using mltool::slide::twice_signed_area;
 
 namespace {
 

@@ -34,27 +34,26 @@ void no_targets(const Record&, std::vector<float>&) {}
 
 }  // namespace
 
-const PackTaskSpec kClassificationPack = {
-    PackTask::classification,
-    /*label_map=*/true,
-    /*figure=*/nullptr,
-    /*figure_key=*/nullptr,
-    OutcomeFigure::none,
-    /*figure_value=*/0,
-    /*stratify=*/"label",
-    {{{"--label-column", label_given}, {nullptr, nullptr}}},
-    find_columns,
-    /*cells_required=*/true,
-    /*patient_outcome=*/false,
-    read_outcome,
-    no_columns,
-    no_text,
-    /*names_columns=*/false,
-    /*strata=*/nullptr,
-    /*stratum_classes=*/{},
-    /*outcome_stats=*/nullptr,
-    {{{kLabelFeature, "int64"}}, encode, decode, no_targets, nullptr},
-    /*label_counts=*/nullptr,
-};
+const PackTaskSpec kClassificationPack = [] {
+  PackTaskSpec s{};  // what is not set is null, false or empty
+  s.task = PackTask::classification;
+  s.label_map = true;
+  s.figure_kind = OutcomeFigure::none;
+  s.stratify = "label";
+  s.options = {{{"--label-column", label_given}, {nullptr, nullptr}}};
+  s.find_columns = find_columns;
+  s.cells_required = true;
+  s.patient_outcome = false;
+  s.read_outcome = read_outcome;
+  s.outcome_columns = no_columns;
+  s.describe = no_text;
+  s.names_columns = false;
+  s.strata = nullptr;  // the label is the stratum
+  s.codec.features = {{kLabelFeature, "int64"}};
+  s.codec.encode = encode;
+  s.codec.decode = decode;
+  s.codec.append_targets = no_targets;
+  return s;
+}();
 
 }  // namespace mltool::records::detail

@@ -114,27 +114,27 @@ nlohmann::json label_counts(const std::vector<Outcome>& outcomes, const LabelCol
 
 }  // namespace
 
-const PackTaskSpec kMultilabelPack = {
-    PackTask::multilabel,
-    /*label_map=*/false,
-    /*figure=*/nullptr,
-    /*figure_key=*/nullptr,
-    OutcomeFigure::none,
-    /*figure_value=*/0,
-    /*stratify=*/"first_label",
-    {{{"--label-columns", labels_given}, {nullptr, nullptr}}},
-    find_columns,
-    /*cells_required=*/false,
-    /*patient_outcome=*/false,
-    read_outcome,
-    columns,
-    text,
-    /*names_columns=*/true,
-    strata,
-    /*stratum_classes=*/{},
-    /*outcome_stats=*/nullptr,
-    {{{kLabels, "float_list"}, {kLabelMask, "int64_list"}}, encode, decode, targets, nullptr},
-    label_counts,
-};
+const PackTaskSpec kMultilabelPack = [] {
+  PackTaskSpec s{};  // what is not set is null, false or empty
+  s.task = PackTask::multilabel;
+  s.label_map = false;
+  s.figure_kind = OutcomeFigure::none;
+  s.stratify = "first_label";
+  s.options = {{{"--label-columns", labels_given}, {nullptr, nullptr}}};
+  s.find_columns = find_columns;
+  s.cells_required = false;  // an empty cell masks that label
+  s.patient_outcome = false;
+  s.read_outcome = read_outcome;
+  s.outcome_columns = columns;
+  s.describe = text;
+  s.names_columns = true;
+  s.strata = strata;
+  s.codec.features = {{kLabels, "float_list"}, {kLabelMask, "int64_list"}};
+  s.codec.encode = encode;
+  s.codec.decode = decode;
+  s.codec.append_targets = targets;
+  s.label_counts = label_counts;
+  return s;
+}();
 
 }  // namespace mltool::records::detail

@@ -73,27 +73,32 @@ void targets(const Record& record, std::vector<float>& out) { out.push_back(reco
 
 }  // namespace
 
-const PackTaskSpec kRegressionPack = {
-    PackTask::regression,
-    /*label_map=*/false,
-    "target mean",
-    "target_mean",
-    OutcomeFigure::mean,
-    /*figure_value=*/0,
-    /*stratify=*/"target_quantile",
-    {{{"--target-column", target_given}, {nullptr, nullptr}}},
-    find_columns,
-    /*cells_required=*/true,
-    /*patient_outcome=*/false,
-    read_outcome,
-    columns,
-    text,
-    /*names_columns=*/false,
-    strata,
-    /*stratum_classes=*/{0, 0, 1, 1},
-    stats,
-    {{{kTarget, "float"}}, encode, decode, targets, invalid},
-    /*label_counts=*/nullptr,
-};
+const PackTaskSpec kRegressionPack = [] {
+  PackTaskSpec s{};  // what is not set is null, false or empty
+  s.task = PackTask::regression;
+  s.label_map = false;
+  s.figure = "target mean";
+  s.figure_key = "target_mean";
+  s.figure_kind = OutcomeFigure::mean;
+  s.figure_value = 0;
+  s.stratify = "target_quantile";
+  s.options = {{{"--target-column", target_given}, {nullptr, nullptr}}};
+  s.find_columns = find_columns;
+  s.cells_required = true;
+  s.patient_outcome = false;
+  s.read_outcome = read_outcome;
+  s.outcome_columns = columns;
+  s.describe = text;
+  s.names_columns = false;
+  s.strata = strata;
+  s.stratum_classes = {0, 0, 1, 1};
+  s.outcome_stats = stats;
+  s.codec.features = {{kTarget, "float"}};
+  s.codec.encode = encode;
+  s.codec.decode = decode;
+  s.codec.append_targets = targets;
+  s.codec.invalid = invalid;
+  return s;
+}();
 
 }  // namespace mltool::records::detail

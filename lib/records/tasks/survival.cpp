@@ -89,27 +89,32 @@ void targets(const Record& record, std::vector<float>& out) {
 
 }  // namespace
 
-const PackTaskSpec kSurvivalPack = {
-    PackTask::survival,
-    /*label_map=*/false,
-    "event rate",
-    "event_rate",
-    OutcomeFigure::rate,
-    /*figure_value=*/1,
-    /*stratify=*/"event_time_tertile",
-    {{{"--time-column", time_given}, {"--event-column", event_given}}},
-    find_columns,
-    /*cells_required=*/true,
-    /*patient_outcome=*/true,
-    read_outcome,
-    columns,
-    text,
-    /*names_columns=*/false,
-    strata,
-    /*stratum_classes=*/{0, 0, 0, 1, 1, 1},
-    stats,
-    {{{kTime, "float"}, {kEvent, "float"}}, encode, decode, targets, invalid},
-    /*label_counts=*/nullptr,
-};
+const PackTaskSpec kSurvivalPack = [] {
+  PackTaskSpec s{};  // what is not set is null, false or empty
+  s.task = PackTask::survival;
+  s.label_map = false;
+  s.figure = "event rate";
+  s.figure_key = "event_rate";
+  s.figure_kind = OutcomeFigure::rate;
+  s.figure_value = 1;
+  s.stratify = "event_time_tertile";
+  s.options = {{{"--time-column", time_given}, {"--event-column", event_given}}};
+  s.find_columns = find_columns;
+  s.cells_required = true;
+  s.patient_outcome = true;
+  s.read_outcome = read_outcome;
+  s.outcome_columns = columns;
+  s.describe = text;
+  s.names_columns = false;
+  s.strata = strata;
+  s.stratum_classes = {0, 0, 0, 1, 1, 1};
+  s.outcome_stats = stats;
+  s.codec.features = {{kTime, "float"}, {kEvent, "float"}};
+  s.codec.encode = encode;
+  s.codec.decode = decode;
+  s.codec.append_targets = targets;
+  s.codec.invalid = invalid;
+  return s;
+}();
 
 }  // namespace mltool::records::detail

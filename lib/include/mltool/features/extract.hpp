@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mltool/features/stain_norm.hpp"
 #include "mltool/io/npy.hpp"
 #include "mltool/slide/cohort.hpp"
 #include "mltool/util/options.hpp"
@@ -30,9 +31,6 @@ enum class Amp { none, f16, bf16 };
 extern const util::EnumNames<Amp> kAmps;
 /// The stored feature types, by their option names: f32, f16.
 extern const util::EnumNames<io::DType> kFeatureDTypes;
-/// Stain normalisation of the decoded tiles (features/stain.hpp).
-enum class StainNorm { none, macenko, reinhard };
-extern const util::EnumNames<StainNorm> kStainNorms;
 /// Where --stain-norm estimates the source stain: each tile alone (torchstain's way), or once
 /// per slide from a sample of its tissue tiles (features/slide_stain.hpp).
 enum class StainFit { tile, slide };

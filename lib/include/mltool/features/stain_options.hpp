@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "mltool/features/extract.hpp"
+#include "mltool/features/stain_norm.hpp"
 #include "mltool/util/options.hpp"
 
 namespace mltool::features {

@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "mltool/features/extract.hpp"
+#include "mltool/features/stain_norm.hpp"
 #include "mltool/io/dicomweb.hpp"
 #include "mltool/util/options.hpp"
 #include "mltool/util/profile.hpp"

@@ -32,6 +32,10 @@ extern const util::EnumNames<PackTask> kPackTasks;
 const char* to_string(PackTask task);
 /// Parses a task name; UsageError for anything else.
 PackTask parse_task(const std::string& text);
+/// The task of a manifest: dataset.json's "task" (a name), or run.json's and cv.json's (an
+/// object, its "kind"). A manifest without one is classification: it was written before
+/// tasks were recorded. UsageError for a name that is no task.
+PackTask manifest_task(const nlohmann::json& manifest);
 
 /// "tile", "bag", "image".
 const char* to_string(PackUnit unit);

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "mltool/features/extract.hpp"
+#include "mltool/features/stain_norm.hpp"
 #include "mltool/io/dicomweb.hpp"
 #include "mltool/io/tile_pixels.hpp"
 #include "mltool/util/options.hpp"

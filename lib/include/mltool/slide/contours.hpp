@@ -1,7 +1,7 @@
 // The outline of a binary mask as polygons with holes, exactly: each polygon is the union
 // of the squares of one 4-connected set of foreground pixels, its rings running along pixel
 // edges (vertices on the pixel-corner grid, collinear points dropped). Used to export a
-// slide's tissue mask as vector outlines (mltool export geojson, io/geojson_export.hpp).
+// slide's tissue mask as vector outlines (mltool export geojson, slide/geojson_export.hpp).
 //
 // The polygons are valid in the OGC / GEOS sense (what shapely's is_valid checks): rings are
 // simple and closed; a ring that would touch itself where two foreground pixels meet only at
@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace mltool::io {
+namespace mltool::slide {
 
 /// A pixel-corner position: pixel (x, y) covers [x, x + 1] × [y, y + 1].
 struct GridPoint {
@@ -40,4 +40,4 @@ std::int64_t twice_signed_area(const Ring& ring);
 /// per horizontal pixel edge.
 std::vector<Polygon> trace_polygons(const std::uint8_t* mask, int width, int height);
 
-}  // namespace mltool::io
+}  // namespace mltool::slide

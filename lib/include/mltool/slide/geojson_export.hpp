@@ -1,7 +1,7 @@
 // A tile store's slides as GeoJSON for QuPath (`mltool export geojson`, docs/export.md):
 // DIR/<slide id>.geojson per complete slide, a FeatureCollection in level-0 pixel
 // coordinates holding the tissue outline (annotations traced from the store's "mask" record,
-// io/contours.hpp) and one square per kept tile (tile or detection objects), with the
+// slide/contours.hpp) and one square per kept tile (tile or detection objects), with the
 // properties QuPath reads (objectType, name, classification, measurements).
 //
 // Each file is published atomically, so a file that exists is complete: a rerun into the same
@@ -19,6 +19,10 @@
 #include "mltool/util/options.hpp"
 
 namespace mltool::io {
+class TileStore;
+}  // namespace mltool::io
+
+namespace mltool::slide {
 
 /// The QuPath object type tiles are written as: tile objects, or plain detections.
 enum class TileObjectType { tile, detection };
@@ -62,8 +66,6 @@ GeojsonExportReport export_geojson(const GeojsonExportJob& job);
 /// The --json summary.
 nlohmann::json to_json(const GeojsonExportReport& report);
 
-class TileStore;
-
 /// Adds to tile `key`'s measurements (an object of numbers QuPath shows per tile); false
 /// leaves the tile out of the file.
 using TileMeasurements = std::function<bool(const std::string& key, nlohmann::json& measurements)>;
@@ -71,8 +73,8 @@ using TileMeasurements = std::function<bool(const std::string& key, nlohmann::js
 /// Slide `id` of `store` as `export geojson` writes it, to `file` (atomically), each tile's
 /// measurements extended by `extra` (mltool predict's heatmaps). FormatError for a slide
 /// without its "slides" or "tiles" record.
-GeojsonSlideReport write_slide_geojson(const TileStore& store, const std::string& id,
+GeojsonSlideReport write_slide_geojson(const io::TileStore& store, const std::string& id,
                                        const std::string& file, TileObjectType type,
                                        const TileMeasurements& extra = {});
 
-}  // namespace mltool::io
+}  // namespace mltool::slide

@@ -10,7 +10,7 @@
 
 #include "mltool/util/options.hpp"
 
-namespace mltool::io {
+namespace mltool::records {
 
 struct IndexJob {
   std::vector<std::string> files;  ///< TFRecord files
@@ -41,4 +41,4 @@ IndexReport index_files(const IndexJob& job);
 /// The summary `mltool index --json` prints.
 nlohmann::json to_json(const IndexReport& report);
 
-}  // namespace mltool::io
+}  // namespace mltool::records

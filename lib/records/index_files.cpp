@@ -1,4 +1,4 @@
-#include "mltool/io/index_files.hpp"
+#include "mltool/records/index_files.hpp"
 #include "mltool/util/common_options.hpp"
 
 #include <exception>
@@ -8,7 +8,7 @@
 #include "mltool/util/log.hpp"
 #include "mltool/util/parallel.hpp"
 
-namespace mltool::io {
+namespace mltool::records {
 namespace {
 
 struct Outcome {
@@ -20,9 +20,9 @@ Outcome index_one(const std::string& path) {
   Outcome o;
   o.file.path = path;
   try {
-    const auto entries = build_index(path);
-    o.file.index = index_path_for(path);
-    write_index(o.file.index, entries);
+    const auto entries = io::build_index(path);
+    o.file.index = io::index_path_for(path);
+    io::write_index(o.file.index, entries);
     o.file.records = entries.size();
   } catch (const Error& e) {
     o.error = std::current_exception();
@@ -76,4 +76,4 @@ nlohmann::json to_json(const IndexReport& r) {
   return {{"command", "index"}, {"files", files}, {"records", r.records}, {"failed", r.failed}};
 }
 
-}  // namespace mltool::io
+}  // namespace mltool::records

@@ -3,7 +3,7 @@
 // What QuPath reads (its PathObjectTypeAdapters): properties.objectType ("annotation",
 // "detection", "tile"), name, classification {"name", "color": [r, g, b]} and measurements as
 // an object of numbers; other properties are ignored by QuPath and kept for other readers.
-#include "mltool/io/geojson_export.hpp"
+#include "mltool/slide/geojson_export.hpp"
 #include "mltool/util/common_options.hpp"
 
 #include <algorithm>
@@ -11,15 +11,15 @@
 #include <chrono>
 #include <cmath>
 
-#include "mltool/io/contours.hpp"
 #include "mltool/io/tile_store.hpp"
+#include "mltool/slide/contours.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
 #include "mltool/util/output_lock.hpp"
 #include "mltool/util/parallel.hpp"
 
-namespace mltool::io {
+namespace mltool::slide {
 namespace {
 
 using json = nlohmann::json;
@@ -66,7 +66,7 @@ class FeatureWriter {
 };
 
 // One annotation per polygon of `mask` (nonzero inside), classified `name` in `colour`.
-std::int64_t write_regions(FeatureWriter& out, const std::uint8_t* mask, const TissueMask& m,
+std::int64_t write_regions(FeatureWriter& out, const std::uint8_t* mask, const io::TissueMask& m,
                            const std::string& name, const json& colour) {
   const auto polygons = trace_polygons(mask, m.mask.width, m.mask.height);
   for (std::size_t i = 0; i < polygons.size(); ++i) {
@@ -86,7 +86,7 @@ std::int64_t write_regions(FeatureWriter& out, const std::uint8_t* mask, const T
 // The tissue outline: one annotation per polygon of the mask; where a segmenter chose the
 // tiles, one per polygon of each of its tissue and artifact classes, classified by the class's
 // name. Returns the polygons written.
-std::int64_t write_outline(FeatureWriter& out, const TissueMask& m) {
+std::int64_t write_outline(FeatureWriter& out, const io::TissueMask& m) {
   if (m.class_names.empty())
     return write_regions(out, m.mask.pixels.data(), m, kTissueClass, json(kTissueColour));
   std::int64_t written = 0;
@@ -98,7 +98,7 @@ std::int64_t write_outline(FeatureWriter& out, const TissueMask& m) {
     };
     if (!named(m.tissue_classes) && !named(m.artifact_classes)) continue;
     for (std::size_t i = 0; i < inside.size(); ++i) inside[i] = m.classes.pixels[i] == k;
-    const std::uint8_t* c = class_colour(name, m.tissue_classes, m.artifact_classes);
+    const std::uint8_t* c = io::class_colour(name, m.tissue_classes, m.artifact_classes);
     written += write_regions(out, inside.data(), m, name, json::array({c[0], c[1], c[2]}));
   }
   return written;
@@ -124,7 +124,7 @@ std::int64_t write_tiles(FeatureWriter& out, const std::string& id, const json& 
     const json& y = tiles["y"][i];
     const double x1 = coordinate(x.get<double>() + size), y1 = coordinate(y.get<double>() + size);
     const double tissue = tiles["tissue"][i].get<double>();
-    const std::string key = tile_key(id, row, col);
+    const std::string key = io::tile_key(id, row, col);
     json measurements = {{"Tissue fraction", tissue}};
     if (extra && !extra(key, measurements)) continue;
     ++written;
@@ -146,7 +146,7 @@ std::int64_t write_tiles(FeatureWriter& out, const std::string& id, const json& 
 }
 
 // The complete slides to export: all of them, or those named (each must be complete).
-std::vector<std::string> slides_to_export(const TileStore& store,
+std::vector<std::string> slides_to_export(const io::TileStore& store,
                                           const std::vector<std::string>& wanted) {
   auto complete = store.completed_slides();
   if (wanted.empty()) return complete;
@@ -164,7 +164,7 @@ std::vector<std::string> slides_to_export(const TileStore& store,
   return out;
 }
 
-GeojsonSlideReport export_slide(const TileStore& store, const std::string& id,
+GeojsonSlideReport export_slide(const io::TileStore& store, const std::string& id,
                                 const GeojsonExportJob& job) {
   const std::string file = util::join_path(job.output, id + ".geojson");
   if (!job.overwrite && util::exists(file)) {
@@ -194,7 +194,7 @@ void log_slide(const GeojsonSlideReport& r) {
 
 }  // namespace
 
-GeojsonSlideReport write_slide_geojson(const TileStore& store, const std::string& id,
+GeojsonSlideReport write_slide_geojson(const io::TileStore& store, const std::string& id,
                                        const std::string& file, TileObjectType type,
                                        const TileMeasurements& extra) {
   GeojsonSlideReport r;
@@ -239,7 +239,7 @@ GeojsonExportReport export_geojson(const GeojsonExportJob& job) {
   GeojsonExportReport report;
   report.store = job.store;
   report.output = job.output;
-  const TileStore store = TileStore::open(job.store, false);
+  const io::TileStore store = io::TileStore::open(job.store, false);
   if (!store.settings())
     throw InputError(at_file(job.store, "not a tile store (no meta 'store' record)"));
   const auto ids = slides_to_export(store, job.slides);
@@ -286,4 +286,4 @@ json to_json(const GeojsonExportReport& r) {
           {"tiles", r.tiles}};
 }
 
-}  // namespace mltool::io
+}  // namespace mltool::slide

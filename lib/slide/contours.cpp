@@ -7,13 +7,13 @@
 // walk may still come back to a saddle it passed (a 4-connected shape that touches itself
 // at a corner); splitting it there gives simple rings touching at one point, which OGC
 // allows between a hole and its exterior, two holes, or two polygons.
-#include "mltool/io/contours.hpp"
+#include "mltool/slide/contours.hpp"
 
 #include <algorithm>
 #include <limits>
 #include <unordered_map>
 
-namespace mltool::io {
+namespace mltool::slide {
 namespace {
 
 struct Step {
@@ -220,4 +220,4 @@ std::vector<Polygon> trace_polygons(const std::uint8_t* mask, int width, int hei
   return polygons;
 }
 
-}  // namespace mltool::io
+}  // namespace mltool::slide

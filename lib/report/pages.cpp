@@ -140,7 +140,9 @@ std::string page(const std::string& title, const std::string& body) {
 }
 
 std::string task_text(const json& task) {
-  std::string out = html_text(task.value("kind", "classification"));
+  // The callers' task is resolved (records::manifest_task): run.json and cv.json as written,
+  // or TrainedRun's manifest.
+  std::string out = html_text(task.value("kind", "unknown"));
   if (task.contains("loss")) out += ", loss " + html_text(task["loss"].get<std::string>());
   if (task.contains("labels") && task["labels"].is_array()) {
     std::string labels;

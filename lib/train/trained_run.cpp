@@ -135,6 +135,8 @@ TrainedRun TrainedRun::open(const std::string& dir) {
   r.run_ = read_finished_run(dir);
   r.unit_ = run_unit(r.run_, dir);
   r.task_ = run_task(r.run_);
+  // Runs of earlier versions have no task: the pages read the one run_task resolved.
+  if (!r.run_.contains("task")) r.run_["task"] = r.task_->describe();
   return r;
 }
 

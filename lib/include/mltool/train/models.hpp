@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mltool/train/model_spec.hpp"
@@ -34,6 +35,14 @@ namespace mltool::train {
 /// What flows from block to block: the activations, and for bags the (B × L) bool mask of
 /// real (not padding) instances, which blocks pass on.
 struct Activation {
+  // Blocks give what they set, the rest stays undefined ({x, mask}), without a warning for
+  // the fields they leave out.
+  Activation(torch::Tensor x_ = {}, torch::Tensor mask_ = {}, torch::Tensor attention_ = {},
+             torch::Tensor extra_ = {})
+      : x(std::move(x_)),
+        mask(std::move(mask_)),
+        attention(std::move(attention_)),
+        extra(std::move(extra_)) {}
   torch::Tensor x;
   torch::Tensor mask;  ///< undefined for tile and image inputs
   /// Bags: the weights a MIL head gives each instance (B × L, zero on padding), what predict's

@@ -14,12 +14,13 @@ Command export_command();
 #ifdef MLTOOL_HAVE_SLIDE
 Command info_command();
 Command tile_command();
+Command view_command();
 #endif
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
 #ifdef MLTOOL_HAVE_SLIDE
-      info_command(), tile_command(),
+      info_command(), tile_command(),    view_command(),
 #endif
       pack_command(), inspect_command(), index_command(), import_command(), export_command(),
   };

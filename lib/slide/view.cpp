@@ -1,0 +1,241 @@
+// mltool view's run (slide/view.hpp): the inputs as slides, each slide's pyramid written aside
+// and renamed into place, its page, then the index. The pieces: view_pyramid.cpp (DeepZoom
+// tiles), view_pages.cpp (HTML and data), view_viewer.cpp (the script).
+#include "mltool/slide/view.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include "mltool/io/contours.hpp"
+#include "mltool/io/dicomweb_options.hpp"
+#include "mltool/io/tile_store.hpp"
+#include "mltool/slide/geometry.hpp"
+#include "mltool/util/common_options.hpp"
+#include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
+#include "mltool/util/log.hpp"
+#include "mltool/util/output_lock.hpp"
+#include "view_internal.hpp"
+
+namespace mltool::slide {
+
+const util::Options<ViewJob>& view_options() {
+  using J = ViewJob;
+  static const util::Options<ViewJob> table = {
+      util::option("-o,--output", &J::site,
+                   "The site directory (created; a rerun resumes it, skipping finished slides)")
+          .required(),
+      util::option("--tile-size", &J::tile_size, "Side of the pyramid's DeepZoom tiles, pixels")
+          .at_least(64)
+          .at_most(4096),
+      util::option("--quality", &J::quality, "JPEG quality of the pyramid's tiles")
+          .at_least(1)
+          .at_most(100),
+      util::custom<J>(
+          "--slide-mpp", "X",
+          "µm per level-0 pixel of the slides given directly, instead of their metadata",
+          [](J& j, const std::string& text) {
+            j.slide_mpp = util::parse_real(text, "--slide-mpp");
+          },
+          [](const J& j) { return j.slide_mpp ? nlohmann::json(*j.slide_mpp) : nlohmann::json(); })
+          .check(
+              [](const J& j) {
+                return !j.slide_mpp ||
+                       (*j.slide_mpp >= kMinPlausibleMpp && *j.slide_mpp <= kMaxPlausibleMpp);
+              },
+              "between " + util::number_text(kMinPlausibleMpp) + " and " +
+                  util::number_text(kMaxPlausibleMpp) + " µm per pixel"),
+      util::option("--leaflet", &J::leaflet,
+                   "Directory of Leaflet's leaflet.js and leaflet.css, copied into the site "
+                   "(Debian's libjs-leaflet)"),
+      util::overwrite_option(&J::overwrite),
+      io::dicomweb_connections_option(&J::dicomweb),
+      io::dicomweb_token_file_option(&J::dicomweb),
+      io::dicomweb_insecure_option(&J::dicomweb),
+      io::dicomweb_timeout_option(&J::dicomweb),
+      io::dicomweb_origin_option(&J::dicomweb),
+  };
+  return table;
+}
+
+namespace view {
+namespace {
+
+using nlohmann::json;
+
+// The tissue mask's outline in level-0 pixels.
+std::vector<std::vector<double>> tissue_rings(const io::TissueMask& mask) {
+  std::vector<std::vector<double>> rings;
+  const auto add = [&](const io::Ring& ring) {
+    std::vector<double> flat;
+    flat.reserve(ring.size() * 2);
+    for (const auto& p : ring) {
+      flat.push_back(p.x * mask.downsample_x);
+      flat.push_back(p.y * mask.downsample_y);
+    }
+    rings.push_back(std::move(flat));
+  };
+  const auto& m = mask.mask;
+  for (const auto& polygon : io::trace_polygons(m.pixels.data(), m.width, m.height)) {
+    add(polygon.exterior);
+    for (const auto& hole : polygon.holes) add(hole);
+  }
+  return rings;
+}
+
+// A store's "tiles/<id>" columns as the page's tiles: keys and level-0 squares.
+json tile_columns(const json& tiles, const json& slide, const std::string& id) {
+  const double size = slide.at("size_level0").get<double>();
+  const auto& rows = tiles.at("row");
+  const auto& cols = tiles.at("col");
+  const auto& xs = tiles.at("x");
+  const auto& ys = tiles.at("y");
+  const auto& tissue = tiles.at("tissue");
+  const std::size_t n = rows.size();
+  if (cols.size() != n || xs.size() != n || ys.size() != n || tissue.size() != n)
+    throw FormatError("columns of different lengths");
+  json keys = json::array();
+  for (std::size_t i = 0; i < n; ++i)
+    keys.push_back(io::tile_key(id, rows[i].get<std::int64_t>(), cols[i].get<std::int64_t>()));
+  return {{"key", std::move(keys)}, {"x", xs}, {"y", ys}, {"tissue", tissue}, {"size", size}};
+}
+
+SlideSource store_slide(const io::TileStore& store, const std::string& id) {
+  SlideSource s;
+  s.id = id;
+  s.store = store.path();
+  const auto where = store.path() + ": slide '" + id + "'";
+  try {
+    const auto slide = store.record("slides", id);
+    const auto tiles = store.record("tiles", id);
+    if (!slide || !tiles) throw FormatError("its records are missing");
+    s.path = slide->at("path").get<std::string>();
+    if (slide->contains("mpp") && slide->at("mpp").is_number()) s.mpp = slide->at("mpp");
+    s.overlays.tiles = tile_columns(*tiles, *slide, id);
+  } catch (const json::exception& e) {
+    throw FormatError(where + ": malformed record: " + e.what());
+  } catch (const FormatError& e) {
+    throw FormatError(where + ": " + e.what());
+  }
+  if (const auto mask = store.tissue_mask(id)) s.overlays.tissue = tissue_rings(*mask);
+  return s;
+}
+
+std::vector<SlideSource> sources_of(const std::string& input, const ViewJob& job) {
+  if (!io::is_dicomweb_url(input) && io::TileStore::is_store(input)) {
+    const auto store = io::TileStore::open(input, false);
+    std::vector<SlideSource> out;
+    for (const auto& id : store.completed_slides()) out.push_back(store_slide(store, id));
+    if (out.empty()) throw InputError(input + ": the tile store has no complete slide");
+    return out;
+  }
+  SlideSource s;
+  s.id = io::slide_id_for(input);
+  s.path = input;
+  s.mpp = job.slide_mpp;
+  return {std::move(s)};
+}
+
+std::vector<SlideSource> collect(const std::vector<std::string>& inputs, const ViewJob& job) {
+  std::vector<SlideSource> all;
+  std::map<std::string, std::string> seen;  // id -> the input that named it
+  for (const auto& input : inputs) {
+    for (auto& s : sources_of(input, job)) {
+      const auto [it, fresh] = seen.emplace(s.id, input);
+      if (!fresh)
+        throw UsageError("two slides have the id '" + s.id + "' (" + it->second + " and " + input +
+                         "): a site has one page per slide id; view them in two sites");
+      all.push_back(std::move(s));
+    }
+  }
+  return all;
+}
+
+std::string marker_text(const Slide& slide, const SlideSource& s, const ViewJob& job) {
+  const auto& g = slide.geometry();
+  return json{{"source", io::redacted_url(s.path)},
+              {"width", g.levels.at(0).width},
+              {"height", g.levels.at(0).height},
+              {"tile_size", job.tile_size},
+              {"quality", job.quality}}
+      .dump();
+}
+
+// The pyramid of one slide, written aside and renamed into place; true if it was already
+// there (a resumed run).
+bool ensure_pyramid(const Slide& slide, const SlideSource& s, const ViewJob& job) {
+  const auto dir = util::join_path(job.site, s.id + "_files");
+  const auto marker = util::join_path(dir, ".mltool-view.json");
+  const auto want = marker_text(slide, s, job);
+  if (!job.overwrite && util::exists(marker) && util::read_file(marker) == want) return true;
+  const auto aside = util::join_path(job.site, "." + s.id + "_files.partial");
+  if (util::exists(aside)) util::remove_tree(aside);
+  util::make_directories(aside);
+  write_pyramid(slide, aside, job);
+  util::write_file_atomic(util::join_path(aside, ".mltool-view.json"), want);
+  if (util::exists(dir)) util::remove_tree(dir);
+  if (std::rename(aside.c_str(), dir.c_str()) != 0)
+    throw ResourceError(aside + ": cannot rename it to " + dir);
+  return false;
+}
+
+ViewedSlide show_slide(const SlideSource& s, const ViewJob& job) {
+  const auto start = std::chrono::steady_clock::now();
+  io::DicomwebOptions web = job.dicomweb;
+  if (s.store.empty()) io::allow_origin(web, s.path);
+  const Slide slide = Slide::open(s.path, web);
+  ViewedSlide v;
+  v.id = s.id;
+  v.source = io::redacted_url(s.path);
+  v.store = s.store;
+  v.width = slide.geometry().levels.at(0).width;
+  v.height = slide.geometry().levels.at(0).height;
+  v.mpp = s.mpp ? s.mpp : slide.geometry().mpp_x;
+  v.tiles = s.overlays.tiles.is_null() ? 0 : std::int64_t(s.overlays.tiles.at("key").size());
+  v.levels = deepzoom_levels(v.width, v.height);
+  v.reused = ensure_pyramid(slide, s, job);
+  write_slide_page(job, s, v);
+  v.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  log::info("view: " + s.id + (v.reused ? " (pyramid kept)" : "") + " -> " +
+            util::join_path(job.site, view::page_name(s.id)));
+  return v;
+}
+
+}  // namespace
+}  // namespace view
+
+ViewReport write_site(const std::vector<std::string>& inputs, const ViewJob& job) {
+  util::check_options(view_options(), job);
+  if (inputs.empty()) throw UsageError("no slides or tile stores given");
+  const auto sources = view::collect(inputs, job);
+  util::make_directories(job.site);
+  util::OutputLock lock(job.site, "mltool view");
+  view::write_assets(job);
+  ViewReport report;
+  report.site = job.site;
+  for (const auto& s : sources) report.slides.push_back(view::show_slide(s, job));
+  view::write_index(job, report.slides);
+  return report;
+}
+
+nlohmann::json to_json(const ViewReport& report) {
+  nlohmann::json slides = nlohmann::json::array();
+  for (const auto& s : report.slides)
+    slides.push_back({{"id", s.id},
+                      {"source", s.source},
+                      {"store", s.store.empty() ? nlohmann::json() : nlohmann::json(s.store)},
+                      {"width", s.width},
+                      {"height", s.height},
+                      {"mpp", s.mpp ? nlohmann::json(*s.mpp) : nlohmann::json()},
+                      {"tiles", s.tiles},
+                      {"levels", s.levels},
+                      {"reused", s.reused},
+                      {"seconds", s.seconds},
+                      {"page", util::join_path(report.site, view::page_name(s.id))}});
+  return {{"site", report.site},
+          {"index", util::join_path(report.site, "index.html")},
+          {"slides", std::move(slides)}};
+}
+
+}  // namespace mltool::slide

@@ -122,14 +122,32 @@ SlideSource store_slide(const io::TileStore& store, const std::string& id) {
   return s;
 }
 
-std::vector<SlideSource> sources_of(const std::string& input, const ViewJob& job) {
-  if (!io::is_dicomweb_url(input) && io::TileStore::is_store(input)) {
-    const auto store = io::TileStore::open(input, false);
-    std::vector<SlideSource> out;
-    for (const auto& id : store.completed_slides()) out.push_back(store_slide(store, id));
-    if (out.empty()) throw InputError(input + ": the tile store has no complete slide");
-    return out;
+std::vector<SlideSource> store_sources(const std::string& path) {
+  const auto store = io::TileStore::open(path, false);
+  std::vector<SlideSource> out;
+  for (const auto& id : store.completed_slides()) out.push_back(store_slide(store, id));
+  if (out.empty()) throw InputError(path + ": the tile store has no complete slide");
+  return out;
+}
+
+// A predict output directory: its store's slides, each with its predictions where it has any.
+std::vector<SlideSource> predicted_sources(const std::string& dir) {
+  auto predicted = read_predict_dir(dir);
+  if (!io::TileStore::is_store(predicted.store))
+    throw InputError(dir + ": the tile store its prediction names, " + predicted.store +
+                     ", is not there (moved?): view the store where it is now");
+  auto out = store_sources(predicted.store);
+  for (auto& s : out) {
+    s.predictions = dir;
+    const auto it = predicted.slides.find(s.id);
+    if (it != predicted.slides.end()) s.predicted = std::move(it->second);
   }
+  return out;
+}
+
+std::vector<SlideSource> sources_of(const std::string& input, const ViewJob& job) {
+  if (!io::is_dicomweb_url(input) && is_predict_dir(input)) return predicted_sources(input);
+  if (!io::is_dicomweb_url(input) && io::TileStore::is_store(input)) return store_sources(input);
   SlideSource s;
   s.id = io::slide_id_for(input);
   s.path = input;
@@ -189,6 +207,11 @@ ViewedSlide show_slide(const SlideSource& s, const ViewJob& job) {
   v.id = s.id;
   v.source = io::redacted_url(s.path);
   v.store = s.store;
+  v.predictions = s.predictions;
+  if (s.predicted) {
+    v.call = s.predicted->call;
+    v.probability = s.predicted->probability;
+  }
   v.width = slide.geometry().levels.at(0).width;
   v.height = slide.geometry().levels.at(0).height;
   v.mpp = s.mpp ? s.mpp : slide.geometry().mpp_x;
@@ -222,17 +245,21 @@ ViewReport write_site(const std::vector<std::string>& inputs, const ViewJob& job
 nlohmann::json to_json(const ViewReport& report) {
   nlohmann::json slides = nlohmann::json::array();
   for (const auto& s : report.slides)
-    slides.push_back({{"id", s.id},
-                      {"source", s.source},
-                      {"store", s.store.empty() ? nlohmann::json() : nlohmann::json(s.store)},
-                      {"width", s.width},
-                      {"height", s.height},
-                      {"mpp", s.mpp ? nlohmann::json(*s.mpp) : nlohmann::json()},
-                      {"tiles", s.tiles},
-                      {"levels", s.levels},
-                      {"reused", s.reused},
-                      {"seconds", s.seconds},
-                      {"page", util::join_path(report.site, view::page_name(s.id))}});
+    slides.push_back(
+        {{"id", s.id},
+         {"source", s.source},
+         {"store", s.store.empty() ? nlohmann::json() : nlohmann::json(s.store)},
+         {"width", s.width},
+         {"height", s.height},
+         {"mpp", s.mpp ? nlohmann::json(*s.mpp) : nlohmann::json()},
+         {"predictions", s.predictions.empty() ? nlohmann::json() : nlohmann::json(s.predictions)},
+         {"call", s.call},
+         {"probability", s.probability},
+         {"tiles", s.tiles},
+         {"levels", s.levels},
+         {"reused", s.reused},
+         {"seconds", s.seconds},
+         {"page", util::join_path(report.site, view::page_name(s.id))}});
   return {{"site", report.site},
           {"index", util::join_path(report.site, "index.html")},
           {"slides", std::move(slides)}};

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -22,13 +24,45 @@ struct SlideOverlays {
   nlohmann::json tiles;
 };
 
+/// One heat layer of a prediction: a value per tile key, and how values map to the colour
+/// bar's [0, 1] as predict's heatmaps map them: as they are (probabilities), over the slide's
+/// range (a regression's prediction, a risk), or over the slide's largest (attention).
+struct Layer {
+  enum class Scale { unit, range, max };
+  std::string name;
+  Scale scale = Scale::unit;
+  std::unordered_map<std::string, double> values;
+};
+
+/// What a predict output directory says of one slide.
+struct SlidePredictions {
+  std::string call;         ///< the label most tiles were predicted, the bag's label, a mean
+  std::string probability;  ///< its probability, share of tiles, or the labels' means
+  std::vector<Layer> layers;
+};
+
+/// A predict output directory (docs/predict.md#output), as far as the viewer reads it.
+struct PredictDir {
+  std::string store;  ///< the tile store its heatmaps came from
+  std::map<std::string, SlidePredictions> slides;
+};
+
+/// Whether `path` is a predict output directory: predictions.csv and .predict/job.json.
+bool is_predict_dir(const std::string& path);
+
+/// Reads predict output directory `dir` (view_predictions.cpp): bounded sizes, checked
+/// numbers; FormatError or InputError naming the file (and line).
+PredictDir read_predict_dir(const std::string& dir);
+
 /// One slide to show: where it is read from and what is drawn over it.
 struct SlideSource {
   std::string id;
-  std::string path;   ///< what Slide::open reads
-  std::string store;  ///< the tile store that named it, or ""
+  std::string path;         ///< what Slide::open reads
+  std::string store;        ///< the tile store that named it, or ""
+  std::string predictions;  ///< the predict output directory, or ""
   std::optional<double> mpp;
   SlideOverlays overlays;
+  std::optional<SlidePredictions> predicted;
 };
 
 /// The page of slide `id`: <id>.html, but index.slide.html for the id "index" (index.html is

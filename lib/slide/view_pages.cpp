@@ -2,10 +2,12 @@
 // and the shared files. Every text is escaped and every link encoded by util/html.hpp, and the
 // data reaches the page as JSON in a script of its own (a page over file:// may not fetch), so
 // a slide id such as `a&b #1` is data everywhere.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
+#include "mltool/slide/heatmap.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/html.hpp"
@@ -53,6 +55,48 @@ std::string dzi_text(const ViewedSlide& s, int tile) {
          std::to_string(s.height) + "\"/>\n</Image>\n";
 }
 
+// predict's heatmap colours from 0 to 1 (slide::heat_colour), the colour bar's and the
+// heat layers' in the page.
+json palette() {
+  json colours = json::array();
+  for (int i = 0; i < 256; ++i) {
+    const auto c = heat_colour(static_cast<float>(i / 255.0));
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "#%02x%02x%02x", c[0], c[1], c[2]);
+    colours.push_back(hex);
+  }
+  return colours;
+}
+
+// A heat layer over the page's tiles: values in the tiles' order (null where a tile has
+// none), and the values the colour bar's ends stand for.
+json layer_json(const Layer& layer, const json& tiles) {
+  json values = json::array();
+  double lo = 0, hi = 1;
+  bool any = false;
+  for (const auto& key : tiles.at("key")) {
+    const auto it = layer.values.find(key.get<std::string>());
+    if (it == layer.values.end()) {
+      values.push_back(nullptr);
+      continue;
+    }
+    values.push_back(it->second);
+    if (layer.scale == Layer::Scale::unit) continue;
+    lo = any ? std::min(lo, it->second) : (layer.scale == Layer::Scale::max ? 0 : it->second);
+    hi = any ? std::max(hi, it->second) : it->second;
+    any = true;
+  }
+  return {{"name", layer.name}, {"lo", lo}, {"hi", hi}, {"values", std::move(values)}};
+}
+
+json layers_json(const SlideSource& source) {
+  json layers = json::array();
+  if (!source.predicted || source.overlays.tiles.is_null()) return layers;
+  for (const auto& layer : source.predicted->layers)
+    layers.push_back(layer_json(layer, source.overlays.tiles));
+  return layers;
+}
+
 std::string data_script(const SlideSource& source, const ViewedSlide& s, int tile) {
   json data = {{"id", s.id},
                {"width", s.width},
@@ -62,9 +106,21 @@ std::string data_script(const SlideSource& source, const ViewedSlide& s, int til
                {"levels", s.levels},
                {"tiles_url", util::url_path_segment(s.id + "_files")},
                {"tissue", source.overlays.tissue},
-               {"tiles", source.overlays.tiles}};
+               {"tiles", source.overlays.tiles},
+               {"layers", layers_json(source)},
+               {"palette", palette()}};
   return "// mltool view: what " + page_name(s.id) + " draws (generated)\nwindow.MLTOOL_VIEW = " +
          data.dump(-1, ' ', false, json::error_handler_t::replace) + ";\n";
+}
+
+std::string source_text(const ViewedSlide& s) {
+  if (!s.predictions.empty()) return s.source + " (predictions: " + s.predictions + ")";
+  return s.store.empty() ? s.source : s.source + " (" + s.store + ")";
+}
+
+std::string call_text(const ViewedSlide& s) {
+  if (s.call.empty() && s.probability.empty()) return "—";
+  return s.call + (s.call.empty() || s.probability.empty() ? "" : " · ") + s.probability;
 }
 
 std::string slide_html(const ViewedSlide& s) {
@@ -78,6 +134,7 @@ std::string slide_html(const ViewedSlide& s) {
     << "<span class=\"id\">" << html_text(s.id) << "</span>"
     << "<span>" << s.width << " × " << s.height << " px</span>"
     << "<span>" << html_text(mpp_text(s.mpp)) << " µm/px</span>"
+    << (s.predictions.empty() ? "" : "<span class=\"call\">" + html_text(call_text(s)) + "</span>")
     << "<span class=\"source\">" << html_text(s.source) << "</span></header>\n"
     << "<div id=\"map\"></div>\n<div id=\"tileinfo\" hidden></div>\n"
     << "<script src=\"leaflet/leaflet.js\"></script>\n"
@@ -126,7 +183,8 @@ void write_index(const ViewJob& job, const std::vector<ViewedSlide>& slides) {
     << "<title>mltool view: " << slides.size() << " slide" << (slides.size() == 1 ? "" : "s")
     << "</title>\n<link rel=\"stylesheet\" href=\"viewer.css\">\n</head>\n<body class=\"index\">\n"
     << "<h1>Slides</h1>\n<table id=\"slides\">\n<thead><tr><th></th><th>Slide</th>"
-    << "<th>µm/px</th><th>Size (px)</th><th>Source</th><th>Tiles</th></tr></thead>\n<tbody>\n";
+    << "<th>µm/px</th><th>Size "
+       "(px)</th><th>Source</th><th>Tiles</th><th>Call</th></tr></thead>\n<tbody>\n";
   for (const auto& s : slides) {
     const auto page = href(page_name(s.id));
     h << "<tr><td><a href=\"" << page << "\"><img class=\"thumb\" alt=\"\" src=\""
@@ -134,9 +192,9 @@ void write_index(const ViewJob& job, const std::vector<ViewedSlide>& slides) {
       << "<td><a class=\"slide\" href=\"" << page << "\">" << html_text(s.id) << "</a></td>"
       << "<td>" << html_text(mpp_text(s.mpp)) << "</td>"
       << "<td>" << s.width << " × " << s.height << "</td>"
-      << "<td>" << html_text(s.store.empty() ? s.source : s.source + " (" + s.store + ")")
-      << "</td><td>" << (s.store.empty() ? std::string("—") : std::to_string(s.tiles))
-      << "</td></tr>\n";
+      << "<td>" << html_text(source_text(s)) << "</td><td>"
+      << (s.store.empty() ? std::string("—") : std::to_string(s.tiles))
+      << "</td><td class=\"call\">" << html_text(call_text(s)) << "</td></tr>\n";
   }
   h << "</tbody>\n</table>\n</body>\n</html>\n";
   util::write_file_atomic(util::join_path(job.site, "index.html"), h.str());

@@ -90,13 +90,19 @@ constexpr const char kViewerJs[] =
     info.dataset.key = T.key[j];
     line('tile', T.key[j]);
     line('tissue', (+T.tissue[j]).toFixed(3));
-    (window.MLTOOL_VALUES || []).forEach(function (v) { line(v.name, v.text(j)); });
+    (D.layers || []).forEach(function (l) {
+      var v = l.values[j];
+      line(l.name, v === null || v === undefined ? '—' : (+v).toPrecision(4));
+    });
     marked.setBounds([ll(T.x[j], T.y[j] + S), ll(T.x[j] + S, T.y[j])]).addTo(map);
   }
-  function hover(e) { if (grid && map.hasLayer(grid)) show(tileAt(px(e.latlng))); }
+  var heat = null;
+  function hover(e) {
+    if (grid && (map.hasLayer(grid) || (heat && map.hasLayer(heat)))) show(tileAt(px(e.latlng)));
+  }
   map.on('mousemove', hover);
   map.on('click', hover);
-  map.on('overlayremove', function (e) { if (e.layer === grid) show(-1); });
+  map.on('overlayremove', function (e) { if (e.layer === grid && !heat) show(-1); });
 
   if (Object.keys(overlays).length)
     L.control.layers(null, overlays, {collapsed: false, position: 'topright'}).addTo(map);
@@ -117,10 +123,84 @@ constexpr const char kViewerJs[] =
     update();
   }
 
+  // Heat layers (a predict output's): one at a time, chosen from a menu; each tile blended
+  // half and half with the colour of its value, as predict's heatmap pictures are.
+  var heatName = '', bar = null;
+  function unit(l, v) {
+    return l.hi > l.lo ? Math.min(1, Math.max(0, (v - l.lo) / (l.hi - l.lo))) : 0;
+  }
+  function colour(l, v) { return D.palette[Math.round(unit(l, v) * 255)]; }
+  function showHeat(name) {
+    if (heat) map.removeLayer(heat);
+    heat = null;
+    if (!map.hasLayer(grid)) show(-1);
+    heatName = name;
+    var l = (D.layers || []).filter(function (x) { return x.name === name; })[0];
+    if (bar) bar.getContainer().hidden = !l;
+    if (!l) return;
+    heat = L.layerGroup();
+    for (var i = 0; i < T.key.length; i++) {
+      var v = l.values[i];
+      if (v === null || v === undefined) continue;
+      L.rectangle([ll(T.x[i], T.y[i] + S), ll(T.x[i] + S, T.y[i])],
+                  {renderer: canvas, stroke: false, fillColor: colour(l, v), fillOpacity: 0.5,
+                   interactive: false}).addTo(heat);
+    }
+    heat.addTo(map);
+    var el = bar.getContainer();
+    el.querySelector('.what').textContent = l.name;
+    el.querySelector('.lo').textContent = (+l.lo).toPrecision(3);
+    el.querySelector('.hi').textContent = (+l.hi).toPrecision(3);
+  }
+  if (D.layers && D.layers.length && grid) {
+    var Menu = L.Control.extend({onAdd: function () {
+      var div = L.DomUtil.create('div', 'mltool-heat leaflet-bar');
+      var label = L.DomUtil.create('label', '', div);
+      label.textContent = 'Heatmap ';
+      var select = L.DomUtil.create('select', '', label);
+      select.id = 'heatmap';
+      ['none'].concat(D.layers.map(function (l) { return l.name; })).forEach(function (n) {
+        var o = document.createElement('option');
+        o.value = n;
+        o.textContent = n;
+        select.appendChild(o);
+      });
+      select.addEventListener('change', function () { showHeat(select.value); });
+      L.DomEvent.disableClickPropagation(div);
+      return div;
+    }});
+    new Menu({position: 'topright'}).addTo(map);
+    var Bar = L.Control.extend({onAdd: function () {
+      var div = L.DomUtil.create('div', 'mltool-colourbar');
+      div.id = 'colourbar';
+      var what = L.DomUtil.create('div', 'what', div);
+      var c = L.DomUtil.create('canvas', '', div);
+      c.width = 256;
+      c.height = 14;
+      var g = c.getContext('2d');
+      D.palette.forEach(function (p, i) { g.fillStyle = p; g.fillRect(i, 0, 1, 14); });
+      var ends = L.DomUtil.create('div', 'ends', div);
+      L.DomUtil.create('span', 'lo', ends);
+      L.DomUtil.create('span', 'hi', ends);
+      what.textContent = '';
+      return div;
+    }});
+    bar = new Bar({position: 'bottomright'}).addTo(map);
+    var first = D.layers[0].name;
+    document.getElementById('heatmap').value = first;
+    showHeat(first);
+  }
+
   window.mltoolView = {
     map: map, levels: D.levels, overlays: overlays,
     toContainer: function (x, y) { return map.latLngToContainerPoint(ll(x, y)); },
     setView: function (x, y, zoom) { map.setView(ll(x, y), zoom, {animate: false}); },
+    heatmap: function (name) {
+      var sel = document.getElementById('heatmap');
+      if (sel) sel.value = name;
+      showHeat(name);
+    },
+    heatmapShown: function () { return heatName; },
     show: function (name, on) {
       var layer = overlays[name];
       if (layer && on) map.addLayer(layer); else if (layer) map.removeLayer(layer);
@@ -138,7 +218,7 @@ html, body { margin: 0; height: 100%; font: 14px/1.4 "DejaVu Sans", sans-serif; 
 #bar .id { font-weight: bold; }
 #bar .source { color: #aaa; overflow: hidden; text-overflow: ellipsis; }
 #map { position: absolute; top: 32px; left: 0; right: 0; bottom: 0; background: #fff; }
-#tileinfo { position: absolute; right: 10px; bottom: 24px; z-index: 1000; background: #fff;
+#tileinfo { position: absolute; left: 10px; top: 120px; z-index: 1000; background: #fff;
   border: 1px solid #888; padding: 4px 8px; font-size: 13px; max-width: 40em; }
 .mltool-scale { border: 2px solid #222; border-top: none; background: rgba(255,255,255,0.8);
   font-size: 12px; text-align: center; }
@@ -146,6 +226,11 @@ body.index { margin: 1em; }
 table#slides { border-collapse: collapse; }
 table#slides td, table#slides th { border-bottom: 1px solid #ddd; padding: 4px 10px;
   text-align: left; }
+.mltool-heat { background: #fff; padding: 4px 6px; }
+.mltool-colourbar { background: rgba(255,255,255,0.9); padding: 4px 6px; font-size: 12px; }
+.mltool-colourbar canvas { display: block; width: 256px; height: 14px; }
+.mltool-colourbar .ends { display: flex; justify-content: space-between; }
+#bar .call { color: #fc6; }
 img.thumb { max-width: 128px; max-height: 128px; display: block; }
 )CSS";
 

@@ -9,12 +9,19 @@
 - hovering over a tile of the tile grid shows its key and tissue fraction in the DOM;
 - the index lists every slide and each link opens its page;
 - the slide named `a&b #1.svs` (HTML and URL syntax in its name) works throughout;
-- a rerun resumes: finished pyramids are kept.
+- a rerun resumes: finished pyramids are kept;
+- a predict output directory (written here as predict writes one: predictions.csv,
+  attention.csv, .predict/job.json naming the tile store) opens with its first label's heatmap
+  on: each predicted tile's pixels are the slide's blended half and half with the colour bar's
+  colour for its value; every layer is in the menu, hover shows the values, the index shows
+  the call; a label that is HTML stays text; a value that is not a number is refused, naming
+  the file and line.
 
     view_test.py MLTOOL [--screenshots DIR] [TEST...]
 
 --screenshots DIR also writes the pictures docs/view.md shows (the same browser, same pages).
 """
+import csv
 import io
 import json
 import os
@@ -63,14 +70,47 @@ def make_fixtures():
     expect(code == 0, f"view: exit {code}: {err}")
     global SITE_JSON
     SITE_JSON = json.loads(out)
+    write_predictions(tmp("pred"))
     return f"site of {len(SITE_JSON['slides'])} slides"
+
+
+EVIL = '<img src=x onerror="document.title=1">'  # a label from someone else's table
+LABELS = ["benign", EVIL]
+
+
+def prob(i):
+    return (i % 7) / 6  # every tile's probability of "benign": 0, 1/6, ..., 1
+
+
+def write_predictions(out, bad=False):
+    """A predict output directory of a tile model, as predict writes one."""
+    meta, _ = read_tile_store(tmp("store"))
+    rec = meta[f"tiles/{SPECIAL}"]
+    keys = [f"{SPECIAL}/{r:06d}_{c:06d}" for r, c in zip(rec["row"], rec["col"])]
+    os.makedirs(os.path.join(out, ".predict"), exist_ok=True)
+    with open(os.path.join(out, ".predict", "job.json"), "w") as f:
+        json.dump({"heatmaps": tmp("store"), "label": ""}, f)
+    with open(os.path.join(out, "predictions.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["sample", "slide", "prediction"] + [f"logit_{x}" for x in LABELS]
+                   + [f"prob_{x}" for x in LABELS])
+        for i, k in enumerate(keys):
+            p = prob(i)
+            w.writerow([k, SPECIAL, LABELS[0] if p >= 0.5 else EVIL, 0, 0,
+                        "nan" if bad and i == 3 else f"{p:.9g}", f"{1 - p:.9g}"])
+    with open(os.path.join(out, "attention.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["key", "slide", "attention"])
+        for i, k in enumerate(keys):
+            w.writerow([k, SPECIAL, (i + 1) / len(keys)])
+    return keys
 
 
 SITE_JSON = None
 
 
-def url(name):
-    return "file://" + urllib.parse.quote(tmp("site", name))
+def url(name, site="site"):
+    return "file://" + urllib.parse.quote(tmp(site, name))
 
 
 def slide_of(id_):
@@ -218,11 +258,75 @@ def check_refusals():
     expect(code == 1 and "'plain'" in err, f"one id twice: exit {code}: {err}")
 
 
+def check_predictions_heatmap():
+    code, out, err = run([mltool, "view", tmp("pred"), "-o", tmp("psite"), "--json"])
+    expect(code == 0, f"view PRED: exit {code}: {err}")
+    doc = json.loads(out)["slides"]
+    n = len(read_tile_store(tmp("store"))[0][f"tiles/{SPECIAL}"]["row"])
+    wins = sum(prob(i) >= 0.5 for i in range(n))
+    call = LABELS[0] if wins * 2 >= n else EVIL
+    expect([s["id"] for s in doc] == [SPECIAL] and doc[0]["call"] == call, f"summary {doc}")
+    meta, _ = read_tile_store(tmp("store"))
+    rec, size = meta[f"tiles/{SPECIAL}"], meta[f"slides/{SPECIAL}"]["size_level0"]
+    with Browser(W, H) as b:
+        b.open(url(SPECIAL + ".html", "psite"), "window.mltoolView")
+        only_file_requests(b, "predictions page")
+        expect(b.eval("document.title") != "1" and not b.eval("document.querySelector("
+                                                             "'img[src=x]')"), "a label ran")
+        options = b.eval("Array.from(document.querySelectorAll('#heatmap option'))"
+                         ".map(o => o.textContent)")
+        want = ["none"] + [f"probability of {x}" for x in LABELS] + ["attention"]
+        expect(options == want, f"menu {options}")
+        expect(b.eval("mltoolView.heatmapShown()") == "probability of benign", "first label on")
+        palette = b.eval("MLTOOL_VIEW.palette")
+        on = png(b.screenshot())
+        save("heatmap.png", b.screenshot())
+        bar = b.eval("(() => { const r = document.querySelector('#colourbar canvas')"
+                     ".getBoundingClientRect(); return [r.left, r.top, r.height]; })()")
+        b.eval("mltoolView.heatmap('none')")
+        b.settle()
+        off = png(b.screenshot())
+        worst, checked = 0, 0
+        for i in range(n):
+            x, y = (int(round(v)) for v in page_point(b, rec["x"][i] + size / 2,
+                                                       rec["y"][i] + size / 2))
+            if not (0 <= x < W and 40 <= y < H):
+                continue
+            colour = np.array([int(palette[round(prob(i) * 255)][k:k + 2], 16) for k in (1, 3, 5)])
+            expected = (off[y - 3:y + 4, x - 3:x + 4] + colour) / 2
+            worst = max(worst, np.abs(on[y - 3:y + 4, x - 3:x + 4] - expected).max())
+            bx = int(bar[0] + round(prob(i) * 255) + 0.5)
+            seen_bar = on[int(bar[1] + bar[2] / 2), bx]
+            expect(np.abs(seen_bar - colour).max() <= 3,
+                   f"colour bar at {prob(i):.3f}: {seen_bar}, palette {colour}")
+            checked += 1
+        expect(checked >= 5 and worst <= 4, f"{checked} tiles, largest error {worst}")
+        b.eval("mltoolView.heatmap('attention')")
+        x, y = page_point(b, rec["x"][2] + size / 2, rec["y"][2] + size / 2)
+        b.mouse(x, y)
+        text = b.eval("document.getElementById('tileinfo').textContent")
+        expect(f"probability of benign: {prob(2):.4g}" in text.replace("0.0000", "0")
+               and "attention" in text and EVIL in text, f"tile info {text!r}")
+    with Browser(W, H) as b:
+        b.open(url("index.html", "psite"))
+        cell = b.eval("document.querySelector('td.call').textContent")
+        expect(cell.startswith(call), f"index call {cell!r}")
+        expect(not b.eval("document.querySelector('img[src=x]')"), "a label ran in the index")
+
+
+def check_bad_predictions_refused():
+    write_predictions(tmp("badpred"), bad=True)
+    code, _, err = run([mltool, "view", tmp("badpred"), "-o", tmp("badsite")])
+    expect(code != 0 and "predictions.csv" in err and "line 5" in err and "nan" in err,
+           f"a NaN probability: exit {code}: {err}")
+
+
 if __name__ == "__main__":
     if chromium() is None:
         print("skipped: mltool view's pages need a browser: chromium is not installed "
               "(scripts/setup.sh installs Debian's chromium)")
         sys.exit(0)
     checks = [check_site_files, check_first_view_and_level0, check_hover_shows_tile,
-              check_index_links_open, check_resume_keeps_pyramids, check_refusals]
+              check_index_links_open, check_resume_keeps_pyramids, check_refusals,
+              check_predictions_heatmap, check_bad_predictions_refused]
     sys.exit(run_checks("mltool view", checks, only, fixtures=make_fixtures))

@@ -46,9 +46,12 @@ struct ViewedSlide {
   std::string store;   ///< the tile store it came from, or ""
   std::int64_t width = 0, height = 0;
   std::optional<double> mpp;
-  std::int64_t tiles = 0;  ///< kept tiles drawn on the grid (0 for a slide given directly)
-  int levels = 0;          ///< DeepZoom levels
-  bool reused = false;     ///< its pyramid was already complete (a resumed run)
+  std::string predictions;  ///< the predict output directory it came from, or ""
+  std::string call;         ///< its prediction's call ("" without one)
+  std::string probability;  ///< the call's probability or share of tiles
+  std::int64_t tiles = 0;   ///< kept tiles drawn on the grid (0 for a slide given directly)
+  int levels = 0;           ///< DeepZoom levels
+  bool reused = false;      ///< its pyramid was already complete (a resumed run)
   double seconds = 0;
 };
 
@@ -57,7 +60,8 @@ struct ViewReport {
   std::vector<ViewedSlide> slides;
 };
 
-/// Writes the site job.site for `inputs` (slide files, DICOMweb URLs, tile stores). Holds the
+/// Writes the site job.site for `inputs` (slide files, DICOMweb URLs, tile stores, predict
+/// output directories: the slides of the store they name, with their predictions). Holds the
 /// site's output lock for the run. InputError naming the input for one that cannot be read;
 /// UsageError for two slides with one id.
 ViewReport write_site(const std::vector<std::string>& inputs, const ViewJob& job);

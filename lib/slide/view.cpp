@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <map>
 
-#include "mltool/io/contours.hpp"
 #include "mltool/io/dicomweb_options.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/slide/geometry.hpp"
+#include "mltool/slide/roi.hpp"
 #include "mltool/util/common_options.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
@@ -46,6 +46,9 @@ const util::Options<ViewJob>& view_options() {
               },
               "between " + util::number_text(kMinPlausibleMpp) + " and " +
                   util::number_text(kMaxPlausibleMpp) + " µm per pixel"),
+      util::option("--roi", &J::roi,
+                   "QuPath GeoJSON regions to draw: a file (one slide), or a directory of "
+                   "<slide id>.geojson files (as tile --roi); instead of a store's own"),
       util::option("--leaflet", &J::leaflet,
                    "Directory of Leaflet's leaflet.js and leaflet.css, copied into the site "
                    "(Debian's libjs-leaflet)"),
@@ -63,26 +66,6 @@ namespace view {
 namespace {
 
 using nlohmann::json;
-
-// The tissue mask's outline in level-0 pixels.
-std::vector<std::vector<double>> tissue_rings(const io::TissueMask& mask) {
-  std::vector<std::vector<double>> rings;
-  const auto add = [&](const io::Ring& ring) {
-    std::vector<double> flat;
-    flat.reserve(ring.size() * 2);
-    for (const auto& p : ring) {
-      flat.push_back(p.x * mask.downsample_x);
-      flat.push_back(p.y * mask.downsample_y);
-    }
-    rings.push_back(std::move(flat));
-  };
-  const auto& m = mask.mask;
-  for (const auto& polygon : io::trace_polygons(m.pixels.data(), m.width, m.height)) {
-    add(polygon.exterior);
-    for (const auto& hole : polygon.holes) add(hole);
-  }
-  return rings;
-}
 
 // A store's "tiles/<id>" columns as the page's tiles: keys and level-0 squares.
 json tile_columns(const json& tiles, const json& slide, const std::string& id) {
@@ -118,7 +101,15 @@ SlideSource store_slide(const io::TileStore& store, const std::string& id) {
   } catch (const FormatError& e) {
     throw FormatError(where + ": " + e.what());
   }
-  if (const auto mask = store.tissue_mask(id)) s.overlays.tissue = tissue_rings(*mask);
+  if (const auto mask = store.tissue_mask(id)) {
+    const auto& m = mask->mask;
+    s.overlays.tissue =
+        mask_rings(m.pixels.data(), m.width, m.height, mask->downsample_x, mask->downsample_y);
+    s.overlays.artifacts = artifact_overlays(*mask);
+  }
+  const auto settings = store.settings();
+  if (const auto slide = store.record("slides", id); slide && settings && settings->roi)
+    s.overlays.roi = roi_record_rings(*slide, settings->roi->classes, where);
   return s;
 }
 
@@ -168,6 +159,19 @@ std::vector<SlideSource> collect(const std::vector<std::string>& inputs, const V
     }
   }
   return all;
+}
+
+// --roi: each slide's file, where it has one, replaces what its store kept.
+void add_rois(std::vector<SlideSource>& sources, const ViewJob& job) {
+  if (job.roi.empty()) return;
+  if (!util::is_directory(job.roi) && sources.size() > 1)
+    throw UsageError("--roi " + job.roi + " is one slide's regions, and " +
+                     std::to_string(sources.size()) +
+                     " slides are given: give --roi a directory of <slide id>.geojson files");
+  for (auto& s : sources) {
+    const auto file = roi_file_for(job.roi, s.path);
+    if (!file.empty()) s.overlays.roi = roi_file_rings(file);
+  }
 }
 
 std::string marker_text(const Slide& slide, const SlideSource& s, const ViewJob& job) {
@@ -231,7 +235,8 @@ ViewedSlide show_slide(const SlideSource& s, const ViewJob& job) {
 ViewReport write_site(const std::vector<std::string>& inputs, const ViewJob& job) {
   util::check_options(view_options(), job);
   if (inputs.empty()) throw UsageError("no slides or tile stores given");
-  const auto sources = view::collect(inputs, job);
+  auto sources = view::collect(inputs, job);
+  view::add_rois(sources, job);
   util::make_directories(job.site);
   util::OutputLock lock(job.site, "mltool view");
   view::write_assets(job);

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mltool/io/tile_store.hpp"
 #include "mltool/slide/openslide.hpp"
 #include "mltool/slide/view.hpp"
 
@@ -22,7 +23,31 @@ struct SlideOverlays {
   std::vector<std::vector<double>> tissue;
   /// The kept tiles (a tile store's): {"key", "x", "y", "size", "tissue"} columns.
   nlohmann::json tiles;
+  /// Regions of interest (--roi, or the store's): rings as `tissue`'s.
+  std::vector<std::vector<double>> roi;
+  /// A segmenter's artifact classes (a store tiled with --tissue MODEL.pt):
+  /// [{"name", "colour": "#rrggbb", "rings"}].
+  nlohmann::json artifacts = nlohmann::json::array();
 };
+
+/// Rings of level-0 pixels as the page draws them: [x0, y0, x1, y1, ...].
+using FlatRings = std::vector<std::vector<double>>;
+
+/// The outline of the pixels of `mask` (nonzero) scaled to level-0 pixels.
+FlatRings mask_rings(const std::uint8_t* mask, int width, int height, double downsample_x,
+                     double downsample_y);
+
+/// The store's artifact classes of `mask` as SlideOverlays::artifacts (view_regions.cpp).
+nlohmann::json artifact_overlays(const io::TissueMask& mask);
+
+/// The regions of GeoJSON file `file` (QuPath's; slide/roi.hpp's checks and bounds).
+FlatRings roi_file_rings(const std::string& file);
+
+/// The regions a store kept a slide's tiles by: its record's "roi" names the file (and its
+/// SHA-256), read again with the store's --roi-class `classes`; none, with a warning naming
+/// --roi, where the file is gone or changed.
+FlatRings roi_record_rings(const nlohmann::json& slide_record,
+                           const std::vector<std::string>& classes, const std::string& where);
 
 /// One heat layer of a prediction: a value per tile key, and how values map to the colour
 /// bar's [0, 1] as predict's heatmaps map them: as they are (probabilities), over the slide's

@@ -106,6 +106,8 @@ std::string data_script(const SlideSource& source, const ViewedSlide& s, int til
                {"levels", s.levels},
                {"tiles_url", util::url_path_segment(s.id + "_files")},
                {"tissue", source.overlays.tissue},
+               {"roi", source.overlays.roi},
+               {"artifacts", source.overlays.artifacts},
                {"tiles", source.overlays.tiles},
                {"layers", layers_json(source)},
                {"palette", palette()}};

@@ -16,7 +16,9 @@ constexpr const char kViewerJs[] =
   'use strict';
   var D = window.MLTOOL_VIEW;
   var N = D.levels - 1;
-  var map = L.map('map', {crs: L.CRS.Simple, minZoom: 0, maxZoom: N + 2, zoomSnap: 0,
+  // Whole zoom levels only: each shows one DeepZoom level's tiles at their own pixels (a
+  // fractional zoom scales them, blurring level 0 and leaving seams between tiles).
+  var map = L.map('map', {crs: L.CRS.Simple, minZoom: 0, maxZoom: N + 2, zoomSnap: 1,
                           zoomDelta: 1, attributionControl: false});
   function ll(x, y) { return map.unproject([x, y], N); }
   function px(latlng) { return map.project(latlng, N); }
@@ -27,26 +29,40 @@ constexpr const char kViewerJs[] =
   // DeepZoom's edge tiles are narrower than tile_size: show them at their own size.
   base.on('tileload', function (e) {
     var f = base.getTileSize().x / D.tile_size;
-    // Half a pixel more, so that at fractional zooms no seam of background shows between tiles.
-    e.tile.style.width = (e.tile.naturalWidth * f + 0.5) + 'px';
-    e.tile.style.height = (e.tile.naturalHeight * f + 0.5) + 'px';
+    e.tile.style.width = (e.tile.naturalWidth * f) + 'px';
+    e.tile.style.height = (e.tile.naturalHeight * f) + 'px';
   });
   base.addTo(map);
   map.fitBounds(bounds, {animate: false});
   var canvas = L.canvas({padding: 0.5});
   var overlays = {};
 
-  if (D.tissue && D.tissue.length) {
-    var rings = D.tissue.map(function (r) {
+  // The layer control shows its names as HTML: every name goes through esc().
+  function esc(t) {
+    return String(t).replace(/[&<>"']/g, function (c) {
+      return {'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;'}[c];
+    });
+  }
+  function outline(rings, style) {
+    return L.layerGroup(rings.map(function (r) {
       var pts = [];
       for (var i = 0; i + 1 < r.length; i += 2) pts.push(ll(r[i], r[i + 1]));
-      return pts;
-    });
-    overlays['Tissue outline'] = L.layerGroup(rings.map(function (r) {
-      return L.polygon(r, {renderer: canvas, color: '#00b050', weight: 2, fill: false,
-                           interactive: false});
+      return L.polygon(pts, L.extend({renderer: canvas, interactive: false}, style));
     }));
   }
+  function swatch(colour, name) {
+    return '<span class="swatch" style="background:' + colour + '"></span>' + esc(name);
+  }
+  if (D.tissue && D.tissue.length)
+    overlays[swatch('#00b050', 'Tissue outline')] =
+        outline(D.tissue, {color: '#00b050', weight: 2, fill: false});
+  if (D.roi && D.roi.length)
+    overlays[swatch('#e000e0', 'Regions of interest')] =
+        outline(D.roi, {color: '#e000e0', weight: 2, dashArray: '6 4', fill: false});
+  (D.artifacts || []).forEach(function (a) {
+    overlays[swatch(a.colour, 'Artifact: ' + a.name)] =
+        outline(a.rings, {color: a.colour, weight: 1, fillColor: a.colour, fillOpacity: 0.35});
+  });
 
   var T = D.tiles, grid = null, buckets = {}, S = 0;
   if (T && T.key && T.key.length) {
@@ -60,7 +76,7 @@ constexpr const char kViewerJs[] =
         for (var by = Math.floor(T.y[i] / S); by <= Math.floor((T.y[i] + S) / S); by++)
           (buckets[bx + ',' + by] = buckets[bx + ',' + by] || []).push(i);
     }
-    overlays['Tile grid'] = grid;
+    overlays[swatch('#3070ff', 'Tile grid')] = grid;
   }
 
   function tileAt(p) {
@@ -201,8 +217,15 @@ constexpr const char kViewerJs[] =
       showHeat(name);
     },
     heatmapShown: function () { return heatName; },
+    names: function () {
+      return Object.keys(overlays).map(function (k) {
+        return k.replace(/<[^>]*>/g, '').replace(/&lt;/g, '<').replace(/&gt;/g, '>')
+            .replace(/&quot;/g, '"').replace(/&#39;/g, "'").replace(/&amp;/g, '&');
+      });
+    },
     show: function (name, on) {
-      var layer = overlays[name];
+      var keys = Object.keys(overlays), names = this.names();
+      var layer = overlays[keys[names.indexOf(name)]];
       if (layer && on) map.addLayer(layer); else if (layer) map.removeLayer(layer);
     }
   };
@@ -226,6 +249,8 @@ body.index { margin: 1em; }
 table#slides { border-collapse: collapse; }
 table#slides td, table#slides th { border-bottom: 1px solid #ddd; padding: 4px 10px;
   text-align: left; }
+.swatch { display: inline-block; width: 10px; height: 10px; margin: 0 4px 0 2px;
+  border: 1px solid #555; }
 .mltool-heat { background: #fff; padding: 4px 6px; }
 .mltool-colourbar { background: rgba(255,255,255,0.9); padding: 4px 6px; font-size: 12px; }
 .mltool-colourbar canvas { display: block; width: 256px; height: 14px; }

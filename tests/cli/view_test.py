@@ -202,7 +202,7 @@ def check_hover_shows_tile():
     meta, tiles = read_tile_store(tmp("store"))
     with Browser(W, H) as b:
         b.open(url(SPECIAL + ".html"), "window.mltoolView")
-        expect(b.eval("Object.keys(mltoolView.overlays).sort().join(',')") ==
+        expect(b.eval("mltoolView.names().sort().join(',')") ==
                "Tile grid,Tissue outline", "overlays")
         b.eval("mltoolView.show('Tile grid', true); mltoolView.show('Tissue outline', true)")
         b.settle()
@@ -314,6 +314,130 @@ def check_predictions_heatmap():
         expect(not b.eval("document.querySelector('img[src=x]')"), "a label ran in the index")
 
 
+ROI = [(400, 300, 900, 700)]  # level-0 box of PLAIN's region of interest
+
+
+def write_roi(path, boxes, cls="Tumor"):
+    feats = [{"type": "Feature", "properties": {"classification": {"name": cls}},
+              "geometry": {"type": "Polygon", "coordinates": [[[x0, y0], [x1, y0], [x1, y1],
+                                                               [x0, y1], [x0, y0]]]}}
+             for x0, y0, x1, y1 in boxes]
+    with open(path, "w") as f:
+        json.dump({"type": "FeatureCollection", "features": feats}, f)
+
+
+def outline_drawn(b, name, x, y, colour):
+    """Whether switching overlay `name` on turns the pixel at level-0 (x, y) to `colour`."""
+    px, py = (int(round(v)) for v in page_point(b, x, y))
+    before = png(b.screenshot())[py - 1:py + 2, px - 1:px + 2]
+    b.eval(f"mltoolView.show({json.dumps(name)}, true)")
+    b.settle()
+    after = png(b.screenshot())[py - 1:py + 2, px - 1:px + 2]
+    near = np.abs(after - np.array(colour)).sum(axis=2).min()
+    return near < 60 and np.abs(before - np.array(colour)).sum(axis=2).min() > 60
+
+
+def check_roi_overlay():
+    write_roi(tmp("roi.geojson"), ROI)
+    code, _, err = run([mltool, "view", tmp(PLAIN + ".tif"), "-o", tmp("rsite"),
+                        "--roi", tmp("roi.geojson")])
+    expect(code == 0, f"view --roi: exit {code}: {err}")
+    with Browser(W, H) as b:
+        b.open(url(PLAIN + ".html", "rsite"), "window.mltoolView")
+        expect(b.eval("mltoolView.names().join(',')") == "Regions of interest", "overlays")
+        x0, y0, x1, y1 = ROI[0]
+        expect(outline_drawn(b, "Regions of interest", x0, (y0 + y1) // 2 + 3, (224, 0, 224)),
+               "the ROI's left edge is not drawn in its colour")
+    code, _, err = run([mltool, "view", tmp(PLAIN + ".tif"), tmp(SPECIAL + ".svs"), "-o",
+                        tmp("rsite2"), "--roi", tmp("roi.geojson")])
+    expect(code == 1 and "directory" in err, f"one --roi file for two slides: {code} {err}")
+    write_roi(tmp("bad.geojson"), [(0, 0, float("nan"), 5)])
+    code, _, err = run([mltool, "view", tmp(PLAIN + ".tif"), "-o", tmp("rsite3"),
+                        "--roi", tmp("bad.geojson")])
+    expect(code != 0 and "bad.geojson" in err, f"a NaN in the ROI: {code} {err}")
+
+
+def check_store_roi_and_artifacts():
+    """A store tiled with --roi draws its regions; a segmenter's artifact classes (the class
+    map of its mask record, written here as tile --tissue MODEL.pt writes it) are overlays."""
+    import base64
+    import shutil
+    import lmdb
+    write_roi(tmp("sroi.geojson"), [(500, 400, 1500, 1300)])
+    code, _, err = run([mltool, "tile", tmp(SPECIAL + ".svs"), "-o", tmp("rstore"),
+                        "--tile-size", "224", "--mpp", "0.5", "--roi", tmp("sroi.geojson")])
+    expect(code == 0, f"tile --roi: {err}")
+    env = lmdb.open(tmp("rstore"), max_dbs=8)
+    with env.begin(write=True) as txn:
+        meta = env.open_db(b"meta", txn=txn, create=False)
+        key = f"mask/{SPECIAL}".encode()
+        rec = json.loads(bytes(txn.get(key, db=meta)))
+        classes = np.zeros((rec["height"], rec["width"]), np.uint8)
+        classes[: rec["height"] // 3, : rec["width"] // 3] = 1
+        buf = io.BytesIO()
+        Image.fromarray(classes, "L").save(buf, format="PNG")
+        rec["classes"] = {"names": ["tissue", EVIL], "tissue": ["tissue"], "artifacts": [EVIL],
+                          "png": base64.b64encode(buf.getvalue()).decode()}
+        txn.put(key, json.dumps(rec).encode(), db=meta)
+    env.close()
+    code, _, err = run([mltool, "view", tmp("rstore"), "-o", tmp("ssite")])
+    expect(code == 0, f"view a store with ROI and artifacts: {err}")
+    with Browser(W, H) as b:
+        b.open(url(SPECIAL + ".html", "ssite"), "window.mltoolView")
+        names = b.eval("mltoolView.names()")
+        expect(names == ["Tissue outline", "Regions of interest", "Artifact: " + EVIL,
+                         "Tile grid"], f"overlays {names}")
+        labels = b.eval("Array.from(document.querySelectorAll('.leaflet-control-layers label'))"
+                        ".map(l => l.textContent.trim())")
+        expect(("Artifact: " + EVIL) in labels and not b.eval("document.querySelector("
+                                                              "'img[src=x]')"), f"{labels}")
+        expect(outline_drawn(b, "Regions of interest", 500, 850, (224, 0, 224)),
+               "the store's ROI is not drawn")
+        b.eval("mltoolView.show('Artifact: ' + " + json.dumps(EVIL) + ", true)")
+        b.settle()
+        save("artifacts.png", b.screenshot())
+
+
+REAL_SVS = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "slides",
+                                        "CMU-1-Small-Region.svs"))
+
+
+def blocks(a, k=4):
+    h, w = a.shape[0] // k * k, a.shape[1] // k * k
+    return a[:h, :w].reshape(h // k, k, w // k, k, 3).mean(axis=(1, 3))
+
+
+def check_real_slide():
+    """The scanner's slide (../shared/slides, where present): first view and level 0."""
+    if not os.path.exists(REAL_SVS):
+        print(f"skipped: real_slide: {REAL_SVS} is absent (see ../shared/slides/README.md)")
+        return
+    code, _, err = run([mltool, "view", REAL_SVS, "-o", tmp("real")])
+    expect(code == 0, f"view the real slide: {err}")
+    ref_slide = openslide.OpenSlide(REAL_SVS)
+    sw, sh = ref_slide.dimensions
+    with Browser(W, H) as b:
+        b.open(url("CMU-1-Small-Region.html", "real"), "window.mltoolView")
+        only_file_requests(b, "the real slide")
+        shot = png(b.screenshot())
+        (x0, y0), (x1, y1) = page_point(b, 0, 0), page_point(b, sw, sh)
+        ix0, iy0, ix1, iy1 = (int(round(v)) for v in (x0, y0, x1, y1))
+        ref = np.asarray(ref_slide.get_thumbnail((ix1 - ix0, iy1 - iy0)).convert("RGB")
+                         .resize((ix1 - ix0, iy1 - iy0), Image.BILINEAR)).astype(np.int32)
+        # The browser and OpenSlide resample differently; fine detail (a scanner's JPEG at
+        # quality 30) differs pixel by pixel, so compare 4 × 4 blocks' means.
+        diff = np.abs(blocks(shot[iy0 + 2:iy1 - 2, ix0 + 2:ix1 - 2]) - blocks(ref[2:-2, 2:-2]))
+        expect(diff.mean() < 5, f"real slide, first view: mean |diff| of 4x4 blocks "
+                                f"{diff.mean():.2f}")
+        b.eval(f"mltoolView.setView(1100, 1500, {b.eval('mltoolView.levels') - 1})")
+        b.settle()
+        shot = png(b.screenshot())
+        px, py = (int(round(v)) for v in page_point(b, 950, 1400))
+        ref = np.asarray(ref_slide.read_region((950, 1400), 0, (300, 200)).convert("RGB"))
+        diff = np.abs(shot[py:py + 200, px:px + 300] - ref.astype(np.int32)).mean()
+        expect(diff < 8, f"real slide, level 0: mean |diff| {diff:.2f}")
+
+
 def check_bad_predictions_refused():
     write_predictions(tmp("badpred"), bad=True)
     code, _, err = run([mltool, "view", tmp("badpred"), "-o", tmp("badsite")])
@@ -328,5 +452,6 @@ if __name__ == "__main__":
         sys.exit(0)
     checks = [check_site_files, check_first_view_and_level0, check_hover_shows_tile,
               check_index_links_open, check_resume_keeps_pyramids, check_refusals,
-              check_predictions_heatmap, check_bad_predictions_refused]
+              check_predictions_heatmap, check_bad_predictions_refused, check_roi_overlay,
+              check_store_roi_and_artifacts, check_real_slide]
     sys.exit(run_checks("mltool view", checks, only, fixtures=make_fixtures))

@@ -31,6 +31,9 @@ struct ViewJob {
   int threads = 0;  ///< 0: one per allowed core
   /// µm per level-0 pixel of every slide given directly, instead of their metadata.
   std::optional<double> slide_mpp;
+  /// --roi: QuPath GeoJSON regions to draw: a file (one slide), or a directory of
+  /// <slide id>.geojson (or <file name>.geojson) files, as tile --roi reads them.
+  std::string roi;
   /// Where Debian's libjs-leaflet is (copied into the site).
   std::string leaflet = "/usr/share/javascript/leaflet";
   io::DicomwebOptions dicomweb;

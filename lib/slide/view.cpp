@@ -52,6 +52,9 @@ const util::Options<ViewJob>& view_options() {
       util::option("--leaflet", &J::leaflet,
                    "Directory of Leaflet's leaflet.js and leaflet.css, copied into the site "
                    "(Debian's libjs-leaflet)"),
+      util::choice("--passthrough", &J::passthrough, kPassthroughChoices,
+                   "Store the slide's own JPEG tiles as the pyramid's where a DeepZoom tile is "
+                   "exactly one of them (auto), or decode and encode every tile (never)"),
       util::overwrite_option(&J::overwrite),
       io::dicomweb_connections_option(&J::dicomweb),
       io::dicomweb_token_file_option(&J::dicomweb),
@@ -180,13 +183,14 @@ std::string marker_text(const Slide& slide, const SlideSource& s, const ViewJob&
               {"width", g.levels.at(0).width},
               {"height", g.levels.at(0).height},
               {"tile_size", job.tile_size},
-              {"quality", job.quality}}
+              {"quality", job.quality},
+              {"passthrough", util::name_of(kPassthroughChoices, job.passthrough)}}
       .dump();
 }
 
 // The pyramid of one slide, written aside and renamed into place; true if it was already
 // there (a resumed run).
-bool ensure_pyramid(const Slide& slide, const SlideSource& s, const ViewJob& job) {
+bool ensure_pyramid(const Slide& slide, const SlideSource& s, const ViewJob& job, ViewedSlide& v) {
   const auto dir = util::join_path(job.site, s.id + "_files");
   const auto marker = util::join_path(dir, ".mltool-view.json");
   const auto want = marker_text(slide, s, job);
@@ -194,7 +198,9 @@ bool ensure_pyramid(const Slide& slide, const SlideSource& s, const ViewJob& job
   const auto aside = util::join_path(job.site, "." + s.id + "_files.partial");
   if (util::exists(aside)) util::remove_tree(aside);
   util::make_directories(aside);
-  write_pyramid(slide, aside, job);
+  const auto written = write_pyramid(slide, aside, job);
+  v.pyramid_tiles = written.tiles;
+  v.passed = written.passed;
   util::write_file_atomic(util::join_path(aside, ".mltool-view.json"), want);
   if (util::exists(dir)) util::remove_tree(dir);
   if (std::rename(aside.c_str(), dir.c_str()) != 0)
@@ -221,7 +227,7 @@ ViewedSlide show_slide(const SlideSource& s, const ViewJob& job) {
   v.mpp = s.mpp ? s.mpp : slide.geometry().mpp_x;
   v.tiles = s.overlays.tiles.is_null() ? 0 : std::int64_t(s.overlays.tiles.at("key").size());
   v.levels = deepzoom_levels(v.width, v.height);
-  v.reused = ensure_pyramid(slide, s, job);
+  v.reused = ensure_pyramid(slide, s, job, v);
   write_slide_page(job, s, v);
   v.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log::info("view: " + s.id + (v.reused ? " (pyramid kept)" : "") + " -> " +
@@ -262,6 +268,8 @@ nlohmann::json to_json(const ViewReport& report) {
          {"probability", s.probability},
          {"tiles", s.tiles},
          {"levels", s.levels},
+         {"pyramid_tiles", s.pyramid_tiles},
+         {"passthrough", s.passed},
          {"reused", s.reused},
          {"seconds", s.seconds},
          {"page", util::join_path(report.site, view::page_name(s.id))}});

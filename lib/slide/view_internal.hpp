@@ -97,9 +97,16 @@ std::string page_name(const std::string& id);
 /// DeepZoom levels of a w × h image: ceil(log2(max(w, h))) + 1.
 int deepzoom_levels(std::int64_t width, std::int64_t height);
 
+/// Tiles a pyramid took: all of them, and the slide's own JPEG tiles passed through.
+struct PyramidCount {
+  std::int64_t tiles = 0, passed = 0;
+};
+
 /// Writes `slide`'s pyramid as `dir`/<level>/<col>_<row>.jpeg (the DeepZoom layout), reading
-/// each level from the slide's nearest finer level and resampling with libvips.
-void write_pyramid(const Slide& slide, const std::string& dir, const ViewJob& job);
+/// each level from the slide's nearest finer level and resampling with libvips; where a level
+/// is one of the slide's own and a tile exactly one of its JPEG tiles, that tile's bytes
+/// (job.passthrough auto).
+PyramidCount write_pyramid(const Slide& slide, const std::string& dir, const ViewJob& job);
 
 /// The site's shared files: leaflet/ (from job.leaflet), viewer.js, viewer.css.
 void write_assets(const ViewJob& job);

@@ -5,6 +5,7 @@
 // libvips; a coarser one is made from the four tiles under each of its tiles, already written,
 // so no read is larger than twice a tile's side whatever levels the slide has.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 
@@ -13,6 +14,7 @@
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
 #include "mltool/util/parallel.hpp"
+#include "own_jpeg_tiles.hpp"
 #include "view_internal.hpp"
 
 namespace mltool::slide::view {
@@ -116,6 +118,16 @@ io::RgbImage tile_from_children(const std::string& dir, const DzLevel& finer, co
   return fitted(std::move(canvas), b.w, b.h);
 }
 
+// The slide level's own JPEG tiles where DeepZoom level `scale` is that level exactly (the
+// same level-0 pixels per pixel) and they are tiles of the pyramid's size; else null.
+std::unique_ptr<OwnJpegTiles> own_tiles(const Slide& slide, int level, double scale,
+                                        const ViewJob& job) {
+  if (job.passthrough == Passthrough::never) return nullptr;
+  if (slide.geometry().levels[level].downsample != scale) return nullptr;
+  std::string why;
+  return OwnJpegTiles::open(slide, level, job.tile_size, why);
+}
+
 }  // namespace
 
 int deepzoom_levels(std::int64_t width, std::int64_t height) {
@@ -125,27 +137,40 @@ int deepzoom_levels(std::int64_t width, std::int64_t height) {
   return levels;
 }
 
-void write_pyramid(const Slide& slide, const std::string& dir, const ViewJob& job) {
+PyramidCount write_pyramid(const Slide& slide, const std::string& dir, const ViewJob& job) {
   const auto& l0 = slide.geometry().levels.at(0);
   const int levels = deepzoom_levels(l0.width, l0.height);
   const int tile = job.tile_size;
   init_vips();
+  std::atomic<std::int64_t> tiles{0}, passed{0};
   for (int index = levels - 1; index >= 0; --index) {
     const DzLevel l = dz_level(l0.width, l0.height, levels, index, tile);
     util::make_directories(dir + "/" + std::to_string(index));
     const int level = slide_level_for(slide, l.scale);
-    const bool from_slide =
-        index == levels - 1 || l.scale / slide.geometry().levels[level].downsample <= 2.0;
+    const double ds = slide.geometry().levels[level].downsample;
+    const bool from_slide = index == levels - 1 || l.scale / ds <= 2.0;
+    const auto own = own_tiles(slide, level, l.scale, job);
     const DzLevel finer =
         dz_level(l0.width, l0.height, levels, std::min(index + 1, levels - 1), tile);
     util::parallel_for(std::size_t(l.cols * l.rows), job.threads, [&](std::size_t i) {
       const TileBox b = box_of(l, i, tile);
+      const auto path = tile_path(dir, index, b.col, b.row);
+      ++tiles;
+      if (own) {
+        if (auto jpeg = own->jpeg_at(std::llround(b.x * l.scale), std::llround(b.y * l.scale));
+            jpeg && b.w == tile && b.h == tile) {
+          write_bytes(path, *jpeg);
+          ++passed;
+          return;
+        }
+      }
       const auto image = from_slide ? tile_from_slide(slide, level, l, b)
                                     : tile_from_children(dir, finer, b, tile);
-      write_bytes(tile_path(dir, index, b.col, b.row),
+      write_bytes(path,
                   io::encode_jpeg(image.pixels.data(), image.width, image.height, job.quality));
     });
   }
+  return {tiles.load(), passed.load()};
 }
 
 }  // namespace mltool::slide::view

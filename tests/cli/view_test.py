@@ -412,8 +412,12 @@ def check_real_slide():
     if not os.path.exists(REAL_SVS):
         print(f"skipped: real_slide: {REAL_SVS} is absent (see ../shared/slides/README.md)")
         return
-    code, _, err = run([mltool, "view", REAL_SVS, "-o", tmp("real")])
+    # 240 px: the scanner's own tile size, so its JPEG tiles pass through (interior ones).
+    code, out, err = run([mltool, "view", REAL_SVS, "-o", tmp("real"), "--tile-size", "240",
+                          "--json"])
     expect(code == 0, f"view the real slide: {err}")
+    summary = json.loads(out)["slides"][0]
+    expect(summary["passthrough"] >= 90, f"real slide: {summary}")
     ref_slide = openslide.OpenSlide(REAL_SVS)
     sw, sh = ref_slide.dimensions
     with Browser(W, H) as b:
@@ -438,6 +442,30 @@ def check_real_slide():
         expect(diff < 8, f"real slide, level 0: mean |diff| {diff:.2f}")
 
 
+def check_passthrough():
+    """A level's own JPEG tiles are the pyramid's where a DeepZoom tile is exactly one: the
+    same bytes as the TIFF's (made standalone, as tile --passthrough stores them), so the same
+    pixels as OpenSlide's; --passthrough never decodes and encodes every tile."""
+    runs = {}
+    for mode in ("auto", "never"):
+        code, out, err = run([mltool, "view", tmp(PLAIN + ".tif"), "-o", tmp("pt-" + mode),
+                              "--passthrough", mode, "--json"])
+        expect(code == 0, f"--passthrough {mode}: {err}")
+        runs[mode] = json.loads(out)["slides"][0]
+    auto, never = runs["auto"], runs["never"]
+    expect(never["passthrough"] == 0 and auto["passthrough"] > 20
+           and auto["pyramid_tiles"] == never["pyramid_tiles"], f"{auto} {never}")
+    ref = slide_of(PLAIN)
+    top = auto["levels"] - 1
+    for name in ("1_1.jpeg", "2_2.jpeg"):
+        c, r = (int(v) for v in name[:-5].split("_"))
+        seen = np.asarray(Image.open(tmp("pt-auto", PLAIN + "_files", str(top), name))
+                          .convert("RGB")).astype(np.int32)
+        want = np.asarray(ref.read_region((c * 256, r * 256), 0, (256, 256)).convert("RGB"))
+        diff = np.abs(seen - want.astype(np.int32)).max()
+        expect(diff <= 2, f"passed-through tile {name}: largest |diff| {diff}")
+
+
 def check_bad_predictions_refused():
     write_predictions(tmp("badpred"), bad=True)
     code, _, err = run([mltool, "view", tmp("badpred"), "-o", tmp("badsite")])
@@ -453,5 +481,5 @@ if __name__ == "__main__":
     checks = [check_site_files, check_first_view_and_level0, check_hover_shows_tile,
               check_index_links_open, check_resume_keeps_pyramids, check_refusals,
               check_predictions_heatmap, check_bad_predictions_refused, check_roi_overlay,
-              check_store_roi_and_artifacts, check_real_slide]
+              check_store_roi_and_artifacts, check_passthrough, check_real_slide]
     sys.exit(run_checks("mltool view", checks, only, fixtures=make_fixtures))

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mltool/io/dicomweb.hpp"
+#include "mltool/slide/tiler.hpp"
 #include "mltool/util/options.hpp"
 
 namespace mltool::slide {
@@ -28,6 +29,9 @@ struct ViewJob {
   int tile_size = 256;
   int quality = 85;  ///< JPEG quality of the pyramid's tiles
   bool overwrite = false;
+  /// Store a slide level's own JPEG tiles as the pyramid's where a DeepZoom tile is exactly
+  /// one of them (as tile --passthrough), or decode and encode every tile.
+  Passthrough passthrough = Passthrough::automatic;
   int threads = 0;  ///< 0: one per allowed core
   /// µm per level-0 pixel of every slide given directly, instead of their metadata.
   std::optional<double> slide_mpp;
@@ -49,12 +53,14 @@ struct ViewedSlide {
   std::string store;   ///< the tile store it came from, or ""
   std::int64_t width = 0, height = 0;
   std::optional<double> mpp;
-  std::string predictions;  ///< the predict output directory it came from, or ""
-  std::string call;         ///< its prediction's call ("" without one)
-  std::string probability;  ///< the call's probability or share of tiles
-  std::int64_t tiles = 0;   ///< kept tiles drawn on the grid (0 for a slide given directly)
-  int levels = 0;           ///< DeepZoom levels
-  bool reused = false;      ///< its pyramid was already complete (a resumed run)
+  std::string predictions;         ///< the predict output directory it came from, or ""
+  std::string call;                ///< its prediction's call ("" without one)
+  std::string probability;         ///< the call's probability or share of tiles
+  std::int64_t tiles = 0;          ///< kept tiles drawn on the grid (0 for a slide given directly)
+  int levels = 0;                  ///< DeepZoom levels
+  std::int64_t pyramid_tiles = 0;  ///< DeepZoom tiles written (0 when the pyramid was kept)
+  std::int64_t passed = 0;         ///< of them, the slide's own JPEG tiles passed through
+  bool reused = false;             ///< its pyramid was already complete (a resumed run)
   double seconds = 0;
 };
 

@@ -134,8 +134,13 @@ std::vector<SlideSource> predicted_sources(const std::string& dir) {
   for (auto& s : out) {
     s.predictions = dir;
     const auto it = predicted.slides.find(s.id);
-    if (it != predicted.slides.end()) s.predicted = std::move(it->second);
+    if (it == predicted.slides.end()) continue;
+    s.predicted = std::move(it->second);
+    predicted.slides.erase(it);
   }
+  for (const auto& [id, unused] : predicted.slides)
+    log::warn(dir + ": slide '" + id + "' is not a complete slide of " + predicted.store +
+              ": its predictions are not shown");
   return out;
 }
 

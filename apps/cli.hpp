@@ -48,9 +48,10 @@ struct CommandSlot {
 inline constexpr CommandSlot kCommandList[] = {
     {"info", CommandHome::program},         {"tile", CommandHome::program},
     {"extract", CommandHome::torch_module}, {"train", CommandHome::torch_module},
-    {"predict", CommandHome::torch_module}, {"pack", CommandHome::program},
-    {"inspect", CommandHome::program},      {"index", CommandHome::program},
-    {"import", CommandHome::program},       {"export", CommandHome::program},
+    {"predict", CommandHome::torch_module}, {"view", CommandHome::program},
+    {"pack", CommandHome::program},         {"inspect", CommandHome::program},
+    {"index", CommandHome::program},        {"import", CommandHome::program},
+    {"export", CommandHome::program},
 };
 
 /// Whether `name` is a command kCommandList places in the program (it needs no LibTorch).

@@ -19,6 +19,7 @@ Command export_command();
 #ifdef MLTOOL_HAVE_SLIDE
 Command info_command();
 Command tile_command();
+Command view_command();
 #endif
 
 namespace {
@@ -46,7 +47,7 @@ void check_listed(const std::vector<Command>& table, CommandHome home) {
 std::vector<Command> program_commands() {
   return {
 #ifdef MLTOOL_HAVE_SLIDE
-      info_command(), tile_command(),
+      info_command(), tile_command(),    view_command(),
 #endif
       pack_command(), inspect_command(), index_command(), import_command(), export_command(),
   };

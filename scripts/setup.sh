@@ -42,6 +42,7 @@ packages=(
   librsvg2-2  # libvips' svgload, which renders the charts' SVG to PNG (a libvips42 dependency today)
   libcurl4-openssl-dev  # slides over DICOMweb (HTTP, TLS with the system CA store)
   libgeos-dev  # GEOS (C API): tile --roi's QuPath regions, their union and the tile shares
+  libjs-leaflet  # the viewer library mltool view copies into each site (CRS.Simple deep zoom)
 )
 # What only the tests, the benchmarks and the format check use: not for the example.
 (( for_example )) || packages+=(

@@ -16,7 +16,7 @@ from cli_common import expect, run
 mltool, docs, schemas = sys.argv[1:4]
 PAGES = {"info": "info.md", "tile": "tile.md", "extract": "extract.md", "pack": "pack.md", "inspect": "inspect.md",
          "train": "train.md", "predict": "predict.md", "index": "dali-index.md", "export h5": "export.md",
-         "import h5": "import.md", "export geojson": "export.md"}
+         "import h5": "import.md", "export geojson": "export.md", "view": "view.md"}
 SHARED = {"--threads", "--json", "--verbose", "--quiet", "-v", "-q", "--log-format"}  # docs/cli.md
 
 

@@ -67,8 +67,8 @@ class Tracer {
  private:
   std::size_t index(int x, int y) const { return static_cast<std::size_t>(y) * width_ + x; }
 
-  Ring walk(GridPoint start, Step first) {
-    Ring out;
+  GridRing walk(GridPoint start, Step first) {
+    GridRing out;
     GridPoint v = start;
     Step d = first;
     do {
@@ -91,9 +91,9 @@ class Tracer {
 };
 
 // Splits a closed walk at every corner it passes twice into simple rings.
-std::vector<Ring> split_at_touches(const Ring& walk) {
-  std::vector<Ring> rings;
-  Ring open;
+std::vector<GridRing> split_at_touches(const GridRing& walk) {
+  std::vector<GridRing> rings;
+  GridRing open;
   std::unordered_map<std::uint64_t, std::size_t> position;
   auto key = [](GridPoint p) {
     return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(p.x)) << 32) |
@@ -116,8 +116,8 @@ std::vector<Ring> split_at_touches(const Ring& walk) {
 }
 
 // The ring without the points where it goes straight on.
-Ring drop_collinear(const Ring& ring) {
-  Ring out;
+GridRing drop_collinear(const GridRing& ring) {
+  GridRing out;
   const std::size_t n = ring.size();
   for (std::size_t i = 0; i < n; ++i) {
     const GridPoint& a = ring[(i + n - 1) % n];
@@ -132,7 +132,7 @@ Ring drop_collinear(const Ring& ring) {
 
 // The centre of the background pixel inside hole `walk` beside its first edge, doubled (so
 // both coordinates are odd: never on a ring's edge or corner).
-GridPoint inside_hole_doubled(const Ring& walk) {
+GridPoint inside_hole_doubled(const GridRing& walk) {
   const GridPoint a = walk[0];
   const GridPoint b = walk[1];
   const Step d{b.x - a.x, b.y - a.y};
@@ -143,7 +143,7 @@ GridPoint inside_hole_doubled(const Ring& walk) {
 }
 
 // Whether the doubled point `p` (odd coordinates) is inside `ring` (even-odd rule).
-bool contains_doubled(const Ring& ring, GridPoint p) {
+bool contains_doubled(const GridRing& ring, GridPoint p) {
   bool inside = false;
   for (std::size_t i = 0, n = ring.size(); i < n; ++i) {
     const GridPoint& a = ring[i];
@@ -158,7 +158,7 @@ struct Box {
   int x1 = std::numeric_limits<int>::min(), y1 = x1;
 };
 
-Box box_of(const Ring& ring) {
+Box box_of(const GridRing& ring) {
   Box b;
   for (const auto& p : ring) {
     b.x0 = std::min(b.x0, p.x), b.y0 = std::min(b.y0, p.y);
@@ -169,7 +169,7 @@ Box box_of(const Ring& ring) {
 
 }  // namespace
 
-std::int64_t twice_signed_area(const Ring& ring) {
+std::int64_t twice_signed_area(const GridRing& ring) {
   std::int64_t sum = 0;
   for (std::size_t i = 0, n = ring.size(); i < n; ++i) {
     const GridPoint& a = ring[i];
@@ -184,13 +184,13 @@ std::vector<Polygon> trace_polygons(const std::uint8_t* mask, int width, int hei
   std::vector<std::int64_t> areas;
   std::vector<Box> boxes;
   struct Hole {
-    Ring ring;
+    GridRing ring;
     GridPoint inside;
   };
   std::vector<Hole> holes;
   Tracer tracer(mask, width, height);
-  tracer.walks([&](const Ring& walk) {
-    for (Ring& ring : split_at_touches(walk)) {
+  tracer.walks([&](const GridRing& walk) {
+    for (GridRing& ring : split_at_touches(walk)) {
       const std::int64_t area = twice_signed_area(ring);
       if (area < 0) {
         const GridPoint inside = inside_hole_doubled(ring);

@@ -38,7 +38,7 @@ json classification(const std::string& name, const std::array<int, 3>& colour) {
 }
 
 // A closed GeoJSON ring (first point repeated) of mask corners scaled to level 0.
-json ring_json(const Ring& ring, double sx, double sy) {
+json ring_json(const GridRing& ring, double sx, double sy) {
   json out = json::array();
   for (const auto& p : ring) out.push_back({coordinate(p.x * sx), coordinate(p.y * sy)});
   out.push_back(out.front());

@@ -3,7 +3,7 @@
 // QuPath's GeoJSON, read with tile --roi's checks and bounds (slide/roi.hpp).
 #include <cstdio>
 
-#include "mltool/io/contours.hpp"
+#include "mltool/slide/contours.hpp"
 #include "mltool/slide/roi.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
@@ -13,7 +13,7 @@
 namespace mltool::slide::view {
 namespace {
 
-std::vector<double> flat(const io::Ring& ring, double sx, double sy) {
+std::vector<double> flat(const GridRing& ring, double sx, double sy) {
   std::vector<double> out;
   out.reserve(ring.size() * 2);
   for (const auto& p : ring) {
@@ -48,7 +48,7 @@ std::string hex_colour(const std::uint8_t* c) {
 FlatRings mask_rings(const std::uint8_t* mask, int width, int height, double downsample_x,
                      double downsample_y) {
   FlatRings rings;
-  for (const auto& polygon : io::trace_polygons(mask, width, height)) {
+  for (const auto& polygon : trace_polygons(mask, width, height)) {
     rings.push_back(flat(polygon.exterior, downsample_x, downsample_y));
     for (const auto& hole : polygon.holes) rings.push_back(flat(hole, downsample_x, downsample_y));
   }

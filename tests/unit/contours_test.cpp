@@ -12,8 +12,8 @@
 #include <vector>
 
 using mltool::slide::GridPoint;
+using mltool::slide::GridRing;
 using mltool::slide::Polygon;
-using mltool::slide::Ring;
 using mltool::slide::trace_polygons;
 using mltool::slide::twice_signed_area;
 
@@ -32,7 +32,7 @@ struct Picture {
 };
 
 // Even-odd test of the point (x + 0.5, y + 0.5) against `ring`.
-bool contains_centre(const Ring& ring, int x, int y) {
+bool contains_centre(const GridRing& ring, int x, int y) {
   bool inside = false;
   for (std::size_t i = 0, n = ring.size(); i < n; ++i) {
     const GridPoint& a = ring[i];
@@ -54,7 +54,7 @@ bool covers(const Polygon& p, int x, int y) {
 // should be (one for foreground, none for background); the areas add up.
 void expect_exact(const Picture& pic, const std::vector<Polygon>& polygons) {
   std::int64_t area2 = 0;
-  auto check_ring = [&](const Ring& ring, bool exterior) {
+  auto check_ring = [&](const GridRing& ring, bool exterior) {
     ASSERT_GE(ring.size(), 4u);
     std::set<std::pair<int, int>> seen;
     for (std::size_t i = 0, n = ring.size(); i < n; ++i) {
@@ -95,13 +95,13 @@ TEST(Contours, EmptyMaskHasNoPolygons) {
 TEST(Contours, OnePixelAndARectangleAreFourCorners) {
   auto one = Picture({"...", ".#.", "..."}).polygons();
   ASSERT_EQ(one.size(), 1u);
-  EXPECT_EQ(one[0].exterior, (Ring{{1, 1}, {2, 1}, {2, 2}, {1, 2}}));
+  EXPECT_EQ(one[0].exterior, (GridRing{{1, 1}, {2, 1}, {2, 2}, {1, 2}}));
   EXPECT_TRUE(one[0].holes.empty());
 
   const Picture rect({"###", "###"});
   auto all = rect.polygons();
   ASSERT_EQ(all.size(), 1u);
-  EXPECT_EQ(all[0].exterior, (Ring{{0, 0}, {3, 0}, {3, 2}, {0, 2}}));  // the mask's own border
+  EXPECT_EQ(all[0].exterior, (GridRing{{0, 0}, {3, 0}, {3, 2}, {0, 2}}));  // the mask's own border
   expect_exact(rect, all);
 }
 

@@ -24,16 +24,16 @@ struct GridPoint {
 };
 
 /// A closed ring, listed without repeating its first point at the end.
-using Ring = std::vector<GridPoint>;
+using GridRing = std::vector<GridPoint>;
 
 /// One polygon: its exterior ring and the holes inside it.
 struct Polygon {
-  Ring exterior;
-  std::vector<Ring> holes;
+  GridRing exterior;
+  std::vector<GridRing> holes;
 };
 
 /// Twice the signed area of `ring` (the shoelace sum), exact.
-std::int64_t twice_signed_area(const Ring& ring);
+std::int64_t twice_signed_area(const GridRing& ring);
 
 /// The polygons of `mask` (width × height bytes, row-major, nonzero = foreground), in the
 /// raster order of their exterior rings' top-left edges. Memory: the rings, plus one bit

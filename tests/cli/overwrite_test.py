@@ -45,7 +45,7 @@ def mltool_ok(*args):
 
 def fixtures():
     """A valid output of every command in clean/: tiles.lmdb, feat/, ds/, run/, pred/, h5/,
-    imp/, gj/."""
+    imp/, gj/, site/."""
     os.makedirs(tmp("slides"))
     os.makedirs(tmp("clean"))
     make_slides.generate([["generic_tiff", [p, 1024, 768, 0.25, [(0, 0, 1024 - 256 * i, 768)]]]
@@ -70,6 +70,7 @@ def fixtures():
     mltool_ok("export", "h5", C("feat"), "-o", C("h5"))
     mltool_ok("import", "h5", C("h5"), "-o", C("imp"))
     mltool_ok("export", "geojson", C("tiles.lmdb"), "-o", C("gj"))
+    mltool_ok("view", C("tiles.lmdb"), "-o", C("site"))
     return f"{len(keys)} tiles"
 
 
@@ -123,6 +124,11 @@ def cases():
         ]),
         "export geojson": ("gj", [
             ("a mistyped tile store", [tmp("nope-geo.lmdb")], "nope-geo.lmdb"),
+        ]),
+        "view": ("site", [
+            ("a mistyped tile store", [tmp("nope-view.lmdb")], "nope-view.lmdb"),
+            ("a mistyped --roi", [C("tiles.lmdb"), "--roi", tmp("nope-roi.geojson")],
+             "nope-roi.geojson"),
         ]),
     }
 

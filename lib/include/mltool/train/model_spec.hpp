@@ -23,7 +23,8 @@
 namespace mltool::train {
 
 struct ModelSpec {
-  std::string family;  ///< mlp, abmil, rescnn (lib/train/models/: one file each)
+  std::string
+      family;  ///< mlp, abmil, rescnn, clam_sb, clam_mb, dsmil, transmil (lib/train/models/)
   std::string name;
   std::optional<std::int64_t> input_dims;
   std::optional<std::int64_t> classes;
@@ -35,7 +36,8 @@ struct ModelSpec {
   nlohmann::json settings;
   nlohmann::json document;  ///< the spec with every default filled in (what run.json records)
 
-  /// The dataset unit the family trains on: tile (mlp), bag (abmil), image (rescnn).
+  /// The dataset unit the family trains on: tile (mlp), bag (abmil, clam_sb, clam_mb, dsmil,
+  /// transmil), image (rescnn).
   records::PackUnit unit() const;
   /// Why the family does not train datasets of `task` (clam and dsmil: classification only),
   /// with what to use instead; "" when it does.

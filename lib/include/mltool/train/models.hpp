@@ -14,6 +14,8 @@
 //           branch; bag classifier; per-class instance classifiers on the top/bottom k)
 //   clam_mb the same with one attention branch and one bag classifier per class
 //   dsmil   dsmil (instance classifier, critical-instance attention, Conv1d bag classifier)
+//   transmil fc1, cls (class token), layer1, ppeg, layer2 (Nyström-attention layers and the
+//           position convolutions, each bag on its own tokens), norm, head
 // clam and dsmil end in their own classifier (no head) and add their own loss terms to the
 // task's (BlockModel::objective).
 #pragma once

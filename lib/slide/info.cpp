@@ -16,29 +16,26 @@
 namespace mltool::slide {
 
 const util::Options<InfoJob>& info_options() {
-  static const util::Options<InfoJob> table = {
-      util::option("--regions", &InfoJob::regions,
-                   "Tissue regions of the finest level the µm/px estimate reads (768 px each)")
-          .at_least(1)
-          .at_most(64),
-      util::custom<InfoJob>(
-          "--tissue", "otsu|MODEL.pt",
-          "The tissue share from Otsu's threshold on a thumbnail, or from a TorchScript "
-          "segmenter (docs/tile.md)",
-          [](InfoJob& j, const std::string& text) {
-            if (text != "otsu") check_segmenter_file(text, "otsu");
-            j.tissue_model = text == "otsu" ? "" : text;
-          },
-          [](const InfoJob& j) {
-            return nlohmann::json(j.tissue_model.empty() ? "otsu" : j.tissue_model);
-          }),
-      util::device_option(&InfoJob::device),
-      io::dicomweb_connections_option(&InfoJob::dicomweb),
-      io::dicomweb_token_file_option(&InfoJob::dicomweb),
-      io::dicomweb_insecure_option(&InfoJob::dicomweb),
-      io::dicomweb_timeout_option(&InfoJob::dicomweb),
-      io::dicomweb_origin_option(&InfoJob::dicomweb),
-  };
+  static const util::Options<InfoJob> table = util::joined<InfoJob>(
+      {{
+           util::option("--regions", &InfoJob::regions,
+                        "Tissue regions of the finest level the µm/px estimate reads (768 px each)")
+               .at_least(1)
+               .at_most(64),
+           util::custom<InfoJob>(
+               "--tissue", "otsu|MODEL.pt",
+               "The tissue share from Otsu's threshold on a thumbnail, or from a TorchScript "
+               "segmenter (docs/tile.md)",
+               [](InfoJob& j, const std::string& text) {
+                 if (text != "otsu") check_segmenter_file(text, "otsu");
+                 j.tissue_model = text == "otsu" ? "" : text;
+               },
+               [](const InfoJob& j) {
+                 return nlohmann::json(j.tissue_model.empty() ? "otsu" : j.tissue_model);
+               }),
+           util::device_option(&InfoJob::device),
+       },
+       io::dicomweb_options(&InfoJob::dicomweb)});
   return table;
 }
 

@@ -173,55 +173,59 @@ std::string encodings_text() {
 
 const util::Options<TileJob>& tile_options() {
   using util::choice_at, util::option_at;
-  static const util::Options<TileJob> table = {
-      option_at<J>(
-          "--tile-size", [](J& j) -> int& { return j.settings.tile_size; }, "Tile side in pixels"),
-      mpp_option(),
-      level_option(),
-      slide_mpp_option(),
-      slide_mpp_table_option(),
-      mag_option(),
-      util::flag("--mpp-from-power", &J::mpp_from_power,
-                 "A slide without a usable µm/px is read at 10 / the objective power it declares"),
-      util::flag("--mpp-from-content", &J::mpp_from_content,
-                 "A slide without a usable µm/px is read at the µm/px estimated from its tissue "
-                 "(the size of its nuclei), unless the estimate is uncertain"),
-      util::choice("--check-mpp", &J::check_mpp, kCheckMppChoices,
-                   "Where a slide's µm/px metadata disagrees with the µm/px estimated from its "
-                   "tissue: off, warn, or refuse the slide"),
-      option_at<J>(
-          "--overlap", [](J& j) -> int& { return j.settings.overlap; },
-          "Pixels shared by neighbouring tiles"),
-      tissue_option(),
-      choice_at<J>(
-          "--artifacts", [](J& j) -> io::ArtifactFilter& { return j.settings.artifacts; },
-          io::kArtifactFilters,
-          "Pen ink (blue, green, black), black borders and out-of-slide areas: exclude (not "
-          "tissue) or keep (judged by saturation like the rest)"),
-      option_at<J>(
-          "--min-tissue", [](J& j) -> double& { return j.settings.min_tissue; },
-          "Keep tiles with at least this tissue fraction")
-          .at_least(0)
-          .at_most(1),
-      max_artifact_option(),
-      roi_path_option(),  // --roi: regions of interest drawn in QuPath (roi.hpp)
-      roi_class_option(),
-      min_roi_option(),
-      roi_missing_option(),
-      util::option("--qc", &J::qc_dir,
-                   "Write a QC picture per slide and the run's index.html into this directory"),
-      util::option("--qc-size", &J::qc_size, "Long side of the slide in a QC picture, in pixels")
-          .at_least(256)
-          .at_most(8192),
-      util::choice("--reader", &J::reader, kReaderChoices,
-                   "Tile decoder: auto (libvips' TIFF decoder for plain TIFF pyramids, checked "
-                   "against OpenSlide; OpenSlide otherwise) or openslide"),
-      io::dicomweb_connections_option(&J::dicomweb),
-      io::dicomweb_token_file_option(&J::dicomweb),
-      io::dicomweb_insecure_option(&J::dicomweb),
-      io::dicomweb_timeout_option(&J::dicomweb),
-      io::dicomweb_origin_option(&J::dicomweb),
-  };
+  static const util::Options<TileJob> table = util::joined<J>(
+      {{
+           option_at<J>(
+               "--tile-size", [](J& j) -> int& { return j.settings.tile_size; },
+               "Tile side in pixels"),
+           mpp_option(),
+           level_option(),
+           slide_mpp_option(),
+           slide_mpp_table_option(),
+           mag_option(),
+           util::flag(
+               "--mpp-from-power", &J::mpp_from_power,
+               "A slide without a usable µm/px is read at 10 / the objective power it declares"),
+           util::flag(
+               "--mpp-from-content", &J::mpp_from_content,
+               "A slide without a usable µm/px is read at the µm/px estimated from its tissue "
+               "(the size of its nuclei), unless the estimate is uncertain"),
+           util::choice(
+               "--check-mpp", &J::check_mpp, kCheckMppChoices,
+               "Where a slide's µm/px metadata disagrees with the µm/px estimated from its "
+               "tissue: off, warn, or refuse the slide"),
+           option_at<J>(
+               "--overlap", [](J& j) -> int& { return j.settings.overlap; },
+               "Pixels shared by neighbouring tiles"),
+           tissue_option(),
+           choice_at<J>(
+               "--artifacts", [](J& j) -> io::ArtifactFilter& { return j.settings.artifacts; },
+               io::kArtifactFilters,
+               "Pen ink (blue, green, black), black borders and out-of-slide areas: exclude (not "
+               "tissue) or keep (judged by saturation like the rest)"),
+           option_at<J>(
+               "--min-tissue", [](J& j) -> double& { return j.settings.min_tissue; },
+               "Keep tiles with at least this tissue fraction")
+               .at_least(0)
+               .at_most(1),
+           max_artifact_option(),
+           roi_path_option(),  // --roi: regions of interest drawn in QuPath (roi.hpp)
+           roi_class_option(),
+           min_roi_option(),
+           roi_missing_option(),
+           util::option(
+               "--qc", &J::qc_dir,
+               "Write a QC picture per slide and the run's index.html into this directory"),
+           util::option("--qc-size", &J::qc_size,
+                        "Long side of the slide in a QC picture, in pixels")
+               .at_least(256)
+               .at_most(8192),
+           util::choice(
+               "--reader", &J::reader, kReaderChoices,
+               "Tile decoder: auto (libvips' TIFF decoder for plain TIFF pyramids, checked "
+               "against OpenSlide; OpenSlide otherwise) or openslide"),
+       },
+       io::dicomweb_options(&J::dicomweb)});
   return table;
 }
 

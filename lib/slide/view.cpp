@@ -22,46 +22,48 @@ namespace mltool::slide {
 
 const util::Options<ViewJob>& view_options() {
   using J = ViewJob;
-  static const util::Options<ViewJob> table = {
-      util::option("-o,--output", &J::site,
-                   "The site directory (created; a rerun resumes it, skipping finished slides)")
-          .required(),
-      util::option("--tile-size", &J::tile_size, "Side of the pyramid's DeepZoom tiles, pixels")
-          .at_least(64)
-          .at_most(4096),
-      util::option("--quality", &J::quality, "JPEG quality of the pyramid's tiles")
-          .at_least(1)
-          .at_most(100),
-      util::custom<J>(
-          "--slide-mpp", "X",
-          "µm per level-0 pixel of the slides given directly, instead of their metadata",
-          [](J& j, const std::string& text) {
-            j.slide_mpp = util::parse_real(text, "--slide-mpp");
-          },
-          [](const J& j) { return j.slide_mpp ? nlohmann::json(*j.slide_mpp) : nlohmann::json(); })
-          .check(
-              [](const J& j) {
-                return !j.slide_mpp ||
-                       (*j.slide_mpp >= kMinPlausibleMpp && *j.slide_mpp <= kMaxPlausibleMpp);
-              },
-              "between " + util::number_text(kMinPlausibleMpp) + " and " +
-                  util::number_text(kMaxPlausibleMpp) + " µm per pixel"),
-      util::option("--roi", &J::roi,
-                   "QuPath GeoJSON regions to draw: a file (one slide), or a directory of "
-                   "<slide id>.geojson files (as tile --roi); instead of a store's own"),
-      util::option("--leaflet", &J::leaflet,
-                   "Directory of Leaflet's leaflet.js and leaflet.css, copied into the site "
-                   "(Debian's libjs-leaflet)"),
-      util::choice("--passthrough", &J::passthrough, kPassthroughChoices,
-                   "Store the slide's own JPEG tiles as the pyramid's where a DeepZoom tile is "
-                   "exactly one of them (auto), or decode and encode every tile (never)"),
-      util::overwrite_option(&J::overwrite),
-      io::dicomweb_connections_option(&J::dicomweb),
-      io::dicomweb_token_file_option(&J::dicomweb),
-      io::dicomweb_insecure_option(&J::dicomweb),
-      io::dicomweb_timeout_option(&J::dicomweb),
-      io::dicomweb_origin_option(&J::dicomweb),
-  };
+  static const util::Options<ViewJob> table = util::joined<J>(
+      {{
+           util::option(
+               "-o,--output", &J::site,
+               "The site directory (created; a rerun resumes it, skipping finished slides)")
+               .required(),
+           util::option("--tile-size", &J::tile_size,
+                        "Side of the pyramid's DeepZoom tiles, pixels")
+               .at_least(64)
+               .at_most(4096),
+           util::option("--quality", &J::quality, "JPEG quality of the pyramid's tiles")
+               .at_least(1)
+               .at_most(100),
+           util::custom<J>(
+               "--slide-mpp", "X",
+               "µm per level-0 pixel of the slides given directly, instead of their metadata",
+               [](J& j, const std::string& text) {
+                 j.slide_mpp = util::parse_real(text, "--slide-mpp");
+               },
+               [](const J& j) {
+                 return j.slide_mpp ? nlohmann::json(*j.slide_mpp) : nlohmann::json();
+               })
+               .check(
+                   [](const J& j) {
+                     return !j.slide_mpp ||
+                            (*j.slide_mpp >= kMinPlausibleMpp && *j.slide_mpp <= kMaxPlausibleMpp);
+                   },
+                   "between " + util::number_text(kMinPlausibleMpp) + " and " +
+                       util::number_text(kMaxPlausibleMpp) + " µm per pixel"),
+           util::option("--roi", &J::roi,
+                        "QuPath GeoJSON regions to draw: a file (one slide), or a directory of "
+                        "<slide id>.geojson files (as tile --roi); instead of a store's own"),
+           util::option("--leaflet", &J::leaflet,
+                        "Directory of Leaflet's leaflet.js and leaflet.css, copied into the site "
+                        "(Debian's libjs-leaflet)"),
+           util::choice(
+               "--passthrough", &J::passthrough, kPassthroughChoices,
+               "Store the slide's own JPEG tiles as the pyramid's where a DeepZoom tile is "
+               "exactly one of them (auto), or decode and encode every tile (never)"),
+           util::overwrite_option(&J::overwrite),
+       },
+       io::dicomweb_options(&J::dicomweb)});
   return table;
 }
 

@@ -183,70 +183,62 @@ util::Option<TrainJob> augment_option() {
       .absent_means(nlohmann::json::array());
 }
 
-util::Options<TrainJob> joined(util::Options<TrainJob> a, const util::Options<TrainJob>& b,
-                               const util::Options<TrainJob>& c) {
-  a.insert(a.end(), b.begin(), b.end());
-  a.insert(a.end(), c.begin(), c.end());
-  return a;
-}
-
 }  // namespace
 
 const util::Options<TrainJob>& train_options() {
   using J = TrainJob;
   using util::choice, util::flag, util::option;
-  static const util::Options<TrainJob> table = joined(
-      run_options(), task_options(),
-      {
-          option("--seed", &J::seed, "Seed of the weights, the sampler and dropout")
-              .in("options")
-              .fixed_on_resume(),
-          option("--train-split", &J::train_split, "The split to train on"),
-          option("--val-split", &J::val_split, "The split to validate on after every epoch"),
-          choice("--monitor", &J::monitor, kMonitors, "What best.pt and early stopping follow")
-              .in("options"),
-          option("--bootstrap", &J::bootstrap,
-                 "Resamples of the 95% intervals of the final metrics, by patient or slide "
-                 "(0: none)")
-              .at_least(0),
-          option("--patience", &J::patience,
-                 "Stop after this many epochs without improvement (0: never)")
-              .at_least(0)
-              .in("options"),
-          option("--log-every", &J::log_every, "Steps per metrics.jsonl step line")
-              .at_least(1)
-              .in("runtime"),
-          option("--checkpoint-every", &J::checkpoint_every,
-                 "Steps between checkpoints besides epoch ends (0: none)")
-              .at_least(0)
-              .in("runtime"),
-          option("--max-steps", &J::max_steps,
-                 "Stop after this many steps in all, resumably (0: no limit)")
-              .at_least(0)
-              .in("runtime"),
-          option("--tiles", &J::tiles,
-                 "Image datasets: the tile store (default: the one the dataset names)"),
-          io::dicomweb_connections_option(&J::dicomweb),
-          io::dicomweb_token_file_option(&J::dicomweb),
-          io::dicomweb_insecure_option(&J::dicomweb),
-          io::dicomweb_timeout_option(&J::dicomweb),
-          io::dicomweb_origin_option(&J::dicomweb),
-          augment_option(),
-          features::stain_norm_option(&J::stain_norm, &J::stain_reference)
-              .in("options")
-              .absent_means("none"),
-          features::stain_reference_option(&J::stain_reference),
-          flag("--resume", &J::resume,
-               "Continue the run in the output directory from its last checkpoint"),
-          util::overwrite_option(&J::overwrite),
-          option("--dist-timeout", &J::dist_timeout,
-                 "Data parallel: seconds a rank waits for the others before failing")
-              .at_least(1),
-          option("--dist-bucket-mb", &J::bucket_mb,
-                 "Data parallel: MiB of gradients per all-reduce, launched during backward")
-              .positive()
-              .in("runtime"),
-      });
+  static const util::Options<TrainJob> table = util::joined<J>(
+      {run_options(),
+       task_options(),
+       {
+           option("--seed", &J::seed, "Seed of the weights, the sampler and dropout")
+               .in("options")
+               .fixed_on_resume(),
+           option("--train-split", &J::train_split, "The split to train on"),
+           option("--val-split", &J::val_split, "The split to validate on after every epoch"),
+           choice("--monitor", &J::monitor, kMonitors, "What best.pt and early stopping follow")
+               .in("options"),
+           option("--bootstrap", &J::bootstrap,
+                  "Resamples of the 95% intervals of the final metrics, by patient or slide "
+                  "(0: none)")
+               .at_least(0),
+           option("--patience", &J::patience,
+                  "Stop after this many epochs without improvement (0: never)")
+               .at_least(0)
+               .in("options"),
+           option("--log-every", &J::log_every, "Steps per metrics.jsonl step line")
+               .at_least(1)
+               .in("runtime"),
+           option("--checkpoint-every", &J::checkpoint_every,
+                  "Steps between checkpoints besides epoch ends (0: none)")
+               .at_least(0)
+               .in("runtime"),
+           option("--max-steps", &J::max_steps,
+                  "Stop after this many steps in all, resumably (0: no limit)")
+               .at_least(0)
+               .in("runtime"),
+           option("--tiles", &J::tiles,
+                  "Image datasets: the tile store (default: the one the dataset names)"),
+       },
+       io::dicomweb_options(&J::dicomweb),
+       {
+           augment_option(),
+           features::stain_norm_option(&J::stain_norm, &J::stain_reference)
+               .in("options")
+               .absent_means("none"),
+           features::stain_reference_option(&J::stain_reference),
+           flag("--resume", &J::resume,
+                "Continue the run in the output directory from its last checkpoint"),
+           util::overwrite_option(&J::overwrite),
+           option("--dist-timeout", &J::dist_timeout,
+                  "Data parallel: seconds a rank waits for the others before failing")
+               .at_least(1),
+           option("--dist-bucket-mb", &J::bucket_mb,
+                  "Data parallel: MiB of gradients per all-reduce, launched during backward")
+               .positive()
+               .in("runtime"),
+       }});
   return table;
 }
 

@@ -62,4 +62,12 @@ util::Option<J> dicomweb_origin_option(DicomwebOptions J::*web) {
   return o;
 }
 
+/// The five --dicomweb-* options, in the order every command that reads DICOMweb slides lists
+/// them (tile, info, view, train, predict).
+template <class J>
+util::Options<J> dicomweb_options(DicomwebOptions J::*web) {
+  return {dicomweb_connections_option(web), dicomweb_token_file_option(web),
+          dicomweb_insecure_option(web), dicomweb_timeout_option(web), dicomweb_origin_option(web)};
+}
+
 }  // namespace mltool::io

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -148,6 +149,15 @@ struct Option {
 
 template <class Job>
 using Options = std::vector<Option<Job>>;
+
+/// One table of `parts` in order: a job's own options around a group several commands share
+/// (io::dicomweb_options), declared once.
+template <class Job>
+Options<Job> joined(std::initializer_list<Options<Job>> parts) {
+  Options<Job> out;
+  for (const auto& part : parts) out.insert(out.end(), part.begin(), part.end());
+  return out;
+}
 
 namespace detail {
 template <class T>

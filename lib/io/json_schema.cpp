@@ -1,5 +1,6 @@
 #include "mltool/io/json_schema.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -414,11 +415,16 @@ std::vector<SchemaViolation> JsonSchema::violations(const nlohmann::json& doc,
 void JsonSchema::validate(const nlohmann::json& doc, const std::string& path) const {
   const std::vector<SchemaViolation> found = violations(doc);
   if (found.empty()) return;
-  std::string message = at_file(path, display_pointer(found[0].pointer) + ": " + found[0].message);
-  if (found.size() > 1)
-    message += " (and " + std::to_string(found.size() - 1) + " more problem" +
-               (found.size() > 2 ? "s" : "") + ")";
-  throw FormatError(message);
+  // The first few in full: a misspelt field is both a missing one and an unexpected one, and
+  // the second names the typo.
+  constexpr std::size_t kShown = 3;
+  std::string text;
+  for (std::size_t i = 0; i < std::min(kShown, found.size()); ++i)
+    text += (i ? "; " : "") + display_pointer(found[i].pointer) + ": " + found[i].message;
+  if (found.size() > kShown)
+    text += " (and " + std::to_string(found.size() - kShown) + " more problem" +
+            (found.size() > kShown + 1 ? "s" : "") + ")";
+  throw FormatError(at_file(path, text));
 }
 
 }  // namespace mltool::io

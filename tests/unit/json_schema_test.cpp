@@ -58,7 +58,11 @@ TEST(JsonSchema, RequiredAndAdditionalProperties) {
   EXPECT_EQ(error_of(s, R"({"a": "x", "b": true, "c/d": 1})"),
             "doc.json: /c~1d: unexpected field (allowed: a, b)");
   EXPECT_EQ(error_of(s, R"({"c": 1})"),
-            "doc.json: /a: required field is missing (and 2 more problems)");
+            "doc.json: /a: required field is missing; /b: required field is missing; /c: "
+            "unexpected field (allowed: a, b)");
+  EXPECT_EQ(error_of(s, R"({"c": 1, "d": 2, "e": 3})"),
+            "doc.json: /a: required field is missing; /b: required field is missing; /c: "
+            "unexpected field (allowed: a, b) (and 2 more problems)");
   const JsonSchema typed = schema(R"({"additionalProperties": {"type": "integer"}})");
   EXPECT_EQ(error_of(typed, R"({"x": 1, "y": "2"})"), "doc.json: /y: expected integer, got \"2\"");
 }
@@ -84,8 +88,8 @@ TEST(JsonSchema, EnumConstStrings) {
             "doc.json: /format: expected \"mltool.features\", got 1");
   // minLength counts characters, not bytes.
   EXPECT_EQ(error_of(s, R"({"name": "é"})"),
-            "doc.json: /name: expected a string of at least 2 characters, got \"é\" (and 1 more "
-            "problem)");
+            "doc.json: /name: expected a string of at least 2 characters, got \"é\"; /name: "
+            "expected a string matching /^[a-z]+$/, got \"é\"");
   EXPECT_EQ(error_of(s, R"({"name": "aB"})"),
             "doc.json: /name: expected a string matching /^[a-z]+$/, got \"aB\"");
   EXPECT_NE(

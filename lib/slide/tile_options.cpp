@@ -6,6 +6,7 @@
 
 #include "mltool/io/dicomweb_options.hpp"
 #include "mltool/slide/cohort.hpp"
+#include "mltool/slide/slide_mpp_option.hpp"
 #include "mltool/util/common_options.hpp"
 #include "mltool/util/shard.hpp"
 
@@ -53,28 +54,8 @@ util::Option<J> level_option() {
       .check([](const J& j) { return !j.settings.level || *j.settings.level >= 0; }, ">= 0");
 }
 
-// --slide-mpp, --slide-mpp-table and --mag: the slides' µm/px given, and the target as a
+// --slide-mpp-table and --mag: the slides' µm/px given by a table, and the target as a
 // magnification.
-util::Option<J> slide_mpp_option() {
-  return util::custom<J>(
-             "--slide-mpp", "X",
-             "The slides' µm per level-0 pixel, instead of their metadata (for slides without a "
-             "usable one)",
-             [](J& j, const std::string& text) {
-               j.slide_mpp = util::parse_real(text, "--slide-mpp");
-             },
-             [](const J& j) {
-               return j.slide_mpp ? nlohmann::json(*j.slide_mpp) : nlohmann::json();
-             })
-      .check(
-          [](const J& j) {
-            return !j.slide_mpp ||
-                   (*j.slide_mpp >= kMinPlausibleMpp && *j.slide_mpp <= kMaxPlausibleMpp);
-          },
-          "between " + util::number_text(kMinPlausibleMpp) + " and " +
-              util::number_text(kMaxPlausibleMpp) + " µm per pixel");
-}
-
 util::Option<J> slide_mpp_table_option() {
   return util::custom<J>(
       "--slide-mpp-table", "CSV",
@@ -180,7 +161,9 @@ const util::Options<TileJob>& tile_options() {
                "Tile side in pixels"),
            mpp_option(),
            level_option(),
-           slide_mpp_option(),
+           slide_mpp_option(&J::slide_mpp,
+                            "The slides' µm per level-0 pixel, instead of their metadata (for "
+                            "slides without a usable one)"),
            slide_mpp_table_option(),
            mag_option(),
            util::flag(

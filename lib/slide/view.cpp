@@ -11,6 +11,7 @@
 #include "mltool/io/tile_store.hpp"
 #include "mltool/slide/geometry.hpp"
 #include "mltool/slide/roi.hpp"
+#include "mltool/slide/slide_mpp_option.hpp"
 #include "mltool/util/common_options.hpp"
 #include "mltool/util/error.hpp"
 #include "mltool/util/file.hpp"
@@ -35,22 +36,9 @@ const util::Options<ViewJob>& view_options() {
            util::option("--quality", &J::quality, "JPEG quality of the pyramid's tiles")
                .at_least(1)
                .at_most(100),
-           util::custom<J>(
-               "--slide-mpp", "X",
-               "µm per level-0 pixel of the slides given directly, instead of their metadata",
-               [](J& j, const std::string& text) {
-                 j.slide_mpp = util::parse_real(text, "--slide-mpp");
-               },
-               [](const J& j) {
-                 return j.slide_mpp ? nlohmann::json(*j.slide_mpp) : nlohmann::json();
-               })
-               .check(
-                   [](const J& j) {
-                     return !j.slide_mpp ||
-                            (*j.slide_mpp >= kMinPlausibleMpp && *j.slide_mpp <= kMaxPlausibleMpp);
-                   },
-                   "between " + util::number_text(kMinPlausibleMpp) + " and " +
-                       util::number_text(kMaxPlausibleMpp) + " µm per pixel"),
+           slide_mpp_option(
+               &J::slide_mpp,
+               "µm per level-0 pixel of the slides given directly, instead of their metadata"),
            util::option("--roi", &J::roi,
                         "QuPath GeoJSON regions to draw: a file (one slide), or a directory of "
                         "<slide id>.geojson files (as tile --roi); instead of a store's own"),

@@ -11,18 +11,11 @@ import base64
 import fcntl
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import time
 
-
-def chromium():
-    for name in ("chromium", "chromium-browser"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
+from report_page import chromium  # the one lookup of the browser
 
 
 class Browser:

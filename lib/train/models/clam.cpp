@@ -188,33 +188,29 @@ torch::Tensor objective(const json& s, const StepLoss& task, const Activation& o
 constexpr const char* kInstead =
     "its instance loss needs a class label; abmil trains bags of every task";
 
+// The two CLAM families differ only in their last block (one attention branch or one a class).
+Family clam_family(const char* name, decltype(Family::head) head) {
+  return Family{name,
+                records::PackUnit::bag,
+                {"attention", "bag_weight", "dropout", "gated", "hidden", "instance_loss",
+                 "k_sample", "subtyping"},
+                &settings,
+                &build,
+                head,
+                &objective,
+                {records::PackTask::classification},
+                kInstead};
+}
+
 }  // namespace
 
 const Family& clam_sb() {
-  static const Family family{"clam_sb",
-                             records::PackUnit::bag,
-                             {"attention", "bag_weight", "dropout", "gated", "hidden",
-                              "instance_loss", "k_sample", "subtyping"},
-                             &settings,
-                             &build,
-                             &single_branch,
-                             &objective,
-                             {records::PackTask::classification},
-                             kInstead};
+  static const Family family = clam_family("clam_sb", &single_branch);
   return family;
 }
 
 const Family& clam_mb() {
-  static const Family family{"clam_mb",
-                             records::PackUnit::bag,
-                             {"attention", "bag_weight", "dropout", "gated", "hidden",
-                              "instance_loss", "k_sample", "subtyping"},
-                             &settings,
-                             &build,
-                             &multi_branch,
-                             &objective,
-                             {records::PackTask::classification},
-                             kInstead};
+  static const Family family = clam_family("clam_mb", &multi_branch);
   return family;
 }
 

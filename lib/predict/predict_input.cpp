@@ -95,8 +95,11 @@ void keep_slides(PredictInput& in, const PredictJob& job) {
   std::size_t kept = 0;
   for (std::size_t s = 0; s < in.slides.size(); ++s) {
     if (!keep[s]) continue;
-    in.slides[kept] = std::move(in.slides[s]);
-    in.rows[kept++] = std::move(in.rows[s]);
+    if (kept != s) {  // a self-move would empty them: the first slide kept is often in place
+      in.slides[kept] = std::move(in.slides[s]);
+      in.rows[kept] = std::move(in.rows[s]);
+    }
+    ++kept;
   }
   in.slides.resize(kept);
   in.rows.resize(kept);

@@ -80,6 +80,11 @@ def check_slides():
     preds = csv_rows(tmp("pred_some", "predictions.csv"))
     want = [k for k in keys if k.split("/")[0] in ("S01", "S03")]
     expect([p["sample"] for p in preds] == want and s["slides"] == 2 and s["tiles"] == 30, f"--slide: {s}")
+    # The store's first slide, kept where it is (it was once emptied by moving it onto itself).
+    s = predict_ok(tmp("run_mlp"), tmp("feat"), "-o", tmp("pred_first"), "--slide", "S02", "--slide", "S00")
+    first = [p["sample"] for p in csv_rows(tmp("pred_first", "predictions.csv"))]
+    want = [k for k in keys if k.split("/")[0] in ("S00", "S02")]
+    expect(first == want and s["slides"] == 2 and s["tiles"] == 30, f"--slide S00: {s}")
     # A slide's batches start at its first tile: the same bits whichever slides are predicted.
     predict_ok(tmp("run_mlp"), tmp("feat"), "-o", tmp("pred_every"))
     every = {p["sample"]: p for p in csv_rows(tmp("pred_every", "predictions.csv"))}

@@ -27,7 +27,8 @@ Command predict_command() {
                         (r.groups ? " in " + std::to_string(r.groups) + " groups" : "") + " (" +
                         std::to_string(r.resumed) + " resumed) on " + r.device + " (" + r.weights +
                         " weights), " + std::to_string(r.heatmaps) + " heatmaps, " +
-                        format_fixed(r.seconds, 2) + " s");
+                        format_fixed(r.seconds, 2) + " s" +
+                        (r.view.empty() ? "" : "; the slides in a browser: " + r.view));
               if (common.json) std::cout << predict::to_json(r).dump(2) << "\n";
               return exit_code::ok;
             };

@@ -5,12 +5,18 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <map>
+#include <memory>
+#include <set>
 #include <unordered_map>
 
 #include "mltool/io/sha256.hpp"
 #include "mltool/io/table.hpp"
 #include "mltool/io/tile_store.hpp"
 #include "mltool/report/pages.hpp"
+#ifdef MLTOOL_HAVE_SLIDE
+#include "mltool/slide/view.hpp"
+#endif
 #include "mltool/train/safetensors.hpp"
 #include "mltool/train/trained_run.hpp"
 #include "mltool/util/device.hpp"
@@ -65,7 +71,7 @@ class ScoreJournal {
       throw UsageError(job.output + ": holds a prediction with other settings (" + path +
                        "); predict into another directory, or replace it with --overwrite");
     if (other || job.overwrite)
-      for (const char* name : {kJournalDir, "heatmaps", "predictions.csv", "attention.csv"})
+      for (const char* name : {kJournalDir, "heatmaps", "view", "predictions.csv", "attention.csv"})
         util::remove_tree(util::join_path(job.output, name));
     util::make_directories(dir_);
     util::remove_stale_partials(dir_);
@@ -298,6 +304,52 @@ bool predict_slide(const PredictJob& job, const PredictInput& in, std::size_t s,
   return resumed;
 }
 
+// --view's site, OUTPUT/view/, and its index: the viewer's defaults, predict's threads and
+// DICOMweb options.
+std::string view_site(const PredictJob& job) { return util::join_path(job.output, "view"); }
+
+#ifdef MLTOOL_HAVE_SLIDE
+slide::ViewJob view_job(const PredictJob& job) {
+  slide::ViewJob v;
+  v.site = view_site(job);
+  v.threads = job.threads;
+  v.dicomweb = job.dicomweb;
+  return v;
+}
+
+// --view needs the tiles' store and Leaflet: refused before the slides are predicted.
+void check_view(const PredictJob& job, const PredictInput& in) {
+  if (!job.view) return;
+  if (!in.tiles)
+    throw UsageError(
+        "--view: the prediction has no tile store to show (the features name none "
+        "that is there): give it with --tiles STORE");
+  slide::check_leaflet(view_job(job));
+}
+
+// What report.html links each slide to: its page of OUTPUT/view/ (relative to the output)
+// where the site has one, written first with --view.
+std::map<std::string, std::string> viewer_pages(const PredictJob& job, const io::Table& table) {
+  if (job.view) slide::write_site({job.output}, view_job(job));
+  std::map<std::string, std::string> pages;
+  std::set<std::string> seen;
+  const auto slide = table.column("slide");
+  for (const auto& row : table.rows) {
+    if (!seen.insert(row[slide]).second) continue;
+    const auto page = slide::site_page(row[slide]);
+    if (util::exists(util::join_path(view_site(job), page))) pages[row[slide]] = "view/" + page;
+  }
+  return pages;
+}
+#else
+void check_view(const PredictJob& job, const PredictInput&) {
+  if (job.view)
+    throw UsageError("--view: this mltool was built without slides (MLTOOL_WITH_SLIDE)");
+}
+
+std::map<std::string, std::string> viewer_pages(const PredictJob&, const io::Table&) { return {}; }
+#endif
+
 }  // namespace
 
 json to_json(const PredictReport& r) {
@@ -311,24 +363,27 @@ json to_json(const PredictReport& r) {
           {"groups", r.groups},
           {"resumed", r.resumed},
           {"heatmaps", r.heatmaps},
+          {"view", r.view.empty() ? json() : json(r.view)},
           {"split_batches", r.split_batches},
           {"memory", {{"device_peak_bytes", r.device_peak_bytes}}},
           {"seconds", r.seconds}};
 }
 
-PredictReport predict(const PredictJob& job) {
-  const auto start = Clock::now();
-  util::count_cpu_memory();
-  const TrainedRun run = TrainedRun::open(job.run);
-  const Task* task = &run.task();
+namespace {
+
+// Predicts the slides (each journaled, its heatmaps written) and returns their scores, holding
+// the output's lock in `lock` from when the input is checked; the input, and with it the tile
+// store that --view opens again, is closed on return.
+Collected predict_slides(const PredictJob& job, const TrainedRun& run,
+                         std::unique_ptr<util::OutputLock>& lock, PredictReport& r) {
   const auto labels = run.labels();
-  if (!labels.empty()) label_index(job, labels);  // a bad --label stops before anything is written
   const PredictInput in = open_predict_input(run, job);
+  check_view(job, in);
   const torch::Device device = util::resolve_devices(job.device).front();
   const int threads = device.is_cpu() ? math_threads(job) : 0;
   const Predictor predictor(run, job, device);
   util::make_directories(util::parent_directory(util::absolute_path(job.output)));
-  const util::OutputLock lock(job.output, "mltool predict");
+  lock = std::make_unique<util::OutputLock>(job.output, "mltool predict");
   util::make_directories(job.output);
   const ScoreJournal journal(job, fingerprint(job, run, in, device, threads, predictor));
   const Heatmaps h{in.tiles, util::join_path(job.output, "heatmaps")};
@@ -337,11 +392,10 @@ PredictReport predict(const PredictJob& job) {
     log::warn(job.run +
               "/model.script.pt: the TorchScript bag module has no attention(bag) "
               "method, so its tiles have no scores: no heatmaps");
-  PredictReport r;
   Collected c;
   util::reset_peak_memory(device);
   for (std::size_t s = 0; s < in.slides.size(); ++s) {
-    r.resumed += predict_slide(job, in, s, predictor, journal, h, labels, *task, c, r);
+    r.resumed += predict_slide(job, in, s, predictor, journal, h, labels, run.task(), c, r);
     r.tiles += static_cast<std::int64_t>(in.rows[s].size());
     if (s + 1 < in.slides.size())  // SIGTERM: the slides done are journaled
       util::stop_if_requested(std::to_string(s + 1) + " of " + std::to_string(in.slides.size()) +
@@ -349,21 +403,42 @@ PredictReport predict(const PredictJob& job) {
   }
   predictor.finish_profile();
   r.device_peak_bytes = util::peak_memory(device);
-  if (!c.attention.empty())
-    write_attention(util::join_path(job.output, "attention.csv"), c.keys, c.attention);
-  const auto outputs = c.logits.empty() ? torch::zeros({0, task->outputs()}) : torch::cat(c.logits);
-  write_predictions(util::join_path(job.output, "predictions.csv"), c.samples, c.slides, outputs,
-                    *task);
-  const io::Table table = io::read_table(util::join_path(job.output, "predictions.csv"));
-  report::write_predict_report(job.output, job.run, run.manifest(), table,
-                               run.known_label_metrics(table));
-  r.output = job.output;
-  r.unit = records::to_string(run.unit());
   r.device = device.str();
-  r.weights = util::name_of(kWeights, job.weights);
-  r.samples = static_cast<std::int64_t>(c.samples.size());
   r.slides = static_cast<std::int64_t>(in.grouped ? in.grouped_slides : in.slides.size());
   r.groups = in.grouped ? static_cast<std::int64_t>(in.slides.size()) : 0;
+  return c;
+}
+
+// attention.csv, predictions.csv, --view's site, then report.html (drawn from them).
+void publish(const PredictJob& job, const TrainedRun& run, const Collected& c) {
+  if (!c.attention.empty())
+    write_attention(util::join_path(job.output, "attention.csv"), c.keys, c.attention);
+  const Task& task = run.task();
+  const auto outputs = c.logits.empty() ? torch::zeros({0, task.outputs()}) : torch::cat(c.logits);
+  write_predictions(util::join_path(job.output, "predictions.csv"), c.samples, c.slides, outputs,
+                    task);
+  const io::Table table = io::read_table(util::join_path(job.output, "predictions.csv"));
+  report::write_predict_report(job.output, job.run, run.manifest(), table,
+                               run.known_label_metrics(table), viewer_pages(job, table));
+}
+
+}  // namespace
+
+PredictReport predict(const PredictJob& job) {
+  const auto start = Clock::now();
+  util::count_cpu_memory();
+  const TrainedRun run = TrainedRun::open(job.run);
+  const auto labels = run.labels();
+  if (!labels.empty()) label_index(job, labels);  // a bad --label stops before anything is written
+  PredictReport r;
+  std::unique_ptr<util::OutputLock> lock;
+  const Collected c = predict_slides(job, run, lock, r);
+  publish(job, run, c);
+  r.output = job.output;
+  r.unit = records::to_string(run.unit());
+  r.weights = util::name_of(kWeights, job.weights);
+  r.samples = static_cast<std::int64_t>(c.samples.size());
+  if (job.view) r.view = util::join_path(view_site(job), "index.html");
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return r;
 }

@@ -43,6 +43,9 @@ const util::Options<PredictJob>& predict_options() {
                   "The class whose probability the PNG heatmaps show (default: the last label)"),
            option("--heatmap-size", &J::heatmap_size, "The PNG heatmaps' long side in pixels")
                .at_least(64),
+           flag("--view", &J::view,
+                "Also write the predicted slides' offline viewer (mltool view) into "
+                "OUTPUT/view/, linked from report.html"),
            util::group_table_option(&J::group_table),
            util::group_column_option(&J::group_column),
            util::overwrite_option(&J::overwrite),

@@ -180,8 +180,10 @@ std::string slide_cell(const std::map<std::string, std::int64_t>& calls, double 
 }
 
 // Per slide of predictions.csv: its samples, and per score column (score_columns) the majority
-// call with its share (classification: a non-numeric prediction column) or the mean.
-std::string slide_rows(const std::string& dir, const io::Table& t) {
+// call with its share (classification: a non-numeric prediction column) or the mean; its id
+// links to its page in `viewer` where it has one.
+std::string slide_rows(const std::string& dir, const io::Table& t,
+                       const std::map<std::string, std::string>& viewer) {
   const std::size_t slide = t.column("slide");
   const auto scores = score_columns(t);
   std::vector<std::string> order;
@@ -209,7 +211,11 @@ std::string slide_rows(const std::string& dir, const io::Table& t) {
   head.push_back("heatmap");
   std::string out = "<table class=\"slides\">\n" + row(head, true);
   for (const auto& id : order) {
-    std::vector<std::string> cells{html_text(id), std::to_string(samples[id])};
+    const auto page = viewer.find(id);
+    std::vector<std::string> cells{
+        page == viewer.end() ? html_text(id)
+                             : "<a href=\"" + href(page->second) + "\">" + html_text(id) + "</a>",
+        std::to_string(samples[id])};
     for (std::size_t k = 0; k < scores.size(); ++k)
       cells.push_back(slide_cell(calls[id][k], sums[id][k], samples[id], numeric[k]));
     const std::string png = "heatmaps/" + id + ".png";
@@ -417,13 +423,19 @@ std::vector<std::string> metric_order(const json& metrics, const json& task) {
 // The page names the run, not the output directory: a prediction resumed into another
 // directory publishes the same bytes as one uninterrupted run (predict_test's resume check).
 void write_predict_report(const std::string& dir, const std::string& run_dir, const json& run,
-                          const io::Table& table, const json& known_metrics) {
+                          const io::Table& table, const json& known_metrics,
+                          const std::map<std::string, std::string>& viewer) {
   std::string body = "<p>The run <a href=\"" +
                      href(util::join_path(util::absolute_path(run_dir), "report.html")) + "\">" +
                      html_text(util::absolute_path(run_dir)) + "</a> applied to " +
                      std::to_string(table.rows.size()) + " samples.</p>\n";
   body += "<h2>Task</h2>\n<p>" + task_text(run.value("task", json::object())) + ".</p>\n";
-  body += "<h2>Per slide</h2>\n" + slide_rows(dir, table);
+  body += "<h2>Per slide</h2>\n";
+  if (!viewer.empty())
+    body +=
+        "<p>A slide's id opens it in the viewer, at every level with its heatmaps (<a "
+        "href=\"view/index.html\">all slides</a>).</p>\n";
+  body += slide_rows(dir, table, viewer);
   const std::string metrics = known_label_metrics(known_metrics, run);
   body += !metrics.empty() ? metrics
                            : "<p>No metrics: the run's labels table does not name every sample's "
@@ -431,7 +443,9 @@ void write_predict_report(const std::string& dir, const std::string& run_dir, co
                              "validation metrics.</p>\n";
   body += "<h2>Files</h2>\n<ul>\n" + link(dir, "predictions.csv", "one row per sample") +
           link(dir, "attention.csv", "each tile's attention in its bag") +
-          link(dir, "heatmaps", "a PNG and a QuPath GeoJSON per slide") + "</ul>\n";
+          link(dir, "heatmaps", "a PNG and a QuPath GeoJSON per slide") +
+          (viewer.empty() ? "" : link(dir, "view/index.html", "the slides' viewer (mltool view)")) +
+          "</ul>\n";
   util::write_file_atomic(util::join_path(dir, "report.html"),
                           page("mltool prediction with run " + base_name(run_dir), body));
 }

@@ -114,23 +114,29 @@ std::vector<SlideSource> store_sources(const std::string& path) {
   return out;
 }
 
-// A predict output directory: its store's slides, each with its predictions where it has any.
+// A predict output directory: the slides of its store it predicted (predict --slide chooses
+// some), each with its predictions.
 std::vector<SlideSource> predicted_sources(const std::string& dir) {
   auto predicted = read_predict_dir(dir);
   if (!io::TileStore::is_store(predicted.store))
     throw InputError(dir + ": the tile store its prediction names, " + predicted.store +
                      ", is not there (moved?): view the store where it is now");
-  auto out = store_sources(predicted.store);
-  for (auto& s : out) {
-    s.predictions = dir;
-    const auto it = predicted.slides.find(s.id);
+  const auto store = io::TileStore::open(predicted.store, false);
+  std::vector<SlideSource> out;
+  for (const auto& id : store.completed_slides()) {
+    const auto it = predicted.slides.find(id);
     if (it == predicted.slides.end()) continue;
-    s.predicted = std::move(it->second);
+    out.push_back(store_slide(store, id));
+    out.back().predictions = dir;
+    out.back().predicted = std::move(it->second);
     predicted.slides.erase(it);
   }
   for (const auto& [id, unused] : predicted.slides)
     log::warn(dir + ": slide '" + id + "' is not a complete slide of " + predicted.store +
               ": its predictions are not shown");
+  if (out.empty())
+    throw InputError(dir + ": none of the slides it predicted is a complete slide of " +
+                     predicted.store);
   return out;
 }
 
@@ -226,7 +232,7 @@ ViewedSlide show_slide(const SlideSource& s, const ViewJob& job) {
   write_slide_page(job, s, v);
   v.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log::info("view: " + s.id + (v.reused ? " (pyramid kept)" : "") + " -> " +
-            util::join_path(job.site, view::page_name(s.id)));
+            util::join_path(job.site, site_page(s.id)));
   return v;
 }
 
@@ -267,10 +273,22 @@ nlohmann::json to_json(const ViewReport& report) {
          {"passthrough", s.passed},
          {"reused", s.reused},
          {"seconds", s.seconds},
-         {"page", util::join_path(report.site, view::page_name(s.id))}});
+         {"page", util::join_path(report.site, site_page(s.id))}});
   return {{"site", report.site},
           {"index", util::join_path(report.site, "index.html")},
           {"slides", std::move(slides)}};
+}
+
+std::string site_page(const std::string& id) {
+  return id == "index" ? "index.slide.html" : id + ".html";
+}
+
+void check_leaflet(const ViewJob& job) {
+  const auto js = util::join_path(job.leaflet, "leaflet.js");
+  if (!util::exists(js))
+    throw ResourceError(js +
+                        ": Leaflet is not there: install Debian's libjs-leaflet "
+                        "(scripts/setup.sh does) or give its directory with --leaflet DIR");
 }
 
 }  // namespace mltool::slide

@@ -90,10 +90,6 @@ struct SlideSource {
   std::optional<SlidePredictions> predicted;
 };
 
-/// The page of slide `id`: <id>.html, but index.slide.html for the id "index" (index.html is
-/// the site's index).
-std::string page_name(const std::string& id);
-
 /// DeepZoom levels of a w × h image: ceil(log2(max(w, h))) + 1.
 int deepzoom_levels(std::int64_t width, std::int64_t height);
 

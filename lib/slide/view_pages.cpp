@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 
 #include "mltool/slide/heatmap.hpp"
@@ -111,7 +112,7 @@ std::string data_script(const SlideSource& source, const ViewedSlide& s, int til
                {"tiles", source.overlays.tiles},
                {"layers", layers_json(source)},
                {"palette", palette()}};
-  return "// mltool view: what " + page_name(s.id) + " draws (generated)\nwindow.MLTOOL_VIEW = " +
+  return "// mltool view: what " + site_page(s.id) + " draws (generated)\nwindow.MLTOOL_VIEW = " +
          data.dump(-1, ' ', false, json::error_handler_t::replace) + ";\n";
 }
 
@@ -123,6 +124,23 @@ std::string source_text(const ViewedSlide& s) {
 std::string call_text(const ViewedSlide& s) {
   if (s.call.empty() && s.probability.empty()) return "—";
   return s.call + (s.call.empty() || s.probability.empty() ? "" : " · ") + s.probability;
+}
+
+// The report.html of the prediction a slide's call comes from, relative to the site where it
+// can be (a site inside its prediction, as predict --view writes, keeps the link when the two
+// are copied together), else absolute.
+std::string report_href(const std::string& site, const std::string& predictions) {
+  namespace fs = std::filesystem;
+  const auto report =
+      (fs::path(util::absolute_path(predictions)) / "report.html").lexically_normal();
+  const auto relative = report.lexically_relative(fs::path(util::absolute_path(site)));
+  return href((relative.empty() ? report : relative).generic_string());
+}
+
+// The index's cell of a slide's call: a link to its prediction's report.
+std::string call_cell(const std::string& site, const ViewedSlide& s) {
+  if (s.predictions.empty()) return html_text(call_text(s));
+  return "<a href=\"" + report_href(site, s.predictions) + "\">" + html_text(call_text(s)) + "</a>";
 }
 
 std::string slide_html(const ViewedSlide& s) {
@@ -151,16 +169,8 @@ void copy_file(const std::string& from, const std::string& to) {
 
 }  // namespace
 
-std::string page_name(const std::string& id) {
-  return id == "index" ? "index.slide.html" : id + ".html";
-}
-
 void write_assets(const ViewJob& job) {
-  const auto js = util::join_path(job.leaflet, "leaflet.js");
-  if (!util::exists(js))
-    throw ResourceError(js +
-                        ": Leaflet is not there: install Debian's libjs-leaflet "
-                        "(scripts/setup.sh does) or give its directory with --leaflet DIR");
+  check_leaflet(job);
   const auto dir = util::join_path(job.site, "leaflet");
   util::make_directories(util::join_path(dir, "images"));
   for (const char* name : kLeafletFiles) {
@@ -176,7 +186,7 @@ void write_slide_page(const ViewJob& job, const SlideSource& source, const Viewe
                           dzi_text(shown, job.tile_size));
   util::write_file_atomic(util::join_path(job.site, shown.id + ".data.js"),
                           data_script(source, shown, job.tile_size));
-  util::write_file_atomic(util::join_path(job.site, page_name(shown.id)), slide_html(shown));
+  util::write_file_atomic(util::join_path(job.site, site_page(shown.id)), slide_html(shown));
 }
 
 void write_index(const ViewJob& job, const std::vector<ViewedSlide>& slides) {
@@ -188,7 +198,7 @@ void write_index(const ViewJob& job, const std::vector<ViewedSlide>& slides) {
     << "<th>µm/px</th><th>Size "
        "(px)</th><th>Source</th><th>Tiles</th><th>Call</th></tr></thead>\n<tbody>\n";
   for (const auto& s : slides) {
-    const auto page = href(page_name(s.id));
+    const auto page = href(site_page(s.id));
     h << "<tr><td><a href=\"" << page << "\"><img class=\"thumb\" alt=\"\" src=\""
       << thumbnail_src(s, job.tile_size) << "\"></a></td>"
       << "<td><a class=\"slide\" href=\"" << page << "\">" << html_text(s.id) << "</a></td>"
@@ -196,7 +206,7 @@ void write_index(const ViewJob& job, const std::vector<ViewedSlide>& slides) {
       << "<td>" << s.width << " × " << s.height << "</td>"
       << "<td>" << html_text(source_text(s)) << "</td><td>"
       << (s.store.empty() ? std::string("—") : std::to_string(s.tiles))
-      << "</td><td class=\"call\">" << html_text(call_text(s)) << "</td></tr>\n";
+      << "</td><td class=\"call\">" << call_cell(job.site, s) << "</td></tr>\n";
   }
   h << "</tbody>\n</table>\n</body>\n</html>\n";
   util::write_file_atomic(util::join_path(job.site, "index.html"), h.str());

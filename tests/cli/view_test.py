@@ -15,7 +15,9 @@
   on: each predicted tile's pixels are the slide's blended half and half with the colour bar's
   colour for its value; every layer is in the menu, hover shows the values, the index shows
   the call; a label that is HTML stays text; a value that is not a number is refused, naming
-  the file and line.
+  the file and line;
+- predict --view writes the site into the prediction, and its report.html links each slide to
+  its page.
 
     view_test.py MLTOOL [--screenshots DIR] [TEST...]
 
@@ -314,6 +316,70 @@ def check_predictions_heatmap():
         expect(not b.eval("document.querySelector('img[src=x]')"), "a label ran in the index")
 
 
+def mltool_ok(*argv):
+    code, out, err = run([mltool, *argv])
+    expect(code == 0, f"{argv[0]}: exit {code}: {err}")
+    return out
+
+
+def check_predict_view():
+    """predict --view on a real run (tile -> extract -> pack -> train of both slides): the site
+    of the slides predicted in PRED/view/, report.html linking each slide's id to its page (in
+    Chromium: the link opens the page with its first label's heatmap on, over file:// only),
+    the site's index linking back to the report; a rerun without --view keeps the links and the
+    pyramids; a prediction with no tile store to show is refused before it writes anything."""
+    mltool_ok("tile", tmp(SPECIAL + ".svs"), tmp(PLAIN + ".tif"), "-o", tmp("pv_tiles"),
+              "--tile-size", "224", "--mpp", "0.5", "-q")
+    mltool_ok("extract", tmp("pv_tiles"), "-o", tmp("pv_feat"), "--model", "builtin:color-texture", "-q")
+    with open(tmp("pv_labels.csv"), "w", newline="") as f:
+        csv.writer(f).writerows([["key", "label"], [SPECIAL, "tumour"], [PLAIN, "stroma"]])
+    mltool_ok("pack", tmp("pv_feat"), "--labels", tmp("pv_labels.csv"), "-o", tmp("pv_ds"),
+              "--split", "train=0.5,val=0.5", "--seed", "1", "-q")
+    with open(tmp("pv_mlp.json"), "w") as f:
+        json.dump({"family": "mlp", "hidden": [8]}, f)
+    mltool_ok("train", tmp("pv_ds"), "--model", tmp("pv_mlp.json"), "-o", tmp("pv_run"),
+              "--epochs", "2", "-q")
+    pred = tmp("pv_pred")
+    s = json.loads(mltool_ok("predict", tmp("pv_run"), tmp("pv_feat"), "-o", pred, "--slide", SPECIAL,
+                             "--view", "--json"))
+    expect(s["view"] == os.path.join(pred, "view", "index.html"), f"summary {s}")
+    site = os.listdir(os.path.join(pred, "view"))
+    expect(SPECIAL + ".html" in site and PLAIN + ".html" not in site, f"site of the slides predicted: {site}")
+    import report_page
+    page = report_page.parse(os.path.join(pred, "report.html"))
+    link = urllib.parse.quote(SPECIAL) + ".html"
+    expect("view/" + link in page.links and "view/index.html" in page.links, f"report links {page.links}")
+    with Browser(W, H) as b:
+        b.open("file://" + urllib.parse.quote(os.path.join(pred, "report.html")))
+        href = b.eval(f"Array.from(document.querySelectorAll('a')).map(a => a.href)"
+                      f".find(h => h.endsWith('/view/{link}'))")
+        expect(href, "no link to the slide's page in the DOM")
+        b.open(href, "window.mltoolView")
+        only_file_requests(b, "the page report.html links")
+        shown = b.eval("mltoolView.heatmapShown()")
+        expect(b.eval("document.querySelector('#bar .id').textContent") == SPECIAL and
+               shown == "probability of stroma", f"page opened: heatmap {shown!r}")
+        b.open("file://" + urllib.parse.quote(os.path.join(pred, "view", "index.html")))
+        back = b.eval("document.querySelector('td.call a').href")
+        expect(back == "file://" + urllib.parse.quote(os.path.join(pred, "report.html")),
+               f"index's link to the report: {back}")
+    tile = os.path.join(pred, "view", SPECIAL + "_files", "0", "0_0.jpeg")
+    before = os.stat(tile).st_mtime_ns
+    s = json.loads(mltool_ok("predict", tmp("pv_run"), tmp("pv_feat"), "-o", pred, "--slide", SPECIAL,
+                             "--json"))
+    expect(s["view"] is None and s["resumed"] == 1, f"rerun summary {s}")
+    expect("view/" + link in report_page.parse(os.path.join(pred, "report.html")).links,
+           "a rerun without --view dropped the links to the site it has")
+    expect(os.stat(tile).st_mtime_ns == before, "the rerun rewrote the pyramid")
+    os.rename(tmp("pv_tiles"), tmp("pv_tiles_moved"))
+    try:
+        code, _, err = run([mltool, "predict", tmp("pv_run"), tmp("pv_feat"), "-o", tmp("pv_none"), "--view"])
+    finally:
+        os.rename(tmp("pv_tiles_moved"), tmp("pv_tiles"))
+    expect(code == 1 and "--view" in err and "--tiles" in err and not os.path.exists(tmp("pv_none")),
+           f"no tile store: exit {code}: {err}")
+
+
 ROI = [(400, 300, 900, 700)]  # level-0 box of PLAIN's region of interest
 
 
@@ -480,6 +546,7 @@ if __name__ == "__main__":
         sys.exit(0)
     checks = [check_site_files, check_first_view_and_level0, check_hover_shows_tile,
               check_index_links_open, check_resume_keeps_pyramids, check_refusals,
-              check_predictions_heatmap, check_bad_predictions_refused, check_roi_overlay,
+              check_predictions_heatmap, check_bad_predictions_refused, check_predict_view,
+              check_roi_overlay,
               check_store_roi_and_artifacts, check_passthrough, check_real_slide]
     sys.exit(run_checks("mltool view", checks, only, fixtures=make_fixtures))

@@ -18,6 +18,8 @@
 //                       (after predictions.csv; mltool/report/pages.hpp)
 //     heatmaps/SLIDE.png  the same scores (--label's probability, or attention / the slide's
 //                       largest) on the slide's thumbnail, with a colour bar and a caption
+//     view/             --view: the predicted slides' offline viewer (mltool view), which
+//                       report.html links each slide to
 //
 // Every file is written aside and renamed into place; predictions.csv last but for
 // report.html, which is drawn from it, so its presence means the prediction is complete.
@@ -58,6 +60,9 @@ struct PredictJob {
   std::string group_table;
   std::string group_column;
   bool overwrite = false;  ///< replace a prediction with other settings in `output`
+  /// Also write the predicted slides' viewer (slide/view.hpp) into `output`/view/, before
+  /// report.html, which links each slide to its page there.
+  bool view = false;
   /// An out-of-memory error ends the run instead of splitting the batch (docs/memory-modes.md).
   bool no_oom_retry = false;
   /// Pixel models: none (the run's own normalisation, if it was trained with one), or a method
@@ -83,6 +88,7 @@ struct PredictReport {
   std::int64_t groups = 0;         ///< --group-table: the groups (bags) predicted; 0 without
   std::int64_t resumed = 0;        ///< slides whose scores a stopped prediction had journaled
   std::int64_t heatmaps = 0;       ///< slides with a heatmap
+  std::string view;                ///< --view: the site's index.html; "" without
   std::int64_t split_batches = 0;  ///< batches this run computed in pieces (out of memory)
   /// The peak of the device's allocated bytes over the slides (util::peak_memory).
   std::int64_t device_peak_bytes = 0;

@@ -5,6 +5,7 @@
 // cv.json, the files beside them): this module knows no task, model or command.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -35,9 +36,11 @@ void write_cv_report(const std::string& dir, const nlohmann::json& cv);
 /// heatmap's thumbnail (linked, not inlined: heatmaps are large), links to the files; and
 /// `known_metrics` (intervals as run.json's result.intervals has them, computed by
 /// train::TrainedRun::known_label_metrics) where not null: the metrics of predictions whose
-/// labels the run's labels table knows.
+/// labels the run's labels table knows. Each slide's id links to its page of a viewer site
+/// (`viewer`: slide id → the page's path relative to DIR; predict --view).
 void write_predict_report(const std::string& dir, const std::string& run_dir,
                           const nlohmann::json& run, const io::Table& predictions,
-                          const nlohmann::json& known_metrics);
+                          const nlohmann::json& known_metrics,
+                          const std::map<std::string, std::string>& viewer);
 
 }  // namespace mltool::report

@@ -77,4 +77,12 @@ ViewReport write_site(const std::vector<std::string>& inputs, const ViewJob& job
 
 nlohmann::json to_json(const ViewReport& report);
 
+/// The page of slide `id` in a site: <id>.html, but index.slide.html for the id "index"
+/// (index.html is the site's index).
+std::string site_page(const std::string& id);
+
+/// Refuses (ResourceError naming --leaflet) a job whose Leaflet is not there: a command that
+/// writes a site after a long run checks first.
+void check_leaflet(const ViewJob& job);
+
 }  // namespace mltool::slide

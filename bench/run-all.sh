@@ -10,7 +10,7 @@
 #   --list     print the machine and what would run (scripts, arguments, outputs), run nothing
 #   --out DIR  where each benchmark's log (NAME.log) and output folder (NAME/) go
 #              (default ${MLTOOL_CACHE:-~/.cache/mltool}/bench-all/YYYYMMDD-HHMMSS)
-#   NAME...    only these (tfrecord, tile, tile-dicom, tile-lazyslide, tile-memory, pack, inspect, extract, train)
+#   NAME...    only these (tfrecord, tile, tile-dicom, tile-lazyslide, tile-memory, view, pack, inspect, extract, train)
 #
 # Each script keeps its own defaults and environment variables (see its header); their inputs
 # are cached under /tmp or ~/.cache/mltool and reused by later runs. Together they take tens of
@@ -43,6 +43,7 @@ tile|no|yes|OUTDIR/tile-bench.md|"mltool tile": the table of mltool tile vs vips
 tile-dicom|no|yes|OUTDIR/tile-dicom-bench.md|"mltool tile", "DICOM WSI passthrough": the DICOM series with and without passthrough, beside its TIFF (needs run-tile.sh'"'"'s cached slide)
 tile-lazyslide|no|yes|OUTDIR/tile-lazyslide.md, tile-lazyslide.json|"mltool tile", "Against LazySlide": mltool tile against LazySlide on the real slide and a 16384² slide (LazySlide'"'"'s venv made on first use)
 tile-memory|no|yes|OUTDIR/tile-memory.md|"mltool tile": the peak-RSS-against-slide-size table (bench/run-tile-memory.sh); "mltool extract SLIDES": its extract-against-tile peak RSS table
+view|no|yes|OUTDIR/view.md|"mltool view (issue 55)": mltool view against dzsave on the real slide and a generated 20000² slide (VIEW_BENCH_SIZE=100000: the large case)
 extract-slides|no|yes|OUTDIR/extract-slides.md, extract-slides.json|"mltool extract SLIDES": the tile + extract STORE against extract SLIDES table
 trident|no|yes|OUTDIR/trident.md, trident.json|"mltool extract SLIDES": the table against TRIDENT (needs TRIDENT_DIR, a TRIDENT checkout: bench/run-trident.sh --help)
 pack|no|no|stdout|"mltool pack": a row of the mltool / TensorFlow table (default size: the 625,000-record row)

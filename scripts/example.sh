@@ -4,7 +4,7 @@
 #   → pack (patient- or slide-grouped train/val split) → inspect (shard balance) → train (an
 #   MLP; the pinned feed on a GPU when there is one, the host feed otherwise)
 # reading each product back with its reference reader (python-lmdb + Pillow, numpy), and
-# → predict (the trained MLP on the validation slides: per-tile predictions, heatmaps)
+# → predict (the trained MLP on the validation slides: per-tile predictions, heatmaps, a viewer)
 # → survival (Cox attention MIL cross-validated in 3 folds: C-index with its 95% interval, a
 # Kaplan–Meier picture, report.html) — on the built-in cohort a synthetic cohort's tile
 # features packed as patient bags, named synthetic in the summary; on your cohort your table's
@@ -311,8 +311,8 @@ for row in csv.DictReader(open(sys.argv[2], newline="", encoding="utf-8-sig")):
         print(slide)
 PY
 sort -u -o "$work/val_slides.txt" "$work/val_slides.txt"
-"$mltool" predict "$work/run" "$work/features" -o "$work/pred" --slide - --device auto --overwrite --json \
-  < "$work/val_slides.txt" | tee "$work/predict.json"
+"$mltool" predict "$work/run" "$work/features" -o "$work/pred" --slide - --view --device auto --overwrite \
+  --json < "$work/val_slides.txt" | tee "$work/predict.json"
 calls=$("$python" - "$work/pred/predictions.csv" "$work/labels.csv" "$work/predict.json" <<'PY'
 import collections, csv, json, sys
 truth = {r["key"].strip().split("/")[0]: r["label"].strip()
@@ -332,7 +332,8 @@ PY
 )
 echo "$calls"
 echo "heatmaps (PNG on each slide, GeoJSON for QuPath): $work/pred/heatmaps/"
-stage_done predict "$calls in $work/pred/heatmaps/; $work/pred/report.html"
+echo "the slides at every level with their heatmaps, in a browser, offline: $work/pred/view/index.html"
+stage_done predict "$calls in $work/pred/heatmaps/; $work/pred/report.html; viewer $work/pred/view/index.html"
 
 # Survival, cross-validated: on the built-in cohort a synthetic one (named so in the summary);
 # on your cohort your table's time and event columns, or nothing without them.

@@ -13,10 +13,12 @@
 
 #include "cli.hpp"
 #include "cli_options.hpp"
+#include "mltool/predict/predict.hpp"
 #include "mltool/slide/tile_pixels.hpp"
 #include "mltool/train/cross_validate.hpp"
 #include "mltool/train/train.hpp"
 #include "mltool/util/error.hpp"
+#include "mltool/util/file.hpp"
 #include "mltool/util/log.hpp"
 #include "mltool/util/shard.hpp"
 #include "spawn.hpp"
@@ -76,11 +78,25 @@ void show_progress(const train::TrainProgress& p, bool bar) {
   std::fflush(stderr);
 }
 
+// --view: a finished run's validation slides predicted inside it, with their viewer.
+void view_validation(const train::TrainJob& job, const std::string& run_dir) {
+  predict::PredictJob like;
+  like.device = job.device;
+  like.threads = job.threads;
+  like.tiles = job.tiles;
+  like.dicomweb = job.dicomweb;
+  const auto r = predict::predict_validation(run_dir, like);
+  log::info(run_dir + ": its validation slides in a browser: " + r.view);
+}
+
 // --folds all: the folds, then the gathered summary.
 int run_folds(const train::TrainJob& job, const CommonOptions& common, bool bar) {
   const auto r = train::cross_validate(
       job, [bar](int, const train::TrainProgress& p) { show_progress(p, bar); });
   if (job.rank != 0) return exit_code::ok;
+  if (job.view)
+    for (const auto& fold : r.cv.at("per_fold"))
+      view_validation(job, util::join_path(job.output, fold.value("run", "")));
   log::info(train::summary_line(r));
   if (common.json) std::cout << r.cv.dump(2) << "\n";
   return exit_code::ok;
@@ -92,6 +108,8 @@ int run_train(TrainOptions& o, const CommonOptions& common) {
   join_from_environment(*o.job);
   o.job->threads = common.threads;
   o.job->tile_pixels = slide::open_tile_pixels(o.job->dicomweb);
+  if (o.job->view && o.job->rank == 0)
+    predict::check_predict_validation(o.job->dataset, o.job->tiles);
   if (o.job->rank != 0) {  // rank 0 reports; the others train quietly
     // Their warnings and errors still show, marked with their rank; -v shows everything.
     log::set_prefix("mltool train (rank " + std::to_string(o.job->rank) + ")");
@@ -115,6 +133,7 @@ int run_train(TrainOptions& o, const CommonOptions& common) {
               r.device + " (" + r.feed + " feed), " + format_fixed(r.seconds, 2) + " s, " +
               format_fixed(r.samples_per_second) + " samples/s; best " + r.monitor + " " +
               format_fixed(r.best_value, 4) + " at epoch " + std::to_string(r.best_epoch));
+  if (o.job->view && r.status != train::RunStatus::stopped) view_validation(*o.job, r.output);
   if (common.json) std::cout << train::to_json(r).dump(2) << "\n";
   return exit_code::ok;
 }

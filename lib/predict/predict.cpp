@@ -327,19 +327,10 @@ void check_view(const PredictJob& job, const PredictInput& in) {
   slide::check_leaflet(view_job(job));
 }
 
-// What report.html links each slide to: its page of OUTPUT/view/ (relative to the output)
-// where the site has one, written first with --view.
+// What report.html links each slide to, written first with --view.
 std::map<std::string, std::string> viewer_pages(const PredictJob& job, const io::Table& table) {
   if (job.view) slide::write_site({job.output}, view_job(job));
-  std::map<std::string, std::string> pages;
-  std::set<std::string> seen;
-  const auto slide = table.column("slide");
-  for (const auto& row : table.rows) {
-    if (!seen.insert(row[slide]).second) continue;
-    const auto page = slide::site_page(row[slide]);
-    if (util::exists(util::join_path(view_site(job), page))) pages[row[slide]] = "view/" + page;
-  }
-  return pages;
+  return site_pages(job.output, table);
 }
 #else
 void check_view(const PredictJob& job, const PredictInput&) {
@@ -351,6 +342,21 @@ std::map<std::string, std::string> viewer_pages(const PredictJob&, const io::Tab
 #endif
 
 }  // namespace
+
+std::map<std::string, std::string> site_pages(const std::string& output, const io::Table& table) {
+  std::map<std::string, std::string> pages;
+#ifdef MLTOOL_HAVE_SLIDE
+  std::set<std::string> seen;
+  const auto slide = table.column("slide");
+  for (const auto& row : table.rows) {
+    if (!seen.insert(row[slide]).second) continue;
+    const auto page = slide::site_page(row[slide]);
+    if (util::exists(util::join_path(util::join_path(output, "view"), page)))
+      pages[row[slide]] = "view/" + page;
+  }
+#endif
+  return pages;
+}
 
 json to_json(const PredictReport& r) {
   return {{"output", r.output},

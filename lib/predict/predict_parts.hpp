@@ -1,12 +1,13 @@
 // The parts of `mltool predict` that predict.cpp puts together: what is read (a feature
 // store's rows or a tile store's pixels, grouped by slide), the run's model that scores one
-// slide at a time, and a slide's heatmaps. Internal to lib/train.
+// slide at a time, and a slide's heatmaps. Internal to lib/predict.
 #pragma once
 
 #include <torch/types.h>
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -19,7 +20,8 @@
 
 namespace mltool::io {
 class TileStore;
-}
+struct Table;
+}  // namespace mltool::io
 namespace mltool::features {
 class StainNormalizer;
 }
@@ -28,6 +30,10 @@ namespace mltool::predict {
 
 using train::RowSource;
 using train::TrainedRun;
+
+/// Each slide of `table` (predictions.csv) that OUTPUT/view/ has a page of: slide id → its page,
+/// relative to `output` ("view/<page>"): what a report links.
+std::map<std::string, std::string> site_pages(const std::string& output, const io::Table& table);
 
 /// What predict reads: row i of `source` is tile `keys[i]`; feature rows (tile and bag
 /// models) or decoded tiles (image models).

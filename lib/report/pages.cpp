@@ -182,7 +182,7 @@ std::string slide_cell(const std::map<std::string, std::int64_t>& calls, double 
 // Per slide of predictions.csv: its samples, and per score column (score_columns) the majority
 // call with its share (classification: a non-numeric prediction column) or the mean; its id
 // links to its page in `viewer` where it has one.
-std::string slide_rows(const std::string& dir, const io::Table& t,
+std::string slide_rows(const std::string& dir, const std::string& prefix, const io::Table& t,
                        const std::map<std::string, std::string>& viewer) {
   const std::size_t slide = t.column("slide");
   const auto scores = score_columns(t);
@@ -218,7 +218,7 @@ std::string slide_rows(const std::string& dir, const io::Table& t,
         std::to_string(samples[id])};
     for (std::size_t k = 0; k < scores.size(); ++k)
       cells.push_back(slide_cell(calls[id][k], sums[id][k], samples[id], numeric[k]));
-    const std::string png = "heatmaps/" + id + ".png";
+    const std::string png = prefix + "heatmaps/" + id + ".png";
     cells.push_back(util::exists(util::join_path(dir, png))
                         ? "<a href=\"" + href(png) + "\"><img src=\"" + href(png) +
                               "\" width=\"240\" alt=\"heatmap of " + html_attribute(id) + "\"></a>"
@@ -435,7 +435,7 @@ void write_predict_report(const std::string& dir, const std::string& run_dir, co
     body +=
         "<p>A slide's id opens it in the viewer, at every level with its heatmaps (<a "
         "href=\"view/index.html\">all slides</a>).</p>\n";
-  body += slide_rows(dir, table, viewer);
+  body += slide_rows(dir, "", table, viewer);
   const std::string metrics = known_label_metrics(known_metrics, run);
   body += !metrics.empty() ? metrics
                            : "<p>No metrics: the run's labels table does not name every sample's "
@@ -450,7 +450,19 @@ void write_predict_report(const std::string& dir, const std::string& run_dir, co
                           page("mltool prediction with run " + base_name(run_dir), body));
 }
 
-void write_run_report(const std::string& dir, const json& run) {
+// train --view: the run's validation slides, predicted inside it, each linked to its page.
+std::string predicted_slides(const std::string& dir, const PredictedSlides& slides) {
+  const std::string prefix = slides.dir + "/";
+  return "<h2>Validation slides</h2>\n<p>The validation split's slides predicted with the final "
+         "weights (<a href=\"" +
+         href(prefix + "report.html") +
+         "\">their page</a>); a slide's id opens it in the viewer, at every level with its "
+         "heatmaps (<a href=\"" +
+         href(prefix + "view/index.html") + "\">all slides</a>).</p>\n" +
+         slide_rows(dir, prefix, *slides.predictions, slides.viewer);
+}
+
+void write_run_report(const std::string& dir, const json& run, const PredictedSlides* slides) {
   const json& result = run.value("result", json::object());
   const json& dataset = run.at("dataset");
   std::string body = "<p>Status <b>" + html_text(run.value("status", "?")) + "</b>; " +
@@ -488,6 +500,7 @@ void write_run_report(const std::string& dir, const json& run) {
   const std::string drawn =
       result.is_object() && result.contains("charts") ? charts(dir, result["charts"]) : "";
   if (!drawn.empty()) body += "<h2>Charts</h2>\n" + drawn;
+  if (slides && slides->predictions) body += predicted_slides(dir, *slides);
   body += "<h2>Files</h2>\n<ul>\n" + link(dir, "predictions.csv", "the validation predictions") +
           link(dir, "metrics.jsonl", "the metrics of every step and epoch") +
           link(dir, "model.safetensors", "the final weights") +

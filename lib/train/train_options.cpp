@@ -231,6 +231,9 @@ const util::Options<TrainJob>& train_options() {
            flag("--resume", &J::resume,
                 "Continue the run in the output directory from its last checkpoint"),
            util::overwrite_option(&J::overwrite),
+           flag("--view", &J::view,
+                "After training, predict the validation slides into RUN/validation/ with their "
+                "offline viewer (predict --view), linked from report.html"),
            option("--dist-timeout", &J::dist_timeout,
                   "Data parallel: seconds a rank waits for the others before failing")
                .at_least(1),

@@ -17,7 +17,8 @@
   the call; a label that is HTML stays text; a value that is not a number is refused, naming
   the file and line;
 - predict --view writes the site into the prediction, and its report.html links each slide to
-  its page.
+  its page; train --view predicts the validation slides into the run with their site, and the
+  run's report.html links each to its page.
 
     view_test.py MLTOOL [--screenshots DIR] [TEST...]
 
@@ -338,14 +339,25 @@ def check_predict_view():
     with open(tmp("pv_mlp.json"), "w") as f:
         json.dump({"family": "mlp", "hidden": [8]}, f)
     mltool_ok("train", tmp("pv_ds"), "--model", tmp("pv_mlp.json"), "-o", tmp("pv_run"),
-              "--epochs", "2", "-q")
+              "--epochs", "2", "--view", "-q")
+    # train --view: the validation slide predicted into RUN/validation/ with its site, and the
+    # run's report.html linking it to its page.
+    split = json.load(open(tmp("pv_ds", "dataset.json")))["group_split"]
+    val = [g for g, sp in split.items() if sp == "val"]
+    expect(len(val) == 1, f"validation groups {split}")
+    site = os.listdir(tmp("pv_run", "validation", "view"))
+    expect(val[0] + ".html" in site and len([n for n in site if n.endswith(".html")]) == 2,
+           f"train --view's site: {site}")
+    import report_page
+    links = report_page.parse(tmp("pv_run", "report.html")).links
+    expect("validation/view/" + urllib.parse.quote(val[0]) + ".html" in links and
+           "validation/report.html" in links, f"run report links {links}")
     pred = tmp("pv_pred")
     s = json.loads(mltool_ok("predict", tmp("pv_run"), tmp("pv_feat"), "-o", pred, "--slide", SPECIAL,
                              "--view", "--json"))
     expect(s["view"] == os.path.join(pred, "view", "index.html"), f"summary {s}")
     site = os.listdir(os.path.join(pred, "view"))
     expect(SPECIAL + ".html" in site and PLAIN + ".html" not in site, f"site of the slides predicted: {site}")
-    import report_page
     page = report_page.parse(os.path.join(pred, "report.html"))
     link = urllib.parse.quote(SPECIAL) + ".html"
     expect("view/" + link in page.links and "view/index.html" in page.links, f"report links {page.links}")
@@ -378,6 +390,15 @@ def check_predict_view():
         os.rename(tmp("pv_tiles_moved"), tmp("pv_tiles"))
     expect(code == 1 and "--view" in err and "--tiles" in err and not os.path.exists(tmp("pv_none")),
            f"no tile store: exit {code}: {err}")
+    # train --view without it: refused before training.
+    os.rename(tmp("pv_tiles"), tmp("pv_tiles_moved"))
+    try:
+        code, _, err = run([mltool, "train", tmp("pv_ds"), "--model", tmp("pv_mlp.json"), "-o",
+                            tmp("pv_run_none"), "--epochs", "1", "--view"])
+    finally:
+        os.rename(tmp("pv_tiles_moved"), tmp("pv_tiles"))
+    expect(code == 1 and "--view" in err and not os.path.exists(tmp("pv_run_none")),
+           f"train --view, no tile store: exit {code}: {err}")
 
 
 ROI = [(400, 300, 900, 700)]  # level-0 box of PLAIN's region of interest

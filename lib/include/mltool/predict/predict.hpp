@@ -105,4 +105,19 @@ nlohmann::json to_json(const PredictReport& report);
 /// holds a prediction with other settings (without `overwrite`).
 PredictReport predict(const PredictJob& job);
 
+/// train --view, once a run has finished (docs/train.md#the-validation-slides-in-the-viewer):
+/// the run's validation slides (its dataset's validation groups: slides, or the slides of
+/// patients by the labels table) that its input holds, predicted with its final weights into
+/// RUN/validation/ with --view's site (replacing an earlier one), then RUN/report.html drawn
+/// again with a table of them, each id linking to its page. `like` gives the device, threads
+/// and DICOMweb options. InputError naming the dataset where none of its validation slides is
+/// in the input.
+PredictReport predict_validation(const std::string& run_dir, const PredictJob& like);
+
+/// What train --view needs, checked before the run trains on `dataset_dir`: Leaflet
+/// (ResourceError naming --leaflet), a build with slides, and the tile store the pages are
+/// drawn from (`tiles`, an image dataset's --tiles, else the dataset's, or its features'):
+/// UsageError naming it where it is not there.
+void check_predict_validation(const std::string& dataset_dir, const std::string& tiles);
+
 }  // namespace mltool::predict

@@ -21,9 +21,19 @@ namespace mltool::report {
 /// the per-label ones (val_auc_LABEL) in `task`'s label order (--label-columns').
 std::vector<std::string> metric_order(const nlohmann::json& metrics, const nlohmann::json& task);
 
+/// Slides predicted inside a run directory (train --view: RUN/validation/, predict's output):
+/// its predictions.csv and each slide's viewer page; paths relative to the run.
+struct PredictedSlides {
+  std::string dir;                            ///< the prediction: "validation"
+  const io::Table* predictions = nullptr;     ///< its predictions.csv, as read back
+  std::map<std::string, std::string> viewer;  ///< slide id → its page
+};
+
 /// Writes DIR/report.html (atomically) from `run` (the run.json just written) and the charts
-/// in DIR that run.json's result names.
-void write_run_report(const std::string& dir, const nlohmann::json& run);
+/// in DIR that run.json's result names; with `slides`, a table of them (as a prediction's
+/// page has), each id linking to its page.
+void write_run_report(const std::string& dir, const nlohmann::json& run,
+                      const PredictedSlides* slides = nullptr);
 
 /// Writes CV/report.html from `cv` (cv.json) and the charts in CV/ it names; each fold links
 /// to its own report.

@@ -112,6 +112,10 @@ struct TrainJob {
   util::ProfileRequest profile;  ///< --profile: a trace of a window of steps (rank 0)
   bool resume = false;           ///< continue the run in `output` from checkpoints/last.pt
   bool overwrite = false;        ///< replace an existing run directory
+  /// After the run: its validation slides predicted into `output`/validation/ with their
+  /// viewer, linked from report.html. Not train's own work: the command does it with
+  /// predict::predict_validation once the run has finished.
+  bool view = false;
   // Data parallel (docs/train.md#data-parallel): world_size > 1 joins a c10d group at
   // master_addr:master_port as `rank`; only rank 0 writes the run directory.
   int rank = 0;

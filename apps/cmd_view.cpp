@@ -36,17 +36,17 @@ int run_view(const ViewOptions& o, const CommonOptions& common) {
 }  // namespace
 
 Command view_command() {
-  return {"view",
-          "Write an offline deep-zoom viewer (a site of HTML pages) of slides and tile stores",
-          [](CLI::App& app, const CommonOptions& common) -> Action {
-            auto o = std::make_shared<ViewOptions>();
-            app.add_option("inputs", o->inputs,
-                           "Slides (files, DICOM directories or DICOMweb URLs) and tile stores "
-                           "('-' reads them from stdin)")
-                ->required();
-            add_options(app, slide::view_options(), o->job);
-            return [o, &common] { return run_view(*o, common); };
-          }};
+  return {
+      "view", "Write an offline deep-zoom viewer (a site of HTML pages) of slides and tile stores",
+      [](CLI::App& app, const CommonOptions& common) -> Action {
+        auto o = std::make_shared<ViewOptions>();
+        app.add_option("inputs", o->inputs,
+                       "Slides (files, DICOM directories or DICOMweb URLs), tile stores, predict "
+                       "outputs and train runs ('-' reads them from stdin)")
+            ->required();
+        add_options(app, slide::view_options(), o->job);
+        return [o, &common] { return run_view(*o, common); };
+      }};
 }
 
 }  // namespace mltool::cli

@@ -122,7 +122,8 @@ PredictJob validation_job(const std::string& run_dir, const PredictJob& like) {
 PredictReport predict_validation(const std::string& run_dir, const PredictJob& like) {
   const PredictJob job = validation_job(run_dir, like);
   log::info(run_dir + ": predicting its " + std::to_string(job.slides.size()) +
-            " validation slides into " + job.output + " (--view)");
+            " validation slide" + (job.slides.size() == 1 ? "" : "s") + " into " + job.output +
+            " (--view)");
   const PredictReport r = predict(job);
   const io::Table table = io::read_table(util::join_path(job.output, "predictions.csv"));
   report::PredictedSlides slides{"validation", &table, {}};

@@ -140,8 +140,21 @@ std::vector<SlideSource> predicted_sources(const std::string& dir) {
   return out;
 }
 
+// A train run directory: its validation slides as train --view predicted them.
+std::vector<SlideSource> run_sources(const std::string& dir) {
+  const auto validation = util::join_path(dir, "validation");
+  if (!is_predict_dir(validation))
+    throw InputError(dir + ": a train run directory without its validation slides predicted " +
+                     "(validation/): train it with --view, or predict its slides (mltool " +
+                     "predict RUN FEATURES -o PRED) and view PRED");
+  return predicted_sources(validation);
+}
+
 std::vector<SlideSource> sources_of(const std::string& input, const ViewJob& job) {
   if (!io::is_dicomweb_url(input) && is_predict_dir(input)) return predicted_sources(input);
+  if (!io::is_dicomweb_url(input) && util::is_directory(input) &&
+      util::exists(util::join_path(input, "run.json")))
+    return run_sources(input);
   if (!io::is_dicomweb_url(input) && io::TileStore::is_store(input)) return store_sources(input);
   SlideSource s;
   s.id = io::slide_id_for(input);

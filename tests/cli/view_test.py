@@ -28,6 +28,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import sys
 import urllib.parse
 
@@ -352,6 +353,13 @@ def check_predict_view():
     links = report_page.parse(tmp("pv_run", "report.html")).links
     expect("validation/view/" + urllib.parse.quote(val[0]) + ".html" in links and
            "validation/report.html" in links, f"run report links {links}")
+    # view RUN: the validation slides train --view predicted; a run without them is refused.
+    doc = json.loads(mltool_ok("view", tmp("pv_run"), "-o", tmp("pv_runsite"), "--json"))["slides"]
+    expect([s["id"] for s in doc] == val and doc[0]["call"], f"view RUN: {doc}")
+    os.makedirs(tmp("pv_bare_run"), exist_ok=True)
+    shutil.copy(tmp("pv_run", "run.json"), tmp("pv_bare_run", "run.json"))
+    code, _, err = run([mltool, "view", tmp("pv_bare_run"), "-o", tmp("pv_baresite")])
+    expect(code == 2 and "--view" in err and "pv_bare_run" in err, f"view of a run without validation/: {err}")
     pred = tmp("pv_pred")
     s = json.loads(mltool_ok("predict", tmp("pv_run"), tmp("pv_feat"), "-o", pred, "--slide", SPECIAL,
                              "--view", "--json"))

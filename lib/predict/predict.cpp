@@ -317,9 +317,15 @@ slide::ViewJob view_job(const PredictJob& job) {
   return v;
 }
 
-// --view needs the tiles' store and Leaflet: refused before the slides are predicted.
-void check_view(const PredictJob& job, const PredictInput& in) {
+// --view needs the tiles' store and Leaflet, and with --group-table the attention (a group's
+// bag spans slides: its tiles' attention is what a slide's page shows): refused before the
+// slides are predicted.
+void check_view(const PredictJob& job, const PredictInput& in, const Predictor& predictor) {
   if (!job.view) return;
+  if (in.grouped && !predictor.has_attention())
+    throw UsageError(
+        "--view with --group-table: the model tells no attention, so a slide of a "
+        "group's bag has nothing to show; predict without --view");
   if (!in.tiles)
     throw UsageError(
         "--view: the prediction has no tile store to show (the features name none "
@@ -333,7 +339,7 @@ std::map<std::string, std::string> viewer_pages(const PredictJob& job, const io:
   return site_pages(job.output, table);
 }
 #else
-void check_view(const PredictJob& job, const PredictInput&) {
+void check_view(const PredictJob& job, const PredictInput&, const Predictor&) {
   if (job.view)
     throw UsageError("--view: this mltool was built without slides (MLTOOL_WITH_SLIDE)");
 }
@@ -384,10 +390,10 @@ Collected predict_slides(const PredictJob& job, const TrainedRun& run,
                          std::unique_ptr<util::OutputLock>& lock, PredictReport& r) {
   const auto labels = run.labels();
   const PredictInput in = open_predict_input(run, job);
-  check_view(job, in);
   const torch::Device device = util::resolve_devices(job.device).front();
   const int threads = device.is_cpu() ? math_threads(job) : 0;
   const Predictor predictor(run, job, device);
+  check_view(job, in, predictor);
   util::make_directories(util::parent_directory(util::absolute_path(job.output)));
   lock = std::make_unique<util::OutputLock>(job.output, "mltool predict");
   util::make_directories(job.output);

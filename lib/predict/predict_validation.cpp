@@ -43,22 +43,14 @@ std::string group_column(const json& dataset) {
   return "";
 }
 
-// The slide of a labels table's key: a slide id, or a tile key "<slide>/<row>_<col>".
-std::string slide_of_key(const std::string& key) { return key.substr(0, key.find('/')); }
-
-// The slides of the validation split `val_split` ("fold-1"; "a+b" names two).
+// The slides of the validation split `val_split` (one split: only the training side joins
+// several).
 std::set<std::string> validation_slides(const json& dataset, const std::string& where,
                                         const std::string& val_split) {
-  std::set<std::string> splits;
-  for (std::size_t at = 0; at <= val_split.size();) {
-    const auto end = std::min(val_split.find('+', at), val_split.size());
-    splits.insert(val_split.substr(at, end - at));
-    at = end + 1;
-  }
   std::set<std::string> groups;
   try {
     for (const auto& [group, split] : dataset.at("group_split").items())
-      if (split.is_string() && splits.count(split.get<std::string>())) groups.insert(group);
+      if (split == val_split) groups.insert(group);
   } catch (const json::exception& e) {
     throw FormatError(where + ": group_split: " + e.what());
   }
@@ -69,8 +61,8 @@ std::set<std::string> validation_slides(const json& dataset, const std::string& 
   const auto key = table.column(labels.value("key_column", "key"));
   const auto group = table.column(column);
   std::set<std::string> slides;
-  for (const auto& row : table.rows)
-    if (groups.count(row[group])) slides.insert(slide_of_key(row[key]));
+  for (const auto& row : table.rows)  // a key is a slide id, or a tile key
+    if (groups.count(row[group])) slides.emplace(io::slide_of_key(row[key]));
   return slides;
 }
 
@@ -82,18 +74,15 @@ std::set<std::string> input_slides(const std::string& input, bool image) {
     for (const auto& id : store.completed_slides()) slides.insert(id);
     return slides;
   }
-  const std::string text = util::read_file(util::join_path(input, io::kFeaturesKeysFile));
-  for (std::size_t at = 0; at < text.size();) {
-    const auto end = std::min(text.find('\n', at), text.size());
-    if (end > at) slides.insert(slide_of_key(text.substr(at, end - at)));
-    at = end + 1;
-  }
+  const auto features = io::FeatureStore::open(input);
+  for (std::uint64_t row = 0; row < features.rows(); ++row)
+    slides.emplace(io::slide_of_key(features.key(row)));
   return slides;
 }
 
 // The job that predicts the run's validation slides: `like`'s device, threads and DICOMweb.
-PredictJob validation_job(const std::string& run_dir, const PredictJob& like) {
-  const train::TrainedRun run = train::TrainedRun::open(run_dir);
+PredictJob validation_job(const train::TrainedRun& run, const std::string& run_dir,
+                          const PredictJob& like) {
   const json& manifest = run.manifest().at("dataset");
   const std::string dataset_dir = manifest.value("path", "");
   const std::string where = util::join_path(dataset_dir, "dataset.json");
@@ -120,7 +109,8 @@ PredictJob validation_job(const std::string& run_dir, const PredictJob& like) {
 }  // namespace
 
 PredictReport predict_validation(const std::string& run_dir, const PredictJob& like) {
-  const PredictJob job = validation_job(run_dir, like);
+  const train::TrainedRun run = train::TrainedRun::open(run_dir);
+  const PredictJob job = validation_job(run, run_dir, like);
   log::info(run_dir + ": predicting its " + std::to_string(job.slides.size()) +
             " validation slide" + (job.slides.size() == 1 ? "" : "s") + " into " + job.output +
             " (--view)");
@@ -129,7 +119,7 @@ PredictReport predict_validation(const std::string& run_dir, const PredictJob& l
   report::PredictedSlides slides{"validation", &table, {}};
   for (const auto& [id, page] : site_pages(job.output, table))
     slides.viewer[id] = "validation/" + page;
-  report::write_run_report(run_dir, train::TrainedRun::open(run_dir).manifest(), &slides);
+  report::write_run_report(run_dir, run.manifest(), &slides);
   return r;
 }
 
